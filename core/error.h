@@ -1,0 +1,32 @@
+// Errors: every failure the user can cause is a thrown mt::core::Error whose message names what
+// is wrong and what to do. The CLI catches it, prints it, and exits non-zero.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace mt::core {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace mt::core
+
+// MT_CHECK(cond, "message parts", value, ...): throw mt::core::Error with the parts joined.
+#define MT_CHECK(cond, ...)                                                  \
+  do {                                                                       \
+    if (!(cond)) throw ::mt::core::Error(::mt::core::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+#define MT_FAIL(...) throw ::mt::core::Error(::mt::core::detail::concat(__VA_ARGS__))

@@ -1,0 +1,45 @@
+// Finite-difference gradient checking, the test every differentiable op must pass.
+//
+// The function's output is projected onto fixed random weights, loss = sum(f(x) * r), so every
+// output element matters. For each input element we compare d loss / d x from backward() with
+// the central difference (loss(x + eps) - loss(x - eps)) / (2 eps), computed in double from
+// float32 outputs.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/tensor.h"
+
+namespace mt::testing {
+
+using core::Tensor;
+using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+struct GradcheckOptions {
+  double eps = 1e-3;
+  double atol = 2e-3;
+  double rtol = 2e-2;
+  uint64_t seed = 1234;
+};
+
+// Inputs are used as given; the ones that are float32 get requires_grad and are checked.
+::testing::AssertionResult gradcheck(const OpFn& f, const std::vector<Tensor>& inputs,
+                                     const GradcheckOptions& opt = {});
+
+// A float tensor with values uniform in [low, high) from a fixed seed.
+Tensor random_tensor(const core::Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f);
+
+// Element-wise closeness of two float tensors (any devices); names the worst element.
+::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol = 1e-5,
+                                     double rtol = 1e-4);
+
+}  // namespace mt::testing
+
+// For CPU-vs-GPU tests: skips, visibly, when no CUDA device is present.
+#define MT_REQUIRE_GPU()                                                                   \
+  do {                                                                                     \
+    if (!::mt::core::cuda_available())                                                     \
+      GTEST_SKIP() << "no CUDA device (or a CPU-only build): GPU comparison not run";      \
+  } while (0)
