@@ -1,0 +1,48 @@
+// The Synchronizer: the one seam between training and communication (design.md). The trainer
+// calls it at fixed points of every iteration; each data-parallel algorithm is a subclass, and
+// the trainer does not change when one is added.
+//
+//   setup(model, optimizer)        once: broadcast initial weights, check replicas agree,
+//                                  register the gradient-ready hooks
+//   begin_iteration(it)            before forward
+//   on_gradient_ready(i, param)    from autograd, the moment parameter i's gradient is final
+//                                  (S-SGD WFBP/fusion start its allreduce here)
+//   step(optimizer)                after backward: finish communication and update weights
+//                                  (the default just steps the optimizer)
+//   model_for_eval(model)          before evaluation and checkpoints (DS-Sync: the average)
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/serialize.h"
+#include "layers/module.h"
+#include "optim/optimizer.h"
+
+namespace mt::dist {
+
+class Synchronizer {
+ public:
+  virtual ~Synchronizer() = default;
+  virtual std::string name() const = 0;
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+
+  virtual void setup(layers::Module& model, optim::Optimizer& optimizer);
+  virtual void begin_iteration(int64_t iteration) {}
+  virtual void on_gradient_ready(size_t param_index, core::Tensor& param) {}
+  virtual void step(optim::Optimizer& optimizer) { optimizer.step(); }
+  virtual void prepare_eval(layers::Module& model) {}
+  // Averages a metric over ranks (loss, accuracy); identity on one process.
+  virtual double average(double value) { return value; }
+
+  virtual core::StateDict state_dict() const { return {}; }
+  virtual void load_state_dict(const core::StateDict& state) {}
+};
+
+// Single-process training: nothing to communicate.
+class LocalSynchronizer final : public Synchronizer {
+ public:
+  std::string name() const override { return "local"; }
+};
+
+}  // namespace mt::dist

@@ -1,0 +1,61 @@
+// Module: the unit models are built from. A module owns named parameters (tensors that
+// require grad and that the optimizer updates), named buffers (state that is saved but not
+// trained, like batch-norm running statistics) and named child modules. Names are dotted
+// paths ("layer1.0.conv1.weight") in registration order, the same on every process, which is
+// what state dicts and the distributed module rely on.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/serialize.h"
+#include "core/tensor.h"
+
+namespace mt::layers {
+
+using core::Tensor;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  virtual std::string type_name() const = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  NamedTensors named_parameters() const;  // recursive, dotted names
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  int64_t num_parameters() const;  // total elements
+
+  void train(bool on = true);  // recursive
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Parameters then buffers, dotted names. load_state_dict copies values in place (shapes
+  // must match); with strict, missing or unexpected names are errors that list them.
+  core::StateDict state_dict() const;
+  void load_state_dict(const core::StateDict& dict, bool strict = true);
+
+  void to(core::Device device);  // moves parameters and buffers
+  std::string summary() const;   // one line per parameter: name, shape
+
+ protected:
+  Tensor& register_parameter(const std::string& name, Tensor t);  // sets requires_grad
+  Tensor& register_buffer(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    children_.emplace_back(name, m);
+    return m;
+  }
+
+ private:
+  bool training_ = true;
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+}  // namespace mt::layers
