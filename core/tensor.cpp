@@ -155,6 +155,9 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(Device target) const {
   if (device() == target) return *this;
 #ifdef MT_WITH_CUDA
+  MT_CHECK(!target.is_cuda() || target.index < cuda_device_count(), "cannot move ", str(), " to ",
+           target.str(), ": ", cuda_device_count(),
+           " CUDA device(s) visible (check nvidia-smi and CUDA_VISIBLE_DEVICES, or use \"cpu\")");
   Tensor src = contiguous();
   Tensor out = empty(shape(), dtype(), target);
   cuda::copy_between_devices(src, out);

@@ -36,6 +36,11 @@ class CudaCachingAllocator final : public Allocator {
       free_.erase(it);
     } else {
       cudaError_t err = cudaMalloc(&p, size);
+      if (err != cudaSuccess && err != cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        MT_FAIL("CUDA error allocating ", size, " bytes: ", cudaGetErrorString(err),
+                " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+      }
       if (err != cudaSuccess) {
         release_cache_locked();  // retry once with the cache returned to the driver
         (void)cudaGetLastError();

@@ -1,0 +1,37 @@
+// Loading, overriding and validating run configs (configs/mintrain.proto).
+//
+// A config is read in three steps, in this order, so that command-line overrides are checked
+// like everything else:
+//   RunConfig cfg = load_config(path);          // text format; errors are file:line:col
+//   apply_override(cfg, "optimizer.lr=0.02");    // each --set
+//   validate_config(cfg);                        // ranges, registry names, device
+#pragma once
+#include <string>
+#include <vector>
+
+#include "mintrain.pb.h"
+
+namespace mt::apps {
+
+using RunConfig = mintrain::RunConfig;
+
+// Parses a text-format config. Syntax errors and unknown fields throw core::Error as
+// "<source>:<line>:<col>: <message>" (1-based).
+RunConfig parse_config(const std::string& text, const std::string& source_name);
+RunConfig load_config(const std::string& path);
+
+// Applies one "path.to.field=value" assignment. Strings need no quotes; repeated fields are
+// replaced, written as "[1,2,3]" (or one bare value); a message field takes "{ ... }" text.
+// An unknown path lists the valid fields at the point where it went wrong.
+void apply_override(RunConfig& config, const std::string& assignment);
+
+// Checks values the schema cannot (ranges, names known to the registries, device syntax).
+void validate_config(const RunConfig& config);
+
+// load + every override + validate: what `mintrain train/eval` do.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// The config as text format (saved into the output folder and into checkpoints).
+std::string config_to_text(const RunConfig& config);
+
+}  // namespace mt::apps

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what mintrain builds and runs with, from Debian 12's archive. Safe to re-run: it
+# skips apt when everything is already there. The CUDA toolkit (with cuDNN, cuBLAS, NCCL) is
+# not from Debian: where /usr/local/cuda exists the build uses it, elsewhere it builds CPU-only.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libprotobuf-dev protobuf-compiler   # run configs (text protobuf)
+  libopenblas-dev                     # CPU GEMM
+  zlib1g-dev                          # gzip'd IDX files, checksums
+  libgtest-dev libgmock-dev           # tests
+  libgloo-dev                         # CPU collectives (distributed module)
+  dataset-fashion-mnist               # the default job's data
+)
+if [[ "${MT_WITH_TORCH:-0}" == 1 ]]; then
+  PACKAGES+=(python3-torch)           # the peer in benchmarks (optional)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install_deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "install_deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

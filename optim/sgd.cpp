@@ -1,0 +1,152 @@
+#include "optim/sgd.h"
+
+#include <string>
+
+#include "core/grad_mode.h"
+
+namespace mt::optim {
+
+namespace {
+
+const std::string kMomentumPrefix = "momentum.";
+
+void check_options(const SgdOptions& o) {
+  MT_CHECK(o.lr >= 0, "SGD: lr must be >= 0, got ", o.lr);
+  MT_CHECK(o.momentum >= 0, "SGD: momentum must be >= 0, got ", o.momentum);
+  MT_CHECK(o.dampening >= 0 && o.dampening <= 1, "SGD: dampening must be in [0, 1], got ", o.dampening);
+  MT_CHECK(o.weight_decay >= 0, "SGD: weight_decay must be >= 0, got ", o.weight_decay);
+  MT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+           "SGD: nesterov needs momentum > 0 and dampening 0 (got momentum ", o.momentum,
+           ", dampening ", o.dampening, "); set a momentum or turn nesterov off");
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SgdOptions opt)
+    : Optimizer(std::move(params), opt.lr), opt_(opt), momentum_(params_.size()) {
+  check_options(opt_);
+  MT_CHECK(!params_.empty(), "SGD: empty parameter list; pass model.parameters()");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    MT_CHECK(params_[i].defined(), "SGD: parameter ", i, " is an undefined tensor");
+    MT_CHECK(params_[i].dtype() == core::DType::Float32, "SGD: parameter ", i, " is ",
+             params_[i].str(), "; only float32 parameters are supported");
+  }
+}
+
+void SGD::step() {
+  core::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;  // frozen or unused this iteration: leave weight and buffer alone
+    MT_CHECK(g.device() == p.device(), "SGD: parameter ", i, " is on ", p.device().str(),
+             " but its gradient is on ", g.device().str());
+    // The device check is the slot for a fused CUDA kernel; until one exists the generic path
+    // composes the same update from in-place tensor ops, which dispatch by device.
+    if (p.device().is_cpu())
+      step_cpu(i, p, g);
+    else
+      step_generic(i, p, g);
+  }
+}
+
+void SGD::step_cpu(size_t i, Tensor& param, const Tensor& grad_in) {
+  MT_CHECK(param.is_contiguous(), "SGD: parameter ", i, " (", param.str(), ") is not contiguous");
+  const Tensor grad = grad_in.contiguous();
+  const int64_t n = param.numel();
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  // Accumulate in float like PyTorch's CPU kernel; the constants are folded once here.
+  const float lr = static_cast<float>(lr_);
+  const float wd = static_cast<float>(opt_.weight_decay);
+  const float l2 = opt_.decoupled_weight_decay ? 0.0f : wd;
+  const float shrink = opt_.decoupled_weight_decay ? 1.0f - lr * wd : 1.0f;
+  const float mu = static_cast<float>(opt_.momentum);
+  const float keep = 1.0f - static_cast<float>(opt_.dampening);
+
+  if (mu == 0.0f) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t k = 0; k < n; ++k) {
+      const float d = g[k] + l2 * p[k];
+      p[k] = p[k] * shrink - lr * d;
+    }
+    return;
+  }
+
+  const bool first = !momentum_[i].defined();
+  if (first) momentum_[i] = Tensor::empty(param.shape());
+  float* b = momentum_[i].data<float>();
+  const bool nesterov = opt_.nesterov;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t k = 0; k < n; ++k) {
+    const float d = g[k] + l2 * p[k];
+    const float buf = first ? d : mu * b[k] + keep * d;
+    b[k] = buf;
+    const float step = nesterov ? d + mu * buf : buf;
+    p[k] = p[k] * shrink - lr * step;
+  }
+}
+
+void SGD::step_generic(size_t i, Tensor& param, const Tensor& grad_in) {
+  const float lr = static_cast<float>(lr_);
+  const float wd = static_cast<float>(opt_.weight_decay);
+  // d is the update direction; it is copied before any in-place change so the gradient itself
+  // is never modified.
+  Tensor d = grad_in.contiguous();
+  bool owned = false;
+  if (wd != 0.0f && !opt_.decoupled_weight_decay) {
+    d = d.clone();
+    owned = true;
+    d.add_(param, wd);
+  }
+  if (wd != 0.0f && opt_.decoupled_weight_decay) param.mul_(1.0f - lr * wd);
+  if (opt_.momentum != 0.0) {
+    const float mu = static_cast<float>(opt_.momentum);
+    Tensor& buf = momentum_[i];
+    if (!buf.defined()) {
+      buf = d.clone();
+    } else {
+      buf.mul_(mu);
+      buf.add_(d, 1.0f - static_cast<float>(opt_.dampening));
+    }
+    if (opt_.nesterov) {
+      if (!owned) d = d.clone();
+      d.add_(buf, mu);
+    } else {
+      d = buf;
+    }
+  }
+  param.add_(d, -lr);
+}
+
+core::StateDict SGD::state_dict() const {
+  core::StateDict out;
+  for (size_t i = 0; i < momentum_.size(); ++i)
+    if (momentum_[i].defined()) out.emplace_back(kMomentumPrefix + std::to_string(i), momentum_[i]);
+  return out;
+}
+
+void SGD::load_state_dict(const core::StateDict& state) {
+  std::vector<Tensor> loaded(params_.size());
+  for (const auto& [name, t] : state) {
+    size_t idx = 0;
+    bool ok = name.rfind(kMomentumPrefix, 0) == 0 && name.size() > kMomentumPrefix.size();
+    if (ok) {
+      const std::string num = name.substr(kMomentumPrefix.size());
+      ok = num.find_first_not_of("0123456789") == std::string::npos;
+      if (ok) idx = std::stoul(num);
+    }
+    MT_CHECK(ok, "SGD state: unexpected entry '", name, "'; SGD state holds only 'momentum.<index>'");
+    MT_CHECK(idx < params_.size(), "SGD state: '", name, "' but this optimizer has only ",
+             params_.size(), " parameters; was it saved for another model?");
+    MT_CHECK(t.shape() == params_[idx].shape(), "SGD state: '", name, "' has shape ",
+             core::shape_str(t.shape()), " but parameter ", idx, " has shape ",
+             core::shape_str(params_[idx].shape()));
+    MT_CHECK(t.dtype() == core::DType::Float32, "SGD state: '", name, "' is ", t.str(), ", expected float32");
+    // A private copy on the parameter's device: the caller's tensors may be reused or freed.
+    loaded[idx] = t.detach().contiguous().to(params_[idx].device()).clone();
+  }
+  momentum_ = std::move(loaded);
+}
+
+}  // namespace mt::optim
