@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/autograd.h"
+#include "core/function_node.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/matmul.h"
 #include "core/ops/reduction.h"
@@ -129,4 +130,20 @@ TEST(Autograd, ViewGradients) {
   EXPECT_TRUE(mt::testing::gradcheck(
       [](const std::vector<Tensor>& in) { return expand(in[0], {3, 4}) * in[1]; },
       {mt::testing::random_tensor({3, 1}, 4), mt::testing::random_tensor({3, 4}, 5)}));
+}
+
+TEST(Gradcheck, CatchesAWrongBackward) {
+  // The checker itself must be able to fail: an op whose backward is off by a factor of 2.
+  auto wrong_square = [](const std::vector<Tensor>& in) {
+    Tensor out;
+    {
+      NoGradGuard ng;
+      out = square(in[0]);
+    }
+    record("WrongSquareBackward", {in[0]}, {out}, [x = in[0].detach()](const Grads& g, const Needs&) -> Grads {
+      return {mul(g[0], x)};  // should be 2 x g
+    });
+    return out;
+  };
+  EXPECT_FALSE(mt::testing::gradcheck(wrong_square, {mt::testing::random_tensor({5}, 9)}));
 }
