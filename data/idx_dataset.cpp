@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -52,6 +53,12 @@ uint32_t big_endian_u32(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
 }
 
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", v);
+  return buf;
+}
+
 }  // namespace
 
 IdxArray read_idx_file(const std::string& path, uint32_t expected_magic) {
@@ -62,8 +69,8 @@ IdxArray read_idx_file(const std::string& path, uint32_t expected_magic) {
   int64_t got = read_some(f.get(), path, head, 4);
   MT_CHECK(got == 4, path, ": truncated IDX file: expected at least 4 header bytes, file has ", got);
   const uint32_t magic = big_endian_u32(head);
-  MT_CHECK(magic == expected_magic, path, ": wrong IDX magic 0x", std::hex, magic, ", expected 0x",
-           expected_magic, std::dec, " (", expected_magic == kImagesMagic ? "uint8 images, 3 dims" : "uint8 labels, 1 dim",
+  MT_CHECK(magic == expected_magic, path, ": wrong IDX magic ", hex32(magic), ", expected ",
+           hex32(expected_magic), " (", expected_magic == kImagesMagic ? "uint8 images, 3 dims" : "uint8 labels, 1 dim",
            "); is this the right file?");
 
   IdxArray out;
@@ -104,7 +111,7 @@ std::string find_idx_file(const std::string& folder, const std::string& name) {
   if (fs::is_regular_file(plain, ec)) return plain.string();
   const fs::path gz = fs::path(folder) / (name + ".gz");
   if (fs::is_regular_file(gz, ec)) return gz.string();
-  MT_FAIL("IDX dataset: missing file ", plain.string(), "(.gz)",
+  MT_FAIL("IDX dataset: missing file ", plain.string(), " (or ", gz.filename().string(), ")",
           fs::is_directory(folder, ec) ? "" : " (the folder does not exist)", "; ", kHowToGet);
 }
 
@@ -147,8 +154,8 @@ void IdxDataset::load(const std::string& images_path, const std::string& labels_
 }
 
 std::string IdxDataset::describe() const {
-  return core::detail::concat(name_, split_.empty() ? "" : " ", split_, " (", size(), " images, ",
-                              rows_, "x", cols_, ") from ", source_);
+  return core::detail::concat(name_, split_.empty() ? "" : " ", split_, " (", size(), " images) from ",
+                              source_);
 }
 
 int64_t IdxDataset::get(int64_t index, float* dst) const {

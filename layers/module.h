@@ -47,11 +47,18 @@ class Module {
   Tensor& register_buffer(const std::string& name, Tensor t);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    check_new_name(name, "module");
+    MT_CHECK(m != nullptr, type_name(), ": register_module('", name, "') got a null module");
     children_.emplace_back(name, m);
     return m;
   }
 
  private:
+  // Names are path components: non-empty, no dots, unique within this module.
+  void check_new_name(const std::string& name, const char* what) const;
+  // Appends this module's (and its children's) tensors with `prefix` to out.
+  void collect(const std::string& prefix, bool parameters, NamedTensors& out) const;
+
   bool training_ = true;
   NamedTensors params_;
   NamedTensors buffers_;

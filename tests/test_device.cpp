@@ -38,7 +38,7 @@ TEST(Device, CpuOnlyBuildRefusesCudaClearly) {
 }
 
 TEST(DeviceGpu, RoundTripAndAllocatorReuse) {
-  MT_REQUIRE_GPU();
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: host<->device copies not run";
 #ifdef MT_WITH_CUDA
   Generator gen(7);
   Tensor x = rand_uniform({3, 5, 7}, -1, 1, gen);

@@ -1,0 +1,190 @@
+#include "apps/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.h"
+#include "core/serialize.h"
+
+namespace mt::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Bumped when the meaning of a record changes; old files then fail with a clear message.
+constexpr const char* kFormat = "mintrain-checkpoint-1";
+constexpr const char* kPrefix = "iter-";
+constexpr const char* kSuffix = ".ckpt";
+
+std::string to_text(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);  // round-trips exactly
+  return buf;
+}
+
+const std::string& meta(const core::Archive& a, const std::string& path, const std::string& key) {
+  auto it = a.meta.find(key);
+  MT_CHECK(it != a.meta.end(), "checkpoint \"", path, "\" has no \"", key,
+           "\" entry; it was not written by `mintrain train`");
+  return it->second;
+}
+
+int64_t meta_int(const core::Archive& a, const std::string& path, const std::string& key) {
+  const std::string& s = meta(a, path, key);
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  MT_FAIL("checkpoint \"", path, "\": entry \"", key, "\" is not an integer (\"", s, "\")");
+}
+
+uint64_t meta_uint(const core::Archive& a, const std::string& path, const std::string& key) {
+  const std::string& s = meta(a, path, key);
+  try {
+    size_t used = 0;
+    const unsigned long long v = std::stoull(s, &used);
+    if (used == s.size() && !s.empty() && s[0] != '-') return v;
+  } catch (const std::exception&) {
+  }
+  MT_FAIL("checkpoint \"", path, "\": entry \"", key, "\" is not an unsigned integer (\"", s, "\")");
+}
+
+// The iteration number in "iter-000001876.ckpt", or -1 for any other name.
+int64_t iteration_of(const std::string& name) {
+  const std::string prefix = kPrefix, suffix = kSuffix;
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.empty() || digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const layers::Module& model,
+                     const optim::Optimizer& optimizer, const dist::Synchronizer& sync,
+                     const TrainingState& state) {
+  core::Archive a;
+  a.meta["format"] = kFormat;
+  a.meta["epoch"] = std::to_string(state.epoch);
+  a.meta["next_batch"] = std::to_string(state.next_batch);
+  a.meta["global_iteration"] = std::to_string(state.global_iteration);
+  a.meta["best_accuracy"] = to_text(state.best_accuracy);
+  a.meta["rng_seed"] = std::to_string(state.rng_seed);
+  a.meta["rng_offset"] = std::to_string(state.rng_offset);
+  a.meta["config"] = state.config_text;
+  a.meta["synchronizer"] = sync.name();
+  a.add("model.", model.state_dict());
+  a.add("optim.", optimizer.state_dict());
+  a.add("sync.", sync.state_dict());
+  core::save_archive(path, a);
+}
+
+TrainingState load_checkpoint(const std::string& path, layers::Module* model,
+                              optim::Optimizer* optimizer, dist::Synchronizer* sync) {
+  const core::Archive a = core::load_archive(path);
+  const std::string& format = meta(a, path, "format");
+  MT_CHECK(format == kFormat, "checkpoint \"", path, "\" has format \"", format,
+           "\"; this build reads \"", kFormat, "\"");
+
+  TrainingState s;
+  s.epoch = meta_int(a, path, "epoch");
+  s.next_batch = meta_int(a, path, "next_batch");
+  s.global_iteration = meta_int(a, path, "global_iteration");
+  s.rng_seed = meta_uint(a, path, "rng_seed");
+  s.rng_offset = meta_uint(a, path, "rng_offset");
+  s.config_text = meta(a, path, "config");
+  try {
+    s.best_accuracy = std::stod(meta(a, path, "best_accuracy"));
+  } catch (const std::invalid_argument&) {
+    MT_FAIL("checkpoint \"", path, "\": entry \"best_accuracy\" is not a number");
+  }
+  MT_CHECK(s.epoch >= 0 && s.next_batch >= 0 && s.global_iteration >= 0, "checkpoint \"", path,
+           "\" has a negative epoch, batch or iteration");
+
+  // Restoring into the wrong model or optimizer fails inside load_state_dict with the names
+  // or shapes that differ; add which file it was.
+  try {
+    if (model != nullptr) model->load_state_dict(a.with_prefix("model."), /*strict=*/true);
+    if (optimizer != nullptr) optimizer->load_state_dict(a.with_prefix("optim."));
+    if (sync != nullptr) sync->load_state_dict(a.with_prefix("sync."));
+  } catch (const core::Error& e) {
+    MT_FAIL("checkpoint \"", path, "\" does not fit this run (was it written with another model "
+            "or optimizer config?): ", e.what());
+  }
+  return s;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  std::error_code ec;
+  MT_CHECK(fs::exists(path, ec), "checkpoint \"", path, "\" does not exist; pass a .ckpt file or ",
+           "a folder holding checkpoints (e.g. runs/NAME/checkpoints)");
+  if (!fs::is_directory(path, ec)) return path;
+  for (const fs::path& dir : {fs::path(path), fs::path(path) / "checkpoints"}) {
+    if (!fs::is_directory(dir, ec)) continue;
+    const auto files = CheckpointDir::list(dir.string());
+    if (!files.empty()) return files.back();
+  }
+  MT_FAIL("no checkpoint (", kPrefix, "NNN", kSuffix, ") in \"", path, "\" or \"", path,
+          "/checkpoints\"");
+}
+
+CheckpointDir::CheckpointDir(std::string dir, int keep_last)
+    : dir_(std::move(dir)), keep_last_(keep_last) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  MT_CHECK(!ec, "cannot create checkpoint folder \"", dir_, "\": ", ec.message(),
+           "; set checkpoint.dir or --output to a writable place");
+}
+
+std::string CheckpointDir::file_name(int64_t global_iteration) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s%09lld%s", kPrefix, static_cast<long long>(global_iteration),
+                kSuffix);
+  return buf;
+}
+
+std::vector<std::string> CheckpointDir::list(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const int64_t it = iteration_of(entry.path().filename().string());
+    if (it >= 0 && entry.is_regular_file(ec)) found.emplace_back(it, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string CheckpointDir::save(const layers::Module& model, const optim::Optimizer& optimizer,
+                                const dist::Synchronizer& sync, const TrainingState& state) {
+  const std::string path = (fs::path(dir_) / file_name(state.global_iteration)).string();
+  save_checkpoint(path, model, optimizer, sync, state);
+  if (keep_last_ > 0) {
+    const auto files = list(dir_);
+    for (size_t i = 0; i + keep_last_ < files.size(); ++i) {
+      std::error_code ec;
+      fs::remove(files[i], ec);  // best effort: a stale old file is harmless
+    }
+  }
+  return path;
+}
+
+std::string CheckpointDir::save_best(const layers::Module& model, const optim::Optimizer& optimizer,
+                                     const dist::Synchronizer& sync, const TrainingState& state) {
+  const std::string path = (fs::path(dir_) / "best.ckpt").string();
+  save_checkpoint(path, model, optimizer, sync, state);
+  return path;
+}
+
+}  // namespace mt::apps

@@ -1,0 +1,71 @@
+// Training checkpoints: everything needed to continue a run exactly where it stopped, in one
+// archive (core/serialize.h):
+//
+//   model.*   the model's state dict (parameters and buffers)
+//   optim.*   the optimizer's state (momentum buffers, step counts)
+//   sync.*    the synchronizer's state (distributed algorithms that keep any)
+//   meta      format, epoch and next batch in it, global iteration, the trainer's RNG state,
+//             best test accuracy so far, and the run config as text (so `mintrain eval` and a
+//             reader of the file know what produced it)
+//
+// A CheckpointDir names files by global iteration (iter-000001876.ckpt), keeps the newest K,
+// and keeps best.ckpt (highest test accuracy) apart from the rotation.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/synchronizer.h"
+#include "layers/module.h"
+#include "optim/optimizer.h"
+
+namespace mt::apps {
+
+// Where training is, and what is needed to continue it bit for bit.
+struct TrainingState {
+  int64_t epoch = 0;             // the epoch in progress, 0-based
+  int64_t next_batch = 0;        // its first batch not yet trained (0 = the epoch starts fresh)
+  int64_t global_iteration = 0;  // optimizer steps taken since the start of the run
+  double best_accuracy = -1.0;   // best test accuracy so far, percent; -1 = not evaluated yet
+  uint64_t rng_seed = 0;         // the trainer's generator (weight init, dropout)
+  uint64_t rng_offset = 0;
+  std::string config_text;       // the run config, text format
+};
+
+// Writes atomically (an interrupted save leaves any previous file intact).
+void save_checkpoint(const std::string& path, const layers::Module& model,
+                     const optim::Optimizer& optimizer, const dist::Synchronizer& sync,
+                     const TrainingState& state);
+
+// Restores into each non-null target and returns the state. A checkpoint that does not fit the
+// model (another architecture or size) is an Error naming the file and the mismatch.
+TrainingState load_checkpoint(const std::string& path, layers::Module* model,
+                              optim::Optimizer* optimizer, dist::Synchronizer* sync);
+
+// --resume / --checkpoint PATH: a file is used as is; a folder means its newest checkpoint
+// (looking in PATH, then PATH/checkpoints, so a run's output folder works too).
+std::string resolve_checkpoint(const std::string& path);
+
+class CheckpointDir {
+ public:
+  // keep_last: how many rotating checkpoints to keep; 0 = all.
+  CheckpointDir(std::string dir, int keep_last);
+
+  const std::string& dir() const { return dir_; }
+  // Saves iter-<global_iteration>.ckpt, then deletes the oldest beyond keep_last. Returns the
+  // path written.
+  std::string save(const layers::Module& model, const optim::Optimizer& optimizer,
+                   const dist::Synchronizer& sync, const TrainingState& state);
+  std::string save_best(const layers::Module& model, const optim::Optimizer& optimizer,
+                        const dist::Synchronizer& sync, const TrainingState& state);
+
+  // The rotating checkpoints in `dir`, oldest first (best.ckpt excluded).
+  static std::vector<std::string> list(const std::string& dir);
+  static std::string file_name(int64_t global_iteration);
+
+ private:
+  std::string dir_;
+  int keep_last_;
+};
+
+}  // namespace mt::apps

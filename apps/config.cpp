@@ -1,0 +1,266 @@
+#include "apps/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "data/registry.h"
+#include "layers/models/registry.h"
+#include "optim/lr_schedule.h"
+#include "optim/registry.h"
+
+namespace mt::apps {
+namespace {
+
+namespace pb = google::protobuf;
+
+// Keeps protobuf's first error with its position instead of letting it log to stderr.
+class FirstErrorCollector : public pb::io::ErrorCollector {
+ public:
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    if (has_error) return;
+    has_error = true;
+    this->line = line;
+    this->column = column;
+    this->message = message;
+  }
+  void AddWarning(int, pb::io::ColumnNumber, const std::string&) override {}
+
+  bool has_error = false;
+  int line = 0;
+  int column = 0;
+  std::string message;
+};
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::string cur;
+  std::istringstream is(s);
+  while (std::getline(is, cur, sep)) parts.push_back(cur);
+  if (!s.empty() && s.back() == sep) parts.emplace_back();
+  return parts;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+bool is_quoted(const std::string& s) {
+  return s.size() >= 2 && (s.front() == '"' || s.front() == '\'') && s.back() == s.front();
+}
+
+std::vector<std::string> field_names(const pb::Descriptor* d) {
+  std::vector<std::string> names;
+  for (int i = 0; i < d->field_count(); ++i) names.push_back(d->field(i)->name());
+  return names;
+}
+
+// The text-format value for one element of `field` given as the user typed it.
+std::string element_text(const pb::FieldDescriptor* field, const std::string& raw) {
+  const std::string v = trim(raw);
+  if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && !is_quoted(v)) return quote(v);
+  return v;
+}
+
+void check_name(const std::string& field, const std::string& value,
+                const std::vector<std::string>& valid) {
+  if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
+  MT_FAIL(field, ": unknown name \"", value, "\"; valid names are: ", join(valid));
+}
+
+template <typename T>
+void check_min(const std::string& field, T value, T min, const char* what = ">=") {
+  const bool ok = std::string(what) == ">" ? value > min : value >= min;
+  MT_CHECK(ok, field, " must be ", what, " ", min, " (got ", value, ")");
+}
+
+void validate_transform(const std::string& where, const mintrain::TransformConfig& t) {
+  MT_CHECK(t.mean_size() == t.std_size(), where, ".mean and ", where,
+           ".std must have the same number of values (got ", t.mean_size(), " and ", t.std_size(),
+           ")");
+  for (float s : t.std()) MT_CHECK(s > 0, where, ".std values must be > 0 (got ", s, ")");
+  check_min<int64_t>(where + ".random_crop_padding", t.random_crop_padding(), 0);
+}
+
+}  // namespace
+
+RunConfig parse_config(const std::string& text, const std::string& source_name) {
+  RunConfig config;
+  FirstErrorCollector errors;
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config) || errors.has_error) {
+    MT_FAIL(source_name, ":", errors.line + 1, ":", errors.column + 1, ": ",
+            errors.has_error ? errors.message : std::string("could not parse the config"));
+  }
+  return config;
+}
+
+RunConfig load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MT_CHECK(in.good(), "cannot read config file \"", path, "\": ", std::strerror(errno),
+           "; pass the path of a .prototxt config, e.g. configs/lenet_fashion_mnist.prototxt");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), path);
+}
+
+void apply_override(RunConfig& config, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  MT_CHECK(eq != std::string::npos && eq > 0, "--set \"", assignment,
+           "\": expected path.to.field=value, e.g. --set optimizer.lr=0.05");
+  const std::string path = trim(assignment.substr(0, eq));
+  const std::string value = trim(assignment.substr(eq + 1));
+  const std::vector<std::string> parts = split(path, '.');
+
+  pb::Message* msg = &config;
+  std::string walked;  // the path so far, for messages
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const pb::Descriptor* desc = msg->GetDescriptor();
+    const pb::FieldDescriptor* field = desc->FindFieldByName(parts[i]);
+    if (field == nullptr) {
+      MT_FAIL("--set ", path, ": ", walked.empty() ? "the config" : "\"" + walked + "\"",
+              " has no field \"", parts[i], "\"; valid fields are: ", join(field_names(desc)));
+    }
+    walked += (walked.empty() ? "" : ".") + parts[i];
+    const pb::Reflection* refl = msg->GetReflection();
+    const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    if (i + 1 < parts.size()) {
+      MT_CHECK(is_message && !field->is_repeated(), "--set ", path, ": \"", walked,
+               "\" is a value, not a group of fields; use --set ", walked, "=VALUE");
+      msg = refl->MutableMessage(msg, field);
+      continue;
+    }
+
+    // Build "field: value" text and let protobuf parse it, so every type and its error
+    // messages behave exactly as in a config file.
+    std::string text;
+    if (is_message) {
+      MT_CHECK(value.size() >= 2 && value.front() == '{' && value.back() == '}', "--set ", path,
+               ": \"", walked, "\" is a group of fields; set one of them (", walked, ".",
+               join(field_names(field->message_type()), ", " + walked + "."),
+               ") or give its text in braces, e.g. ", walked, "={ ... }");
+      text = field->name() + " " + value;
+    } else if (field->is_repeated()) {
+      std::string inner = value;
+      if (inner.size() >= 2 && inner.front() == '[' && inner.back() == ']') {
+        inner = trim(inner.substr(1, inner.size() - 2));
+      }
+      std::vector<std::string> elems;
+      if (!inner.empty()) {
+        for (const auto& e : split(inner, ',')) elems.push_back(element_text(field, e));
+      }
+      if (!elems.empty()) text = field->name() + ": [" + join(elems) + "]";
+    } else {
+      text = field->name() + ": " + element_text(field, value);
+    }
+    // Repeated fields and messages are replaced, not appended to / merged.
+    if (is_message || field->is_repeated()) refl->ClearField(msg, field);
+    if (text.empty()) return;
+
+    FirstErrorCollector errors;
+    pb::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.MergeFromString(text, msg) || errors.has_error) {
+      MT_FAIL("--set ", path, "=", value, ": ",
+              errors.has_error ? errors.message : std::string("invalid value"));
+    }
+  }
+}
+
+void validate_config(const RunConfig& c) {
+  check_min("epochs", c.epochs(), 1);
+  check_min("threads", c.threads(), 0);
+  core::Device::parse(c.device());
+
+  const auto& m = c.model();
+  check_name("model.name", m.name(), layers::model_names());
+  check_min<int64_t>("model.num_classes", m.num_classes(), 0);
+  for (int64_t h : m.hidden()) check_min<int64_t>("model.hidden values", h, 0, ">");
+  MT_CHECK(m.dropout() >= 0 && m.dropout() < 1, "model.dropout must be in [0, 1) (got ",
+           m.dropout(), ")");
+
+  const auto& d = c.data();
+  check_name("data.type", d.type(), data::dataset_types());
+  check_min<int64_t>("data.batch_size", d.batch_size(), 0, ">");
+  check_min<int64_t>("data.eval_batch_size", d.eval_batch_size(), 0);
+  check_min("data.prefetch_batches", d.prefetch_batches(), 0);
+  check_min("data.loader_threads", d.loader_threads(), 0);
+  check_min<int64_t>("data.limit_train_batches", d.limit_train_batches(), 0);
+  check_min<int64_t>("data.limit_eval_batches", d.limit_eval_batches(), 0);
+  check_min<int64_t>("data.synthetic.size", d.synthetic().size(), 0, ">");
+  check_min<int64_t>("data.synthetic.classes", d.synthetic().classes(), 2);
+  MT_CHECK(d.synthetic().shape_size() == 0 || d.synthetic().shape_size() == 3,
+           "data.synthetic.shape must be [C, H, W] (got ", d.synthetic().shape_size(), " values)");
+  for (int64_t s : d.synthetic().shape()) check_min<int64_t>("data.synthetic.shape values", s, 0, ">");
+  validate_transform("data.train_transform", d.train_transform());
+  validate_transform("data.eval_transform", d.eval_transform());
+
+  const auto& o = c.optimizer();
+  check_name("optimizer.name", o.name(), optim::optimizer_names());
+  check_min("optimizer.lr", o.lr(), 0.0);
+  check_min("optimizer.momentum", o.momentum(), 0.0);
+  check_min("optimizer.weight_decay", o.weight_decay(), 0.0);
+
+  const auto& s = c.lr_schedule();
+  check_name("lr_schedule.type", s.type(), optim::lr_schedule_types());
+  check_min("lr_schedule.gamma", s.gamma(), 0.0, ">");
+  check_min("lr_schedule.step_epochs", s.step_epochs(), 0.0, ">");
+  check_min("lr_schedule.min_lr", s.min_lr(), 0.0);
+  check_min("lr_schedule.warmup_epochs", s.warmup_epochs(), 0.0);
+  for (int i = 1; i < s.milestones_size(); ++i) {
+    MT_CHECK(s.milestones(i) > s.milestones(i - 1),
+             "lr_schedule.milestones must be increasing (got ", s.milestones(i - 1), " then ",
+             s.milestones(i), ")");
+  }
+
+  check_min("eval.every_epochs", c.eval().every_epochs(), 0);
+  check_min("checkpoint.every_epochs", c.checkpoint().every_epochs(), 0);
+  check_min<int64_t>("checkpoint.every_iters", c.checkpoint().every_iters(), 0);
+  check_min("checkpoint.keep_last", c.checkpoint().keep_last(), 0);
+  check_min<int64_t>("logging.print_every_iters", c.logging().print_every_iters(), 0);
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  RunConfig config = load_config(path);
+  for (const auto& o : overrides) apply_override(config, o);
+  validate_config(config);
+  return config;
+}
+
+std::string config_to_text(const RunConfig& config) {
+  std::string out;
+  pb::TextFormat::PrintToString(config, &out);
+  return out;
+}
+
+}  // namespace mt::apps

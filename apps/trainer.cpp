@@ -1,0 +1,424 @@
+#include "apps/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/ops/nn.h"
+#include "core/ops/reduction.h"
+#include "core/runtime.h"
+#include "data/registry.h"
+#include "data/transforms.h"
+#include "layers/models/registry.h"
+#include "optim/registry.h"
+
+namespace mt::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string format(const char* fmt, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), fmt, args...);
+  return buf;
+}
+
+std::string hms(double seconds) {
+  const long long s = seconds > 0 && std::isfinite(seconds) ? static_cast<long long>(seconds) : 0;
+  return format("%02lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+}
+
+// Learning rates span orders of magnitude; fixed point would print 0.0000 for small ones.
+std::string lr_text(double lr) { return lr >= 1e-3 || lr == 0 ? format("%.4f", lr) : format("%.2e", lr); }
+
+// A JSON number (JSON has no NaN/Inf: write null).
+std::string num(double v) { return std::isfinite(v) ? format("%.6g", v) : "null"; }
+
+int64_t count_correct(const core::Tensor& logits, const core::Tensor& targets) {
+  const core::Tensor pred = core::argmax(logits.detach(), 1).to(core::Device::cpu()).contiguous();
+  const core::Tensor t = targets.to(core::Device::cpu()).contiguous();
+  const int64_t* p = pred.data<int64_t>();
+  const int64_t* y = t.data<int64_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) n += p[i] == y[i];
+  return n;
+}
+
+data::TransformOptions transform_options(const mintrain::TransformConfig& t) {
+  data::TransformOptions o;
+  o.mean.assign(t.mean().begin(), t.mean().end());
+  o.std.assign(t.std().begin(), t.std().end());
+  o.random_crop_padding = t.random_crop_padding();
+  o.random_flip = t.random_flip();
+  return o;
+}
+
+}  // namespace
+
+Trainer::Trainer(RunConfig config, TrainerOptions options)
+    : config_(std::move(config)), options_(options) {
+  validate_config(config_);
+  core::set_num_threads(config_.threads());
+
+  device_ = core::Device::parse(config_.device());
+  MT_CHECK(device_.is_cpu() || core::cuda_device_count() > device_.index, "device \"",
+           config_.device(), "\" is not available (",
+           core::cuda_device_count(), " CUDA devices visible",
+#ifdef MT_WITH_CUDA
+           ""
+#else
+           "; this build has no CUDA support"
+#endif
+           "); set device: \"cpu\" or use a GPU build");
+
+  output_dir_ = config_.output_dir().empty() ? "runs/" + config_.name() : config_.output_dir();
+  gen_ = std::make_unique<core::Generator>(config_.seed());
+  sync_ = std::make_unique<dist::LocalSynchronizer>();
+
+  // Data.
+  const auto& dc = config_.data();
+  data::DatasetOptions dopt;
+  dopt.type = dc.type();
+  dopt.path = dc.path();
+  dopt.synthetic_size = dc.synthetic().size();
+  if (dc.synthetic().shape_size() == 3) dopt.synthetic_shape.assign(dc.synthetic().shape().begin(), dc.synthetic().shape().end());
+  dopt.synthetic_classes = dc.synthetic().classes();
+  dopt.seed = config_.seed();
+  test_set_ = data::build_dataset(dopt, /*train=*/false);
+  if (!options_.eval_only) train_set_ = data::build_dataset(dopt, /*train=*/true);
+  const core::Shape image_shape = test_set_->image_shape();
+
+  data::LoaderOptions lopt;
+  lopt.seed = config_.seed();
+  lopt.rank = sync_->rank();
+  lopt.world_size = sync_->world_size();
+  lopt.prefetch_batches = std::max(1, dc.prefetch_batches());
+  lopt.threads = std::max(1, dc.loader_threads());
+  if (train_set_) {
+    lopt.batch_size = dc.batch_size();
+    lopt.shuffle = dc.shuffle();
+    lopt.drop_last = dc.drop_last();
+    train_loader_ = std::make_unique<data::DataLoader>(
+        train_set_, data::Transform(transform_options(dc.train_transform()), image_shape), lopt);
+    iters_per_epoch_ = train_loader_->batches_per_epoch();
+    if (dc.limit_train_batches() > 0) iters_per_epoch_ = std::min(iters_per_epoch_, dc.limit_train_batches());
+    MT_CHECK(iters_per_epoch_ > 0, "the training set (", train_set_->describe(),
+             ") gives no batch of data.batch_size=", dc.batch_size(),
+             "; lower the batch size or set data.drop_last: false");
+  }
+  lopt.batch_size = dc.eval_batch_size() > 0 ? dc.eval_batch_size() : dc.batch_size();
+  lopt.shuffle = false;
+  lopt.drop_last = false;
+  test_loader_ = std::make_unique<data::DataLoader>(
+      test_set_, data::Transform(transform_options(dc.eval_transform()), image_shape), lopt);
+
+  // Model.
+  const auto& mc = config_.model();
+  layers::ModelOptions mopt;
+  MT_CHECK(image_shape.size() == 3, "dataset images have shape ", core::shape_str(image_shape),
+           "; the models expect [C, H, W]");
+  mopt.in_channels = image_shape[0];
+  mopt.image_size = image_shape[1];
+  mopt.num_classes = mc.num_classes() > 0 ? mc.num_classes() : test_set_->num_classes();
+  MT_CHECK(mopt.num_classes >= test_set_->num_classes(), "model.num_classes is ",
+           mopt.num_classes, " but the dataset has ", test_set_->num_classes(),
+           " classes; set model.num_classes: 0 to take it from the dataset");
+  if (mc.hidden_size() > 0) mopt.hidden.assign(mc.hidden().begin(), mc.hidden().end());
+  mopt.dropout = mc.dropout();
+  model_ = layers::build_model(mc.name(), mopt, *gen_);
+  model_->to(device_);
+
+  // Optimizer and schedule.
+  const auto& oc = config_.optimizer();
+  optim::OptimizerOptions oopt;
+  oopt.lr = oc.lr();
+  oopt.momentum = oc.momentum();
+  oopt.dampening = oc.dampening();
+  oopt.nesterov = oc.nesterov();
+  oopt.weight_decay = oc.weight_decay();
+  oopt.decoupled_weight_decay = oc.decoupled_weight_decay();
+  optimizer_ = optim::build_optimizer(oc.name(), model_->parameters(), oopt);
+
+  const auto& sc = config_.lr_schedule();
+  optim::LrScheduleOptions sopt;
+  sopt.type = sc.type();
+  sopt.base_lr = oc.lr();
+  sopt.gamma = sc.gamma();
+  sopt.step_epochs = sc.step_epochs();
+  sopt.milestones.assign(sc.milestones().begin(), sc.milestones().end());
+  sopt.total_epochs = config_.epochs();
+  sopt.min_lr = sc.min_lr();
+  sopt.warmup_epochs = sc.warmup_epochs();
+  sopt.warmup_start_factor = sc.warmup_start_factor();
+  schedule_ = std::make_unique<optim::LrSchedule>(sopt);
+
+  sync_->setup(*model_, *optimizer_);
+  state_.config_text = config_to_text(config_);
+  state_.rng_seed = gen_->seed();
+  state_.rng_offset = gen_->offset();
+}
+
+Trainer::~Trainer() = default;
+
+std::ostream& Trainer::log() { return options_.log ? *options_.log : std::cout; }
+
+std::string Trainer::resolve_in_output(const std::string& path) const {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(output_dir_) / path).string();
+}
+
+void Trainer::resume(const std::string& path) {
+  const std::string file = resolve_checkpoint(path);
+  const TrainingState s = load_checkpoint(file, model_.get(), optimizer_.get(), sync_.get());
+  MT_CHECK(s.next_batch <= iters_per_epoch_ || iters_per_epoch_ == 0, "checkpoint \"", file,
+           "\" stopped at batch ", s.next_batch, " of an epoch, but this config has only ",
+           iters_per_epoch_, " batches per epoch; resume with the config it was trained with");
+  if (s.config_text != state_.config_text && !options_.quiet) {
+    log() << "note: the config differs from the one stored in " << file
+          << "; continuing with the given config\n";
+  }
+  const std::string config_text = state_.config_text;
+  state_ = s;
+  state_.config_text = config_text;
+  gen_->set_state(s.rng_seed, s.rng_offset);
+  resumed_ = true;
+  if (!options_.quiet) {
+    log() << "resumed from " << file << " at epoch " << s.epoch + 1 << " batch " << s.next_batch
+          << " (iteration " << s.global_iteration << ")\n";
+  }
+}
+
+void Trainer::load_weights(const std::string& path) {
+  const std::string file = resolve_checkpoint(path);
+  const TrainingState s = load_checkpoint(file, model_.get(), nullptr, nullptr);
+  state_.epoch = s.epoch;
+  state_.global_iteration = s.global_iteration;
+  state_.best_accuracy = s.best_accuracy;
+}
+
+TrainingState Trainer::snapshot() const {
+  TrainingState s = state_;
+  s.rng_seed = gen_->seed();
+  s.rng_offset = gen_->offset();
+  return s;
+}
+
+std::string Trainer::save_checkpoint(bool best) {
+  if (config_.checkpoint().dir().empty() || sync_->rank() != 0) return "";
+  if (!checkpoints_) {
+    checkpoints_ = std::make_unique<CheckpointDir>(resolve_in_output(config_.checkpoint().dir()),
+                                                   config_.checkpoint().keep_last());
+  }
+  sync_->prepare_eval(*model_);
+  const TrainingState s = snapshot();
+  return best ? checkpoints_->save_best(*model_, *optimizer_, *sync_, s)
+              : checkpoints_->save(*model_, *optimizer_, *sync_, s);
+}
+
+void Trainer::write_metrics(const std::string& json) {
+  if (!metrics_.is_open()) return;
+  metrics_ << json << '\n';
+  metrics_.flush();  // a crashed or interrupted run keeps every line written so far
+}
+
+EvalResult Trainer::evaluate() {
+  const auto start = Clock::now();
+  core::NoGradGuard no_grad;
+  sync_->prepare_eval(*model_);
+  const bool was_training = model_->is_training();
+  model_->eval();
+
+  const int64_t limit = config_.data().limit_eval_batches();
+  double loss_sum = 0.0;
+  int64_t correct = 0, count = 0;
+  test_loader_->start_epoch(0);
+  data::Batch batch;
+  for (int64_t b = 0; (limit == 0 || b < limit) && test_loader_->next(batch); ++b) {
+    const core::Tensor x = batch.inputs.to(device_), y = batch.targets.to(device_);
+    const core::Tensor logits = model_->forward(x);
+    const int64_t n = y.numel();
+    loss_sum += static_cast<double>(core::cross_entropy(logits, y).item()) * n;
+    correct += count_correct(logits, y);
+    count += n;
+  }
+  model_->train(was_training);
+  MT_CHECK(count > 0, "the test set (", test_set_->describe(), ") gave no examples");
+
+  // Ratio of averages = ratio of sums: every rank contributes in proportion to its examples.
+  EvalResult r;
+  const double total = sync_->average(static_cast<double>(count));
+  r.loss = sync_->average(loss_sum) / total;
+  r.accuracy = 100.0 * sync_->average(static_cast<double>(correct)) / total;
+  r.examples = static_cast<int64_t>(std::llround(total * sync_->world_size()));
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+TrainResult Trainer::train() {
+  MT_CHECK(train_loader_ != nullptr, "this trainer was built for evaluation only");
+  const auto start = Clock::now();
+  const int64_t epochs = config_.epochs();
+  const int64_t total_iters = epochs * iters_per_epoch_;
+  const int64_t print_every = config_.logging().print_every_iters();
+  const int64_t ckpt_every_iters = config_.checkpoint().every_iters();
+  const int ckpt_every_epochs = config_.checkpoint().every_epochs();
+  const int eval_every = config_.eval().every_epochs();
+  const bool chatty = !options_.quiet && sync_->rank() == 0;
+
+  // Output folder: the resolved config (what actually ran) and the metrics log. A resumed run
+  // appends to the log instead of starting it over.
+  if (sync_->rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(output_dir_, ec);
+    MT_CHECK(!ec, "cannot create output folder \"", output_dir_, "\": ", ec.message(),
+             "; pass --output DIR or set output_dir");
+    std::ofstream(fs::path(output_dir_) / "config.prototxt") << state_.config_text;
+    const std::string metrics_path = resolve_in_output(config_.logging().metrics_file());
+    if (!metrics_path.empty()) {
+      metrics_.open(metrics_path, resumed_ ? std::ios::app : std::ios::trunc);
+      MT_CHECK(metrics_.is_open(), "cannot write metrics file \"", metrics_path,
+               "\"; set logging.metrics_file to a writable path or \"\"");
+    }
+  }
+  if (chatty) {
+    log() << "model " << config_.model().name() << " (" << model_->num_parameters()
+          << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads\n"
+          << "train: " << train_set_->describe() << ", " << iters_per_epoch_
+          << " iterations/epoch of " << config_.data().batch_size() << "\n"
+          << "test:  " << test_set_->describe() << "\n"
+          << "output: " << output_dir_ << std::endl;
+  }
+
+  TrainResult result;
+  auto stop_requested = [&] {
+    return (options_.stop_flag && options_.stop_flag->load()) ||
+           (options_.stop_at_iteration >= 0 && state_.global_iteration >= options_.stop_at_iteration);
+  };
+
+  model_->train();
+  while (state_.epoch < epochs) {
+    const int64_t epoch = state_.epoch;
+    train_loader_->start_epoch(epoch, state_.next_batch);
+
+    // Progress window: what the next progress line averages over.
+    auto window_start = Clock::now();
+    double window_wait_start = train_loader_->wait_seconds();
+    double window_loss = 0.0;
+    int64_t window_correct = 0, window_images = 0, window_iters = 0;
+
+    data::Batch batch;
+    while (state_.next_batch < iters_per_epoch_) {
+      if (stop_requested()) {
+        result.interrupted = true;
+        break;
+      }
+      MT_CHECK(train_loader_->next(batch), "the training loader ended after ", state_.next_batch,
+               " of ", iters_per_epoch_, " batches");
+      const double lr = schedule_->lr_at(static_cast<double>(epoch) +
+                                         static_cast<double>(state_.next_batch) / iters_per_epoch_);
+      optimizer_->set_lr(lr);
+      sync_->begin_iteration(state_.global_iteration);
+
+      const core::Tensor x = batch.inputs.to(device_), y = batch.targets.to(device_);
+      const core::Tensor logits = model_->forward(x);
+      const core::Tensor loss = core::cross_entropy(logits, y);
+      loss.backward();
+      sync_->step(*optimizer_);
+      optimizer_->zero_grad();
+      ++state_.global_iteration;
+      ++state_.next_batch;
+
+      const int64_t n = y.numel();
+      window_loss += static_cast<double>(loss.item()) * n;
+      window_correct += count_correct(logits, y);
+      window_images += n;
+      ++window_iters;
+
+      const bool last_of_epoch = state_.next_batch == iters_per_epoch_;
+      if (print_every > 0 && (state_.global_iteration % print_every == 0 || last_of_epoch)) {
+        const double secs = seconds_since(window_start);
+        const double wait = train_loader_->wait_seconds() - window_wait_start;
+        const double loss_avg = sync_->average(window_loss / window_images);
+        const double acc = sync_->average(100.0 * window_correct / window_images);
+        const double img_s = secs > 0 ? window_images * sync_->world_size() / secs : 0.0;
+        const double eta = secs / window_iters * (total_iters - state_.global_iteration);
+        if (chatty) {
+          log() << format("epoch %lld/%lld iter %lld/%lld loss %.4f acc %.1f%% lr %s %.0f img/s "
+                          "data-wait %.0f%% eta %s",
+                          static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+                          static_cast<long long>(state_.next_batch),
+                          static_cast<long long>(iters_per_epoch_), loss_avg, acc,
+                          lr_text(lr).c_str(), img_s, secs > 0 ? 100.0 * wait / secs : 0.0,
+                          hms(eta).c_str())
+                << std::endl;
+        }
+        write_metrics("{\"type\":\"train\",\"epoch\":" + std::to_string(epoch + 1) +
+                      ",\"iter\":" + std::to_string(state_.global_iteration) +
+                      ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) + ",\"lr\":" + num(lr) +
+                      ",\"img_s\":" + num(img_s) + ",\"time\":" + num(seconds_since(start)) + "}");
+        window_start = Clock::now();
+        window_wait_start = train_loader_->wait_seconds();
+        window_loss = 0.0;
+        window_correct = window_images = window_iters = 0;
+      }
+      if (ckpt_every_iters > 0 && state_.global_iteration % ckpt_every_iters == 0 && !last_of_epoch) {
+        result.last_checkpoint = save_checkpoint();
+      }
+    }
+    if (result.interrupted) break;
+
+    // End of epoch: evaluate, then checkpoint (so the checkpoint knows the best accuracy).
+    const bool last = epoch + 1 == epochs;
+    state_.epoch = epoch + 1;  // a checkpoint written now resumes at the next epoch
+    state_.next_batch = 0;
+    bool is_best = false;
+    if (last || (eval_every > 0 && (epoch + 1) % eval_every == 0)) {
+      const EvalResult r = evaluate();
+      result.last_eval = r;
+      is_best = r.accuracy > state_.best_accuracy;
+      if (is_best) state_.best_accuracy = r.accuracy;
+      if (chatty) {
+        log() << format("epoch %lld/%lld test loss %.4f acc %.2f%% (%lld images, %.1f s)%s",
+                        static_cast<long long>(epoch + 1), static_cast<long long>(epochs), r.loss,
+                        r.accuracy, static_cast<long long>(r.examples), r.seconds,
+                        is_best ? " best" : "")
+              << std::endl;
+      }
+      write_metrics("{\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
+                    ",\"iter\":" + std::to_string(state_.global_iteration) +
+                    ",\"loss\":" + num(r.loss) + ",\"acc\":" + num(r.accuracy) +
+                    ",\"lr\":" + num(optimizer_->lr()) + ",\"img_s\":" +
+                    num(r.seconds > 0 ? r.examples / r.seconds : 0.0) +
+                    ",\"time\":" + num(seconds_since(start)) + "}");
+    }
+    if (last || (ckpt_every_epochs > 0 && (epoch + 1) % ckpt_every_epochs == 0)) {
+      result.last_checkpoint = save_checkpoint();
+    }
+    if (is_best) save_checkpoint(/*best=*/true);
+  }
+
+  if (result.interrupted) {
+    result.last_checkpoint = save_checkpoint();
+    if (chatty) {
+      log() << "stopped at epoch " << state_.epoch + 1 << " batch " << state_.next_batch
+            << " (iteration " << state_.global_iteration << ")";
+      if (!result.last_checkpoint.empty()) log() << "; checkpoint " << result.last_checkpoint;
+      log() << std::endl;
+    }
+  }
+  result.iterations = state_.global_iteration;
+  result.best_accuracy = state_.best_accuracy;
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+}  // namespace mt::apps

@@ -1,0 +1,110 @@
+// The trainer: turns a RunConfig into a model, optimizer, schedule, data loaders and a
+// synchronizer, and runs the training loop with progress lines, metrics, evaluation and
+// checkpoints. `mintrain train` and `mintrain eval` are thin wrappers around it; tests drive it
+// directly.
+//
+// One iteration:  lr from the schedule at the fractional epoch
+//                 sync.begin_iteration -> forward -> cross_entropy -> backward
+//                 sync.step(optimizer) -> optimizer.zero_grad()
+// Every run is reproducible from (config, thread count): weights come from a Generator seeded by
+// config.seed, data order and augmentation from the loader's seed, and a checkpoint stores the
+// exact data position, so a resumed run continues bit for bit like an uninterrupted one.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "apps/checkpoint.h"
+#include "apps/config.h"
+#include "core/device.h"
+#include "core/random.h"
+#include "data/loader.h"
+#include "dist/synchronizer.h"
+#include "layers/module.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+namespace mt::apps {
+
+struct TrainerOptions {
+  std::ostream* log = nullptr;  // progress lines; nullptr = std::cout
+  bool quiet = false;           // no progress lines at all (tests)
+  // When set (e.g. from a SIGINT handler), training saves a checkpoint after the current
+  // iteration and returns with interrupted = true.
+  const std::atomic<bool>* stop_flag = nullptr;
+  // Stop the same way once this many iterations have run in total; -1 = never. Lets tests (and
+  // time-boxed jobs) interrupt a run at an exact point.
+  int64_t stop_at_iteration = -1;
+  // Evaluation only: skip loading the training split.
+  bool eval_only = false;
+};
+
+struct EvalResult {
+  double loss = 0.0;
+  double accuracy = 0.0;  // percent
+  int64_t examples = 0;
+  double seconds = 0.0;
+};
+
+struct TrainResult {
+  bool interrupted = false;
+  int64_t iterations = 0;      // global iteration reached
+  EvalResult last_eval;        // of the last evaluation run (examples == 0 if none)
+  double best_accuracy = -1.0;
+  double seconds = 0.0;
+  std::string last_checkpoint;  // empty when checkpoints are off
+};
+
+class Trainer {
+ public:
+  explicit Trainer(RunConfig config, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Continues from a checkpoint (a file, or a folder: its newest checkpoint).
+  void resume(const std::string& path);
+  // Loads only the model weights (for evaluation).
+  void load_weights(const std::string& path);
+
+  // Runs the remaining epochs.
+  TrainResult train();
+  EvalResult evaluate();
+
+  layers::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const TrainingState& state() const { return state_; }
+  const RunConfig& config() const { return config_; }
+  const std::string& output_dir() const { return output_dir_; }
+  int64_t iterations_per_epoch() const { return iters_per_epoch_; }
+
+ private:
+  std::ostream& log();
+  TrainingState snapshot() const;
+  std::string save_checkpoint(bool best = false);
+  void write_metrics(const std::string& json);
+  std::string resolve_in_output(const std::string& path) const;
+
+  RunConfig config_;
+  TrainerOptions options_;
+  core::Device device_;
+  std::string output_dir_;
+  std::unique_ptr<core::Generator> gen_;  // stable address: models may keep a reference
+  std::shared_ptr<data::Dataset> train_set_, test_set_;
+  std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
+  std::shared_ptr<layers::Module> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::unique_ptr<dist::Synchronizer> sync_;
+  std::unique_ptr<CheckpointDir> checkpoints_;
+  std::ofstream metrics_;
+  int64_t iters_per_epoch_ = 0;
+  TrainingState state_;
+  bool resumed_ = false;
+};
+
+}  // namespace mt::apps

@@ -1,0 +1,10 @@
+// CPU kernels for activations. Outputs are allocated (contiguous) by the op; inputs are
+// contiguous.
+#pragma once
+#include "core/tensor.h"
+
+namespace mt::core::cpu {
+void relu_forward(const Tensor& x, Tensor& y);
+// gx = gy where the forward output y was positive, else 0 (y > 0 exactly when x > 0).
+void relu_backward(const Tensor& y, const Tensor& gy, Tensor& gx);
+}  // namespace mt::core::cpu

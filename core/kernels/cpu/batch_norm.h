@@ -1,0 +1,19 @@
+// CPU kernels for batch normalization. x is [N, C, H, W] or [N, C] (contiguous); statistics
+// are per channel over everything else. weight/bias may be undefined (1 and 0).
+#pragma once
+#include "core/tensor.h"
+
+namespace mt::core::cpu {
+// training: normalizes with the batch mean and biased variance, and (when defined) updates
+// running_mean/running_var in place with the unbiased variance. Otherwise normalizes with the
+// running statistics. Either way writes the mean and 1/sqrt(var + eps) it used ([C]) to
+// save_mean/save_invstd for the backward pass.
+void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        Tensor& running_mean, Tensor& running_var, bool training, float momentum,
+                        float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd);
+// gx/gw/gb undefined = not needed. In training the batch statistics depend on x, which adds
+// the two mean terms to gx; in evaluation they are constants.
+void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                         const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx,
+                         Tensor& gw, Tensor& gb);
+}  // namespace mt::core::cpu

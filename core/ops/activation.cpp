@@ -1,0 +1,25 @@
+// Activations (declared in nn.h).
+#include "core/dispatch.h"
+#include "core/function_node.h"
+#include "core/kernels/cpu/activation.h"
+#include "core/ops/nn.h"
+
+namespace mt::core {
+
+Tensor relu(const Tensor& x) {
+  MT_CHECK(x.dtype() == DType::Float32, "relu expects a float32 tensor, got ", x.str());
+  Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(x.shape(), DType::Float32, x.device());
+  MT_DISPATCH(x.device(), relu_forward, xc, y);
+  // The output tells where x > 0, so backward keeps y rather than x (y is alive anyway as the
+  // next layer's input, so this costs no memory).
+  record("ReluBackward", {x}, {y}, [y = y.detach()](const Grads& g, const Needs&) -> Grads {
+    Tensor gy = g[0].contiguous();
+    Tensor gx = Tensor::empty(y.shape(), DType::Float32, y.device());
+    MT_DISPATCH(y.device(), relu_backward, y, gy, gx);
+    return {gx};
+  });
+  return y;
+}
+
+}  // namespace mt::core

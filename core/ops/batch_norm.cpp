@@ -1,0 +1,68 @@
+// Batch normalization (declared in nn.h).
+#include <algorithm>
+
+#include "core/dispatch.h"
+#include "core/function_node.h"
+#include "core/kernels/cpu/batch_norm.h"
+#include "core/ops/nn.h"
+
+namespace mt::core {
+
+namespace {
+// A per-channel tensor (weight, bias, running statistic) must be float32 [C] next to x.
+void check_channel_param(const char* what, const Tensor& t, const Tensor& x) {
+  if (!t.defined()) return;
+  const int64_t c = x.shape()[1];
+  MT_CHECK(t.dtype() == DType::Float32 && t.dim() == 1 && t.shape()[0] == c, "batch_norm: ", what,
+           " must be float32 [", c, "] (one value per channel of the input ", x.str(), "), got ",
+           t.str());
+  MT_CHECK(t.device() == x.device(), "batch_norm: ", what, " ", t.str(),
+           " is on another device than the input ", x.str());
+  MT_CHECK(t.is_contiguous(), "batch_norm: ", what, " must be contiguous");
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, bool training, float momentum, float eps) {
+  MT_CHECK(x.dtype() == DType::Float32, "batch_norm expects a float32 input, got ", x.str());
+  MT_CHECK(x.dim() == 4 || x.dim() == 2, "batch_norm expects input [N, C, H, W] or [N, C], got ",
+           x.str());
+  check_channel_param("weight", weight, x);
+  check_channel_param("bias", bias, x);
+  check_channel_param("running_mean", running_mean, x);
+  check_channel_param("running_var", running_var, x);
+  if (training) {
+    const int64_t per_channel = x.numel() / std::max<int64_t>(x.shape()[1], 1);
+    MT_CHECK(per_channel > 1, "batch_norm in training needs more than one value per channel to "
+             "compute a variance, got input ", x.str(), " (use a batch larger than 1, or eval mode)");
+  } else {
+    MT_CHECK(running_mean.defined() && running_var.defined(),
+             "batch_norm in evaluation mode needs running_mean and running_var");
+  }
+
+  const int64_t c = x.shape()[1];
+  Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(x.shape(), DType::Float32, x.device());
+  Tensor save_mean = Tensor::empty({c}, DType::Float32, x.device());
+  Tensor save_invstd = Tensor::empty({c}, DType::Float32, x.device());
+  // Running statistics are buffers, not graph inputs: the kernel updates them in place.
+  MT_DISPATCH(x.device(), batch_norm_forward, xc, weight, bias, running_mean, running_var, training,
+              momentum, eps, y, save_mean, save_invstd);
+
+  // Undefined weight/bias get invalid edges, so their `needs` entries are false.
+  record("BatchNormBackward", {x, weight, bias}, {y},
+         [x = xc.detach(), w = weight.defined() ? weight.detach() : Tensor(), save_mean, save_invstd,
+          training](const Grads& g, const Needs& n) -> Grads {
+           Tensor gy = g[0].contiguous();
+           const int64_t ch = x.shape()[1];
+           Tensor gx = n[0] ? Tensor::empty(x.shape(), DType::Float32, x.device()) : Tensor();
+           Tensor gw = n[1] ? Tensor::empty({ch}, DType::Float32, x.device()) : Tensor();
+           Tensor gb = n[2] ? Tensor::empty({ch}, DType::Float32, x.device()) : Tensor();
+           MT_DISPATCH(x.device(), batch_norm_backward, x, w, save_mean, save_invstd, gy, training,
+                       gx, gw, gb);
+           return {gx, gw, gb};
+         });
+  return y;
+}
+
+}  // namespace mt::core

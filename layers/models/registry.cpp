@@ -1,0 +1,28 @@
+#include "layers/models/registry.h"
+
+#include "layers/models/lenet5.h"
+#include "layers/models/mlp.h"
+#include "layers/models/resnet.h"
+
+namespace mt::layers {
+
+std::vector<std::string> model_names() { return {"mlp", "lenet5", "resnet20", "resnet32", "resnet56"}; }
+
+std::shared_ptr<Module> build_model(const std::string& name, const ModelOptions& opt, core::Generator& gen) {
+  MT_CHECK(opt.num_classes > 0, "model options: num_classes must be > 0, got ", opt.num_classes);
+  MT_CHECK(opt.in_channels > 0, "model options: in_channels must be > 0, got ", opt.in_channels);
+  MT_CHECK(opt.image_size > 0, "model options: image_size must be > 0, got ", opt.image_size);
+  MT_CHECK(opt.dropout >= 0.0f && opt.dropout < 1.0f, "model options: dropout must be in [0, 1), got ", opt.dropout);
+  if (name == "mlp")
+    return std::make_shared<MLP>(opt.in_channels * opt.image_size * opt.image_size, opt.hidden, opt.num_classes,
+                                 opt.dropout, gen);
+  if (name == "lenet5") return std::make_shared<LeNet5>(opt.in_channels, opt.image_size, opt.num_classes, gen);
+  if (name == "resnet20") return std::make_shared<ResNetCifar>(20, opt.in_channels, opt.num_classes, gen);
+  if (name == "resnet32") return std::make_shared<ResNetCifar>(32, opt.in_channels, opt.num_classes, gen);
+  if (name == "resnet56") return std::make_shared<ResNetCifar>(56, opt.in_channels, opt.num_classes, gen);
+  std::string valid;
+  for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
+  MT_FAIL("unknown model '", name, "'; valid models: ", valid);
+}
+
+}  // namespace mt::layers

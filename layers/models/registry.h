@@ -1,0 +1,27 @@
+// Models by name, so a run config can say model: "resnet20" and the trainer need not know the
+// classes. Every model is built from a Generator: the same seed gives the same weights.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "layers/module.h"
+
+namespace mt::layers {
+
+struct ModelOptions {
+  int64_t num_classes = 10;
+  int64_t in_channels = 1;
+  int64_t image_size = 28;                // square images: image_size x image_size
+  std::vector<int64_t> hidden = {256, 128};  // MLP only
+  float dropout = 0.0f;                   // MLP only
+};
+
+// "mlp", "lenet5", "resnet20", "resnet32", "resnet56"; an unknown name is an Error that lists
+// the valid ones.
+std::shared_ptr<Module> build_model(const std::string& name, const ModelOptions& opt, core::Generator& gen);
+std::vector<std::string> model_names();
+
+}  // namespace mt::layers

@@ -1,0 +1,150 @@
+// The `mintrain` command as a user meets it: run the built binary and check exit status and
+// stderr. Every mistake must end as "mintrain: error: ..." with a non-zero status, never a
+// crash or a hang.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBinary = std::string(MT_BINARY_DIR) + "/apps/mintrain";
+const std::string kConfigs = std::string(MT_SOURCE_DIR) + "/configs/";
+
+struct Result {
+  int status = -1;  // exit status; -1 if killed by a signal
+  std::string out, err;
+};
+
+fs::path temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("mt_test_cli_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Runs `mintrain ARGS` (args are shell words; the tests control them) with a time limit.
+Result run(const std::string& args) {
+  const fs::path out = temp_dir() / "stdout", err = temp_dir() / "stderr";
+  const std::string cmd = "cd " + temp_dir().string() + " && timeout 120 " + kBinary + " " + args +
+                          " >" + out.string() + " 2>" + err.string() + " </dev/null";
+  const int raw = std::system(cmd.c_str());
+  Result r;
+  if (raw != -1 && WIFEXITED(raw)) r.status = WEXITSTATUS(raw);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(Cli, BinaryExists) { ASSERT_TRUE(fs::exists(kBinary)) << kBinary; }
+
+TEST(Cli, HelpAndVersion) {
+  Result r = run("help");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "usage: mintrain")) << r.out;
+  EXPECT_TRUE(has(r.out, "lenet5")) << r.out;
+  r = run("version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(has(r.out, "mintrain ")) << r.out;
+}
+
+TEST(Cli, BadCommandLinesPrintUsage) {
+  for (const std::string& args : std::vector<std::string>{"", "fly", "train", "train a.prototxt b.prototxt",
+                                 "train " + kConfigs + "mlp_synthetic.prototxt --bogus",
+                                 "train " + kConfigs + "mlp_synthetic.prototxt --resume",
+                                 "eval " + kConfigs + "mlp_synthetic.prototxt"}) {
+    SCOPED_TRACE(args);
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_TRUE(has(r.err, "usage: mintrain")) << r.err;
+  }
+}
+
+TEST(Cli, NonexistentConfig) {
+  const Result r = run("train /nonexistent/job.prototxt");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "mintrain: error:")) << r.err;
+  EXPECT_TRUE(has(r.err, "/nonexistent/job.prototxt")) << r.err;
+}
+
+TEST(Cli, BadSyntaxNamesFileLineColumn) {
+  const fs::path cfg = temp_dir() / "bad.prototxt";
+  std::ofstream(cfg) << "name: \"x\"\nepochs: 2\nmodel {\n  name: mlp\n}\n";  // unquoted string
+  const Result r = run("train " + cfg.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "mintrain: error: " + cfg.string() + ":4:")) << r.err;
+}
+
+TEST(Cli, UnknownModelListsValidNames) {
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set model.name=vgg99");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "vgg99")) << r.err;
+  EXPECT_TRUE(has(r.err, "lenet5")) << r.err;
+}
+
+TEST(Cli, BadOverridePathListsFields) {
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.learning_rate=1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "learning_rate")) << r.err;
+  EXPECT_TRUE(has(r.err, "momentum")) << r.err;
+}
+
+TEST(Cli, MissingDatasetFolder) {
+  const Result r = run("train " + kConfigs + "lenet_fashion_mnist.prototxt --set data.path=/nonexistent");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "mintrain: error:")) << r.err;
+  EXPECT_TRUE(has(r.err, "/nonexistent")) << r.err;
+}
+
+TEST(Cli, TrainEvalAndResumeATinyJob) {
+  const std::string out = (temp_dir() / "run").string();
+  const std::string cfg = kConfigs + "mlp_synthetic.prototxt";
+  Result r = run("train " + cfg + " --set epochs=2 --output " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "epoch 2/2 test loss")) << r.out;
+  EXPECT_TRUE(fs::exists(out + "/metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(out + "/config.prototxt"));
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/best.ckpt"));
+
+  r = run("eval " + cfg + " --checkpoint " + out);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "test loss")) << r.out;
+
+  // One more epoch from the finished run's checkpoint.
+  r = run("train " + cfg + " --set epochs=3 --output " + out + " --resume " + out);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "resumed from")) << r.out;
+  EXPECT_TRUE(has(r.out, "epoch 3/3 test loss")) << r.out;
+  EXPECT_FALSE(has(r.out, "epoch 1/3")) << r.out;
+
+  // A checkpoint of another model is refused with a clear message.
+  r = run("eval " + cfg + " --set model.hidden=[16] --checkpoint " + out);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "does not fit")) << r.err;
+
+  // A damaged checkpoint too.
+  const std::string best = out + "/checkpoints/best.ckpt";
+  fs::resize_file(best, fs::file_size(best) / 2);
+  r = run("eval " + cfg + " --checkpoint " + best);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "truncated")) << r.err;
+  fs::remove_all(temp_dir());
+}
