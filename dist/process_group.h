@@ -1,0 +1,69 @@
+// Process groups: collectives over a fixed set of ranks, on a real engine (Gloo for CPU
+// tensors over TCP or ibverbs; NCCL for CUDA tensors). Every operation is asynchronous and
+// returns a Work handle; wait() blocks until it is done and throws an Error naming the
+// operation, the group and the rank when a peer died or the timeout passed: nothing hangs.
+//
+// Collectives on one group run in the order they are issued, the same order on every rank
+// (the caller's job; the S-SGD schedules guarantee it). Tensors are contiguous and must not be
+// touched until wait() returns.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/store.h"
+
+namespace mt::dist {
+
+using core::Tensor;
+
+enum class ReduceOp { Sum, Max, Min };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;  // rank within this group
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "gloo", "nccl"
+  virtual std::string describe() const = 0; // e.g. "gloo/tcp world of 4" or "group {0,2} of world 4"
+
+  // In place: every rank ends with op over all ranks' tensors.
+  virtual std::shared_ptr<Work> allreduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual std::shared_ptr<Work> broadcast(Tensor& tensor, int root) = 0;
+  // output holds size() * input.numel() elements: rank r's input at offset r * input.numel().
+  virtual std::shared_ptr<Work> allgather(const Tensor& input, Tensor& output) = 0;
+  // Rank r contributes counts[r] elements; output holds sum(counts), in rank order.
+  virtual std::shared_ptr<Work> allgatherv(const Tensor& input, Tensor& output,
+                                           const std::vector<int64_t>& counts) = 0;
+  // input holds size() * output.numel() elements; rank r receives the sum of block r.
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& input, Tensor& output) = 0;
+  virtual void barrier() = 0;
+
+  // A group of some of this group's ranks (by rank in this group, sorted, including this
+  // rank). Created once and cached: asking again for the same ranks returns the same group.
+  // Every rank in `ranks` must ask for it (collectively with the others of `ranks`).
+  virtual std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) = 0;
+};
+
+struct ProcessGroupOptions {
+  std::string backend = "gloo";    // "gloo" (CPU tensors) or "nccl" (CUDA tensors)
+  std::string transport = "tcp";   // gloo: "tcp" or "ibverbs"
+  std::string interface;           // network interface to bind (e.g. "eth0"); empty = by hostname/address
+  std::string ib_device;           // ibverbs device name (empty = first)
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+// Creates the world group; every rank calls it with the same store.
+std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                   const ProcessGroupOptions& options);
+
+}  // namespace mt::dist

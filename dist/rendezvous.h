@@ -1,0 +1,36 @@
+// Who am I in the job? Read from the environment of the launcher: torchrun's variables
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as set by
+// `mintrain launch` too), else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...), else
+// Open MPI's (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, ...).
+// No variables at all means a single process (rank 0 of 1).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/process_group.h"
+#include "dist/store.h"
+
+namespace mt::dist {
+
+struct WorldInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "none";  // "torchrun", "slurm", "mpi", "none"
+};
+
+WorldInfo world_from_env();
+
+// Connects to (rank 0: hosts) the TCP store at master_addr:master_port, waits for all ranks
+// (naming the missing ones on timeout), and creates the world process group.
+struct Rendezvous {
+  WorldInfo world;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<ProcessGroup> group;
+};
+Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options);
+
+}  // namespace mt::dist
