@@ -2,6 +2,7 @@
 //
 //   mintrain train CONFIG [--set k=v ...] [--resume PATH] [--output DIR]
 //   mintrain eval CONFIG --checkpoint PATH [--set k=v ...]
+//   mintrain launch --nproc-per-node N [...] -- train CONFIG ...
 //   mintrain help | version
 //
 // Every user error ends as "mintrain: error: <message>" on stderr and exit status 1; bad
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "apps/config.h"
+#include "apps/launch.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "data/registry.h"
@@ -41,6 +43,10 @@ const char* kUsage =
     "                     train a model; --resume continues from a checkpoint file or folder\n"
     "  eval CONFIG --checkpoint PATH [--set k=v ...]\n"
     "                     test accuracy and loss of a checkpoint\n"
+    "  launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
+    "         -- COMMAND ...\n"
+    "                     run N workers of `mintrain COMMAND ...` here (e.g. -- train CONFIG), each\n"
+    "                     with RANK/WORLD_SIZE/MASTER_ADDR/...; output lines start with [rank R]\n"
     "  help               this text, with the models, optimizers, schedules and datasets\n"
     "  version            the version\n"
     "\n"
@@ -135,6 +141,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     std::cerr << std::endl;
     return 130;
   }
+  if (trainer.rank() != 0) return 0;  // rank 0 speaks for the job
   std::cout << "done: " << r.iterations << " iterations in " << static_cast<long long>(r.seconds)
             << " s";
   if (r.last_eval.examples > 0) {
@@ -160,6 +167,16 @@ int cmd_eval(const std::vector<std::string>& argv) {
   return 0;
 }
 
+int cmd_launch(const std::vector<std::string>& argv) {
+  mt::apps::LaunchOptions options;
+  try {
+    options = mt::apps::parse_launch_args(argv);
+  } catch (const mt::core::Error& e) {
+    throw UsageError(e.what());
+  }
+  return mt::apps::run_launch(options, "/proc/self/exe");
+}
+
 int cmd_help(const std::vector<std::string>&) {
   std::cout << kUsage << "\n"
             << "models:        " << join(mt::layers::model_names()) << "\n"
@@ -179,6 +196,7 @@ const std::map<std::string, std::function<int(const std::vector<std::string>&)>>
   static const std::map<std::string, std::function<int(const std::vector<std::string>&)>> table = {
       {"train", cmd_train},
       {"eval", cmd_eval},
+      {"launch", cmd_launch},
       {"help", cmd_help},
       {"version", cmd_version},
   };

@@ -13,6 +13,8 @@
 #include "core/runtime.h"
 #include "data/registry.h"
 #include "data/transforms.h"
+#include "dist/factory.h"
+#include "dist/rendezvous.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 
@@ -62,6 +64,25 @@ data::TransformOptions transform_options(const mintrain::TransformConfig& t) {
   return o;
 }
 
+// The decode-time part of a TransformConfig, for image-file datasets (data/image_transform.h).
+data::ImageTransformOptions image_options(const mintrain::DataConfig& d, const mintrain::TransformConfig& t,
+                                          const char* field) {
+  data::ImageTransformOptions o;
+  o.size = d.image_size();
+  o.random_resized_crop = t.random_resized_crop();
+  MT_CHECK(t.crop_scale_size() == 0 || t.crop_scale_size() == 2, "data.", field,
+           ".crop_scale must be [min, max] (got ", t.crop_scale_size(), " values)");
+  MT_CHECK(t.crop_ratio_size() == 0 || t.crop_ratio_size() == 2, "data.", field,
+           ".crop_ratio must be [min, max] (got ", t.crop_ratio_size(), " values)");
+  if (t.crop_scale_size() == 2) o.scale_min = t.crop_scale(0), o.scale_max = t.crop_scale(1);
+  if (t.crop_ratio_size() == 2) o.ratio_min = t.crop_ratio(0), o.ratio_max = t.crop_ratio(1);
+  o.resize = t.resize_size();
+  o.brightness = t.brightness();
+  o.contrast = t.contrast();
+  o.saturation = t.saturation();
+  return o;
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, TrainerOptions options)
@@ -82,7 +103,7 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
 
   output_dir_ = config_.output_dir().empty() ? "runs/" + config_.name() : config_.output_dir();
   gen_ = std::make_unique<core::Generator>(config_.seed());
-  sync_ = std::make_unique<dist::LocalSynchronizer>();
+  connect();
 
   // Data.
   const auto& dc = config_.data();
@@ -93,6 +114,12 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   if (dc.synthetic().shape_size() == 3) dopt.synthetic_shape.assign(dc.synthetic().shape().begin(), dc.synthetic().shape().end());
   dopt.synthetic_classes = dc.synthetic().classes();
   dopt.seed = config_.seed();
+  dopt.train_list = dc.train_list();
+  dopt.eval_list = dc.eval_list();
+  dopt.num_classes = dc.num_classes();
+  dopt.on_bad_image = dc.on_bad_image();
+  dopt.train_image = image_options(dc, dc.train_transform(), "train_transform");
+  dopt.eval_image = image_options(dc, dc.eval_transform(), "eval_transform");
   test_set_ = data::build_dataset(dopt, /*train=*/false);
   if (!options_.eval_only) train_set_ = data::build_dataset(dopt, /*train=*/true);
   const core::Shape image_shape = test_set_->image_shape();
@@ -103,6 +130,7 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   lopt.world_size = sync_->world_size();
   lopt.prefetch_batches = std::max(1, dc.prefetch_batches());
   lopt.threads = std::max(1, dc.loader_threads());
+  lopt.device = device_;  // on a GPU: pinned staging and the host-to-device copy in the loader
   if (train_set_) {
     lopt.batch_size = dc.batch_size();
     lopt.shuffle = dc.shuffle();
@@ -120,6 +148,13 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   lopt.drop_last = false;
   test_loader_ = std::make_unique<data::DataLoader>(
       test_set_, data::Transform(transform_options(dc.eval_transform()), image_shape), lopt);
+
+  accumulation_ = std::max(1, config_.dist().grad_accumulation_steps());
+  if (train_set_ && accumulation_ > 1) {
+    iters_per_epoch_ /= accumulation_;  // optimizer steps, each of k loader batches
+    MT_CHECK(iters_per_epoch_ > 0, "an epoch has fewer batches than dist.grad_accumulation_steps=",
+             accumulation_, "; lower it or the batch size");
+  }
 
   // Model.
   const auto& mc = config_.model();
@@ -169,6 +204,44 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
 
 Trainer::~Trainer() = default;
 
+void Trainer::connect() {
+  const auto& dc = config_.dist();
+  group_ = options_.group;
+  if (!group_) {
+    const dist::WorldInfo world = dist::world_from_env();
+    if (world.world_size > 1 || dc.force_distributed()) {
+      dist::ProcessGroupOptions po;
+      po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
+      po.transport = dc.transport();
+      po.interface = dc.interface();
+      po.timeout = std::chrono::seconds(dc.timeout_seconds());
+      dist::Rendezvous r = dist::rendezvous(world, po);
+      store_ = r.store;
+      group_ = r.group;
+    }
+  }
+  if (!group_) {
+    sync_ = std::make_unique<dist::LocalSynchronizer>();
+    return;
+  }
+  if (!dc.timeline_file().empty()) {
+    timeline_ = std::make_shared<dist::Timeline>(resolve_in_output(dc.timeline_file()), group_->rank());
+  }
+  dist::SyncConfig sc;
+  sc.algorithm = dc.algorithm();
+  sc.schedule = dc.schedule();
+  sc.bucket_cap_mb = dc.bucket_cap_mb();
+  sc.first_bucket_cap_mb = dc.first_bucket_cap_mb();
+  sc.profile_iters = dc.profile_iters();
+  sc.alpha = dc.has_alpha() ? dc.alpha() : -1.0;
+  sc.beta = dc.has_beta() ? dc.beta() : -1.0;
+  sc.grad_accumulation_steps = std::max(1, dc.grad_accumulation_steps());
+  sc.config_text = config_to_text(config_);
+  sc.timeline = timeline_;
+  sc.log = options_.quiet ? nullptr : &log();
+  sync_ = dist::make_synchronizer(group_, sc);
+}
+
 std::ostream& Trainer::log() { return options_.log ? *options_.log : std::cout; }
 
 std::string Trainer::resolve_in_output(const std::string& path) const {
@@ -213,12 +286,13 @@ TrainingState Trainer::snapshot() const {
 }
 
 std::string Trainer::save_checkpoint(bool best) {
-  if (config_.checkpoint().dir().empty() || sync_->rank() != 0) return "";
+  if (config_.checkpoint().dir().empty()) return "";
+  sync_->prepare_eval(*model_);  // collective (e.g. buffers from rank 0): every rank calls it
+  if (sync_->rank() != 0) return "";
   if (!checkpoints_) {
     checkpoints_ = std::make_unique<CheckpointDir>(resolve_in_output(config_.checkpoint().dir()),
                                                    config_.checkpoint().keep_last());
   }
-  sync_->prepare_eval(*model_);
   const TrainingState s = snapshot();
   return best ? checkpoints_->save_best(*model_, *optimizer_, *sync_, s)
               : checkpoints_->save(*model_, *optimizer_, *sync_, s);
@@ -296,6 +370,13 @@ TrainResult Trainer::train() {
           << " iterations/epoch of " << config_.data().batch_size() << "\n"
           << "test:  " << test_set_->describe() << "\n"
           << "output: " << output_dir_ << std::endl;
+    if (group_) {
+      log() << "distributed: " << sync_->name() << " on " << group_->describe() << "; batch "
+            << config_.data().batch_size() << " per rank x " << sync_->world_size() << " ranks";
+      if (accumulation_ > 1) log() << " x " << accumulation_ << " micro-batches";
+      log() << " = " << config_.data().batch_size() * sync_->world_size() * accumulation_
+            << " per step" << std::endl;
+    }
   }
 
   TrainResult result;
@@ -307,11 +388,12 @@ TrainResult Trainer::train() {
   model_->train();
   while (state_.epoch < epochs) {
     const int64_t epoch = state_.epoch;
-    train_loader_->start_epoch(epoch, state_.next_batch);
+    train_loader_->start_epoch(epoch, state_.next_batch * accumulation_);
 
     // Progress window: what the next progress line averages over.
     auto window_start = Clock::now();
     double window_wait_start = train_loader_->wait_seconds();
+    data::LoaderStats window_data = train_loader_->stats();
     double window_loss = 0.0;
     int64_t window_correct = 0, window_images = 0, window_iters = 0;
 
@@ -321,26 +403,40 @@ TrainResult Trainer::train() {
         result.interrupted = true;
         break;
       }
-      MT_CHECK(train_loader_->next(batch), "the training loader ended after ", state_.next_batch,
-               " of ", iters_per_epoch_, " batches");
       const double lr = schedule_->lr_at(static_cast<double>(epoch) +
                                          static_cast<double>(state_.next_batch) / iters_per_epoch_);
       optimizer_->set_lr(lr);
-      sync_->begin_iteration(state_.global_iteration);
-
-      const core::Tensor x = batch.inputs.to(device_), y = batch.targets.to(device_);
-      const core::Tensor logits = model_->forward(x);
-      const core::Tensor loss = core::cross_entropy(logits, y);
-      loss.backward();
+      // k micro-batches (gradient accumulation), then one synchronized optimizer step.
+      for (int micro = 0; micro < accumulation_; ++micro) {
+        MT_CHECK(train_loader_->next(batch), "the training loader ended after ",
+                 state_.next_batch * accumulation_ + micro, " of ", iters_per_epoch_ * accumulation_,
+                 " batches");
+        sync_->begin_iteration(state_.global_iteration);
+        const core::Tensor x = batch.inputs.to(device_), y = batch.targets.to(device_);
+        core::Tensor logits, loss;
+        {
+          dist::TimelineSpan span(timeline_.get(), "forward");
+          logits = model_->forward(x);
+          loss = core::cross_entropy(logits, y);
+        }
+        {
+          dist::TimelineSpan span(timeline_.get(), "backward");
+          // The mean over all k micro-batches: each contributes 1/k of its mean loss.
+          if (accumulation_ > 1) {
+            loss.backward(core::Tensor::full(loss.shape(), 1.0 / accumulation_));
+          } else {
+            loss.backward();
+          }
+        }
+        const int64_t n = y.numel();
+        window_loss += static_cast<double>(loss.item()) * n;
+        window_correct += count_correct(logits, y);
+        window_images += n;
+      }
       sync_->step(*optimizer_);
       optimizer_->zero_grad();
       ++state_.global_iteration;
       ++state_.next_batch;
-
-      const int64_t n = y.numel();
-      window_loss += static_cast<double>(loss.item()) * n;
-      window_correct += count_correct(logits, y);
-      window_images += n;
       ++window_iters;
 
       const bool last_of_epoch = state_.next_batch == iters_per_epoch_;
@@ -351,14 +447,19 @@ TrainResult Trainer::train() {
         const double acc = sync_->average(100.0 * window_correct / window_images);
         const double img_s = secs > 0 ? window_images * sync_->world_size() / secs : 0.0;
         const double eta = secs / window_iters * (total_iters - state_.global_iteration);
+        // What the loader's threads could decode per second in this window (if never paused).
+        const data::LoaderStats data_now = train_loader_->stats();
+        const double busy = data_now.busy_seconds - window_data.busy_seconds;
+        const double decode_img_s = busy > 0 ? data_now.threads * (data_now.images - window_data.images) / busy : 0.0;
         if (chatty) {
           log() << format("epoch %lld/%lld iter %lld/%lld loss %.4f acc %.1f%% lr %s %.0f img/s "
-                          "data-wait %.0f%% eta %s",
+                          "data-wait %.0f%% decode %.0f img/s eta %s",
                           static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                           static_cast<long long>(state_.next_batch),
                           static_cast<long long>(iters_per_epoch_), loss_avg, acc,
                           lr_text(lr).c_str(), img_s, secs > 0 ? 100.0 * wait / secs : 0.0,
-                          hms(eta).c_str())
+                          decode_img_s, hms(eta).c_str())
+                << (sync_->world_size() > 1 ? " world " + std::to_string(sync_->world_size()) : "")
                 << std::endl;
         }
         write_metrics("{\"type\":\"train\",\"epoch\":" + std::to_string(epoch + 1) +
@@ -367,6 +468,7 @@ TrainResult Trainer::train() {
                       ",\"img_s\":" + num(img_s) + ",\"time\":" + num(seconds_since(start)) + "}");
         window_start = Clock::now();
         window_wait_start = train_loader_->wait_seconds();
+        window_data = train_loader_->stats();
         window_loss = 0.0;
         window_correct = window_images = window_iters = 0;
       }
@@ -414,6 +516,10 @@ TrainResult Trainer::train() {
       if (!result.last_checkpoint.empty()) log() << "; checkpoint " << result.last_checkpoint;
       log() << std::endl;
     }
+  }
+  if (timeline_) {
+    const std::string path = timeline_->write();
+    if (chatty) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
   }
   result.iterations = state_.global_iteration;
   result.best_accuracy = state_.best_accuracy;

@@ -5,7 +5,14 @@
 //
 // One iteration:  lr from the schedule at the fractional epoch
 //                 sync.begin_iteration -> forward -> cross_entropy -> backward
+//                   (x dist.grad_accumulation_steps micro-batches, loss scaled by 1/k)
 //                 sync.step(optimizer) -> optimizer.zero_grad()
+// Distributed (WORLD_SIZE > 1 from the launcher, or dist.force_distributed): the trainer joins
+// the rendezvous, builds the synchronizer from config.dist, and each rank reads a disjoint
+// shard of the data (data.batch_size is per rank). Only rank 0 prints, writes metrics and
+// checkpoints; metrics are averaged over ranks. Evaluation: every rank evaluates its shard of
+// the test set and the sums are combined (DistributedSampler pads an uneven split by wrapping
+// around, so up to world_size-1 test images may count twice).
 // Every run is reproducible from (config, thread count): weights come from a Generator seeded by
 // config.seed, data order and augmentation from the loader's seed, and a checkpoint stores the
 // exact data position, so a resumed run continues bit for bit like an uninterrupted one.
@@ -23,7 +30,10 @@
 #include "core/device.h"
 #include "core/random.h"
 #include "data/loader.h"
+#include "dist/process_group.h"
+#include "dist/store.h"
 #include "dist/synchronizer.h"
+#include "dist/timeline.h"
 #include "layers/module.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -41,6 +51,9 @@ struct TrainerOptions {
   int64_t stop_at_iteration = -1;
   // Evaluation only: skip loading the training split.
   bool eval_only = false;
+  // Train on this process group instead of joining the launcher's rendezvous (tests run ranks
+  // as threads or forked processes). Null = from the environment (dist::world_from_env).
+  std::shared_ptr<dist::ProcessGroup> group;
 };
 
 struct EvalResult {
@@ -82,12 +95,16 @@ class Trainer {
   const std::string& output_dir() const { return output_dir_; }
   int64_t iterations_per_epoch() const { return iters_per_epoch_; }
 
+  // This process's rank in the data-parallel job (0 when training alone); only rank 0 reports.
+  int rank() const { return sync_->rank(); }
+
  private:
   std::ostream& log();
   TrainingState snapshot() const;
   std::string save_checkpoint(bool best = false);
   void write_metrics(const std::string& json);
   std::string resolve_in_output(const std::string& path) const;
+  void connect();  // the process group and synchronizer (before the loaders: they shard by rank)
 
   RunConfig config_;
   TrainerOptions options_;
@@ -99,7 +116,11 @@ class Trainer {
   std::shared_ptr<layers::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrSchedule> schedule_;
+  std::shared_ptr<dist::Store> store_;         // distributed runs: the rendezvous store
+  std::shared_ptr<dist::ProcessGroup> group_;  // and the world group (null: one process)
+  std::shared_ptr<dist::Timeline> timeline_;   // dist.timeline_file (null: off)
   std::unique_ptr<dist::Synchronizer> sync_;
+  int accumulation_ = 1;                       // micro-batches per optimizer step
   std::unique_ptr<CheckpointDir> checkpoints_;
   std::ofstream metrics_;
   int64_t iters_per_epoch_ = 0;

@@ -5,19 +5,15 @@
 
 namespace mt::core {
 
+// Both forward to philox.h, the one definition the CUDA kernels use too.
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
-  constexpr uint32_t kM0 = 0xD2511F53, kM1 = 0xCD9E8D57, kW0 = 0x9E3779B9, kW1 = 0xBB67AE85;
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = uint64_t(kM0) * c[0], p1 = uint64_t(kM1) * c[2];
-    c = {uint32_t(p1 >> 32) ^ c[1] ^ k[0], uint32_t(p1), uint32_t(p0 >> 32) ^ c[3] ^ k[1], uint32_t(p0)};
-    k[0] += kW0;
-    k[1] += kW1;
-  }
-  return c;
+  const PhiloxBlock b = philox4x32_10(c[0], c[1], c[2], c[3], k[0], k[1]);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
 std::array<uint32_t, 4> Generator::block(uint64_t index) const {
-  return philox4x32({uint32_t(index), uint32_t(index >> 32), 0, 0}, {uint32_t(seed_), uint32_t(seed_ >> 32)});
+  const PhiloxBlock b = philox_block(seed_, index);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
 uint32_t Generator::next_u32() {

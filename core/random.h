@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/philox.h"
 #include "core/tensor.h"
 
 namespace mt::core {
@@ -41,8 +42,7 @@ class Generator {
   int buf_left_ = 0;
 };
 
-// Converts 32 random bits to a float in [0, 1) with 24 bits of precision.
-inline float u32_to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+// u32_to_unit (32 random bits -> [0, 1)) lives in philox.h, shared with the CUDA kernels.
 
 // The process-wide generator used when no other is given.
 Generator& default_generator();

@@ -7,6 +7,9 @@
 #include "core/function_node.h"
 #include "core/kernels/cpu/elementwise.h"
 #include "core/ops/elementwise.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/elementwise.h"
+#endif
 
 #ifdef MT_WITH_CUDA
 #include "core/cuda/cuda_memory.h"

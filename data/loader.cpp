@@ -18,6 +18,10 @@ int64_t checked_size(const Dataset* dataset) {
   MT_CHECK(dataset != nullptr, "DataLoader: dataset is null");
   return dataset->size();
 }
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 }  // namespace
 
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, Transform transform, LoaderOptions opt)
@@ -38,7 +42,10 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, Transform transform, Lo
   image_numel_ = core::shape_numel(image_shape_);
   const int64_t n = sampler_.per_rank(), b = opt_.batch_size;
   batches_per_epoch_ = opt_.drop_last ? n / b : (n + b - 1) / b;
-  producer_ = std::thread([this] { producer_loop(); });
+  window_ = int64_t(opt_.prefetch_batches) + opt_.threads - 1;
+  if (opt_.device.is_cuda())
+    for (int w = 0; w < opt_.threads; ++w) staging_.push_back(std::make_unique<DeviceStaging>(opt_.device));
+  for (int w = 0; w < opt_.threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
 }
 
 DataLoader::~DataLoader() {
@@ -47,14 +54,14 @@ DataLoader::~DataLoader() {
     stop_ = true;
   }
   cv_.notify_all();
-  producer_.join();
+  for (std::thread& t : workers_) t.join();
 }
 
 void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   MT_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch_, "DataLoader: first_batch ",
            first_batch, " is outside [0, ", batches_per_epoch_,
            "]; is the checkpoint from a run with another batch size or world size?");
-  // The sampler runs outside the lock: a 60000-element shuffle should not block the producer.
+  // The sampler runs outside the lock: a 60000-element shuffle should not block the threads.
   auto indices = std::make_shared<const std::vector<int64_t>>(sampler_.epoch_indices(epoch));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -66,6 +73,7 @@ void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
     next_to_consume_ = first_batch;
     ready_.clear();
     error_ = nullptr;
+    failed_batch_ = -1;
   }
   cv_.notify_all();
 }
@@ -75,20 +83,24 @@ bool DataLoader::next(Batch& out) {
   MT_CHECK(started_, "DataLoader: call start_epoch() before next()");
   if (next_to_consume_ >= batches_per_epoch_) return false;
   const auto t0 = std::chrono::steady_clock::now();
-  // The producer always either queues the batch or records an error, so this cannot wait
-  // forever; stop_ is only set by the destructor but is checked for completeness.
-  cv_.wait(lock, [&] { return stop_ || !ready_.empty() || error_; });
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // Batches finished before the failure still come out first, in order.
-  if (ready_.empty()) {
+  // Every claimed batch is either filed or recorded as failed, so this cannot wait forever;
+  // stop_ is only set by the destructor but is checked for completeness.
+  auto it = ready_.end();
+  cv_.wait(lock, [&] {
+    it = ready_.find(next_to_consume_);
+    return stop_ || it != ready_.end() || (error_ && failed_batch_ <= next_to_consume_);
+  });
+  wait_seconds_ += seconds_between(t0, std::chrono::steady_clock::now());
+  // Batches before the failed one still come out first, in order.
+  if (it == ready_.end()) {
     if (error_) std::rethrow_exception(error_);
     MT_FAIL("DataLoader: stopped while waiting for a batch");
   }
-  out = std::move(ready_.front());
-  ready_.pop_front();
+  out = std::move(it->second);
+  ready_.erase(it);
   ++next_to_consume_;
   lock.unlock();
-  cv_.notify_all();  // room in the queue
+  cv_.notify_all();  // room in the window
   return true;
 }
 
@@ -97,12 +109,23 @@ double DataLoader::wait_seconds() const {
   return wait_seconds_;
 }
 
-void DataLoader::producer_loop() {
+LoaderStats DataLoader::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  LoaderStats s;
+  s.images = images_;
+  s.busy_seconds = busy_seconds_;
+  s.wait_seconds = wait_seconds_;
+  s.threads = opt_.threads;
+  return s;
+}
+
+void DataLoader::worker_loop(int worker) {
+  DeviceStaging* staging = staging_.empty() ? nullptr : staging_[worker].get();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] {
       return stop_ || (started_ && !error_ && next_to_produce_ < batches_per_epoch_ &&
-                       static_cast<int64_t>(ready_.size()) < opt_.prefetch_batches);
+                       next_to_produce_ < next_to_consume_ + window_);
     });
     if (stop_) return;
     const uint64_t generation = generation_;
@@ -112,67 +135,59 @@ void DataLoader::producer_loop() {
 
     Batch b;
     std::exception_ptr err;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
-      b = make_batch(*indices, epoch, batch);
+      b = make_batch(*indices, epoch, batch, staging);
     } catch (...) {
       err = std::current_exception();
     }
+    const double busy = seconds_between(t0, std::chrono::steady_clock::now());
 
     lock.lock();
+    busy_seconds_ += busy;
+    if (!err) images_ += b.targets.numel();
     if (generation != generation_) continue;  // start_epoch() ran meanwhile: stale batch
     if (err) {
-      error_ = err;
+      if (!error_ || batch < failed_batch_) {  // keep the earliest failure: it surfaces first
+        error_ = err;
+        failed_batch_ = batch;
+      }
     } else {
-      ready_.push_back(std::move(b));
+      ready_.emplace(batch, std::move(b));
     }
     cv_.notify_all();
   }
 }
 
-Batch DataLoader::make_batch(const std::vector<int64_t>& indices, int64_t epoch,
-                             int64_t batch) const {
+Batch DataLoader::make_batch(const std::vector<int64_t>& indices, int64_t epoch, int64_t batch,
+                             DeviceStaging* staging) const {
   const int64_t begin = batch * opt_.batch_size;
   const int64_t count = std::min<int64_t>(opt_.batch_size, static_cast<int64_t>(indices.size()) - begin);
+  const core::Shape shape = {count, image_shape_[0], image_shape_[1], image_shape_[2]};
   Batch out;
   out.index = batch;
-  out.inputs = core::Tensor::empty({count, image_shape_[0], image_shape_[1], image_shape_[2]});
-  out.targets = core::Tensor::empty({count}, core::DType::Int64);
-  float* x = out.inputs.data<float>();
-  int64_t* y = out.targets.data<int64_t>();
-  const uint64_t epoch_key = mix_seed(mix_seed(opt_.seed, kAugmentStream), uint64_t(epoch));
-
-  // Examples are independent, so threads split them into contiguous chunks. Plain std::threads
-  // (not OpenMP) so an exception is simply caught per example and rethrown here, and thread
-  // sanitizers see every synchronization. Starting a thread costs microseconds, far below the
-  // cost of a batch worth splitting.
-  std::exception_ptr err;
-  std::mutex err_mu;
-  auto fill = [&](int64_t from, int64_t to) {
-    for (int64_t i = from; i < to; ++i) {
-      try {
-        const int64_t index = indices[begin + i];
-        float* dst = x + i * image_numel_;
-        y[i] = dataset_->get(index, dst);
-        if (!transform_.identity()) {
-          core::Generator gen(mix_seed(epoch_key, uint64_t(index)));
-          transform_.apply(dst, gen);
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(err_mu);
-        if (!err) err = std::current_exception();
-        return;
-      }
-    }
-  };
-  const int64_t workers = std::min<int64_t>(opt_.threads, count);
-  {
-    // jthreads join when destroyed, also if starting one of them throws.
-    std::vector<std::jthread> helpers;
-    for (int64_t w = 1; w < workers; ++w)
-      helpers.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
-    fill(0, workers > 0 ? count / workers : 0);
+  float* x;
+  int64_t* y;
+  if (staging) {  // GPU: fill pinned memory, copied to the device below
+    x = staging->host_inputs(count * image_numel_);
+    y = staging->host_targets(count);
+  } else {
+    out.inputs = core::Tensor::empty(shape);
+    out.targets = core::Tensor::empty({count}, core::DType::Int64);
+    x = out.inputs.data<float>();
+    y = out.targets.data<int64_t>();
   }
-  if (err) std::rethrow_exception(err);
+  const uint64_t epoch_key = mix_seed(mix_seed(opt_.seed, kAugmentStream), uint64_t(epoch));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t index = indices[begin + i];
+    float* dst = x + i * image_numel_;
+    // One stream per example, shared by the dataset's own augmentation (image files: crop,
+    // jitter) and the Transform after it (flip, normalization).
+    core::Generator gen(mix_seed(epoch_key, uint64_t(index)));
+    y[i] = dataset_->get_augmented(index, dst, gen);
+    if (!transform_.identity()) transform_.apply(dst, gen);
+  }
+  if (staging) std::tie(out.inputs, out.targets) = staging->upload(shape);
   return out;
 }
 

@@ -58,6 +58,9 @@ struct ProcessGroupOptions {
   std::string backend = "gloo";    // "gloo" (CPU tensors) or "nccl" (CUDA tensors)
   std::string transport = "tcp";   // gloo: "tcp" or "ibverbs"
   std::string interface;           // network interface to bind (e.g. "eth0"); empty = by hostname/address
+  std::string hostname;            // gloo tcp: address/name to bind when no interface is given
+                                   // (empty = this host's name; rendezvous sets 127.0.0.1 for
+                                   // loopback jobs)
   std::string ib_device;           // ibverbs device name (empty = first)
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };

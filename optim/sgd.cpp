@@ -3,6 +3,9 @@
 #include <string>
 
 #include "core/grad_mode.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/sgd_update.h"
+#endif
 
 namespace mt::optim {
 
@@ -41,12 +44,31 @@ void SGD::step() {
     if (!g.defined()) continue;  // frozen or unused this iteration: leave weight and buffer alone
     MT_CHECK(g.device() == p.device(), "SGD: parameter ", i, " is on ", p.device().str(),
              " but its gradient is on ", g.device().str());
-    // The device check is the slot for a fused CUDA kernel; until one exists the generic path
-    // composes the same update from in-place tensor ops, which dispatch by device.
-    if (p.device().is_cpu())
+    // CPU and CUDA parameters get a fused one-pass update; the generic path composes the same
+    // update from in-place tensor ops (which dispatch by device) where no fused kernel exists.
+    if (p.device().is_cpu()) {
       step_cpu(i, p, g);
-    else
-      step_generic(i, p, g);
+      continue;
+    }
+#ifdef MT_CUDA_KERNELS
+    if (p.device().is_cuda()) {
+      MT_CHECK(p.is_contiguous(), "SGD: parameter ", i, " (", p.str(), ") is not contiguous");
+      // The same constants as step_cpu, folded once here.
+      core::cuda::SgdUpdate u;
+      u.lr = static_cast<float>(lr_);
+      const float wd = static_cast<float>(opt_.weight_decay);
+      u.l2 = opt_.decoupled_weight_decay ? 0.0f : wd;
+      u.shrink = opt_.decoupled_weight_decay ? 1.0f - u.lr * wd : 1.0f;
+      u.momentum = static_cast<float>(opt_.momentum);
+      u.keep = 1.0f - static_cast<float>(opt_.dampening);
+      u.nesterov = opt_.nesterov;
+      const bool first = u.momentum != 0.0f && !momentum_[i].defined();
+      if (first) momentum_[i] = Tensor::empty(p.shape(), core::DType::Float32, p.device());
+      core::cuda::sgd_update(p, g.contiguous(), momentum_[i], first, u);
+      continue;
+    }
+#endif
+    step_generic(i, p, g);
   }
 }
 

@@ -438,7 +438,8 @@ TEST(SyntheticDataset, LabelIsLearnable) {
 
 TEST(Registry, BuildsByName) {
   std::vector<std::string> types = dataset_types();
-  EXPECT_EQ(types, (std::vector<std::string>{"fashion_mnist", "mnist", "cifar10", "synthetic"}));
+  EXPECT_EQ(types, (std::vector<std::string>{"fashion_mnist", "mnist", "cifar10", "synthetic",
+                                             "image_folder", "image_list"}));
   DatasetOptions opt;
   opt.type = "synthetic";
   opt.synthetic_size = 50;

@@ -11,10 +11,14 @@ PACKAGES=(
   zlib1g-dev                          # gzip'd IDX files, checksums
   libgtest-dev libgmock-dev           # tests
   libgloo-dev                         # CPU collectives (distributed module)
+  libopencv-dev                       # image decoding (image_folder / image_list datasets)
   dataset-fashion-mnist               # the default job's data
 )
+if [[ "${MT_WITH_MPI:-0}" == 1 ]]; then
+  PACKAGES+=(openmpi-bin libopenmpi-dev)  # MPI_Allreduce peer in bench_mpi_allreduce (optional)
+fi
 if [[ "${MT_WITH_TORCH:-0}" == 1 ]]; then
-  PACKAGES+=(python3-torch)           # the peer in benchmarks (optional)
+  PACKAGES+=(python3-torch python3-torchvision)  # the peers in benchmarks (optional)
 fi
 
 missing=()

@@ -5,6 +5,9 @@
 #include "core/function_node.h"
 #include "core/kernels/cpu/batch_norm.h"
 #include "core/ops/nn.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/batch_norm.h"
+#endif
 
 namespace mt::core {
 

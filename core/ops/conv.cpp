@@ -3,6 +3,9 @@
 #include "core/function_node.h"
 #include "core/kernels/cpu/conv.h"
 #include "core/ops/nn.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/conv.h"
+#endif
 
 namespace mt::core {
 

@@ -4,6 +4,9 @@
 #include "core/function_node.h"
 #include "core/kernels/cpu/elementwise.h"
 #include "core/ops/reduction.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/elementwise.h"
+#endif
 
 namespace mt::core {
 

@@ -3,6 +3,9 @@
 #include "core/dispatch.h"
 #include "core/function_node.h"
 #include "core/kernels/cpu/matmul.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/matmul.h"
+#endif
 
 namespace mt::core {
 

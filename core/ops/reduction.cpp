@@ -4,6 +4,9 @@
 #include "core/function_node.h"
 #include "core/kernels/cpu/reduction.h"
 #include "core/ops/elementwise.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/reduction.h"
+#endif
 
 namespace mt::core {
 

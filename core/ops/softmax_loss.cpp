@@ -3,6 +3,9 @@
 #include "core/function_node.h"
 #include "core/kernels/cpu/softmax_loss.h"
 #include "core/ops/nn.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/softmax_loss.h"
+#endif
 
 namespace mt::core {
 

@@ -3,10 +3,11 @@
 #include "layers/models/lenet5.h"
 #include "layers/models/mlp.h"
 #include "layers/models/resnet.h"
+#include "layers/models/resnet_imagenet.h"
 
 namespace mt::layers {
 
-std::vector<std::string> model_names() { return {"mlp", "lenet5", "resnet20", "resnet32", "resnet56"}; }
+std::vector<std::string> model_names() { return {"mlp", "lenet5", "resnet20", "resnet32", "resnet56", "resnet18", "resnet50"}; }
 
 std::shared_ptr<Module> build_model(const std::string& name, const ModelOptions& opt, core::Generator& gen) {
   MT_CHECK(opt.num_classes > 0, "model options: num_classes must be > 0, got ", opt.num_classes);
@@ -20,6 +21,9 @@ std::shared_ptr<Module> build_model(const std::string& name, const ModelOptions&
   if (name == "resnet20") return std::make_shared<ResNetCifar>(20, opt.in_channels, opt.num_classes, gen);
   if (name == "resnet32") return std::make_shared<ResNetCifar>(32, opt.in_channels, opt.num_classes, gen);
   if (name == "resnet56") return std::make_shared<ResNetCifar>(56, opt.in_channels, opt.num_classes, gen);
+  // ImageNet-style (7x7/2 stem + max pool); for images of 224x224 or thereabouts.
+  if (name == "resnet18") return std::make_shared<ResNetImageNet>(18, opt.in_channels, opt.num_classes, gen);
+  if (name == "resnet50") return std::make_shared<ResNetImageNet>(50, opt.in_channels, opt.num_classes, gen);
   std::string valid;
   for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
   MT_FAIL("unknown model '", name, "'; valid models: ", valid);

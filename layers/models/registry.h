@@ -19,7 +19,8 @@ struct ModelOptions {
   float dropout = 0.0f;                   // MLP only
 };
 
-// "mlp", "lenet5", "resnet20", "resnet32", "resnet56"; an unknown name is an Error that lists
+// "mlp", "lenet5", "resnet20", "resnet32", "resnet56" (32x32 images), "resnet18", "resnet50"
+// (ImageNet-sized images); an unknown name is an Error that lists
 // the valid ones.
 std::shared_ptr<Module> build_model(const std::string& name, const ModelOptions& opt, core::Generator& gen);
 std::vector<std::string> model_names();

@@ -1,0 +1,220 @@
+// S-SGD schedules head to head: iteration time of BSP, WFBP, FUSION and MG-WFBP for one model on
+// N local ranks (forked processes, Gloo over TCP loopback), next to the cost model's prediction
+// (dist/cost_model.h) from the profiled per-parameter backward times and the fitted
+// T(M) = alpha + beta*M. Prints one table on rank 0.
+//
+//   bench_schedules [--nproc 4] [--model resnet20] [--batch 32] [--iters 8] [--warmup 3]
+//                   [--threads 1] [--master-addr 127.0.0.1] [--interface IF]
+//
+// Caveat printed with the table: on a small machine the ranks share cores, so communication
+// (Gloo's threads) and computation compete; the model assumes they run on separate resources.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/ops/nn.h"
+#include "core/random.h"
+#include "core/runtime.h"
+#include "dist/cost_model.h"
+#include "dist/rendezvous.h"
+#include "dist/ssgd_synchronizer.h"
+#include "layers/models/registry.h"
+#include "optim/registry.h"
+
+using namespace mt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  int nproc = 4, batch = 32, iters = 8, warmup = 3, threads = 1;
+  std::string model = "resnet20", master_addr = "127.0.0.1", interface;
+};
+
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Measured {
+  double iteration = 0, forward = 0, backward = 0, update = 0;
+};
+
+int rank_main(const Args& args) {
+  core::set_num_threads(args.threads);
+  dist::ProcessGroupOptions po;
+  po.interface = args.interface;
+  po.timeout = std::chrono::seconds(120);
+  const dist::Rendezvous rdv = dist::rendezvous(dist::world_from_env(), po);
+  const int rank = rdv.group->rank(), n = rdv.group->size();
+
+  layers::ModelOptions mo;
+  mo.in_channels = 3;
+  mo.image_size = 32;
+  core::Generator data_gen(100 + rank);
+  core::Tensor x = core::rand_uniform({args.batch, 3, 32, 32}, -1.f, 1.f, data_gen);
+  std::vector<int64_t> labels(args.batch);
+  for (int i = 0; i < args.batch; ++i) labels[i] = (i + rank) % 10;
+  const core::Tensor y = core::Tensor::from_vector(labels, {args.batch});
+
+  std::vector<dist::LayerCost> layers;  // from MG-WFBP's profile
+  dist::LinearCost cost;
+  Measured m[4];
+  const dist::Schedule order[4] = {dist::Schedule::MGWFBP, dist::Schedule::BSP, dist::Schedule::WFBP,
+                                   dist::Schedule::FUSION};
+  for (int k = 0; k < 4; ++k) {
+    const dist::Schedule s = order[k];
+    core::Generator gen(1);
+    auto model = layers::build_model(args.model, mo, gen);  // fresh: hooks belong to one synchronizer
+    optim::OptimizerOptions oo;
+    oo.lr = 0.01;
+    oo.momentum = 0.9;
+    auto opt = optim::build_optimizer("sgd", model->parameters(), oo);
+    dist::SsgdOptions so;
+    so.schedule = s;
+    so.profile_iters = args.warmup;
+    so.config_text = "bench";
+    dist::SsgdSynchronizer sync(rdv.group, so);
+    sync.setup(*model, *opt);
+    model->train();
+    const int warmup = s == dist::Schedule::MGWFBP ? args.warmup + 2 : args.warmup;
+    for (int it = 0; it < warmup + args.iters; ++it) {
+      if (it == warmup) rdv.group->barrier();
+      const auto t0 = Clock::now();
+      sync.begin_iteration(it);
+      const core::Tensor loss = core::cross_entropy(model->forward(x), y);
+      const auto t1 = Clock::now();
+      loss.backward();
+      const auto t2 = Clock::now();
+      sync.step(*opt);
+      opt->zero_grad();
+      const auto t3 = Clock::now();
+      if (it >= warmup) {
+        m[k].iteration += secs(t0, t3) / args.iters;
+        m[k].forward += secs(t0, t1) / args.iters;
+        m[k].backward += secs(t1, t2) / args.iters;
+        m[k].update += secs(t2, t3) / args.iters;
+      }
+    }
+    if (s == dist::Schedule::MGWFBP) {
+      // Per-parameter layers in forward order (hook order reversed) for the cost model.
+      const auto& tb = sync.profiled_backward();
+      const auto& hook = sync.hook_order();
+      const auto params = opt->params();
+      layers.resize(tb.size());
+      for (size_t pos = 0; pos < tb.size(); ++pos) {
+        auto& l = layers[tb.size() - 1 - pos];
+        l.backward = tb[pos];
+        l.bytes = static_cast<double>(params[hook[pos]].numel()) * 4.0;
+      }
+      cost = sync.cost();
+      if (rank == 0)
+        std::printf("MG-WFBP plan: %zu messages for %zu gradients; alpha %.1f us, beta %.3f ms/MB\n",
+                    sync.buckets().size(), tb.size(), cost.alpha * 1e6, cost.beta * 1048576e3);
+    }
+  }
+  if (rank != 0) return 0;
+
+  // The model's compute: forward spread evenly over layers; backward profiled per parameter
+  // (scaled to the measured backward total: the profile misses the part before the first hook).
+  double tb_sum = 0;
+  for (const auto& l : layers) tb_sum += l.backward;
+  const Measured& ref = m[1];  // BSP: compute undisturbed by overlapping communication
+  for (auto& l : layers) {
+    l.forward = ref.forward / layers.size();
+    if (tb_sum > 0) l.backward *= ref.backward / tb_sum;
+  }
+  double total_bytes = 0;
+  for (const auto& l : layers) total_bytes += l.bytes;
+  std::printf("\n%s, batch %d per rank, %d ranks (gloo/tcp), %d threads per rank, %d iterations\n",
+              args.model.c_str(), args.batch, n, args.threads, args.iters);
+  std::printf("gradients %.2f MB in %zu tensors; measured forward %.1f ms, backward %.1f ms (BSP run)\n",
+              total_bytes / 1048576, layers.size(), ref.forward * 1e3, ref.backward * 1e3);
+  std::printf("| schedule | iteration ms | forward+backward ms | wait+update ms | img/s (all ranks) | "
+              "predicted ms | predicted/measured |\n|---|---|---|---|---|---|---|\n");
+  const double update_s = 0.0;  // the optimizer step is inside our "wait+update"; tiny for SGD
+  for (int k : {1, 2, 3, 0}) {
+    const auto p = dist::predict_schedule(order[k], layers, cost, update_s, 25.0 * 1048576, 1.0 * 1048576);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.0f | %.1f | %.2f |\n", dist::schedule_name(order[k]).c_str(),
+                m[k].iteration * 1e3, (m[k].forward + m[k].backward) * 1e3, m[k].update * 1e3,
+                n * args.batch / m[k].iteration, p.iteration * 1e3, p.iteration / m[k].iteration);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--nproc") a.nproc = std::stoi(v);
+    else if (k == "--batch") a.batch = std::stoi(v);
+    else if (k == "--iters") a.iters = std::stoi(v);
+    else if (k == "--warmup") a.warmup = std::stoi(v);
+    else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--model") a.model = v;
+    else if (k == "--master-addr") a.master_addr = v;
+    else if (k == "--interface") a.interface = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (std::getenv("RANK")) {  // started by a launcher: be one rank
+    try {
+      return rank_main(a);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"), e.what());
+      return 1;
+    }
+  }
+  const int port = free_port();
+  std::vector<pid_t> kids;
+  for (int r = 0; r < a.nproc; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", a.master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      int rc = 1;
+      try {
+        rc = rank_main(a);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stdout);
+      ::_exit(rc);
+    }
+    kids.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t p : kids) {
+    int status = 0;
+    ::waitpid(p, &status, 0);
+    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,258 @@
+#include "apps/launch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/socket.h"
+
+namespace mt::apps {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_signal{0};
+extern "C" void on_launch_signal(int sig) { g_signal.store(sig); }
+
+int to_int(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  MT_CHECK(!v.empty() && *end == '\0' && x >= 0 && x <= 1000000, "launch: ", flag, " needs a number, got \"", v, "\"");
+  return static_cast<int>(x);
+}
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  int status = 0;
+  bool done = false;
+};
+
+// One thread reads every worker's stdout and stderr and prints whole lines with the rank in
+// front, so lines of different workers never interleave mid-line.
+class OutputPump {
+ public:
+  void add(int fd, int rank, bool is_err) { streams_.push_back({fd, rank, is_err, {}}); }
+  void start() { thread_ = std::thread([this] { run(); }); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Stream {
+    int fd;
+    int rank;
+    bool is_err;
+    std::string partial;
+  };
+  void emit(Stream& s, const std::string& line) {
+    const std::string out = "[rank " + std::to_string(s.rank) + "] " + line + "\n";
+    const int fd = s.is_err ? STDERR_FILENO : STDOUT_FILENO;
+    size_t off = 0;
+    while (off < out.size()) {
+      const ssize_t w = ::write(fd, out.data() + off, out.size() - off);
+      if (w <= 0 && errno != EINTR) break;
+      if (w > 0) off += static_cast<size_t>(w);
+    }
+  }
+  void run() {
+    char buf[65536];
+    while (true) {
+      std::vector<pollfd> fds;
+      std::vector<Stream*> who;
+      for (auto& s : streams_) {
+        if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0}), who.push_back(&s);
+      }
+      if (fds.empty()) return;  // every worker closed its output
+      if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) return;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        Stream& s = *who[i];
+        const ssize_t r = ::read(s.fd, buf, sizeof(buf));
+        if (r > 0) {
+          s.partial.append(buf, static_cast<size_t>(r));
+          size_t nl;
+          while ((nl = s.partial.find('\n')) != std::string::npos) {
+            emit(s, s.partial.substr(0, nl));
+            s.partial.erase(0, nl + 1);
+          }
+        } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+          if (!s.partial.empty()) emit(s, s.partial);
+          s.partial.clear();
+          dist::net::close_fd(s.fd);
+        }
+      }
+    }
+  }
+  std::vector<Stream> streams_;
+  std::thread thread_;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("signal ") + std::to_string(WTERMSIG(status)) + " (" + ::strsignal(WTERMSIG(status)) + ")";
+  return "status " + std::to_string(status);
+}
+
+std::string random_token() {
+  std::random_device rd;
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (int i = 0; i < 32; ++i) t += hex[rd() % 16];
+  return t;
+}
+
+}  // namespace
+
+LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
+  LaunchOptions o;
+  bool port_given = false;
+  size_t i = 0;
+  for (; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    auto value = [&]() -> std::string {
+      MT_CHECK(i + 1 < argv.size(), "launch: ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--nproc-per-node" || a == "--nproc_per_node") o.nproc_per_node = to_int(a, value());
+    else if (a == "--nnodes") o.nnodes = to_int(a, value());
+    else if (a == "--node-rank" || a == "--node_rank") o.node_rank = to_int(a, value());
+    else if (a == "--master-addr" || a == "--master_addr") o.master_addr = value();
+    else if (a == "--master-port" || a == "--master_port") o.master_port = to_int(a, value()), port_given = true;
+    else if (a == "--grace") o.grace_seconds = to_int(a, value());
+    else MT_FAIL("launch: unknown option \"", a, "\" (the worker's command goes after --)");
+  }
+  o.command.assign(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
+  MT_CHECK(!o.command.empty(), "launch: no command: put the worker's arguments after --, e.g. "
+           "mintrain launch --nproc-per-node 2 -- train CONFIG");
+  MT_CHECK(o.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1");
+  MT_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1");
+  MT_CHECK(o.node_rank < o.nnodes, "launch: --node-rank ", o.node_rank, " must be below --nnodes ", o.nnodes);
+  MT_CHECK(!port_given || (o.master_port >= 1 && o.master_port <= 65535), "launch: --master-port must be 1..65535");
+  if (o.nnodes > 1 && !port_given) o.master_port = 29500;
+  return o;
+}
+
+int run_launch(const LaunchOptions& o, const std::string& program) {
+  const int port = o.master_port != 0 ? o.master_port : dist::net::pick_free_port();
+  const int world = o.nnodes * o.nproc_per_node;
+  // A single-node job gets its own token, so a stray process on the port cannot join it.
+  std::string token = std::getenv("MINTRAIN_JOB_TOKEN") ? std::getenv("MINTRAIN_JOB_TOKEN") : "";
+  if (token.empty() && o.nnodes == 1) token = random_token();
+
+  struct sigaction sa {};
+  sa.sa_handler = on_launch_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<Worker> workers;
+  OutputPump pump;
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    const int rank = o.node_rank * o.nproc_per_node + local;
+    int out[2], err[2];
+    MT_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "launch: pipe failed: ", std::strerror(errno));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t pid = ::fork();
+    MT_CHECK(pid >= 0, "launch: fork failed: ", std::strerror(errno));
+    if (pid == 0) {
+      ::setpgid(0, 0);  // the terminal's Ctrl-C reaches launch only; launch forwards it once
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node).c_str(), 1);
+      ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      if (!token.empty()) ::setenv("MINTRAIN_JOB_TOKEN", token.c_str(), 1);
+      // N workers share this machine's cores: split them unless the user chose (as torchrun).
+      if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+        const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+        ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, cores / o.nproc_per_node)).c_str(), 1);
+      }
+      std::vector<char*> args;
+      args.push_back(const_cast<char*>("mintrain"));
+      for (const auto& a : o.command) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(program.c_str(), args.data());
+      const std::string msg = "mintrain launch: cannot run " + program + ": " + std::strerror(errno) + "\n";
+      [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, msg.data(), msg.size());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    pump.add(out[0], rank, false);
+    pump.add(err[0], rank, true);
+    workers.push_back({rank, pid});
+  }
+  pump.start();
+
+  int alive = static_cast<int>(workers.size());
+  const Worker* first_failure = nullptr;
+  Clock::time_point kill_at{};
+  bool killed = false;
+  int forwarded = 0;
+  auto signal_all = [&](int sig) {
+    for (const auto& w : workers) {
+      if (!w.done) ::kill(w.pid, sig);
+    }
+  };
+  while (alive > 0) {
+    if (const int sig = g_signal.exchange(0); sig != 0) {
+      forwarded = sig;
+      signal_all(sig);
+      if (kill_at == Clock::time_point{}) kill_at = Clock::now() + std::chrono::seconds(60);  // let them checkpoint
+    }
+    for (auto& w : workers) {
+      if (w.done) continue;
+      int status = 0;
+      if (::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+      w.done = true;
+      w.status = status;
+      --alive;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && first_failure == nullptr && forwarded == 0) {
+        first_failure = &w;
+        signal_all(SIGTERM);
+        kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
+      }
+    }
+    if (alive > 0 && kill_at != Clock::time_point{} && Clock::now() >= kill_at && !killed) {
+      signal_all(SIGKILL);
+      killed = true;
+    }
+    if (alive > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  pump.join();
+  if (first_failure != nullptr) {
+    std::fprintf(stderr, "mintrain launch: rank %d exited with %s; stopped the other workers\n",
+                 first_failure->rank, describe_status(first_failure->status).c_str());
+    return 1;
+  }
+  if (forwarded != 0) return 130;
+  return 0;
+}
+
+}  // namespace mt::apps

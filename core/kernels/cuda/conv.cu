@@ -1,0 +1,410 @@
+// 2-d convolution on the GPU, two implementations behind the CPU kernels' signatures:
+//
+// * cuDNN (builds with MT_WITH_CUDNN, while use_cudnn() is on): cudnnConvolutionForward /
+//   BackwardData / BackwardFilter. The algorithm for each direction is chosen once per shape
+//   (cudnnGet*_v7 heuristics, or cudnnFind*Ex timings after set_conv_benchmark(true)) among
+//   those whose scratch fits conv_workspace_limit(), and cached. TF32 is excluded unless
+//   allow_tf32(): FP32 convolutions use TF32 tensor cores by default in cuDNN, and CUDNN_FMA_MATH
+//   is what keeps them in full FP32.
+// * im2col + cuBLAS (every CUDA build): the CPU's formulation sample by sample -- unfold the
+//   receptive fields into col[C*kh*kw, Ho*Wo], multiply by W[O, C*kh*kw], and for the input
+//   gradient fold W^T * dy back with col2im. col2im gathers (each input pixel sums the columns
+//   that read it, in the CPU's order), so it needs no atomics and is deterministic.
+//
+// The bias is added, and its gradient summed, by our own kernels in both implementations.
+#include <array>
+#include <map>
+#include <mutex>
+
+#include "core/kernels/cuda/conv.h"
+#include "core/kernels/cuda/gemm.h"
+#include "core/kernels/cuda/handles.h"
+#include "core/kernels/cuda/launch.cuh"
+#include "core/kernels/cuda/math_mode.h"
+
+namespace mt::core::cuda {
+
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w;  // input
+  int64_t o, kh, kw;   // weight
+  int64_t ho, wo;      // output
+  int64_t stride, pad;
+
+  __host__ __device__ int64_t patch() const { return c * kh * kw; }
+  __host__ __device__ int64_t pixels() const { return ho * wo; }
+  bool pointwise() const { return kh == 1 && kw == 1 && stride == 1 && pad == 0; }
+};
+
+Geometry geometry(const Tensor& x, const Tensor& w, const Tensor& y, int64_t stride, int64_t pad) {
+  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[2],
+          w.shape()[3], y.shape()[2], y.shape()[3], stride, pad};
+}
+
+// ---------------------------------------------------------------- bias
+
+// y[n, o, p] += bias[o]
+__global__ void add_channel_bias(float* y, const float* bias, int64_t total, int64_t o, int64_t pixels) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[(i / pixels) % o];
+}
+
+// gb[o] = sum over samples and pixels of gy[n, o, :], in double; one block per channel.
+__global__ void channel_sums(const float* gy, float* gb, int64_t n, int64_t o, int64_t pixels) {
+  __shared__ double shared[kWarp];
+  for (int64_t ch = blockIdx.x; ch < o; ch += gridDim.x) {
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < n * pixels; i += blockDim.x) {
+      const int64_t s = i / pixels, p = i % pixels;
+      acc += gy[(s * o + ch) * pixels + p];
+    }
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) gb[ch] = static_cast<float>(acc);
+  }
+}
+
+void bias_forward(const Geometry& g, const Tensor& bias, Tensor& y) {
+  const int64_t total = g.n * g.o * g.pixels();
+  if (!bias.defined() || total == 0) return;
+  add_channel_bias<<<blocks_for(total), kThreads>>>(y.data<float>(), bias.data<float>(), total, g.o, g.pixels());
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void bias_backward(const Geometry& g, const Tensor& gy, Tensor& gb) {
+  if (g.o == 0) return;
+  channel_sums<<<static_cast<unsigned>(std::min<int64_t>(g.o, 65535)), kThreads>>>(
+      gy.data<float>(), gb.data<float>(), g.n, g.o, g.pixels());
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------- im2col + cuBLAS
+
+// col[(c*kh + ki)*kw + kj, oh*wo + ow] = x[c, oh*s - pad + ki, ow*s - pad + kj] (0 outside).
+__global__ void im2col_kernel(const float* x, float* col, Geometry g) {
+  const int64_t total = g.patch() * g.pixels();
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    const int64_t row = i / g.pixels(), pix = i % g.pixels();
+    const int64_t c = row / (g.kh * g.kw), ki = (row / g.kw) % g.kh, kj = row % g.kw;
+    const int64_t ih = (pix / g.wo) * g.stride - g.pad + ki, iw = (pix % g.wo) * g.stride - g.pad + kj;
+    col[i] = (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) ? x[(c * g.h + ih) * g.w + iw] : 0.0f;
+  }
+}
+
+// The adjoint of im2col, gathered: x[c, ih, iw] = sum of the col entries copied from it, over
+// (ki, kj) in increasing order like the CPU's col2im.
+__global__ void col2im_kernel(const float* col, float* x, Geometry g) {
+  const int64_t total = g.c * g.h * g.w;
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    const int64_t c = i / (g.h * g.w), ih = (i / g.w) % g.h, iw = i % g.w;
+    float acc = 0.0f;
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      const int64_t th = ih + g.pad - ki;  // = oh * stride for the output row that read it
+      if (th < 0 || th % g.stride != 0 || th / g.stride >= g.ho) continue;
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        const int64_t tw = iw + g.pad - kj;
+        if (tw < 0 || tw % g.stride != 0 || tw / g.stride >= g.wo) continue;
+        const int64_t row = (c * g.kh + ki) * g.kw + kj, pix = (th / g.stride) * g.wo + tw / g.stride;
+        acc += col[row * g.pixels() + pix];
+      }
+    }
+    x[i] = acc;
+  }
+}
+
+void im2col(const float* xn, const Geometry& g, float* col) {
+  im2col_kernel<<<blocks_for(g.patch() * g.pixels()), kThreads>>>(xn, col, g);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void gemm_conv_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t in_size = g.c * g.h * g.w, out_size = g.o * g.pixels();
+  Tensor col = g.pointwise() ? Tensor() : Tensor::empty({g.patch(), g.pixels()}, DType::Float32, x.device());
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* xn = x.data<float>() + n * in_size;
+    const float* cn = xn;
+    if (!g.pointwise()) {
+      im2col(xn, g, col.data<float>());
+      cn = col.data<float>();
+    }
+    gemm(false, false, g.o, g.pixels(), g.patch(), 1.0f, w.data<float>(), g.patch(), cn, g.pixels(),
+         0.0f, y.data<float>() + n * out_size, g.pixels());
+  }
+}
+
+void gemm_conv_backward(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& gy,
+                        Tensor& gx, Tensor& gw) {
+  const int64_t in_size = g.c * g.h * g.w, out_size = g.o * g.pixels();
+  const bool unfold = !g.pointwise();
+  Tensor col = unfold && gw.defined() ? Tensor::empty({g.patch(), g.pixels()}, DType::Float32, x.device()) : Tensor();
+  Tensor dcol = unfold && gx.defined() ? Tensor::empty({g.patch(), g.pixels()}, DType::Float32, x.device()) : Tensor();
+  if (gw.defined() && g.n == 0)  // an empty batch: dW is a sum of nothing
+    MT_CUDA_CHECK(cudaMemsetAsync(gw.raw_data(), 0, gw.nbytes(), nullptr));
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* gyn = gy.data<float>() + n * out_size;
+    if (gw.defined()) {
+      const float* xn = x.data<float>() + n * in_size;
+      const float* cn = xn;
+      if (unfold) {
+        im2col(xn, g, col.data<float>());
+        cn = col.data<float>();
+      }
+      // dW += dy_n * col_n^T; the first sample overwrites (beta 0), so gw needs no zeroing.
+      gemm(false, true, g.o, g.patch(), g.pixels(), 1.0f, gyn, g.pixels(), cn, g.pixels(),
+           n == 0 ? 0.0f : 1.0f, gw.data<float>(), g.patch());
+    }
+    if (gx.defined()) {
+      float* gxn = gx.data<float>() + n * in_size;
+      float* target = unfold ? dcol.data<float>() : gxn;
+      gemm(true, false, g.patch(), g.pixels(), g.o, 1.0f, w.data<float>(), g.patch(), gyn, g.pixels(),
+           0.0f, target, g.pixels());
+      if (unfold) {
+        col2im_kernel<<<blocks_for(in_size), kThreads>>>(dcol.data<float>(), gxn, g);
+        MT_CUDA_LAUNCH_CHECK();
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- cuDNN
+#ifdef MT_WITH_CUDNN
+
+int to_int(int64_t v) {
+  MT_CHECK(v >= 0 && v <= INT32_MAX, "conv2d: size ", v, " exceeds cuDNN's 32-bit limit");
+  return static_cast<int>(v);
+}
+
+// The four descriptors of one convolution, created per call (host-side structs, cheap) and
+// destroyed with it.
+struct Descriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+
+  Descriptors(const Geometry& g, bool tf32) {
+    MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    MT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(g.n),
+                                              to_int(g.c), to_int(g.h), to_int(g.w)));
+    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(g.n),
+                                              to_int(g.o), to_int(g.ho), to_int(g.wo)));
+    MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(g.o),
+                                              to_int(g.c), to_int(g.kh), to_int(g.kw)));
+    MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, to_int(g.pad), to_int(g.pad), to_int(g.stride),
+                                                   to_int(g.stride), 1, 1, CUDNN_CROSS_CORRELATION,
+                                                   CUDNN_DATA_FLOAT));
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  }
+  ~Descriptors() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyConvolutionDescriptor(conv);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+};
+
+enum class Direction { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
+
+struct Algo {
+  int algo = 0;  // the cudnnConvolution*Algo_t value
+  size_t workspace = 0;
+};
+
+// Everything the choice depends on: device, shape, direction and the numeric switches.
+using AlgoKey = std::array<int64_t, 15>;
+
+AlgoKey key_of(const Geometry& g, Direction dir, bool tf32) {
+  int dev = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&dev));
+  return {dev, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad, static_cast<int64_t>(dir), tf32,
+          static_cast<int64_t>(conv_workspace_limit()), conv_benchmark(), 0};
+}
+
+std::mutex g_algo_mu;
+std::map<AlgoKey, Algo>& algo_cache() {
+  static auto* cache = new std::map<AlgoKey, Algo>();  // never destroyed, like the allocator
+  return *cache;
+}
+
+// The first (best-ranked) result that succeeded, fits the workspace limit and keeps to FP32
+// when TF32 is off. cuDNN ranks heuristics results by expected speed and Find results by time.
+template <typename Perf>
+bool pick(const Perf* perf, int count, bool tf32, Algo& out) {
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (perf[i].memory > conv_workspace_limit()) continue;
+    if (!tf32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                  perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
+    out = {static_cast<int>(perf[i].algo), perf[i].memory};
+    return true;
+  }
+  return false;
+}
+
+// Scratch memory from the caching allocator (returned to its cache when the call ends).
+Tensor workspace_tensor(size_t bytes, Device device) {
+  return bytes == 0 ? Tensor() : Tensor::empty({static_cast<int64_t>(bytes)}, DType::UInt8, device);
+}
+void* ptr_of(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+// Chooses (or recalls) the algorithm of one direction. `x`, `w`, `y` are the direction's
+// buffers (the output one is overwritten when timing with Find).
+Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor& x, const Tensor& w,
+            const Tensor& y) {
+  const bool tf32 = allow_tf32();
+  const AlgoKey key = key_of(g, dir, tf32);
+  {
+    std::lock_guard<std::mutex> lock(g_algo_mu);
+    auto it = algo_cache().find(key);
+    if (it != algo_cache().end()) return it->second;
+  }
+  cudnnHandle_t h = cudnn_handle();
+  Algo chosen;
+  bool found = false;
+  int returned = 0;
+  if (conv_benchmark()) {
+    // Timing needs scratch up to the limit; the block stays in the caching allocator after.
+    Tensor ws = workspace_tensor(conv_workspace_limit(), x.device());
+    const size_t ws_bytes = conv_workspace_limit();
+    switch (dir) {
+      case Direction::Forward: {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        MT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+            h, d.x, x.raw_data(), d.w, w.raw_data(), d.conv, d.y, y.raw_data(),
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
+        found = pick(perf, returned, tf32, chosen);
+        break;
+      }
+      case Direction::BackwardData: {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        MT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            h, d.w, w.raw_data(), d.y, y.raw_data(), d.conv, d.x, x.raw_data(),
+            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
+        found = pick(perf, returned, tf32, chosen);
+        break;
+      }
+      case Direction::BackwardFilter: {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        MT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            h, d.x, x.raw_data(), d.y, y.raw_data(), d.conv, d.w, w.raw_data(),
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
+        found = pick(perf, returned, tf32, chosen);
+        break;
+      }
+    }
+  } else {
+    switch (dir) {
+      case Direction::Forward: {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y,
+                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+        found = pick(perf, returned, tf32, chosen);
+        break;
+      }
+      case Direction::BackwardData: {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
+        found = pick(perf, returned, tf32, chosen);
+        break;
+      }
+      case Direction::BackwardFilter: {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
+        found = pick(perf, returned, tf32, chosen);
+        break;
+      }
+    }
+  }
+  // Nothing fit: the classic algorithm 0 of each direction (implicit GEMM / ALGO_0), which needs
+  // little or no scratch; its size is asked for.
+  if (!found) {
+    chosen.algo = 0;
+    switch (dir) {
+      case Direction::Forward:
+        MT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+            h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &chosen.workspace));
+        break;
+      case Direction::BackwardData:
+        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, &chosen.workspace));
+        break;
+      case Direction::BackwardFilter:
+        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, &chosen.workspace));
+        break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_algo_mu);
+  algo_cache()[key] = chosen;
+  return chosen;
+}
+
+void cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y) {
+  const Descriptors d(g, allow_tf32());
+  const Algo a = choose(g, Direction::Forward, d, x, w, y);
+  Tensor ws = workspace_tensor(a.workspace, x.device());
+  const float one = 1.0f, zero = 0.0f;
+  MT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ptr_of(ws),
+                                         a.workspace, &zero, d.y, y.raw_data()));
+}
+
+void cudnn_backward(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& gy, Tensor& gx,
+                    Tensor& gw) {
+  const Descriptors d(g, allow_tf32());
+  const float one = 1.0f, zero = 0.0f;
+  if (gx.defined()) {
+    const Algo a = choose(g, Direction::BackwardData, d, gx, w, gy);
+    Tensor ws = workspace_tensor(a.workspace, x.device());
+    MT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, d.w, w.raw_data(), d.y, gy.raw_data(),
+                                                d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
+                                                ptr_of(ws), a.workspace, &zero, d.x, gx.raw_data()));
+  }
+  if (gw.defined()) {
+    const Algo a = choose(g, Direction::BackwardFilter, d, x, gw, gy);
+    Tensor ws = workspace_tensor(a.workspace, x.device());
+    MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(), &one, d.x, x.raw_data(), d.y, gy.raw_data(),
+                                                  d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+                                                  ptr_of(ws), a.workspace, &zero, d.w, gw.raw_data()));
+  }
+}
+
+#endif  // MT_WITH_CUDNN
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                    int64_t padding, Tensor& y) {
+  const Geometry g = geometry(x, w, y, stride, padding);
+  if (y.numel() == 0) return;
+#ifdef MT_WITH_CUDNN
+  if (use_cudnn() && x.numel() > 0 && w.numel() > 0) {
+    cudnn_forward(g, x, w, y);
+    bias_forward(g, bias, y);
+    return;
+  }
+#endif
+  gemm_conv_forward(g, x, w, y);
+  bias_forward(g, bias, y);
+}
+
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
+                     int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
+  const Geometry g = geometry(x, w, gy, stride, padding);
+  if (gb.defined()) bias_backward(g, gy, gb);
+#ifdef MT_WITH_CUDNN
+  if (use_cudnn() && x.numel() > 0 && w.numel() > 0 && gy.numel() > 0) {
+    cudnn_backward(g, x, w, gy, gx, gw);
+    return;
+  }
+#endif
+  gemm_conv_backward(g, x, w, gy, gx, gw);
+}
+
+}  // namespace mt::core::cuda

@@ -1,0 +1,83 @@
+// Matmul, linear and the bias gradient on the GPU, through gemm.h (cuBLAS).
+#include <algorithm>
+
+#include "core/kernels/cuda/gemm.h"
+#include "core/kernels/cuda/launch.cuh"
+#include "core/kernels/cuda/matmul.h"
+
+namespace mt::core::cuda {
+
+namespace {
+
+// A matrix view as BLAS sees it, as in kernels/cpu/matmul.cpp: pointer, leading dimension and
+// whether it is stored transposed. `keep` holds a contiguous copy alive when one was needed.
+struct BlasMatrix {
+  const float* ptr;
+  int64_t ld;
+  bool trans;
+  int64_t batch_stride;  // elements between consecutive matrices of a 3-d operand
+  Tensor keep;
+};
+
+// t is [rows, cols] or [batch, rows, cols]; the last two dimensions are the matrix.
+BlasMatrix as_blas(const Tensor& t) {
+  const int64_t nd = t.dim(), r = nd - 2, c = nd - 1;
+  const auto& st = t.strides();
+  const int64_t rows = t.shape()[r], cols = t.shape()[c];
+  const int64_t bstride = nd == 3 ? st[0] : 0;
+  if (st[c] == 1 || cols == 1) return {t.data<float>(), std::max<int64_t>({st[r], cols, 1}), false, bstride, {}};
+  if (st[r] == 1 || rows == 1) return {t.data<float>(), std::max<int64_t>({st[c], rows, 1}), true, bstride, {}};
+  Tensor cont = t.contiguous();
+  return {cont.data<float>(), std::max<int64_t>(cols, 1), false, nd == 3 ? rows * cols : 0, cont};
+}
+
+// out[r, j] = bias[j]: the GEMM then accumulates onto it (beta = 1), as on the CPU.
+__global__ void broadcast_rows(const float* bias, float* out, int64_t n, int64_t o) {
+  for (int64_t i = first_index(); i < n * o; i += grid_stride()) out[i] = bias[i % o];
+}
+
+// One thread per column, summing rows in order in float: the CPU loop's arithmetic exactly, and
+// coalesced (neighbouring threads read neighbouring columns).
+__global__ void column_sums(const float* g, float* gb, int64_t n, int64_t o) {
+  for (int64_t j = first_index(); j < o; j += grid_stride()) {
+    float s = 0.0f;
+    for (int64_t r = 0; r < n; ++r) s += g[r * o + j];
+    gb[j] = s;
+  }
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+  BlasMatrix A = as_blas(a), B = as_blas(b);
+  const int64_t nd = a.dim();
+  const int64_t m = a.shape()[nd - 2], k = a.shape()[nd - 1], n = b.shape()[nd - 1];
+  if (nd == 2) {
+    gemm(A.trans, B.trans, m, n, k, 1.0f, A.ptr, A.ld, B.ptr, B.ld, 0.0f, out.data<float>(), n);
+    return;
+  }
+  gemm_strided_batched(A.trans, B.trans, m, n, k, 1.0f, A.ptr, A.ld, A.batch_stride, B.ptr, B.ld,
+                       B.batch_stride, 0.0f, out.data<float>(), n, m * n, a.shape()[0]);
+}
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  const int64_t n = x.shape()[0], in = x.shape()[1], o = w.shape()[0];
+  float* po = out.data<float>();
+  float beta = 0.0f;
+  if (bias.defined() && n * o > 0) {
+    broadcast_rows<<<blocks_for(n * o), kThreads>>>(bias.data<float>(), po, n, o);
+    MT_CUDA_LAUNCH_CHECK();
+    beta = 1.0f;
+  }
+  gemm(false, true, n, o, in, 1.0f, x.data<float>(), std::max<int64_t>(in, 1), w.data<float>(),
+       std::max<int64_t>(in, 1), beta, po, o);
+}
+
+void bias_grad(const Tensor& g, Tensor& gb) {
+  const int64_t n = g.shape()[0], o = g.shape()[1];
+  if (o == 0) return;
+  column_sums<<<blocks_for(o), kThreads>>>(g.data<float>(), gb.data<float>(), n, o);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace mt::core::cuda

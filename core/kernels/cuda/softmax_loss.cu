@@ -1,0 +1,233 @@
+// Softmax, log-softmax and the classification losses on the GPU, with the CPU's arithmetic:
+// the maximum is subtracted first, exponentials are summed in double, and the loss is the mean
+// of per-row terms summed in double.
+//
+// Softmax works on "lines" as on the CPU: x viewed as [outer, n, inner], each of the
+// outer * inner lines holds n elements `inner` apart. One warp per line.
+//
+// The losses check their labels on the device: a label outside [0, classes) is not read from
+// (no out-of-bounds access), the smallest offending position is recorded, and after the kernel
+// the host reads that record -- one small synchronous copy per loss evaluation -- and throws
+// the same Error the CPU op would.
+#include <cuda_runtime.h>
+
+#include <limits>
+
+#include "core/kernels/cuda/launch.cuh"
+#include "core/kernels/cuda/softmax_loss.h"
+
+namespace mt::core::cuda {
+
+namespace {
+
+struct Lines {
+  int64_t outer = 1, n = 1, inner = 1;
+  __host__ __device__ int64_t count() const { return outer * inner; }
+  __host__ __device__ int64_t base(int64_t line) const {
+    return inner == 1 ? line * n : (line / inner) * n * inner + line % inner;
+  }
+};
+
+Lines lines(const Tensor& x, int64_t dim) {
+  Lines L;
+  for (int64_t d = 0; d < dim; ++d) L.outer *= x.shape()[d];
+  L.n = x.shape()[dim];
+  for (int64_t d = dim + 1; d < x.dim(); ++d) L.inner *= x.shape()[d];
+  return L;
+}
+
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+
+unsigned warp_blocks(int64_t warps) { return blocks_for(warps * kWarp); }
+
+__device__ inline int64_t first_warp() { return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; }
+__device__ inline int64_t warp_stride() { return int64_t(gridDim.x) * kWarpsPerBlock; }
+
+__device__ inline float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__global__ void softmax_forward_kernel(const float* x, float* y, Lines L, bool log) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t st = L.inner;
+  for (int64_t line = first_warp(); line < L.count(); line += warp_stride()) {
+    const float* in = x + L.base(line);
+    float* out = y + L.base(line);
+    float mx = -INFINITY;
+    for (int64_t k = lane; k < L.n; k += kWarp) mx = fmaxf(mx, in[k * st]);
+    mx = warp_max(mx);
+    double sum = 0.0;
+    for (int64_t k = lane; k < L.n; k += kWarp) sum += expf(in[k * st] - mx);
+    sum = warp_sum(sum);
+    if (log) {
+      const float lse = mx + static_cast<float>(::log(sum));
+      for (int64_t k = lane; k < L.n; k += kWarp) out[k * st] = in[k * st] - lse;
+    } else {
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t k = lane; k < L.n; k += kWarp) out[k * st] = expf(in[k * st] - mx) * inv;
+    }
+  }
+}
+
+__global__ void softmax_backward_kernel(const float* y, const float* gy, float* gx, Lines L, bool log) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t st = L.inner;
+  for (int64_t line = first_warp(); line < L.count(); line += warp_stride()) {
+    const int64_t b = L.base(line);
+    const float *yl = y + b, *gl = gy + b;
+    float* out = gx + b;
+    double dot = 0.0;  // softmax: sum(gy * y); log_softmax: sum(gy)
+    for (int64_t k = lane; k < L.n; k += kWarp) dot += log ? gl[k * st] : gl[k * st] * yl[k * st];
+    const float d = static_cast<float>(warp_sum(dot));
+    for (int64_t k = lane; k < L.n; k += kWarp)
+      out[k * st] = log ? gl[k * st] - expf(yl[k * st]) * d : yl[k * st] * (gl[k * st] - d);
+  }
+}
+
+// ---- label checking
+
+// bad[0] = n - (smallest position with an out-of-range label), 0 when all are valid: atomicMax
+// over n - i keeps the first offender whatever order the threads run in.
+__device__ inline bool label_ok(int64_t t, int64_t k, int64_t i, int64_t n, unsigned long long* bad) {
+  if (t >= 0 && t < k) return true;
+  atomicMax(bad, static_cast<unsigned long long>(n - i));
+  return false;
+}
+
+// A one-element record of the first bad label, zeroed, from the caching allocator.
+Tensor label_record(Device device) {
+  Tensor t = Tensor::empty({1}, DType::Int64, device);
+  MT_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, sizeof(int64_t), nullptr));
+  return t;
+}
+
+void check_labels(const char* op, const Tensor& record, const Tensor& targets, int64_t k) {
+  int64_t flag = 0;
+  MT_CUDA_CHECK(cudaMemcpy(&flag, record.raw_data(), sizeof(flag), cudaMemcpyDeviceToHost));
+  if (flag == 0) return;
+  const int64_t n = targets.numel(), pos = n - flag;
+  int64_t label = 0;
+  MT_CUDA_CHECK(cudaMemcpy(&label, targets.data<int64_t>() + pos, sizeof(label), cudaMemcpyDeviceToHost));
+  MT_FAIL(op, ": label ", label, " at position ", pos, " is out of range for ", k,
+          " classes (valid labels are 0..", k - 1,
+          "); check the dataset's labels against the model's number of classes");
+}
+
+// ---- losses
+
+// terms[i] = -log_probs[i, t[i]] (0 for a bad label, which is reported instead).
+__global__ void nll_terms(const float* lp, const int64_t* t, double* terms, int64_t n, int64_t k,
+                          unsigned long long* bad) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    terms[i] = label_ok(t[i], k, i, n, bad) ? -static_cast<double>(lp[i * k + t[i]]) : 0.0;
+}
+
+// A warp per row: lse[i] = max + log(sum exp(x - max)); terms[i] = lse[i] - x[i, t[i]].
+__global__ void cross_entropy_rows(const float* x, const int64_t* t, float* lse, double* terms, int64_t n,
+                                   int64_t k, unsigned long long* bad) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t i = first_warp(); i < n; i += warp_stride()) {
+    const float* row = x + i * k;
+    float mx = -INFINITY;
+    for (int64_t j = lane; j < k; j += kWarp) mx = fmaxf(mx, row[j]);
+    mx = warp_max(mx);
+    double sum = 0.0;
+    for (int64_t j = lane; j < k; j += kWarp) sum += expf(row[j] - mx);
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      const float l = mx + static_cast<float>(::log(sum));
+      lse[i] = l;
+      terms[i] = label_ok(t[i], k, i, n, bad) ? static_cast<double>(l) - row[t[i]] : 0.0;
+    }
+  }
+}
+
+// loss = sum(terms) / n, one block, in double.
+__global__ void mean_of_terms(const double* terms, int64_t n, float* loss) {
+  __shared__ double shared[kWarp];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += terms[i];
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) loss[0] = static_cast<float>(acc / static_cast<double>(n));
+}
+
+__global__ void nll_backward_kernel(const float* gloss, const int64_t* t, float* gx, int64_t n, int64_t k) {
+  const float g = -gloss[0] / static_cast<float>(n);
+  for (int64_t e = first_index(); e < n * k; e += grid_stride()) gx[e] = t[e / k] == e % k ? g : 0.0f;
+}
+
+__global__ void cross_entropy_backward_kernel(const float* x, const int64_t* t, const float* lse,
+                                              const float* gloss, float* gx, int64_t n, int64_t k) {
+  const float g = gloss[0] / static_cast<float>(n);
+  for (int64_t e = first_index(); e < n * k; e += grid_stride()) {
+    const int64_t i = e / k;
+    float v = expf(x[e] - lse[i]) * g;
+    if (t[i] == e % k) v -= g;
+    gx[e] = v;
+  }
+}
+
+}  // namespace
+
+void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& y) {
+  const Lines L = lines(x, dim);
+  if (L.count() == 0 || L.n == 0) return;
+  softmax_forward_kernel<<<warp_blocks(L.count()), kThreads>>>(x.data<float>(), y.data<float>(), L, log);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void softmax_backward(const Tensor& y, const Tensor& gy, int64_t dim, bool log, Tensor& gx) {
+  const Lines L = lines(y, dim);
+  if (L.count() == 0 || L.n == 0) return;
+  softmax_backward_kernel<<<warp_blocks(L.count()), kThreads>>>(y.data<float>(), gy.data<float>(),
+                                                                gx.data<float>(), L, log);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void nll_loss_forward(const Tensor& log_probs, const Tensor& targets, Tensor& loss) {
+  const int64_t n = log_probs.shape()[0], k = log_probs.shape()[1];
+  Tensor terms = Tensor::empty({n * 2}, DType::Float32, log_probs.device());  // n doubles
+  Tensor bad = label_record(log_probs.device());
+  auto* pbad = static_cast<unsigned long long*>(bad.raw_data());
+  nll_terms<<<blocks_for(n), kThreads>>>(log_probs.data<float>(), targets.data<int64_t>(),
+                                         static_cast<double*>(terms.raw_data()), n, k, pbad);
+  MT_CUDA_LAUNCH_CHECK();
+  mean_of_terms<<<1, 1024>>>(static_cast<const double*>(terms.raw_data()), n, loss.data<float>());
+  MT_CUDA_LAUNCH_CHECK();
+  check_labels("nll_loss", bad, targets, k);
+}
+
+void nll_loss_backward(const Tensor& gloss, const Tensor& targets, Tensor& gx) {
+  const int64_t n = gx.shape()[0], k = gx.shape()[1];
+  if (n * k == 0) return;
+  nll_backward_kernel<<<blocks_for(n * k), kThreads>>>(gloss.data<float>(), targets.data<int64_t>(),
+                                                      gx.data<float>(), n, k);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) {
+  const int64_t n = logits.shape()[0], k = logits.shape()[1];
+  Tensor terms = Tensor::empty({n * 2}, DType::Float32, logits.device());  // n doubles
+  Tensor bad = label_record(logits.device());
+  auto* pbad = static_cast<unsigned long long*>(bad.raw_data());
+  cross_entropy_rows<<<warp_blocks(n), kThreads>>>(logits.data<float>(), targets.data<int64_t>(),
+                                                   lse.data<float>(), static_cast<double*>(terms.raw_data()),
+                                                   n, k, pbad);
+  MT_CUDA_LAUNCH_CHECK();
+  mean_of_terms<<<1, 1024>>>(static_cast<const double*>(terms.raw_data()), n, loss.data<float>());
+  MT_CUDA_LAUNCH_CHECK();
+  check_labels("cross_entropy", bad, targets, k);
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            const Tensor& gloss, Tensor& gx) {
+  const int64_t n = logits.shape()[0], k = logits.shape()[1];
+  if (n * k == 0) return;
+  cross_entropy_backward_kernel<<<blocks_for(n * k), kThreads>>>(logits.data<float>(), targets.data<int64_t>(),
+                                                                lse.data<float>(), gloss.data<float>(),
+                                                                gx.data<float>(), n, k);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace mt::core::cuda

@@ -1,0 +1,232 @@
+#include "dist/cost_model.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mt::dist {
+
+Schedule parse_schedule(const std::string& name) {
+  if (name == "BSP") return Schedule::BSP;
+  if (name == "WFBP") return Schedule::WFBP;
+  if (name == "FUSION") return Schedule::FUSION;
+  if (name == "MGWFBP") return Schedule::MGWFBP;
+  MT_FAIL("unknown S-SGD schedule \"", name,
+          "\" (dist.schedule); valid: \"BSP\", \"WFBP\", \"FUSION\", \"MGWFBP\"");
+}
+
+std::string schedule_name(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::BSP: return "BSP";
+    case Schedule::WFBP: return "WFBP";
+    case Schedule::FUSION: return "FUSION";
+    case Schedule::MGWFBP: return "MGWFBP";
+  }
+  return "?";
+}
+
+LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  MT_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2,
+           "fit_linear_cost needs at least two (size, time) measurements, got ", bytes.size());
+  const double n = static_cast<double>(bytes.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    sx += bytes[i];
+    sy += seconds[i];
+    sxx += bytes[i] * bytes[i];
+    sxy += bytes[i] * seconds[i];
+  }
+  const double det = n * sxx - sx * sx;
+  MT_CHECK(det > 0, "fit_linear_cost needs at least two distinct message sizes");
+  LinearCost c;
+  c.beta = std::max(0.0, (n * sxy - sx * sy) / det);
+  c.alpha = std::max(0.0, (sy - c.beta * sx) / n);
+  return c;
+}
+
+// ---- Dag ----
+
+int Dag::add(std::string name, double seconds, const std::vector<int>& deps) {
+  const int id = static_cast<int>(tasks_.size());
+  double ready = 0.0;
+  int pred = -1;
+  for (int d : deps) {
+    MT_CHECK(d >= 0 && d < id, "Dag::add: task \"", name, "\" depends on ", d,
+             ", which is not added yet (add tasks in topological order)");
+    if (pred < 0 || finish_[d] > ready) {
+      ready = finish_[d];
+      pred = d;
+    }
+  }
+  tasks_.push_back({std::move(name), seconds, deps});
+  finish_.push_back(ready + seconds);
+  critical_pred_.push_back(pred);
+  return id;
+}
+
+double Dag::critical_length() const {
+  double best = 0.0;
+  for (double f : finish_) best = std::max(best, f);
+  return best;
+}
+
+std::vector<std::string> Dag::critical_path() const {
+  if (tasks_.empty()) return {};
+  int last = 0;
+  for (int i = 1; i < static_cast<int>(finish_.size()); ++i)
+    if (finish_[i] >= finish_[last]) last = i;  // ties: the later task (the update, not a message)
+  std::vector<std::string> path;
+  for (int t = last; t >= 0; t = critical_pred_[t]) path.push_back(tasks_[t].name);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+// ---- Merge plans ----
+
+MergePlan wfbp_plan(int layers) {
+  MergePlan plan;
+  for (int l = layers - 1; l >= 0; --l) plan.push_back({l});
+  return plan;
+}
+
+MergePlan bsp_plan(int layers) {
+  MergePlan plan(1);
+  for (int l = layers - 1; l >= 0; --l) plan[0].push_back(l);
+  return plan;
+}
+
+MergePlan fusion_plan(const std::vector<double>& bytes, double cap_bytes, double first_cap_bytes) {
+  MergePlan plan;
+  double filled = 0.0;
+  for (int l = static_cast<int>(bytes.size()) - 1; l >= 0; --l) {
+    // The first message is small so that communication starts early in backward.
+    const double cap = plan.size() == 1 ? first_cap_bytes : cap_bytes;
+    if (plan.empty() || filled + bytes[l] > cap) {
+      plan.push_back({});
+      filled = 0.0;
+    }
+    plan.back().push_back(l);
+    filled += bytes[l];
+  }
+  return plan;
+}
+
+MergePlan mgwfbp_plan(const std::vector<double>& tb, const std::vector<double>& bytes,
+                      const LinearCost& cost) {
+  const int L = static_cast<int>(tb.size());
+  MT_CHECK(bytes.size() == tb.size(), "mgwfbp_plan: ", tb.size(), " backward times but ",
+           bytes.size(), " sizes");
+  if (L == 0) return {};
+  std::vector<double> p = bytes, tc(L), tau_b(L), tau_c(L);
+  std::vector<std::vector<int>> members(L);  // the layers whose gradients travel with layer l
+  for (int l = 0; l < L; ++l) {
+    tc[l] = cost.time(p[l]);
+    members[l] = {l};
+  }
+  // Backward starts with layer L-1 at time 0; tau_b[l] = when layer l's backward starts.
+  tau_b[L - 1] = 0.0;
+  for (int l = L - 2; l >= 0; --l) tau_b[l] = tau_b[l + 1] + tb[l + 1];
+  auto recompute_tau_c = [&] {
+    tau_c[L - 1] = tau_b[L - 1] + tb[L - 1];
+    for (int l = L - 2; l >= 0; --l) tau_c[l] = std::max(tau_c[l + 1] + tc[l + 1], tau_b[l] + tb[l]);
+  };
+  recompute_tau_c();
+  for (int l = L - 1; l >= 1; --l) {
+    const double next_ready = tau_b[l - 1] + tb[l - 1];  // when l-1's gradient is final
+    const bool cannot_finish = tau_c[l] + tc[l] > next_ready;
+    const bool not_started = tau_c[l] >= next_ready;             // (a)
+    const bool started_recently = next_ready - tau_c[l] < cost.alpha;  // (b)
+    if (cannot_finish && (not_started || started_recently)) {
+      // Merge l into l-1: one message instead of two saves l's start-up cost alpha.
+      p[l - 1] += p[l];
+      p[l] = 0.0;
+      tc[l] = 0.0;
+      tc[l - 1] = cost.time(p[l - 1]);
+      members[l].insert(members[l].end(), members[l - 1].begin(), members[l - 1].end());
+      members[l - 1] = std::move(members[l]);
+      members[l].clear();
+      recompute_tau_c();
+    }
+  }
+  MergePlan plan;
+  for (int l = L - 1; l >= 0; --l)
+    if (!members[l].empty()) plan.push_back(members[l]);
+  return plan;
+}
+
+// ---- Prediction ----
+
+Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
+                             const LinearCost& cost, double update_seconds, bool after_backward) {
+  const int L = static_cast<int>(layers.size());
+  Dag dag;
+  int prev = -1;
+  for (int l = 0; l < L; ++l)
+    prev = dag.add("forward " + std::to_string(l), layers[l].forward, prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+  std::vector<int> backward(L);
+  for (int l = L - 1; l >= 0; --l) {
+    backward[l] = dag.add("backward " + std::to_string(l), layers[l].backward,
+                          prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+    prev = backward[l];
+  }
+  const int backward_done = prev;
+  std::vector<int> update_deps = {backward_done};
+  int prev_msg = -1;
+  for (size_t m = 0; m < plan.size(); ++m) {
+    double bytes = 0.0;
+    std::vector<int> deps;
+    for (int l : plan[m]) {
+      bytes += layers[l].bytes;
+      deps.push_back(backward[l]);
+    }
+    if (after_backward) deps.push_back(backward_done);
+    if (prev_msg >= 0) deps.push_back(prev_msg);
+    prev_msg = dag.add("allreduce " + std::to_string(m), cost.time(bytes), deps);
+    update_deps.push_back(prev_msg);
+  }
+  dag.add("update", update_seconds, update_deps);
+
+  Prediction p;
+  p.iteration = dag.critical_length();
+  p.backward_end = backward_done >= 0 ? dag.finish(backward_done) : 0.0;
+  p.comm_end = prev_msg >= 0 ? dag.finish(prev_msg) : p.backward_end;
+  p.critical_path = dag.critical_path();
+  return p;
+}
+
+MergePlan plan_for(Schedule schedule, const std::vector<LayerCost>& layers, const LinearCost& cost,
+                   double cap_bytes, double first_cap_bytes) {
+  const int L = static_cast<int>(layers.size());
+  std::vector<double> tb, bytes;
+  for (const auto& l : layers) {
+    tb.push_back(l.backward);
+    bytes.push_back(l.bytes);
+  }
+  switch (schedule) {
+    case Schedule::BSP: return bsp_plan(L);
+    case Schedule::WFBP: return wfbp_plan(L);
+    case Schedule::FUSION: return fusion_plan(bytes, cap_bytes, first_cap_bytes);
+    case Schedule::MGWFBP: return mgwfbp_plan(tb, bytes, cost);
+  }
+  return {};
+}
+
+Prediction predict_schedule(Schedule schedule, const std::vector<LayerCost>& layers,
+                            const LinearCost& cost, double update_seconds, double cap_bytes,
+                            double first_cap_bytes) {
+  return predict_iteration(layers, plan_for(schedule, layers, cost, cap_bytes, first_cap_bytes),
+                           cost, update_seconds, schedule == Schedule::BSP);
+}
+
+std::string plan_str(const MergePlan& plan) {
+  std::ostringstream os;
+  for (size_t m = 0; m < plan.size(); ++m) {
+    os << (m ? " [" : "[");
+    for (size_t i = 0; i < plan[m].size(); ++i) os << (i ? " " : "") << plan[m][i];
+    os << "]";
+  }
+  return os.str();
+}
+
+}  // namespace mt::dist

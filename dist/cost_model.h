@@ -1,0 +1,95 @@
+// The cost model of S-SGD (algorithms.md section 5; Shi, Wang, Chu, Li 2018): an iteration is a
+// DAG of tasks (forward, per-layer backward, per-message allreduce, update) and its time is the
+// length of the DAG's critical path. It predicts the iteration time of each schedule, and it
+// drives MG-WFBP: the merge plan (which layers' gradients travel together) is computed from it.
+//
+// Conventions: layers are numbered in forward order 0 .. L-1, so backward runs L-1 .. 0. Times
+// are seconds, sizes bytes. The network is T(M) = alpha + beta * M per message (alpha: start-up
+// latency, beta: seconds per byte; for a ring allreduce on n workers roughly
+// 2(n-1) * latency + 2(n-1)/n * M / bandwidth).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace mt::dist {
+
+// When the gradient exchange runs; see algorithms.md section 1.
+enum class Schedule { BSP, WFBP, FUSION, MGWFBP };
+Schedule parse_schedule(const std::string& name);  // "BSP", "WFBP", "FUSION", "MGWFBP"
+std::string schedule_name(Schedule schedule);
+
+struct LinearCost {
+  double alpha = 0.0;  // seconds per message
+  double beta = 0.0;   // seconds per byte
+  double time(double bytes) const { return alpha + beta * bytes; }
+};
+
+// Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes). alpha is
+// clamped at 0: a negative start-up cost is noise, and MG-WFBP's rule (b) needs alpha >= 0.
+LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+// A DAG of timed tasks. Tasks are added in a topological order (every dependency already
+// added), so the longest path is one pass over them.
+class Dag {
+ public:
+  int add(std::string name, double seconds, const std::vector<int>& deps = {});
+  size_t size() const { return tasks_.size(); }
+  double finish(int task) const { return finish_[task]; }  // earliest finish time
+  double start(int task) const { return finish_[task] - tasks_[task].seconds; }
+  double critical_length() const;                    // the latest finish over all tasks
+  std::vector<std::string> critical_path() const;    // task names along it, first to last
+
+ private:
+  struct Task {
+    std::string name;
+    double seconds;
+    std::vector<int> deps;
+  };
+  std::vector<Task> tasks_;
+  std::vector<double> finish_;
+  std::vector<int> critical_pred_;  // the dependency that finishes last (-1: none)
+};
+
+// Messages: groups of layers sent as one allreduce, in send order; each group lists its layers
+// in backward order (so group.back() is the layer whose gradient completes the message).
+using MergePlan = std::vector<std::vector<int>>;
+
+MergePlan wfbp_plan(int layers);  // one message per layer, L-1 first
+MergePlan bsp_plan(int layers);   // one message with everything
+// Tensor fusion: layers packed in backward order into messages of at most cap_bytes (the first
+// message at most first_cap_bytes); a layer bigger than the cap gets a message of its own.
+MergePlan fusion_plan(const std::vector<double>& bytes, double cap_bytes, double first_cap_bytes);
+// MG-WFBP (algorithms.md section 1): walk l = L-1 .. 1 and merge l into l-1 when l's
+// communication cannot finish before l-1's gradient is ready and either (a) it has not started
+// by then or (b) it started less than alpha earlier; recompute the start times after each merge.
+MergePlan mgwfbp_plan(const std::vector<double>& backward_seconds, const std::vector<double>& bytes,
+                      const LinearCost& cost);
+
+struct LayerCost {
+  double forward = 0.0;   // seconds
+  double backward = 0.0;  // seconds
+  double bytes = 0.0;     // gradient size
+};
+
+struct Prediction {
+  double iteration = 0.0;     // critical-path length, seconds
+  double backward_end = 0.0;  // forward + backward, no communication
+  double comm_end = 0.0;      // when the last message finishes
+  std::vector<std::string> critical_path;
+};
+
+// The DAG of one iteration under `plan`: forward 0..L-1, backward L-1..0, message m after its
+// last gradient and after message m-1 (one link, FIFO), update after every message and after
+// backward. after_backward = true makes the first message wait for all of backward (BSP).
+Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
+                             const LinearCost& cost, double update_seconds, bool after_backward);
+// The plan a schedule uses for these layers (FUSION caps in bytes).
+MergePlan plan_for(Schedule schedule, const std::vector<LayerCost>& layers, const LinearCost& cost,
+                   double cap_bytes, double first_cap_bytes);
+Prediction predict_schedule(Schedule schedule, const std::vector<LayerCost>& layers,
+                            const LinearCost& cost, double update_seconds, double cap_bytes,
+                            double first_cap_bytes);
+
+std::string plan_str(const MergePlan& plan);  // e.g. "[7 6] [5 4 3] [2 1 0]"
+
+}  // namespace mt::dist

@@ -1,0 +1,37 @@
+// Builds the Synchronizer a run asks for (config: RunConfig.dist, see configs/mintrain.proto).
+// The trainer translates the protobuf message into SyncConfig, so dist/ does not depend on the
+// config library.
+#pragma once
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+#include "dist/synchronizer.h"
+#include "dist/timeline.h"
+
+namespace mt::dist {
+
+struct SyncConfig {
+  std::string algorithm = "ssgd";
+  std::string schedule = "FUSION";
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;
+  int profile_iters = 5;
+  double alpha = -1.0;  // < 0: measure
+  double beta = -1.0;
+  int grad_accumulation_steps = 1;
+  std::string config_text;               // checked equal on every rank
+  std::shared_ptr<Timeline> timeline;    // optional
+  std::ostream* log = nullptr;           // rank 0's start-up notes
+};
+
+std::vector<std::string> synchronizer_names();  // "ssgd", ...
+
+// group == nullptr or a world of one with algorithm "ssgd" still builds the S-SGD synchronizer
+// when a group is given; without a group the result is the LocalSynchronizer.
+std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> group,
+                                                const SyncConfig& config);
+
+}  // namespace mt::dist

@@ -1,0 +1,35 @@
+// create_process_group: picks the engine for the backend name.
+#include "dist/process_group.h"
+
+#include <csignal>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "dist/gloo_process_group.h"
+#ifdef MT_WITH_NCCL
+#include "dist/nccl_process_group.h"
+#endif
+
+namespace mt::dist {
+
+std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                   const ProcessGroupOptions& options) {
+  // A peer that dies closes its sockets; Gloo's next write to one would raise SIGPIPE and kill
+  // this rank silently. Ignored, the write fails and surfaces as an Error naming the operation.
+  std::signal(SIGPIPE, SIG_IGN);
+  if (options.backend == "gloo") return GlooProcessGroup::create(std::move(store), rank, size, options);
+  if (options.backend == "nccl") {
+#ifdef MT_WITH_NCCL
+    MT_CHECK(core::cuda_available(), "rank ", rank, ": backend \"nccl\" needs a CUDA GPU and none is "
+             "visible; use backend \"gloo\" for CPU training");
+    return NcclProcessGroup::create(std::move(store), rank, size, options);
+#else
+    MT_FAIL("rank ", rank, ": backend \"nccl\" is not built into this mintrain (it needs the CUDA "
+            "toolkit and NCCL at build time); use backend \"gloo\"");
+#endif
+  }
+  MT_FAIL("rank ", rank, ": unknown process group backend \"", options.backend, "\"; use \"gloo\" (CPU "
+          "tensors) or \"nccl\" (CUDA tensors)");
+}
+
+}  // namespace mt::dist

@@ -1,0 +1,310 @@
+#include "dist/ssgd_synchronizer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+
+#include "core/error.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string mb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g MB", bytes / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options)
+    : group_(std::move(group)), options_(std::move(options)) {
+  MT_CHECK(group_ != nullptr, "S-SGD needs a process group");
+  MT_CHECK(options_.grad_accumulation_steps >= 1, "dist.grad_accumulation_steps must be >= 1, got ",
+           options_.grad_accumulation_steps);
+  MT_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
+           "dist.bucket_cap_mb and dist.first_bucket_cap_mb must be > 0");
+  MT_CHECK(options_.profile_iters >= 1, "dist.profile_iters must be >= 1, got ", options_.profile_iters);
+  if (options_.alpha >= 0 && options_.beta >= 0) cost_ = {options_.alpha, options_.beta};
+}
+
+void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
+  params_ = optimizer.params();
+  // Agreement first: the broadcasts below have model-dependent sizes and would fail obscurely
+  // (or hang) on ranks with another model.
+  check_replicas_agree(*group_, model, options_.config_text);
+  broadcast_parameters(*group_, model);
+  broadcast_buffers(*group_, model);
+
+  // Until a backward pass has shown the real hook order, assume reverse registration order
+  // (true for sequential models: the last layer's gradients come first).
+  const size_t P = params_.size();
+  std::vector<size_t> reverse(P);
+  for (size_t i = 0; i < P; ++i) reverse[i] = P - 1 - i;
+  std::vector<std::vector<size_t>> groups;
+  if (options_.schedule == Schedule::BSP) {
+    groups.push_back(reverse);
+  } else if (options_.schedule == Schedule::FUSION) {
+    hook_order_ = reverse;
+    groups = compute_groups();
+  } else {  // WFBP, and MGWFBP until its plan exists
+    for (size_t p : reverse) groups.push_back({p});
+  }
+  if (P > 0) build_buckets(groups);
+
+  if (options_.schedule == Schedule::MGWFBP && !(options_.alpha >= 0 && options_.beta >= 0)) {
+    cost_ = measure_cost();
+  }
+  if (options_.schedule == Schedule::MGWFBP && rank() == 0 && options_.log) {
+    *options_.log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
+                  << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB"
+                  << (options_.alpha >= 0 ? " (from the config)" : " (fitted at start-up)")
+                  << "; profiling " << options_.profile_iters << " iterations (as WFBP meanwhile)"
+                  << std::endl;
+  }
+  Synchronizer::setup(model, optimizer);  // grad-ready hooks -> on_gradient_ready
+}
+
+void SsgdSynchronizer::build_buckets(const std::vector<std::vector<size_t>>& groups) {
+  buckets_.clear();
+  bucket_of_.assign(params_.size(), -1);
+  for (const auto& g : groups) {
+    for (size_t p : g) bucket_of_.at(p) = static_cast<int>(buckets_.size());
+    buckets_.emplace_back(g, params_);
+  }
+  for (size_t p = 0; p < params_.size(); ++p)
+    MT_CHECK(bucket_of_[p] >= 0, "internal: parameter ", p, " is in no bucket");
+  launch_order_.clear();
+}
+
+void SsgdSynchronizer::begin_iteration(int64_t iteration) {
+  if (iteration != iteration_) {
+    iteration_ = iteration;
+    micro_batch_ = 0;
+  } else {
+    ++micro_batch_;
+  }
+  const int k = options_.grad_accumulation_steps;
+  communicate_ = micro_batch_ % k == k - 1;
+}
+
+void SsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
+  if (!communicate_) return;  // an earlier micro-batch: gradients just accumulate locally
+  arrivals_.push_back(param_index);
+  arrival_times_.push_back(Clock::now());
+  if (options_.schedule == Schedule::BSP) return;  // everything goes after backward
+  const int b = bucket_of_.at(param_index);
+  if (buckets_[b].add(param_index, param.grad())) launch(b);
+  if (options_.timeline) poll_completions();
+}
+
+void SsgdSynchronizer::launch(size_t b) {
+  Bucket& bucket = buckets_[b];
+  bucket.launched = true;
+  bucket.launched_at = Clock::now();
+  Tensor payload = bucket.payload(params_);
+  bucket.work = group_->allreduce(payload, ReduceOp::Sum);
+  launch_order_.push_back(b);
+}
+
+// Notes when messages finish (for the timeline): the group's Work has no callback, so the
+// completion time is when we first see it done; checked at every hook and while waiting.
+void SsgdSynchronizer::poll_completions() {
+  for (size_t b : launch_order_) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.completion_seen) continue;
+    if (!bucket.work->is_completed()) break;  // FIFO: later messages are not done either
+    bucket.completion_seen = true;
+    bucket.completed_at = Clock::now();
+  }
+}
+
+void SsgdSynchronizer::wait_all() {
+  const auto wait_start = Clock::now();
+  const float scale = 1.0f / static_cast<float>(world_size());
+  Clock::time_point link_free = Clock::time_point::min();
+  for (size_t b : launch_order_) {
+    Bucket& bucket = buckets_[b];
+    finish(bucket.work, *group_,
+           "allreduce of gradient bucket " + std::to_string(b) + " (" +
+               std::to_string(bucket.params().size()) + " tensors, " + mb(bucket.bytes()) + ")");
+    if (!bucket.completion_seen) {
+      bucket.completion_seen = true;
+      bucket.completed_at = Clock::now();
+    }
+    bucket.finish(params_, scale);
+    if (options_.timeline) {
+      // One link, FIFO: a message starts when it was enqueued and the previous one finished.
+      const auto start = std::max(bucket.launched_at, link_free);
+      options_.timeline->add("allreduce b" + std::to_string(b), Timeline::kComm, start,
+                             bucket.completed_at,
+                             "{\"tensors\":" + std::to_string(bucket.params().size()) +
+                                 ",\"bytes\":" + std::to_string(bucket.bytes()) + "}");
+      link_free = bucket.completed_at;
+    }
+  }
+  if (options_.timeline) options_.timeline->add("wait", Timeline::kCompute, wait_start, Clock::now());
+}
+
+void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
+  MT_CHECK(communicate_, "rank ", rank(), ": step() on micro-batch ", micro_batch_ + 1, " of ",
+           options_.grad_accumulation_steps,
+           "; with dist.grad_accumulation_steps = k, call begin_iteration(it) before each of the k "
+           "micro-batches and step() once after the last");
+  // Buckets still waiting for a gradient (BSP: all of them; otherwise buckets of parameters
+  // unused this iteration) go now, in bucket order, the same on every rank.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (buckets_[b].launched) continue;
+    buckets_[b].add_missing(params_);
+    launch(b);
+  }
+  wait_all();
+  ++communicated_iters_;
+  if (arrivals_.size() == params_.size()) hook_order_ = arrivals_;
+
+  if (options_.schedule == Schedule::FUSION && communicated_iters_ == 1) {
+    adopt_plan_from_rank0();  // the buckets, rebuilt in the order the hooks really fire
+  } else if (options_.schedule == Schedule::MGWFBP && !plan_ready_ && communicated_iters_ >= 2) {
+    // Profile (the first iteration is a warm-up: allocations, caches): the backward time of a
+    // parameter is the time since the previous grad-ready hook.
+    if (tb_sum_.empty()) tb_sum_.assign(params_.size(), 0.0);
+    for (size_t k = 1; k < arrivals_.size(); ++k)
+      tb_sum_[arrivals_[k]] += secs(arrival_times_[k] - arrival_times_[k - 1]);
+    if (++profiled_ == options_.profile_iters) {
+      profiled_tb_.clear();
+      for (size_t p : hook_order_) profiled_tb_.push_back(tb_sum_[p] / profiled_);
+      adopt_plan_from_rank0();
+      plan_ready_ = true;
+    }
+  }
+
+  {
+    TimelineSpan span(options_.timeline.get(), "optimizer");
+    optimizer.step();
+  }
+  for (auto& bucket : buckets_) bucket.reset();
+  launch_order_.clear();
+  arrivals_.clear();
+  arrival_times_.clear();
+}
+
+std::vector<std::vector<size_t>> SsgdSynchronizer::compute_groups() const {
+  // Positions in hook order; parameters that never fired (unused) go last.
+  std::vector<size_t> order = hook_order_;
+  std::vector<bool> seen(params_.size(), false);
+  for (size_t p : order) seen[p] = true;
+  for (size_t p = params_.size(); p-- > 0;)
+    if (!seen[p]) order.push_back(p);
+  // The cost model numbers layers in forward order (backward runs L-1 .. 0): position pos in
+  // hook order is layer L-1-pos.
+  const int L = static_cast<int>(order.size());
+  std::vector<double> bytes(L), tb(L, 0.0);
+  for (int pos = 0; pos < L; ++pos) {
+    bytes[L - 1 - pos] = static_cast<double>(params_[order[pos]].numel()) * 4.0;
+    if (pos < static_cast<int>(profiled_tb_.size())) tb[L - 1 - pos] = profiled_tb_[pos];
+  }
+  MergePlan plan;
+  if (options_.schedule == Schedule::MGWFBP) {
+    plan = mgwfbp_plan(tb, bytes, cost_);
+  } else {
+    const double MiB = 1024.0 * 1024.0;
+    plan = fusion_plan(bytes, options_.bucket_cap_mb * MiB, options_.first_bucket_cap_mb * MiB);
+  }
+  std::vector<std::vector<size_t>> groups;
+  for (const auto& message : plan) {
+    groups.emplace_back();
+    for (int l : message) groups.back().push_back(order[L - 1 - l]);
+  }
+  return groups;
+}
+
+void SsgdSynchronizer::adopt_plan_from_rank0() {
+  const size_t P = params_.size();
+  if (P == 0) return;
+  // [parameter at position k ..., its group ...], as float32 (exact for these integers).
+  Tensor wire = Tensor::zeros({static_cast<int64_t>(2 * P)}, core::DType::Float32,
+                              params_[0].device());
+  std::vector<std::vector<size_t>> groups;
+  if (rank() == 0) {
+    groups = compute_groups();
+    std::vector<float> host(2 * P);
+    size_t k = 0;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (size_t p : groups[g]) {
+        host[k] = static_cast<float>(p);
+        host[P + k] = static_cast<float>(g);
+        ++k;
+      }
+    wire.copy_(Tensor::from_vector(host, {static_cast<int64_t>(2 * P)}).to(wire.device()));
+  }
+  finish(group_->broadcast(wire, 0), *group_, "broadcast of the bucket plan from rank 0");
+  const std::vector<float> host = wire.to_vector();
+  groups.clear();
+  for (size_t k = 0; k < P; ++k) {
+    const size_t g = static_cast<size_t>(host[P + k]);
+    if (g >= groups.size()) groups.resize(g + 1);
+    groups[g].push_back(static_cast<size_t>(host[k]));
+  }
+  build_buckets(groups);
+
+  if (rank() == 0 && options_.log && options_.schedule == Schedule::MGWFBP) {
+    std::vector<LayerCost> layers(P);
+    double total_tb = 0;
+    for (size_t pos = 0; pos < P; ++pos) {
+      LayerCost& l = layers[P - 1 - pos];
+      l.backward = pos < profiled_tb_.size() ? profiled_tb_[pos] : 0.0;
+      l.bytes = static_cast<double>(params_[hook_order_.size() == P ? hook_order_[pos] : P - 1 - pos].numel()) * 4.0;
+      total_tb += l.backward;
+    }
+    std::vector<double> tb, bytes;
+    for (const auto& l : layers) { tb.push_back(l.backward); bytes.push_back(l.bytes); }
+    const auto wfbp = predict_iteration(layers, wfbp_plan(static_cast<int>(P)), cost_, 0.0, false);
+    const auto mg = predict_iteration(layers, mgwfbp_plan(tb, bytes, cost_), cost_, 0.0, false);
+    *options_.log << "MG-WFBP plan after " << profiled_ << " profiled iterations: " << P
+                  << " gradients in " << groups.size() << " messages (sizes";
+    for (const auto& b : buckets_) *options_.log << " " << mb(b.bytes());
+    *options_.log << "); profiled backward " << total_tb * 1e3
+                  << " ms; predicted backward+communication: WFBP " << wfbp.comm_end * 1e3
+                  << " ms, MG-WFBP " << mg.comm_end * 1e3 << " ms" << std::endl;
+  }
+}
+
+LinearCost SsgdSynchronizer::measure_cost() {
+  // Allreduces of several sizes, 1 KiB .. 4 MiB, each timed a few times after a warm-up; every
+  // rank runs the same sequence (collectives), rank 0's times feed the fit that it uses.
+  const std::vector<int64_t> sizes = {256, 2048, 16384, 131072, 524288, 1048576};
+  const int reps = 4;
+  std::vector<double> bytes, seconds;
+  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
+  for (int64_t n : sizes) {
+    Tensor t = Tensor::ones({n}, core::DType::Float32, device);
+    finish(group_->allreduce(t), *group_, "the start-up allreduce timing (warm-up)");
+    for (int r = 0; r < reps; ++r) {
+      const auto start = Clock::now();
+      finish(group_->allreduce(t), *group_, "the start-up allreduce timing");
+      bytes.push_back(static_cast<double>(n) * 4.0);
+      seconds.push_back(secs(Clock::now() - start));
+    }
+  }
+  return fit_linear_cost(bytes, seconds);
+}
+
+void SsgdSynchronizer::prepare_eval(layers::Module& model) {
+  // Batch-norm statistics are updated locally on each rank's shard; evaluation and checkpoints
+  // use rank 0's, so every rank evaluates the same model.
+  broadcast_buffers(*group_, model);
+}
+
+double SsgdSynchronizer::average(double value) {
+  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
+  Tensor t = Tensor::full({1}, value, core::DType::Float32, device);
+  finish(group_->allreduce(t), *group_, "averaging a metric over ranks");
+  return static_cast<double>(t.to(core::Device::cpu()).item()) / world_size();
+}
+
+}  // namespace mt::dist

@@ -1,0 +1,113 @@
+// S-SGD (algorithms.md section 1): every rank holds a full replica, computes gradients on its
+// shard of the global batch, and the gradients are averaged (allreduce sum, then / N) before
+// the same optimizer step everywhere. The schedule decides *when* each gradient travels:
+//
+//   BSP     one flattened allreduce after backward: no overlap, one start-up cost.
+//   WFBP    each parameter's allreduce is enqueued from its grad-ready hook, so the last layers'
+//           gradients travel while backward computes the first layers'.
+//   FUSION  gradients are packed, in backward order, into buckets of at most bucket_cap_mb (the
+//           first one first_bucket_cap_mb, so communication starts early); a bucket's allreduce
+//           starts when its last gradient arrives.
+//   MGWFBP  buckets chosen by the cost model (cost_model.h): runs as WFBP while it profiles the
+//           backward time between consecutive grad-ready hooks, then rank 0 computes the merge
+//           plan from those times and the fitted T(M) = alpha + beta*M, and broadcasts it.
+//
+// Collectives must be issued in the same order on every rank. The hooks fire in an order fixed
+// by the autograd graph (the engine runs ready nodes by sequence number), and every rank builds
+// the same graph, so the launch order agrees. After the first iteration FUSION (and after
+// profiling MG-WFBP) rebuilds its buckets from rank 0's observed hook order, broadcast to all.
+//
+// The process group runs collectives on its own thread (CPU) or stream (GPU): a hook only copies
+// a gradient into its bucket and enqueues; backward goes on meanwhile. step() waits for every
+// message (each wait has the group's timeout and fails with an Error naming this rank and the
+// message), divides by N, and steps the optimizer.
+//
+// Gradient accumulation: with grad_accumulation_steps = k the trainer calls begin_iteration(it)
+// once per micro-batch with the same `it`; the hooks do nothing on the first k-1 micro-batches
+// (the gradients just sum up locally) and communicate on the k-th.
+#pragma once
+#include <chrono>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/bucket.h"
+#include "dist/cost_model.h"
+#include "dist/process_group.h"
+#include "dist/synchronizer.h"
+#include "dist/timeline.h"
+
+namespace mt::dist {
+
+struct SsgdOptions {
+  Schedule schedule = Schedule::FUSION;
+  double bucket_cap_mb = 25.0;        // FUSION: MiB per bucket
+  double first_bucket_cap_mb = 1.0;   // FUSION: MiB of the first bucket
+  int profile_iters = 5;              // MGWFBP: iterations profiled (after one warm-up iteration)
+  double alpha = -1.0;                // MGWFBP: seconds per message; < 0 = measure at start-up
+  double beta = -1.0;                 // MGWFBP: seconds per byte; < 0 = measure at start-up
+  int grad_accumulation_steps = 1;
+  std::string config_text;            // must be the same on every rank (checked at setup)
+  std::shared_ptr<Timeline> timeline; // optional trace
+  std::ostream* log = nullptr;        // rank 0's start-up notes (fitted cost, merge plan)
+};
+
+class SsgdSynchronizer final : public Synchronizer {
+ public:
+  SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options);
+
+  std::string name() const override { return "ssgd/" + schedule_name(options_.schedule); }
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->size(); }
+
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override;
+  void on_gradient_ready(size_t param_index, core::Tensor& param) override;
+  void step(optim::Optimizer& optimizer) override;
+  void prepare_eval(layers::Module& model) override;
+  double average(double value) override;
+
+  // Introspection (tests, benchmarks, logs).
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const LinearCost& cost() const { return cost_; }
+  bool plan_ready() const { return plan_ready_; }
+  // Mean profiled backward time per parameter, in hook order (MGWFBP, once profiled).
+  const std::vector<double>& profiled_backward() const { return profiled_tb_; }
+  const std::vector<size_t>& hook_order() const { return hook_order_; }
+
+ private:
+  void build_buckets(const std::vector<std::vector<size_t>>& groups);
+  void launch(size_t bucket);
+  void poll_completions();
+  void wait_all();
+  LinearCost measure_cost();
+  // Rank 0 computes groups of parameters (from its observed hook order) and broadcasts them;
+  // every rank rebuilds its buckets from the result.
+  void adopt_plan_from_rank0();
+  std::vector<std::vector<size_t>> compute_groups() const;
+
+  std::shared_ptr<ProcessGroup> group_;
+  SsgdOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;        // parameter index -> bucket
+  std::vector<size_t> launch_order_;  // buckets in the order their allreduce was enqueued
+
+  int64_t iteration_ = -1;
+  int micro_batch_ = 0;
+  bool communicate_ = true;  // this backward is the last micro-batch of the iteration
+  int64_t communicated_iters_ = 0;
+
+  // Hook order and times of the current iteration, for FUSION's rebuild and MGWFBP's profile.
+  std::vector<size_t> arrivals_;
+  std::vector<std::chrono::steady_clock::time_point> arrival_times_;
+  std::vector<size_t> hook_order_;
+  std::vector<double> tb_sum_;
+  int profiled_ = 0;
+  std::vector<double> profiled_tb_;
+  bool plan_ready_ = false;
+  LinearCost cost_;
+};
+
+}  // namespace mt::dist
