@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Emulated hosts on one machine: N network namespaces mt-h0..mt-h{N-1}, each with one veth link
+# ("eth0", 10.77.0.<i+1>/24) into a bridge in the switch namespace mt-sw. Every link is shaped in
+# both directions with tc: tbf for the rate, netem (parent of the tbf) for the one-way delay.
+# Only 10.77.0.0/24 is used, nothing is added to the root namespace, and `down` removes it all.
+#
+#   netns_testbed.sh up N PRESET [RATE] [DELAY]   # PRESET flat | two_racks; RATE 1gbit, DELAY 0ms
+#   netns_testbed.sh run I -- CMD...              # run CMD inside host I (ip netns exec mt-hI)
+#   netns_testbed.sh down                         # delete every mt-* namespace (safe to repeat)
+#   netns_testbed.sh dry-run [N PRESET RATE DELAY]  # print the commands `up` would run, then `down`
+#
+# Presets:
+#   flat       every host link at RATE/DELAY, one bridge (a single switch).
+#   two_racks  hosts 0..N/2-1 on bridge "rack0", the rest on "rack1"; host links at RATE/DELAY,
+#              the two bridges joined by one inter-rack link at INTER_RATE (env; default RATE/4).
+# DELAY needs the netem qdisc (absent from some kernels, e.g. our VM: then use 0ms).
+# Env MT_TESTBED_PREFIX (default mt) names the namespaces: <prefix>-sw, <prefix>-h<i>.
+# Example: netns_testbed.sh up 4 flat 25mbit && netns_testbed.sh run 1 -- ip -br addr
+set -euo pipefail
+
+PREFIX=${MT_TESTBED_PREFIX:-mt}   # another prefix gives a separate testbed (the tests use one)
+[[ $PREFIX =~ ^[a-z][a-z0-9-]{0,15}$ ]] || { echo "bad MT_TESTBED_PREFIX '$PREFIX'" >&2; exit 2; }
+SW=${PREFIX}-sw
+SUBNET=10.77.0
+DRY=0
+
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+# Every command that changes the system goes through x: printed in dry-run, run otherwise.
+x() {
+  if ((DRY)); then echo "$*"; else "$@"; fi
+}
+
+need_root() {
+  if ((DRY)); then return; fi
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "netns_testbed.sh: must run as root (network namespaces, veth and tc need CAP_NET_ADMIN);" \
+         "try: sudo $0 $*  (or 'dry-run' to only print the commands)" >&2
+    exit 1
+  fi
+}
+
+host() { echo "${PREFIX}-h$1"; }
+
+# tc on one interface in namespace $1: netem delay (if any) then tbf at the rate.
+shape() {
+  local ns=$1 dev=$2 rate=$3 delay=$4
+  local bits burst
+  bits=$(rate_bits "$rate")
+  burst=$((bits / 8 / 100))          # 10 ms worth of bytes, at least a few full frames
+  ((burst < 15000)) && burst=15000
+  if [[ $delay == 0 || $delay == 0ms ]]; then
+    x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency 100ms
+  else
+    x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: netem delay "$delay"
+    x ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency 100ms
+  fi
+}
+
+# "25mbit" -> 25000000 (tc units: kbit, mbit, gbit, bit; decimal).
+rate_bits() {
+  local r=${1,,} n unit
+  [[ $r =~ ^([0-9]+)([a-z]*)$ ]] || { echo "bad rate '$1' (want e.g. 1gbit, 25mbit)" >&2; exit 2; }
+  n=${BASH_REMATCH[1]}; unit=${BASH_REMATCH[2]}
+  case $unit in
+    ""|bit) echo "$n" ;;
+    kbit) echo $((n * 1000)) ;;
+    mbit) echo $((n * 1000000)) ;;
+    gbit) echo $((n * 1000000000)) ;;
+    *) echo "bad rate unit '$unit' (kbit, mbit, gbit)" >&2; exit 2 ;;
+  esac
+}
+
+# A veth pair: end $2 in namespace $1, end $4 in namespace $3 (created there, never in the root ns).
+veth() {
+  x ip netns exec "$1" ip link add "$2" type veth peer name "$4" netns "$3"
+}
+
+up() {
+  local n=${1:?usage: up N PRESET [RATE] [DELAY]} preset=${2:?PRESET: flat or two_racks}
+  local rate=${3:-1gbit} delay=${4:-0ms}
+  [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || { echo "N must be 1..200" >&2; exit 2; }
+  rate_bits "$rate" >/dev/null
+  case $preset in flat|two_racks) ;; *) echo "unknown preset '$preset' (flat, two_racks)" >&2; exit 2 ;; esac
+  need_root up "$@"
+  # A half-built testbed is removed: on failure or interrupt, tear everything down.
+  if ((!DRY)); then
+    trap 'rc=$?; if ((rc != 0)); then echo "netns_testbed.sh: up failed, tearing down" >&2; down; fi' EXIT
+    trap 'exit 130' INT TERM
+  fi
+
+  x ip netns add "$SW"
+  x ip netns exec "$SW" ip link set lo up
+  if [[ $delay != 0 && $delay != 0ms ]] && ((!DRY)); then  # netem is a module some kernels lack
+    ip netns exec "$SW" tc qdisc add dev lo root netem delay "$delay" 2>/dev/null || {
+      echo "netns_testbed.sh: this kernel has no netem qdisc (sch_netem), so DELAY must be 0ms;" \
+           "the rate (tbf) still works" >&2; exit 1; }
+    ip netns exec "$SW" tc qdisc del dev lo root
+  fi
+  local bridges=(br0)
+  [[ $preset == two_racks ]] && bridges=(rack0 rack1)
+  local br
+  for br in "${bridges[@]}"; do
+    x ip netns exec "$SW" ip link add "$br" type bridge
+    x ip netns exec "$SW" ip link set "$br" up
+  done
+  if [[ $preset == two_racks ]]; then
+    local inter=${INTER_RATE:-}
+    [[ -n $inter ]] || inter="$(( $(rate_bits "$rate") / 4 ))bit"
+    veth "$SW" up0 "$SW" up1
+    x ip netns exec "$SW" ip link set up0 master rack0 up
+    x ip netns exec "$SW" ip link set up1 master rack1 up
+    shape "$SW" up0 "$inter" "$delay"
+    shape "$SW" up1 "$inter" "$delay"
+  fi
+
+  local i h port
+  for ((i = 0; i < n; i++)); do
+    h=$(host "$i"); port="p$i"
+    br=${bridges[0]}
+    [[ $preset == two_racks ]] && ((i >= n / 2)) && br=${bridges[1]}
+    x ip netns add "$h"
+    x ip netns exec "$h" ip link set lo up
+    veth "$h" eth0 "$SW" "$port"
+    x ip netns exec "$h" ip addr add "$SUBNET.$((i + 1))/24" dev eth0
+    x ip netns exec "$h" ip link set eth0 up
+    x ip netns exec "$SW" ip link set "$port" master "$br" up
+    shape "$h" eth0 "$rate" "$delay"       # host -> switch
+    shape "$SW" "$port" "$rate" "$delay"   # switch -> host
+  done
+  ((DRY)) || echo "testbed up: $n hosts ($preset, $rate, delay $delay): $(host 0) = $SUBNET.1 .. $(host $((n - 1))) = $SUBNET.$n"
+  ((DRY)) || trap - EXIT INT TERM
+}
+
+down() {
+  need_root down
+  local ns list
+  # Deleting a namespace deletes its veth ends, so both halves of every link go.
+  if ((DRY)); then
+    list="$SW $(for ((i = 0; i < ${1:-0}; i++)); do host "$i"; done)"
+  else
+    list=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}-(h[0-9]+|sw)$" || true)
+  fi
+  for ns in $list; do
+    x ip netns del "$ns"
+  done
+  return 0
+}
+
+run() {
+  local i=${1:?usage: run I -- CMD...}
+  shift
+  [[ ${1:-} == -- ]] && shift
+  (($#)) || { echo "usage: run I -- CMD..." >&2; exit 2; }
+  need_root run
+  exec ip netns exec "$(host "$i")" "$@"
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+  up) up "$@" ;;
+  down) down ;;
+  run) run "$@" ;;
+  dry-run)
+    DRY=1
+    echo "# up ${1:-4} ${2:-flat} ${3:-1gbit} ${4:-0ms}"
+    up "${1:-4}" "${2:-flat}" "${3:-1gbit}" "${4:-0ms}"
+    echo "# down"
+    down "${1:-4}"
+    ;;
+  -h|--help|help|"") usage ;;
+  *) echo "unknown command '$cmd'" >&2; usage ;;
+esac
