@@ -236,6 +236,22 @@ void Trainer::connect() {
   sc.alpha = dc.has_alpha() ? dc.alpha() : -1.0;
   sc.beta = dc.has_beta() ? dc.beta() : -1.0;
   sc.grad_accumulation_steps = std::max(1, dc.grad_accumulation_steps());
+  sc.dssync_group_size = dc.dssync_group_size();
+  sc.dssync_schedule = dc.dssync_schedule();
+  sc.dssync_cross_period = dc.dssync_cross_period();
+  sc.dssync_rack.assign(dc.dssync_rack().begin(), dc.dssync_rack().end());
+  sc.dssync_ranks_per_rack = dc.dssync_ranks_per_rack();
+  sc.dssync_global_average_every = dc.dssync_global_average_every();
+  sc.dssync_seed = dc.dssync_seed();
+  sc.dssync_pool_size = dc.dssync_pool_size();
+  sc.dssync_spread_every = dc.dssync_spread_every();
+  sc.dssync_measure_racks = dc.dssync_measure_racks();
+  sc.compression = dc.compression();
+  sc.compression_tau = dc.compression_tau();
+  sc.topk_ratio = dc.topk_ratio();
+  sc.cdsgd_warmup_iters = dc.cdsgd_warmup_iters();
+  sc.cdsgd_k = dc.cdsgd_k();
+  sc.cdsgd_lambda = dc.cdsgd_lambda();
   sc.config_text = config_to_text(config_);
   sc.timeline = timeline_;
   sc.log = options_.quiet ? nullptr : &log();
@@ -478,6 +494,10 @@ TrainResult Trainer::train() {
     }
     if (result.interrupted) break;
 
+    // Communication statistics of the epoch (compressed exchanges; "" for the others).
+    if (const std::string comm = sync_->epoch_summary(); chatty && !comm.empty()) {
+      log() << "epoch " << epoch + 1 << " " << comm << std::endl;
+    }
     // End of epoch: evaluate, then checkpoint (so the checkpoint knows the best accuracy).
     const bool last = epoch + 1 == epochs;
     state_.epoch = epoch + 1;  // a checkpoint written now resumes at the next epoch

@@ -2,6 +2,7 @@
 // The trainer translates the protobuf message into SyncConfig, so dist/ does not depend on the
 // config library.
 #pragma once
+#include <cstdint>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -22,6 +23,25 @@ struct SyncConfig {
   double alpha = -1.0;  // < 0: measure
   double beta = -1.0;
   int grad_accumulation_steps = 1;
+  // DS-Sync (algorithm "dssync"; see dssync_synchronizer.h and DistConfig).
+  int dssync_group_size = 2;
+  std::string dssync_schedule = "butterfly";
+  int dssync_cross_period = 1;
+  std::vector<int> dssync_rack;     // rack id per rank; empty = by ranks_per_rack or one rack
+  int dssync_ranks_per_rack = 0;
+  int dssync_global_average_every = 0;
+  uint64_t dssync_seed = 0;
+  int dssync_pool_size = 16;
+  int dssync_spread_every = 0;
+  bool dssync_measure_racks = false;
+  // CD-SGD and compressed S-SGD (algorithm "cdsgd", or "ssgd" with a compression; see
+  // cdsgd_synchronizer.h, compressor.h and DistConfig).
+  std::string compression = "NONE";
+  double compression_tau = 0.5;
+  double topk_ratio = 0.01;
+  int cdsgd_warmup_iters = 100;
+  int cdsgd_k = 5;
+  double cdsgd_lambda = 0.04;
   std::string config_text;               // checked equal on every rank
   std::shared_ptr<Timeline> timeline;    // optional
   std::ostream* log = nullptr;           // rank 0's start-up notes

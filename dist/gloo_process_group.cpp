@@ -67,6 +67,8 @@ ReduceFn reduce_fn(core::DType dtype, ReduceOp op) {
   switch (dtype) {
     case core::DType::Float32: return reduce_fn<float>(op);
     case core::DType::Int64: return reduce_fn<int64_t>(op);
+    // FP16 gradient compression (compressor_fp16.cpp) sums halves.
+    case core::DType::Float16: return reduce_fn<gloo::float16>(op);
     default: return nullptr;
   }
 }
@@ -257,7 +259,7 @@ std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, ReduceOp op) {
   check_cpu(tensor, who(), name, "input");
   const ReduceFn fn = reduce_fn(tensor.dtype(), op);
   MT_CHECK(fn != nullptr, who(), ": ", name, ": dtype ", core::dtype_name(tensor.dtype()),
-           " cannot be reduced (float32 and int64 can)");
+           " cannot be reduced (float32, int64 and float16 can)");
   auto ctx = context_;
   const auto timeout = shared_->options.timeout;
   return issue(name, [ctx, tensor, fn, timeout](uint32_t tag) {
@@ -266,7 +268,8 @@ std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, ReduceOp op) {
     // In place: only an output buffer, which Gloo reads and overwrites.
     const size_t n = static_cast<size_t>(tensor.numel());
     if (tensor.dtype() == core::DType::Float32) opts.setOutput(tensor.data<float>(), n);
-    else opts.setOutput(tensor.data<int64_t>(), n);
+    else if (tensor.dtype() == core::DType::Int64) opts.setOutput(tensor.data<int64_t>(), n);
+    else opts.setOutput(static_cast<gloo::float16*>(tensor.raw_data()), n);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setReduceFunction(fn);
     opts.setTag(tag);
@@ -367,7 +370,7 @@ std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& input, Tens
            " elements, expected ", size_, " x the output's ", output.numel());
   const ReduceFn fn = reduce_fn(input.dtype(), ReduceOp::Sum);
   MT_CHECK(fn != nullptr, who(), ": ", name, ": dtype ", core::dtype_name(input.dtype()),
-           " cannot be reduced (float32 and int64 can)");
+           " cannot be reduced (float32, int64 and float16 can)");
   auto ctx = context_;
   const auto timeout = shared_->options.timeout;
   return issue(name, [ctx, input, output, fn, timeout](uint32_t tag) {

@@ -159,18 +159,18 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
   auto store = std::make_shared<TCPStore>(so);
   rv.store = store;
 
-  // Check in, publishing our world size; rank 0's is the reference.
+  // Check in, publishing our world size; rank 0's is the reference. The others read rank 0's
+  // before they publish their own: rank 0 may give up (and take the store down) as soon as it
+  // sees a mismatching key, so that key must be the last thing its owner needs from the store.
   const std::string ws = std::to_string(world.world_size);
-  store->set("rendezvous/rank/" + std::to_string(world.rank), std::vector<uint8_t>(ws.begin(), ws.end()));
   auto world_size_of = [&](int r) {
     const auto v = store->get("rendezvous/rank/" + std::to_string(r));
     return std::string(v.begin(), v.end());
   };
-  if (world.rank != 0) {
-    const std::string ref = world_size_of(0);
-    MT_CHECK(ref == ws, "rendezvous: rank ", world.rank, " was started with WORLD_SIZE=", ws,
-             " but rank 0 with WORLD_SIZE=", ref, ": start every rank with the same world size");
-  }
+  const std::string ref = world.rank == 0 ? ws : world_size_of(0);
+  store->set("rendezvous/rank/" + std::to_string(world.rank), std::vector<uint8_t>(ws.begin(), ws.end()));
+  MT_CHECK(ref == ws, "rendezvous: rank ", world.rank, " was started with WORLD_SIZE=", ws,
+           " but rank 0 with WORLD_SIZE=", ref, ": start every rank with the same world size");
   std::vector<std::string> keys;
   for (int r = 0; r < world.world_size; ++r) keys.push_back("rendezvous/rank/" + std::to_string(r));
   // Poll, remembering who has arrived, rather than one long blocking wait: when the deadline

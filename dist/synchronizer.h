@@ -10,6 +10,8 @@
 //   step(optimizer)                after backward: finish communication and update weights
 //                                  (the default just steps the optimizer)
 //   model_for_eval(model)          before evaluation and checkpoints (DS-Sync: the average)
+//   epoch_summary()                once per epoch: a line of communication statistics for the
+//                                  log (compressed exchanges), empty when there is nothing to say
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,6 +36,9 @@ class Synchronizer {
   virtual void prepare_eval(layers::Module& model) {}
   // Averages a metric over ranks (loss, accuracy); identity on one process.
   virtual double average(double value) { return value; }
+  // Statistics since the last call (bytes per iteration, compression ratio, wait time); "" =
+  // nothing to report. Rank-local: the trainer prints rank 0's.
+  virtual std::string epoch_summary() { return ""; }
 
   virtual core::StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const core::StateDict& state) {}

@@ -1,0 +1,97 @@
+// CD-SGD: compressed, one-step-delayed exchange with delay compensation (algorithms.md
+// section 2; Yu et al. 2021). Every rank keeps two sets of weights:
+//
+//   w_i  local weights: the model's parameters, on which forward/backward run
+//   W    global weights: identical on every rank, updated with the average of all ranks'
+//        decoded gradients by the configured optimizer (the "server", run on every rank)
+//
+// Iteration t (after `warmup_iters` iterations of plain full-precision S-SGD):
+//   1. backward on w_t gives g_t; its exchange (error feedback + compression, or full precision
+//      every k-th iteration, which sends g + r and clears r) is launched in the background;
+//   2. wait for exchange t-1 (launched one iteration ago, so mostly done) and apply it:
+//      W <- optimizer(W, mean_i decode(Q(g_{t-1,i} + r_i)));
+//   3. local update with delay compensation, from the newest W and this rank's own gradient:
+//      w_{t+1} = W - lr * (g_t + lambda * g_t (.) g_t (.) (W - w_t))
+//      (lambda = 0: plain one-step-delay SGD, OD-SGD).
+// So exchange t overlaps the forward/backward of iteration t+1.
+//
+// The optimizer: the trainer's optimizer *is* the global one. Its parameter tensors are the
+// model's, so step 2 copies W into them, sets their gradients to the average, steps the
+// optimizer (momentum, weight decay: the global state, saved with checkpoints as usual), copies
+// the result back into W, and step 3 writes the new local weights. This needs no second
+// optimizer and no change to the Synchronizer interface, at the cost of two copies of the
+// weights per iteration. The local update is plain SGD at the optimizer's current lr.
+//
+// Evaluation and checkpoints use W: prepare_eval waits for the exchange in flight, applies it
+// (with the lr of the iteration that produced it, so the result is the same as applying it in
+// the next step), and shows W in the model; the next begin_iteration puts the local weights
+// back. Checkpoints hold W (as the model), the local weights, the residual and the iteration
+// count (state_dict), so a resumed run continues exactly.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/gradient_exchange.h"
+#include "dist/synchronizer.h"
+
+namespace mt::dist {
+
+struct CdsgdOptions {
+  CompressionOptions compression;  // default NONE; the reference uses TWO_BIT tau 0.5
+  int warmup_iters = 100;          // plain S-SGD iterations first (reference code: 1000)
+  int k = 5;                       // every k-th iteration after warm-up is full precision; 0 = never
+  double lambda = 0.04;            // delay-compensation strength; 0 = OD-SGD
+  std::string config_text;         // must be the same on every rank (checked at setup)
+};
+
+class CdsgdSynchronizer final : public Synchronizer {
+ public:
+  CdsgdSynchronizer(std::shared_ptr<ProcessGroup> group, CdsgdOptions options);
+
+  std::string name() const override;
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->size(); }
+
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override;
+  void step(optim::Optimizer& optimizer) override;
+  void prepare_eval(layers::Module& model) override;
+  double average(double value) override;
+  std::string epoch_summary() override;
+
+  core::StateDict state_dict() const override;
+  void load_state_dict(const core::StateDict& state) override;
+
+  // Introspection (tests).
+  const Tensor& global_weights() const { return global_; }
+  int64_t steps() const { return steps_; }
+  GradientExchange& exchange() { return *exchange_; }
+
+ private:
+  bool delayed() const { return steps_ > options_.warmup_iters; }
+  // Applies the exchange in flight to W (the optimizer steps W with the lr of its iteration).
+  // Leaves W in the model's parameters: the caller puts back what it wants there.
+  void apply_pending();
+
+  std::shared_ptr<ProcessGroup> group_;
+  CdsgdOptions options_;
+  std::unique_ptr<Compressor> compressor_;  // until setup hands it to the exchange
+  std::unique_ptr<GradientExchange> exchange_;
+  optim::Optimizer* optimizer_ = nullptr;   // the trainer's; outlives this object
+  std::vector<Tensor> params_;
+  Tensor global_;  // W, flat
+  Tensor local_;   // the local weights while the model shows W (after prepare_eval)
+  bool showing_global_ = false;
+  PendingExchange pending_;
+  double pending_lr_ = 0.0;
+  int64_t steps_ = 0;  // optimizer steps taken (iterations)
+  int64_t iterations_since_summary_ = 0, full_since_summary_ = 0;
+};
+
+struct SyncConfig;  // factory.h
+// The factory's branch for dist.algorithm "cdsgd", and "ssgd" with a compression other than
+// NONE (CompressedSsgdSynchronizer). Checks the CD-SGD fields (errors name them).
+std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<ProcessGroup> group,
+                                                           const SyncConfig& config);
+
+}  // namespace mt::dist

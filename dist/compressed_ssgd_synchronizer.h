@@ -1,0 +1,56 @@
+// Compressed S-SGD: synchronous data parallelism whose gradients travel compressed, with error
+// feedback (algorithms.md section 2). After backward, all gradients are flattened into one
+// buffer, g + r is compressed and exchanged (allreduce when summable, else allgather), every
+// rank decodes and averages the same payloads and takes the same optimizer step, so replicas
+// stay identical. Selected by dist.algorithm "ssgd" with a dist.compression other than NONE
+// (with NONE the trainer keeps the uncompressed S-SGD schedules; this class with NONE equals
+// S-SGD BSP, which a test checks).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/gradient_exchange.h"
+#include "dist/synchronizer.h"
+
+namespace mt::dist {
+
+struct CompressedSsgdOptions {
+  CompressionOptions compression;
+  std::string config_text;  // must be the same on every rank (checked at setup)
+};
+
+class CompressedSsgdSynchronizer final : public Synchronizer {
+ public:
+  CompressedSsgdSynchronizer(std::shared_ptr<ProcessGroup> group, CompressedSsgdOptions options);
+
+  std::string name() const override {
+    return "ssgd/" + (exchange_ ? exchange_->compressor().name() : compressor_->name());
+  }
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->size(); }
+
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void step(optim::Optimizer& optimizer) override;
+  void prepare_eval(layers::Module& model) override;
+  double average(double value) override;
+  std::string epoch_summary() override;
+
+  // The error-feedback residual travels with checkpoints.
+  core::StateDict state_dict() const override;
+  void load_state_dict(const core::StateDict& state) override;
+
+  GradientExchange& exchange() { return *exchange_; }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+  CompressedSsgdOptions options_;
+  std::unique_ptr<Compressor> compressor_;  // until setup hands it to the exchange
+  std::unique_ptr<GradientExchange> exchange_;
+  std::vector<Tensor> params_;
+  int64_t iterations_since_summary_ = 0;
+};
+
+// Averages one value over the group's ranks (metrics); shared by the compressed synchronizers.
+double average_over_ranks(ProcessGroup& group, double value);
+
+}  // namespace mt::dist

@@ -1,0 +1,62 @@
+// Gradient compressors (algorithms.md section 2): one interface so every compressor works with
+// both compressed S-SGD and CD-SGD. A compressor maps a flat float32 vector to a payload (the
+// bytes that travel) and back; it keeps no memory of earlier calls. What a lossy compressor
+// drops is kept by the caller's error feedback (error_feedback.h) and added to the next input.
+//
+//   NONE     float32 as is                                     summable
+//   FP16     float16, round to nearest even                    summable
+//   TWO_BIT  +tau / -tau / 0 per value, 16 values per 32-bit word (threshold tau)
+//   TOPK     the ceil(ratio * n) largest |values| + their int32 indices (sampled threshold)
+//   SIGN     mean|v| * sign(v), 1 bit per value plus one float scale
+//
+// Summable payloads can be added element-wise by allreduce (decode(a) + decode(b) ==
+// decode(a + b)); the others are allgathered and every rank decodes and sums all of them.
+// Payload size depends only on n, so every rank's payload has the same length (allgather, not
+// allgatherv). Non-summable payloads are uint8 tensors of raw bytes: the tensor library has no
+// 32-bit integer type, and allgather moves bytes without looking at them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mt::dist {
+
+using core::Tensor;
+
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+  virtual std::string name() const = 0;  // "TWO_BIT(tau=0.5)"
+  // in: flat, contiguous float32 on the CPU. Returns a payload of payload_numel(in.numel()).
+  virtual Tensor compress(const Tensor& in) const = 0;
+  // Back to `numel` float32 values (numel = the compressed input's).
+  virtual Tensor decompress(const Tensor& payload, int64_t numel) const = 0;
+  virtual bool summable() const = 0;
+  virtual core::DType payload_dtype() const = 0;
+  virtual int64_t payload_numel(int64_t numel) const = 0;
+  int64_t payload_bytes(int64_t numel) const {
+    return payload_numel(numel) * static_cast<int64_t>(core::element_size(payload_dtype()));
+  }
+};
+
+struct CompressionOptions {
+  std::string type = "NONE";  // NONE, FP16, TWO_BIT, TOPK, SIGN
+  double tau = 0.5;           // TWO_BIT threshold
+  double topk_ratio = 0.01;   // TOPK fraction kept, (0, 1]
+};
+
+std::vector<std::string> compressor_names();
+// Checks the options (an Error names the dist.* field and its valid range).
+std::unique_ptr<Compressor> make_compressor(const CompressionOptions& options);
+
+// One per file (compressor_*.cpp).
+std::unique_ptr<Compressor> make_none_compressor();
+std::unique_ptr<Compressor> make_fp16_compressor();
+std::unique_ptr<Compressor> make_two_bit_compressor(float tau);
+std::unique_ptr<Compressor> make_topk_compressor(double ratio);
+std::unique_ptr<Compressor> make_sign_compressor();
+
+}  // namespace mt::dist

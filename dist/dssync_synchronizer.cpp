@@ -1,0 +1,239 @@
+#include "dist/dssync_synchronizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "dist/factory.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+
+DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
+    : group_(std::move(group)), options_(std::move(options)) {
+  MT_CHECK(group_ != nullptr, "DS-Sync needs a process group");
+  MT_CHECK(options_.global_average_every >= 0, "dist.dssync_global_average_every must be >= 0 "
+           "(0 = never), got ", options_.global_average_every);
+  MT_CHECK(options_.spread_every >= 0, "dist.dssync_spread_every must be >= 0 (0 = never), got ",
+           options_.spread_every);
+  options_.schedule.world_size = group_->size();
+  MT_CHECK(!options_.measure_racks || options_.schedule.rack_of.empty(),
+           "set the racks (dist.dssync_rack / dist.dssync_ranks_per_rack) or dist.dssync_measure_racks, "
+           "not both");
+  MT_CHECK(!options_.measure_racks || options_.schedule.type != "random" || options_.schedule.cross_period == 1,
+           "dist.dssync_measure_racks with dist.dssync_cross_period > 1 needs dist.dssync_schedule "
+           "\"butterfly\"; the random schedule ignores racks");
+  // Built here, not at setup: a bad schedule config fails before any communication.
+  schedule_ = std::make_unique<DsSyncSchedule>(options_.schedule);
+}
+
+void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
+  params_ = optimizer.params();
+  buffers_.clear();
+  for (const auto& [name, b] : model.named_buffers())
+    if (b.dtype() == core::DType::Float32) buffers_.push_back(b);
+  numel_ = 0;
+  for (const auto& t : params_) numel_ += t.numel();
+  for (const auto& t : buffers_) numel_ += t.numel();
+
+  check_replicas_agree(*group_, model, options_.config_text);
+  if (options_.broadcast_initial_weights) {
+    broadcast_parameters(*group_, model);
+    broadcast_buffers(*group_, model);
+  }
+  if (options_.measure_racks) {
+    // Every rank clusters the same allgathered times, so all get the same racks.
+    options_.schedule.rack_of = measure_racks(*group_);
+    schedule_ = std::make_unique<DsSyncSchedule>(options_.schedule);
+    if (rank() == 0 && options_.log) {
+      *options_.log << "DS-Sync: racks measured at start-up:";
+      for (int r : options_.schedule.rack_of) *options_.log << ' ' << r;
+      *options_.log << '\n';
+    }
+  }
+  if (rank() == 0 && options_.log) *options_.log << schedule_->describe() << std::flush;
+
+  // One communicator per group this rank belongs to, in the global order (see the header).
+  for (const RankGroup& g : schedule_->distinct_groups()) {
+    if (std::find(g.begin(), g.end(), rank()) == g.end()) continue;
+    communicators_[g] = group_->subgroup(g);
+  }
+  // No grad-ready hooks: gradients stay local, nothing to start during backward.
+}
+
+void DsSyncSynchronizer::begin_iteration(int64_t iteration) { restore_local(); }
+
+Tensor DsSyncSynchronizer::flatten() const {
+  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
+  Tensor flat = Tensor::empty({numel_}, core::DType::Float32, device);
+  int64_t off = 0;
+  for (const auto* list : {&params_, &buffers_})
+    for (const auto& t : *list) {
+      flat.narrow(0, off, t.numel()).copy_(t.contiguous().view({-1}));
+      off += t.numel();
+    }
+  return flat;
+}
+
+void DsSyncSynchronizer::unflatten(const Tensor& flat) {
+  int64_t off = 0;
+  for (auto* list : {&params_, &buffers_})
+    for (auto& t : *list) {
+      Tensor dst = t;
+      dst.copy_(flat.narrow(0, off, t.numel()));
+      off += t.numel();
+    }
+}
+
+void DsSyncSynchronizer::average_over(ProcessGroup& group, const std::string& what) {
+  if (group.size() < 2 || numel_ == 0) return;
+  core::NoGradGuard no_grad;
+  Tensor flat = flatten();
+  finish(group.allreduce(flat, ReduceOp::Sum), group, what);
+  flat.mul_(1.0f / static_cast<float>(group.size()));
+  unflatten(flat);
+}
+
+void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
+  restore_local();  // in case a caller evaluated without a begin_iteration after it
+  {
+    TimelineSpan span(options_.timeline.get(), "optimizer");
+    optimizer.step();  // purely local: this rank's gradient, this rank's momentum
+  }
+  const int64_t t = step_;
+  const auto start = Timeline::Clock::now();
+  const bool global = options_.global_average_every > 0 && (t + 1) % options_.global_average_every == 0;
+  std::string label;
+  if (global) {
+    average_over(*group_, "DS-Sync global average at iteration " + std::to_string(t));
+    label = "global average";
+  } else {
+    const RankGroup& g = schedule_->group_of(t, rank());
+    std::string members;
+    for (int r : g) {
+      if (!members.empty()) members += ',';
+      members += std::to_string(r);
+    }
+    label = "group {" + members + "}";
+    if (g.size() >= 2) {
+      average_over(*communicators_.at(g), "DS-Sync average in group {" + members + "} at iteration " +
+                                              std::to_string(t));
+    }
+  }
+  if (options_.timeline) {
+    // The group of this rank at every iteration, on the comm lane (a singleton group too, so
+    // the trace shows the whole schedule).
+    options_.timeline->add(label, Timeline::kComm, start, Timeline::Clock::now(),
+                           "{\"iteration\":" + std::to_string(t) + ",\"crosses_racks\":" +
+                               (schedule_->crosses_racks(schedule_->at(t)) ? "true" : "false") + "}");
+  }
+  ++step_;
+  if (options_.spread_every > 0 && step_ % options_.spread_every == 0) {
+    const double spread = measure_spread();
+    if (rank() == 0 && options_.log) {
+      *options_.log << "DS-Sync iteration " << step_ << ": model spread (RMS distance to the average) "
+                    << spread << std::endl;
+    }
+  }
+}
+
+double DsSyncSynchronizer::measure_spread() {
+  core::NoGradGuard no_grad;
+  // Parameters only: the buffers are statistics, not what the ranks learn.
+  int64_t n = 0;
+  for (const auto& t : params_) n += t.numel();
+  if (n == 0) return 0.0;
+  const core::Device device = params_[0].device();
+  Tensor sum = Tensor::empty({n}, core::DType::Float32, device);
+  int64_t off = 0;
+  for (const auto& t : params_) {
+    sum.narrow(0, off, t.numel()).copy_(t.contiguous().view({-1}));
+    off += t.numel();
+  }
+  const std::vector<float> mine = sum.to_vector();
+  finish(group_->allreduce(sum, ReduceOp::Sum), *group_, "DS-Sync spread measurement (sum of models)");
+  const std::vector<float> total = sum.to_vector();
+  double d2 = 0.0;
+  const double inv = 1.0 / world_size();
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = mine[i] - total[i] * inv;
+    d2 += d * d;
+  }
+  // Mean over ranks of the squared distance, in double precision on the host.
+  last_spread_ = std::sqrt(std::max(0.0, average(d2)));
+  return last_spread_;
+}
+
+void DsSyncSynchronizer::prepare_eval(layers::Module& model) {
+  if (holds_average_) return;  // the model already holds the average (nothing trained since)
+  core::NoGradGuard no_grad;
+  local_copy_ = flatten();
+  average_over(*group_, "DS-Sync world average for evaluation");
+  holds_average_ = true;
+}
+
+void DsSyncSynchronizer::restore_local() {
+  if (!holds_average_) return;
+  core::NoGradGuard no_grad;
+  unflatten(local_copy_);
+  local_copy_ = Tensor();
+  holds_average_ = false;
+}
+
+double DsSyncSynchronizer::average(double value) {
+  // Two float32 halves would lose little, but the spread's sum of squares wants double range:
+  // send the value split into a high part and the rounding remainder.
+  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
+  const float hi = static_cast<float>(value);
+  const float lo = static_cast<float>(value - static_cast<double>(hi));
+  Tensor t = Tensor::from_vector(std::vector<float>{hi, lo}, {2}).to(device);
+  finish(group_->allreduce(t), *group_, "averaging a metric over ranks");
+  const std::vector<float> v = t.to_vector();
+  return (static_cast<double>(v[0]) + static_cast<double>(v[1])) / world_size();
+}
+
+core::StateDict DsSyncSynchronizer::state_dict() const {
+  return {{"dssync.step", Tensor::from_vector(std::vector<int64_t>{step_}, {1})}};
+}
+
+void DsSyncSynchronizer::load_state_dict(const core::StateDict& state) {
+  for (const auto& [name, t] : state) {
+    if (name != "dssync.step") continue;
+    MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1,
+             "checkpoint entry sync.dssync.step must be one int64, got ", t.numel(), " values");
+    step_ = t.to(core::Device::cpu()).data<int64_t>()[0];
+    return;
+  }
+  // No entry: a checkpoint of another algorithm (S-SGD); the schedule starts from its beginning,
+  // which is as good as any position for replicas that all start equal.
+}
+
+std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGroup> group,
+                                                       const SyncConfig& config) {
+  MT_CHECK(group != nullptr, "DS-Sync needs a process group");
+  MT_CHECK(config.dssync_ranks_per_rack >= 0, "dist.dssync_ranks_per_rack must be >= 0 (0 = unset), got ",
+           config.dssync_ranks_per_rack);
+  MT_CHECK(config.dssync_rack.empty() || config.dssync_ranks_per_rack == 0,
+           "set dist.dssync_rack (one id per rank) or dist.dssync_ranks_per_rack, not both");
+  DsSyncOptions o;
+  o.schedule.group_size = config.dssync_group_size;
+  o.schedule.type = config.dssync_schedule;
+  o.schedule.seed = config.dssync_seed;
+  o.schedule.pool_size = config.dssync_pool_size;
+  o.schedule.cross_period = config.dssync_cross_period;
+  o.schedule.rack_of = config.dssync_rack;
+  if (config.dssync_ranks_per_rack > 0) {
+    for (int r = 0; r < group->size(); ++r) o.schedule.rack_of.push_back(r / config.dssync_ranks_per_rack);
+  }
+  o.global_average_every = config.dssync_global_average_every;
+  o.spread_every = config.dssync_spread_every;
+  o.measure_racks = config.dssync_measure_racks;
+  o.config_text = config.config_text;
+  o.timeline = config.timeline;
+  o.log = config.log;
+  return std::make_unique<DsSyncSynchronizer>(std::move(group), std::move(o));
+}
+
+}  // namespace mt::dist

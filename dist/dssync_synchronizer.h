@@ -1,0 +1,98 @@
+// DS-Sync, divide and shuffle (algorithms.md section 3). Each iteration every rank takes a purely
+// local optimizer step on its own gradient (momentum and Adam moments stay local), then the ranks
+// of its current group (dssync_schedule.h) average their parameters and float32 buffers
+// (batch-norm running statistics) in one flattened allreduce on the group's communicator. No
+// gradient ever crosses the network; groups change every iteration, so information still
+// spreads to every rank within the schedule's period.
+//
+// Communicators: every distinct group of the schedule gets one at setup (subgroup() connects
+// once and caches). Creation is collective among a group's members only, so every rank walks
+// the same globally sorted list of groups and creates those it belongs to, in that order: the
+// smallest group not yet created always has all its members waiting on it, so nobody deadlocks.
+//
+// Evaluation and checkpoints use the average of all ranks' models (one world allreduce), as the
+// paper's SWA-like ensemble of the workers' trajectories. prepare_eval() keeps a copy of the
+// local weights and puts the average in the model; the next begin_iteration() (or step()) puts
+// the local weights back, so training continues from each rank's own trajectory and evaluating
+// does not change training. A checkpoint therefore holds the average (all ranks resume from it).
+//
+// Options: global averaging every K iterations (the whole world averages instead of the group,
+// bounding the spread); rank 0 logs the spread of the models (RMS distance of each rank's
+// parameters to their average) every `spread_every` iterations, so divergence is visible.
+#pragma once
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/dssync_schedule.h"
+#include "dist/process_group.h"
+#include "dist/synchronizer.h"
+#include "dist/timeline.h"
+#include "dist/topology.h"
+
+namespace mt::dist {
+
+struct DsSyncOptions {
+  DsSyncScheduleOptions schedule;   // world_size is taken from the group
+  int global_average_every = 0;     // > 0: every K-th iteration averages over the whole world
+  int spread_every = 0;             // > 0: measure (and rank 0 logs) the spread every N iterations
+  bool broadcast_initial_weights = true;  // false: keep each rank's own start (tests)
+  bool measure_racks = false;       // racks timed at setup (topology.h) instead of given
+  std::string config_text;          // must be the same on every rank (checked at setup)
+  std::shared_ptr<Timeline> timeline;
+  std::ostream* log = nullptr;      // rank 0 writes the schedule and the spread here
+};
+
+class DsSyncSynchronizer final : public Synchronizer {
+ public:
+  DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options);
+
+  std::string name() const override { return "dssync/" + options_.schedule.type; }
+  int rank() const override { return group_->rank(); }
+  int world_size() const override { return group_->size(); }
+
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override;
+  void step(optim::Optimizer& optimizer) override;
+  void prepare_eval(layers::Module& model) override;
+  double average(double value) override;
+
+  // {"dssync.step": steps taken}: the schedule position, for an exact resume.
+  core::StateDict state_dict() const override;
+  void load_state_dict(const core::StateDict& state) override;
+
+  const DsSyncSchedule& schedule() const { return *schedule_; }
+  int64_t steps() const { return step_; }
+  // Collective over the world: RMS over ranks of ||x_r - mean x||_2 (parameters only).
+  double measure_spread();
+  double last_spread() const { return last_spread_; }
+
+ private:
+  // Copies the averaged tensors (parameters, float32 buffers) into one flat buffer and back.
+  Tensor flatten() const;
+  void unflatten(const Tensor& flat);
+  void average_over(ProcessGroup& group, const std::string& what);
+  void restore_local();
+
+  std::shared_ptr<ProcessGroup> group_;
+  DsSyncOptions options_;
+  std::unique_ptr<DsSyncSchedule> schedule_;
+  std::map<RankGroup, std::shared_ptr<ProcessGroup>> communicators_;  // my groups only
+  std::vector<Tensor> params_;
+  std::vector<Tensor> buffers_;  // float32 buffers (batch-norm statistics)
+  int64_t numel_ = 0;
+  int64_t step_ = 0;             // optimizer steps taken = the schedule position
+  bool holds_average_ = false;   // prepare_eval swapped the average in
+  Tensor local_copy_;            // the local weights while holds_average_
+  double last_spread_ = 0.0;
+};
+
+struct SyncConfig;  // factory.h
+// The factory's "dssync" branch: translates dist.dssync_* (rack ids or ranks_per_rack) into
+// DsSyncOptions; bad values are Errors naming the field.
+std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGroup> group,
+                                                       const SyncConfig& config);
+
+}  // namespace mt::dist

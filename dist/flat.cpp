@@ -1,0 +1,48 @@
+#include "dist/flat.h"
+
+#include "core/grad_mode.h"
+#include "core/error.h"
+
+namespace mt::dist {
+
+int64_t total_numel(const std::vector<Tensor>& params) {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+namespace {
+Tensor flatten(const std::vector<Tensor>& params, bool grads) {
+  Tensor flat = Tensor::zeros({total_numel(params)});
+  int64_t off = 0;
+  for (const auto& p : params) {
+    const Tensor src = grads ? p.grad() : p;
+    if (src.defined()) flat.narrow(0, off, p.numel()).copy_(src.contiguous().reshape({p.numel()}));
+    off += p.numel();
+  }
+  return flat;
+}
+}  // namespace
+
+Tensor flatten_values(const std::vector<Tensor>& params) { return flatten(params, false); }
+Tensor flatten_grads(const std::vector<Tensor>& params) { return flatten(params, true); }
+
+void unflatten_into_values(const Tensor& flat, const std::vector<Tensor>& params) {
+  core::NoGradGuard guard;
+  int64_t off = 0;
+  for (const auto& p : params) {
+    Tensor(p).copy_(flat.narrow(0, off, p.numel()).reshape(p.shape()));
+    off += p.numel();
+  }
+}
+
+void unflatten_into_grads(const Tensor& flat, const std::vector<Tensor>& params) {
+  int64_t off = 0;
+  for (const auto& p : params) {
+    Tensor g = flat.narrow(0, off, p.numel()).reshape(p.shape()).clone().detach();
+    Tensor(p).set_grad(g);
+    off += p.numel();
+  }
+}
+
+}  // namespace mt::dist

@@ -1,0 +1,358 @@
+// CD-SGD (dist/cdsgd_synchronizer.h) and compressed S-SGD (dist/compressed_ssgd_synchronizer.h)
+// on real Gloo ranks forked on loopback: the closed form of the pipeline, the delay-compensation
+// term, checkpoint/resume continuity, compressed S-SGD with NONE == S-SGD, the trainer learning
+// on 4 ranks, and bad config values.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "apps/config.h"
+#include "apps/trainer.h"
+#include "core/error.h"
+#include "core/ops/nn.h"
+#include "core/random.h"
+#include "core/runtime.h"
+#include "dist/cdsgd_synchronizer.h"
+#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/factory.h"
+#include "dist/ssgd_synchronizer.h"
+#include "layers/models/registry.h"
+#include "optim/registry.h"
+#include "support/multiprocess.h"
+
+using namespace mt;
+using core::Tensor;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A model that is one parameter vector w (its forward is unused: tests set gradients by hand).
+class VectorModel : public layers::Module {
+ public:
+  explicit VectorModel(std::vector<float> init) {
+    w_ = register_parameter("w", Tensor::from_vector(init, {static_cast<int64_t>(init.size())}));
+  }
+  Tensor forward(const Tensor&) override { return w_; }
+  std::string type_name() const override { return "VectorModel"; }
+  Tensor w_;
+};
+
+std::unique_ptr<optim::Optimizer> plain_sgd(const layers::Module& m, double lr, double momentum = 0) {
+  optim::OptimizerOptions o;
+  o.lr = lr;
+  o.momentum = momentum;
+  return optim::build_optimizer("sgd", m.parameters(), o);
+}
+
+dist::CdsgdOptions cdsgd(const std::string& compression, int warmup, int k, double lambda) {
+  dist::CdsgdOptions o;
+  o.compression.type = compression;
+  o.compression.tau = 0.05;
+  o.warmup_iters = warmup;
+  o.k = k;
+  o.lambda = lambda;
+  o.config_text = "same";
+  return o;
+}
+
+// The per-rank targets c_i of the quadratic loss f_i(w) = 1/2 |w - c_i|^2 (gradient w - c_i).
+std::vector<float> target(int rank) {
+  return {static_cast<float>(rank + 1), static_cast<float>(-rank), 2.0f * rank, 0.5f};
+}
+
+void set_quadratic_grad(const Tensor& w, const std::vector<float>& c) {
+  auto v = w.to_vector();
+  for (size_t i = 0; i < v.size(); ++i) v[i] -= c[i];
+  Tensor(w).set_grad(Tensor::from_vector(v, w.shape()));
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+// The closed form. NONE compression (lossless, so the residual stays 0), no warm-up, lambda = 0,
+// plain SGD at rate a, rank i minimizing f_i(w) = 1/2 |w - c_i|^2 (gradient w - c_i), N ranks,
+// c = mean_i c_i, d_i = c_i - c. One iteration t (from w_0 = W_0):
+//   W_{t+1}    = W_t - a * mean_i (w_t^i - c_i)          (applied one step later)
+//   w_{t+1}^i  = W_t - a * (w_t^i - c_i)                  (local, from the newest W)
+// Averaging the second over i gives mean_i w_{t+1}^i = W_{t+1}, so with e_t = W_t - c:
+//   W_t   = c + (1 - a)^t (W_0 - c)                               (exactly synchronous SGD)
+//   w_t^i = W_t + a d_i (1 - (-a)^t) / (1 + a)
+// (u_t = w_t^i - W_t satisfies u_{t+1} = -a u_t + a d_i, u_0 = 0). After T steps the model holds
+// w_T^i; the synchronizer has applied T-1 exchanges (W_{T-1}), and prepare_eval applies the one
+// in flight and shows W_T. k = 1 (every step full precision) and k = 0 (never) agree.
+TEST(Cdsgd, Gloo_ClosedFormOnTwoRanks) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    const int N = 2, T = 7;
+    const double a = 0.3;
+    const std::vector<float> W0 = {1.0f, 2.0f, -3.0f, 4.0f};
+    for (int k : {1, 0}) {
+      VectorModel model(ctx.rank == 0 ? W0 : std::vector<float>{9, 9, 9, 9});  // broadcast fixes it
+      auto opt = plain_sgd(model, a);
+      dist::CdsgdSynchronizer sync(ctx.group, cdsgd("NONE", 0, k, 0.0));
+      sync.setup(model, *opt);
+      const auto c_i = target(ctx.rank);
+      for (int t = 0; t < T; ++t) {
+        sync.begin_iteration(t);
+        set_quadratic_grad(model.w_, c_i);
+        sync.step(*opt);
+        opt->zero_grad();
+      }
+      auto W_at = [&](int t, size_t j) {
+        double c = 0;
+        for (int r = 0; r < N; ++r) c += target(r)[j];
+        c /= N;
+        return c + std::pow(1 - a, t) * (W0[j] - c);
+      };
+      auto w_at = [&](int t, size_t j) {
+        double c = 0;
+        for (int r = 0; r < N; ++r) c += target(r)[j];
+        c /= N;
+        const double d = c_i[j] - c;
+        return W_at(t, j) + a * d * (1 - std::pow(-a, t)) / (1 + a);
+      };
+      const auto local = model.w_.to_vector();
+      for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(local[j], w_at(T, j), 1e-5) << "k " << k << " j " << j;
+      const auto W_internal = sync.global_weights().to_vector();
+      for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(W_internal[j], W_at(T - 1, j), 1e-5);
+      sync.prepare_eval(model);
+      const auto shown = model.w_.to_vector();
+      for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(shown[j], W_at(T, j), 1e-5) << "k " << k;
+      sync.begin_iteration(T);  // training goes on: the local weights are back
+      EXPECT_EQ(model.w_.to_vector(), local);
+    }
+  }).ok_or_report());
+}
+
+// The delay-compensation term, checked by hand on the second delayed iteration (the first has
+// w = W, where the term vanishes): w_2 = W_1 - a (g_1 + lambda g_1^2 (W_1 - w_1)).
+TEST(Cdsgd, Gloo_DelayCompensationTerm) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    const double a = 0.2, lambda = 0.5;
+    const std::vector<float> W0 = {1.0f, -2.0f, 0.5f, 3.0f};
+    VectorModel model(W0);
+    auto opt = plain_sgd(model, a);
+    dist::CdsgdSynchronizer sync(ctx.group, cdsgd("NONE", 0, 0, lambda));
+    sync.setup(model, *opt);
+    const auto c_i = target(ctx.rank);
+    std::vector<double> g0(4), w1(4), W1(4), g1(4);
+    sync.begin_iteration(0);
+    set_quadratic_grad(model.w_, c_i);
+    sync.step(*opt);
+    opt->zero_grad();
+    for (size_t j = 0; j < 4; ++j) {
+      g0[j] = W0[j] - c_i[j];
+      w1[j] = W0[j] - a * g0[j];
+      double mean_g = 0;
+      for (int r = 0; r < 2; ++r) mean_g += (W0[j] - target(r)[j]) / 2.0;
+      W1[j] = W0[j] - a * mean_g;
+      g1[j] = w1[j] - c_i[j];
+    }
+    const auto got1 = model.w_.to_vector();
+    for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(got1[j], w1[j], 1e-6);
+    sync.begin_iteration(1);
+    set_quadratic_grad(model.w_, c_i);
+    sync.step(*opt);
+    const auto got2 = model.w_.to_vector();
+    for (size_t j = 0; j < 4; ++j) {
+      const double want = W1[j] - a * (g1[j] + lambda * g1[j] * g1[j] * (W1[j] - w1[j]));
+      EXPECT_NEAR(got2[j], want, 1e-5) << j;
+    }
+  }).ok_or_report());
+}
+
+namespace {
+
+constexpr int64_t kImage = 6, kClasses = 4;
+
+std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed) {
+  core::Generator gen(seed);
+  layers::ModelOptions o;
+  o.in_channels = 1;
+  o.image_size = kImage;
+  o.num_classes = kClasses;
+  o.hidden = {16, 12};
+  return layers::build_model("mlp", o, gen);
+}
+
+std::pair<Tensor, Tensor> batch(int step, int rank, int64_t rows) {
+  core::Generator gen(1000 + 31 * step + rank);
+  Tensor x = Tensor::empty({rows, 1, kImage, kImage});
+  float* px = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
+  std::vector<int64_t> y(rows);
+  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int64_t>((i * 7 + step + rank) % kClasses);
+  return {x, Tensor::from_vector(y, {rows})};
+}
+
+std::vector<float> all_weights(const layers::Module& m) {
+  std::vector<float> w;
+  for (const auto& p : m.parameters()) {
+    const auto v = p.to_vector();
+    w.insert(w.end(), v.begin(), v.end());
+  }
+  return w;
+}
+
+void train_steps(dist::Synchronizer& sync, layers::Module& model, optim::Optimizer& opt, int from,
+                 int to, int rank) {
+  for (int it = from; it < to; ++it) {
+    sync.begin_iteration(it);
+    auto [x, y] = batch(it, rank, 8);
+    core::cross_entropy(model.forward(x), y).backward();
+    sync.step(opt);
+    opt.zero_grad();
+  }
+}
+
+}  // namespace
+
+TEST(CompressedSsgd, Gloo_NoneEqualsPlainSsgd) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    auto m1 = tiny_mlp(7 + ctx.rank), m2 = tiny_mlp(7 + ctx.rank);
+    auto o1 = plain_sgd(*m1, 0.1, 0.9), o2 = plain_sgd(*m2, 0.1, 0.9);
+    dist::SsgdOptions so;
+    so.schedule = dist::Schedule::BSP;
+    so.config_text = "same";
+    dist::SsgdSynchronizer plain(ctx.group, so);
+    plain.setup(*m1, *o1);
+    train_steps(plain, *m1, *o1, 0, 5, ctx.rank);
+    dist::CompressedSsgdOptions co;
+    co.config_text = "same";
+    dist::CompressedSsgdSynchronizer compressed(ctx.group, co);
+    compressed.setup(*m2, *o2);
+    train_steps(compressed, *m2, *o2, 0, 5, ctx.rank);
+    const auto w1 = all_weights(*m1), w2 = all_weights(*m2);
+    ASSERT_EQ(w1.size(), w2.size());
+    for (size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w1[i], w2[i], 1e-6) << i;
+  }).ok_or_report());
+}
+
+// A checkpoint in the middle (prepare_eval, then the model's, optimizer's and synchronizer's
+// state) resumes exactly: the resumed run ends with the same global weights as the one that
+// went on, and evaluating in between does not change the training.
+TEST(Cdsgd, Gloo_CheckpointResumesExactly) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    for (const std::string comp : {"TWO_BIT", "TOPK", "SIGN"}) {
+      auto run = [&](bool eval_at_3, core::StateDict* model_s, core::StateDict* opt_s,
+                     core::StateDict* sync_s, bool resume) {
+        auto m = tiny_mlp(7);
+        auto o = plain_sgd(*m, 0.05, 0.9);
+        dist::CdsgdSynchronizer s(ctx.group, cdsgd(comp, 2, 3, 0.04));
+        s.setup(*m, *o);
+        if (resume) {
+          m->load_state_dict(*model_s);
+          o->load_state_dict(*opt_s);
+          s.load_state_dict(*sync_s);
+        } else {
+          train_steps(s, *m, *o, 0, 5, ctx.rank);
+          if (eval_at_3) {
+            s.prepare_eval(*m);
+            if (model_s) {
+              *model_s = m->state_dict();
+              for (auto& [k, t] : *model_s) t = t.clone();
+              *opt_s = o->state_dict();
+              for (auto& [k, t] : *opt_s) t = t.clone();
+              *sync_s = s.state_dict();
+            }
+          }
+        }
+        train_steps(s, *m, *o, 5, 10, ctx.rank);
+        s.prepare_eval(*m);
+        return all_weights(*m);
+      };
+      core::StateDict ms, os, ss;
+      const auto straight = run(false, nullptr, nullptr, nullptr, false);
+      const auto with_eval = run(true, &ms, &os, &ss, false);
+      const auto resumed = run(false, &ms, &os, &ss, true);
+      EXPECT_EQ(straight, with_eval) << comp;
+      EXPECT_EQ(straight, resumed) << comp;
+    }
+  }).ok_or_report());
+}
+
+TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_cdsgd_trainer_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  mt::testing::MultiprocessOptions mo;
+  mo.timeout = std::chrono::seconds(240);
+  EXPECT_TRUE(mt::testing::run_ranks(4, [&](mt::testing::RankContext& ctx) {
+    apps::RunConfig c = apps::load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
+    c.set_threads(1);
+    c.set_output_dir(dir.string());
+    apps::apply_override(c, "data.batch_size=8");
+    apps::apply_override(c, "dist.algorithm=cdsgd");
+    apps::apply_override(c, "dist.compression=TWO_BIT");
+    apps::apply_override(c, "dist.compression_tau=0.05");
+    apps::apply_override(c, "dist.cdsgd_warmup_iters=10");
+    // Momentum 0.9 on the global weights is unstable with 2-bit gradients here (docs/PERF.md);
+    // DGC-style momentum correction is later work.
+    apps::apply_override(c, "optimizer.momentum=0");
+    apps::apply_override(c, "optimizer.lr=0.2");
+    apps::validate_config(c);
+    std::ostringstream log;
+    apps::TrainerOptions opt;
+    opt.group = ctx.group;
+    opt.log = &log;
+    opt.quiet = ctx.rank != 0;
+    apps::Trainer t(c, opt);
+    const double acc = t.train().last_eval.accuracy;
+    if (ctx.rank == 0) {
+      EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
+      EXPECT_NE(log.str().find("CD-SGD TWO_BIT"), std::string::npos) << log.str();
+      EXPECT_NE(log.str().find("sent per iteration"), std::string::npos) << log.str();
+    }
+  }, mo).ok_or_report());
+  fs::remove_all(dir);
+}
+
+TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
+  EXPECT_TRUE(mt::testing::run_ranks(1, [](mt::testing::RankContext& ctx) {
+    auto make = [&](auto edit) {
+      dist::SyncConfig sc;
+      sc.algorithm = "cdsgd";
+      edit(sc);
+      return error_of([&] { dist::make_synchronizer(ctx.group, sc); });
+    };
+    EXPECT_NE(make([](dist::SyncConfig& s) { s.cdsgd_k = -1; }).find("dist.cdsgd_k"), std::string::npos);
+    EXPECT_NE(make([](dist::SyncConfig& s) { s.cdsgd_warmup_iters = -5; }).find("dist.cdsgd_warmup_iters"),
+              std::string::npos);
+    EXPECT_NE(make([](dist::SyncConfig& s) { s.cdsgd_lambda = -0.1; }).find("dist.cdsgd_lambda"),
+              std::string::npos);
+    EXPECT_NE(make([](dist::SyncConfig& s) { s.compression = "ZIP"; }).find("unknown dist.compression \"ZIP\""),
+              std::string::npos);
+    EXPECT_NE(make([](dist::SyncConfig& s) { s.compression = "TWO_BIT"; s.compression_tau = 0; })
+                  .find("dist.compression_tau"),
+              std::string::npos);
+    EXPECT_NE(make([](dist::SyncConfig& s) { s.grad_accumulation_steps = 2; })
+                  .find("dist.grad_accumulation_steps must be 1"),
+              std::string::npos);
+    // "ssgd" with a compression builds compressed S-SGD; "cdsgd" CD-SGD.
+    dist::SyncConfig sc;
+    sc.compression = "SIGN";
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "ssgd/SIGN");
+    sc.algorithm = "cdsgd";
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/SIGN");
+    // name() after setup (the compressor has moved into the exchange).
+    VectorModel model({1, 2, 3});
+    auto opt = plain_sgd(model, 0.1);
+    for (const std::string algo : {"ssgd", "cdsgd"}) {
+      sc.algorithm = algo;
+      auto s = dist::make_synchronizer(ctx.group, sc);
+      s->setup(model, *opt);
+      EXPECT_EQ(s->name(), algo + "/SIGN");
+    }
+  }).ok_or_report());
+}

@@ -1,0 +1,217 @@
+// Gradient compressors and error feedback (dist/compressor.h, dist/error_feedback.h,
+// dist/gradient_exchange.h): each compressor's round trip and payload size, the error-feedback
+// invariant, bad options, and the exchange over real Gloo ranks (allreduce for summable
+// payloads, allgather otherwise).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/random.h"
+#include "dist/compressor.h"
+#include "dist/error_feedback.h"
+#include "dist/gradient_exchange.h"
+#include "support/multiprocess.h"
+
+using namespace mt;
+using core::Tensor;
+
+namespace {
+
+Tensor random_vector(int64_t n, uint64_t seed, float scale = 1.0f) {
+  core::Generator gen(seed);
+  Tensor t = Tensor::empty({n});
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = (gen.uniform() * 2.0f - 1.0f) * scale;
+  return t;
+}
+
+dist::CompressionOptions opts(const std::string& type, double tau = 0.5, double ratio = 0.1) {
+  dist::CompressionOptions o;
+  o.type = type;
+  o.tau = tau;
+  o.topk_ratio = ratio;
+  return o;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Compressors, PayloadBytes) {
+  const int64_t n = 100;
+  EXPECT_EQ(dist::make_compressor(opts("NONE"))->payload_bytes(n), 400);
+  EXPECT_EQ(dist::make_compressor(opts("FP16"))->payload_bytes(n), 200);
+  EXPECT_EQ(dist::make_compressor(opts("TWO_BIT"))->payload_bytes(n), 4 * 7);  // 16 a word
+  EXPECT_EQ(dist::make_compressor(opts("SIGN"))->payload_bytes(n), 4 + 4 * 4);  // scale + 32 a word
+  EXPECT_EQ(dist::make_compressor(opts("TOPK", 0.5, 0.1))->payload_bytes(n), 8 * 10);
+  EXPECT_EQ(dist::make_compressor(opts("TOPK", 0.5, 0.001))->payload_bytes(n), 8);  // at least 1
+  for (const auto& name : dist::compressor_names()) {
+    auto c = dist::make_compressor(opts(name));
+    const Tensor in = random_vector(n, 3);
+    const Tensor p = c->compress(in);
+    EXPECT_EQ(p.numel(), c->payload_numel(n)) << name;
+    EXPECT_EQ(p.dtype(), c->payload_dtype()) << name;
+    EXPECT_EQ(c->decompress(p, n).numel(), n) << name;
+  }
+  EXPECT_TRUE(dist::make_compressor(opts("NONE"))->summable());
+  EXPECT_TRUE(dist::make_compressor(opts("FP16"))->summable());
+  EXPECT_FALSE(dist::make_compressor(opts("TWO_BIT"))->summable());
+  EXPECT_FALSE(dist::make_compressor(opts("TOPK"))->summable());
+  EXPECT_FALSE(dist::make_compressor(opts("SIGN"))->summable());
+}
+
+TEST(Compressors, NoneIsExact) {
+  auto c = dist::make_compressor(opts("NONE"));
+  const Tensor in = random_vector(37, 1);
+  EXPECT_EQ(c->decompress(c->compress(in), 37).to_vector(), in.to_vector());
+}
+
+TEST(Compressors, Fp16RoundsToNearestEven) {
+  auto c = dist::make_compressor(opts("FP16"));
+  // 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1).
+  const std::vector<float> in = {1.0f, 0.1f, -2.5f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f};
+  const auto out = c->decompress(c->compress(Tensor::from_vector(in, {6})), 6).to_vector();
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 0.0999755859375f);
+  EXPECT_EQ(out[2], -2.5f);
+  EXPECT_EQ(out[3], 1.0f);
+  EXPECT_EQ(out[4], 1.0f + 4.0f / 2048);
+  EXPECT_EQ(out[5], 65504.0f);
+  // Subnormal halves (units of 2^-24): 1e-7 is 1.68 units, rounds to 2; 2^-26 (a quarter unit)
+  // rounds to 0; beyond the largest half is infinity.
+  const std::vector<float> edge = {1e-7f, std::ldexp(1.0f, -26), 70000.0f, -70000.0f};
+  const auto e = c->decompress(c->compress(Tensor::from_vector(edge, {4})), 4).to_vector();
+  EXPECT_EQ(e[0], std::ldexp(2.0f, -24));
+  EXPECT_EQ(e[1], 0.0f);
+  EXPECT_TRUE(std::isinf(e[2]) && e[2] > 0);
+  EXPECT_TRUE(std::isinf(e[3]) && e[3] < 0);
+}
+
+TEST(Compressors, TwoBitThresholds) {
+  auto c = dist::make_compressor(opts("TWO_BIT", 0.5));
+  std::vector<float> in = {0.5f, 0.49f, -0.5f, -0.7f, 3.0f, 0.0f, -0.1f};
+  for (int i = 0; i < 30; ++i) in.push_back(i % 3 == 0 ? 1.0f : (i % 3 == 1 ? -1.0f : 0.2f));
+  const int64_t n = static_cast<int64_t>(in.size());
+  const auto out = c->decompress(c->compress(Tensor::from_vector(in, {n})), n).to_vector();
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = in[i] >= 0.5f ? 0.5f : (in[i] <= -0.5f ? -0.5f : 0.0f);
+    EXPECT_EQ(out[i], want) << i;
+  }
+}
+
+TEST(Compressors, SignIsScaledSign) {
+  auto c = dist::make_compressor(opts("SIGN"));
+  const Tensor in = random_vector(75, 5);
+  const auto v = in.to_vector();
+  double l1 = 0;
+  for (float x : v) l1 += std::fabs(x);
+  const float scale = static_cast<float>(l1 / 75);
+  const auto out = c->decompress(c->compress(in), 75).to_vector();
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(out[i], v[i] < 0 ? -scale : scale) << i;
+}
+
+TEST(Compressors, TopkKeepsExactlyTheLargest) {
+  for (int64_t n : {10, 1000, 100000}) {
+    for (double ratio : {0.001, 0.01, 0.3}) {
+      auto c = dist::make_compressor(opts("TOPK", 0.5, ratio));
+      const Tensor in = random_vector(n, static_cast<uint64_t>(n) + 11);
+      const auto v = in.to_vector();
+      const auto out = c->decompress(c->compress(in), n).to_vector();
+      const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(ratio * n)));
+      std::vector<float> mags(v.size());
+      for (size_t i = 0; i < v.size(); ++i) mags[i] = std::fabs(v[i]);
+      std::sort(mags.begin(), mags.end(), std::greater<float>());
+      const float kth = mags[k - 1];
+      int64_t kept = 0;
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (out[i] != 0.0f) {
+          ++kept;
+          EXPECT_EQ(out[i], v[i]);
+          EXPECT_GE(std::fabs(v[i]), kth);
+        } else {
+          EXPECT_LE(std::fabs(v[i]), kth);
+        }
+      }
+      EXPECT_EQ(kept, k) << "n " << n << " ratio " << ratio;
+    }
+  }
+}
+
+// r_new + decode(Q(g + r_old)) == g + r_old, for every compressor, over several iterations.
+TEST(ErrorFeedback, ResidualPlusDecodedEqualsInputPlusOldResidual) {
+  const int64_t n = 333;
+  for (const auto& name : dist::compressor_names()) {
+    auto c = dist::make_compressor(opts(name, 0.3, 0.05));
+    dist::ErrorFeedback ef(n);
+    for (int it = 0; it < 5; ++it) {
+      const Tensor g = random_vector(n, 100 + it);
+      const auto r_old = ef.residual().to_vector();
+      const Tensor v = ef.corrected(g);
+      const Tensor decoded = c->decompress(c->compress(v), n);
+      ef.update(v, decoded);
+      const auto r = ef.residual().to_vector(), d = decoded.to_vector(), gv = g.to_vector();
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(r[i] + d[i], gv[i] + r_old[i], 1e-6) << name << " iteration " << it << " i " << i;
+    }
+    if (name == "NONE") {
+      for (float x : ef.residual().to_vector()) EXPECT_EQ(x, 0.0f);
+    }
+  }
+}
+
+TEST(Compressors, BadOptionsAreClearErrors) {
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("TWO_BIT", 0.0)); }).find("dist.compression_tau"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("TWO_BIT", -1.0)); }).find("must be > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("TOPK", 0.5, 0.0)); }).find("dist.topk_ratio"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("TOPK", 0.5, 1.5)); }).find("(0, 1]"),
+            std::string::npos);
+  const std::string e = error_of([] { dist::make_compressor(opts("THREE_BIT")); });
+  EXPECT_NE(e.find("THREE_BIT"), std::string::npos) << e;
+  EXPECT_NE(e.find("TWO_BIT"), std::string::npos) << e;  // lists the valid ones
+}
+
+// Over real Gloo ranks: every compressor's exchange returns the same average on every rank,
+// equal to the mean of the ranks' decoded payloads (FP16 and NONE by allreduce, the others by
+// allgather); a full-precision exchange is the exact mean of g + r and clears r.
+TEST(GradientExchange, Gloo_AverageOfDecodedPayloads) {
+  const int n_ranks = 3;
+  const int64_t n = 1000;
+  EXPECT_TRUE(mt::testing::run_ranks(n_ranks, [&](mt::testing::RankContext& ctx) {
+    for (const auto& name : dist::compressor_names()) {
+      auto reference = dist::make_compressor(opts(name, 0.5, 0.05));
+      dist::GradientExchange ex(ctx.group, dist::make_compressor(opts(name, 0.5, 0.05)), n);
+      // Each rank's input is known to all: rank r's is random_vector(n, 40 + r).
+      std::vector<float> want(n, 0.0f);
+      for (int r = 0; r < n_ranks; ++r) {
+        const Tensor g = random_vector(n, 40 + r);
+        const auto d = reference->decompress(reference->compress(g), n).to_vector();
+        for (int64_t i = 0; i < n; ++i) want[i] += d[i];
+      }
+      dist::PendingExchange e = ex.launch(random_vector(n, 40 + ctx.rank), false);
+      const auto got = ex.wait(e).to_vector();
+      const double tol = name == "FP16" ? 2e-3 : 1e-6;  // halves are summed in half precision
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i] / n_ranks, tol) << name << " " << i;
+      EXPECT_GT(ex.stats().bytes_sent, 0);
+
+      // Full precision: mean of g + r, residual cleared.
+      const Tensor g2 = random_vector(n, 60 + ctx.rank);
+      dist::PendingExchange f = ex.launch(g2, true);
+      const auto full = ex.wait(f).to_vector();
+      for (float x : ex.error_feedback().residual().to_vector()) ASSERT_EQ(x, 0.0f);
+      EXPECT_EQ(full.size(), static_cast<size_t>(n));
+    }
+  }).ok_or_report());
+}

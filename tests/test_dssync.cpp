@@ -1,0 +1,510 @@
+// DS-Sync (algorithms.md section 3). Schedules: every partition is valid, and information
+// reaches every rank within the stated period (the product of the mixing matrices over any
+// window of that length has no zero entry); the bottleneck schedule crosses racks only every
+// cross_period iterations. Synchronizer, over real Gloo with forked ranks: zero learning rate
+// and equal weights change nothing; different weights converge to their average exactly as the
+// product of the mixing matrices predicts (weights and spread); evaluation sees the average and
+// training resumes from the local weights; the trainer learns on 4 ranks; bad configs are
+// Errors that name the field.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/config.h"
+#include "apps/trainer.h"
+#include "core/error.h"
+#include "core/ops/nn.h"
+#include "core/random.h"
+#include "core/runtime.h"
+#include "dist/dssync_schedule.h"
+#include "dist/dssync_synchronizer.h"
+#include "dist/factory.h"
+#include "layers/models/registry.h"
+#include "optim/registry.h"
+#include "support/multiprocess.h"
+
+using namespace mt;
+using core::Tensor;
+using Matrix = std::vector<std::vector<double>>;
+namespace fs = std::filesystem;
+
+namespace {
+
+Matrix identity(int n) {
+  Matrix m(n, std::vector<double>(n, 0.0));
+  for (int i = 0; i < n; ++i) m[i][i] = 1.0;
+  return m;
+}
+
+// The mixing of iterations [t0, t0 + len): x_after = P x_before with P = W_{t0+len-1} ... W_t0.
+Matrix product(const dist::DsSyncSchedule& s, int64_t t0, int64_t len) {
+  Matrix p = identity(s.world_size());
+  for (int64_t t = t0; t < t0 + len; ++t) p = dist::matmul(dist::mixing_matrix(s.at(t), s.world_size()), p);
+  return p;
+}
+
+bool all_positive(const Matrix& m) {
+  for (const auto& row : m)
+    for (double v : row)
+      if (!(v > 0.0)) return false;
+  return true;
+}
+
+bool is_power(int n, int g) {
+  int64_t p = 1;
+  while (p < n) p *= g;
+  return p == n;
+}
+
+dist::DsSyncSchedule make_schedule(int n, int g, const std::string& type = "butterfly") {
+  dist::DsSyncScheduleOptions o;
+  o.world_size = n;
+  o.group_size = g;
+  o.type = type;
+  o.seed = 42;
+  return dist::DsSyncSchedule(o);
+}
+
+}  // namespace
+
+// ---- Schedules ----
+
+TEST(DsSyncSchedule, PureButterflyMatchesTheDigitsAndAveragesExactly) {
+  // The reference code's 4 workers: {0,1}{2,3} then {0,2}{1,3} (digit 0, then digit 1).
+  const auto phases = dist::butterfly_phases(4, 2);
+  ASSERT_EQ(phases.size(), 2u);
+  EXPECT_EQ(dist::partition_str(phases[0]), "{0,1}{2,3}");
+  EXPECT_EQ(dist::partition_str(phases[1]), "{0,2}{1,3}");
+  EXPECT_EQ(dist::partition_str(dist::butterfly_phases(9, 3)[1]), "{0,3,6}{1,4,7}{2,5,8}");
+  // After m phases (any rotation) every rank holds exactly the average.
+  for (auto [n, g] : {std::pair{8, 2}, {9, 3}, {16, 4}, {16, 2}}) {
+    const auto s = make_schedule(n, g);
+    for (int64_t t0 = 0; t0 < s.cycle(); ++t0) {
+      const Matrix p = product(s, t0, s.cycle());
+      for (const auto& row : p)
+        for (double v : row) EXPECT_NEAR(v, 1.0 / n, 1e-12) << n << " ranks, g " << g << ", t0 " << t0;
+    }
+  }
+  EXPECT_THROW(dist::butterfly_phases(6, 2), core::Error);
+}
+
+TEST(DsSyncSchedule, EveryNAndGroupSizeGivesValidPartitionsThatReachEveryRank) {
+  for (int n : {2, 3, 4, 5, 6, 8, 9, 12, 16}) {
+    for (int g : {2, 3, 4}) {
+      const auto s = make_schedule(n, g);
+      for (const auto& p : s.partitions()) {
+        EXPECT_NO_THROW(dist::check_partition(p, n)) << n << " ranks, g " << g;
+        for (const auto& grp : p) EXPECT_LE(static_cast<int>(grp.size()), g) << dist::partition_str(p);
+      }
+      // The stated period: m phases for N = g^m; 2(m+1) for the folded butterfly (cycle m+1).
+      const int64_t period = is_power(n, g) ? s.cycle() : 2 * s.cycle();
+      for (int64_t t0 = 0; t0 < s.cycle(); ++t0) {
+        EXPECT_TRUE(all_positive(product(s, t0, period)))
+            << n << " ranks, g " << g << ": information does not reach every rank within " << period
+            << " iterations from t = " << t0 << "\n" << s.describe();
+      }
+      // Every rank's group at t agrees with the partition at t.
+      for (int64_t t = 0; t < 2 * s.cycle(); ++t)
+        for (int r = 0; r < n; ++r) {
+          const auto& grp = s.group_of(t, r);
+          EXPECT_NE(std::find(grp.begin(), grp.end(), r), grp.end());
+        }
+    }
+  }
+}
+
+TEST(DsSyncSchedule, RandomScheduleIsSharedValidAndMixes) {
+  for (int n : {2, 3, 4, 5, 6, 8, 9, 12, 16}) {
+    for (int g : {2, 3, 4}) {
+      const auto a = make_schedule(n, g, "random"), b = make_schedule(n, g, "random");
+      EXPECT_LE(a.partitions().size(), 16u);  // 16 drawn; duplicates (small N) kept once
+      for (int64_t t = 0; t < 100; ++t) {
+        EXPECT_EQ(a.at(t), b.at(t)) << "the same seed must give every rank the same schedule";
+        EXPECT_NO_THROW(dist::check_partition(a.at(t), n));
+      }
+      // Not guaranteed by construction; with this seed 32 iterations reach everyone.
+      EXPECT_TRUE(all_positive(product(a, 0, 32))) << n << " ranks, g " << g << "\n" << a.describe();
+    }
+  }
+  dist::DsSyncScheduleOptions o;
+  o.world_size = 8;
+  o.type = "random";
+  o.seed = 1;
+  const dist::DsSyncSchedule other(o);
+  int differ = 0;
+  for (int64_t t = 0; t < 20; ++t) differ += other.at(t) != make_schedule(8, 2, "random").at(t);
+  EXPECT_GT(differ, 0) << "another seed, another schedule";
+}
+
+TEST(DsSyncSchedule, BottleneckScheduleCrossesRacksOnlyEveryCrossPeriod) {
+  struct Case {
+    int n, g, cross_period;
+    std::vector<int> racks;
+  };
+  const std::vector<Case> cases = {
+      {8, 2, 4, {0, 0, 0, 0, 1, 1, 1, 1}},
+      {8, 2, 3, {0, 0, 1, 1, 2, 2, 3, 3}},
+      {6, 2, 3, {0, 0, 0, 1, 1, 1}},
+      {12, 3, 5, {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}},
+      {9, 3, 2, {0, 0, 0, 1, 1, 1, 2, 2, 2}},
+      {5, 2, 4, {0, 1, 0, 1, 1}},  // interleaved racks of unequal size
+  };
+  for (const auto& c : cases) {
+    dist::DsSyncScheduleOptions o;
+    o.world_size = c.n;
+    o.group_size = c.g;
+    o.cross_period = c.cross_period;
+    o.rack_of = c.racks;
+    const dist::DsSyncSchedule s(o);
+    int crossings = 0;
+    for (int64_t t = 0; t < 3 * s.cycle(); ++t) {
+      const bool crosses = s.crosses_racks(s.at(t));
+      EXPECT_EQ(crosses, t % c.cross_period == c.cross_period - 1)
+          << c.n << " ranks, iteration " << t << ": " << dist::partition_str(s.at(t));
+      crossings += crosses;
+      EXPECT_NO_THROW(dist::check_partition(s.at(t), c.n));
+    }
+    EXPECT_GT(crossings, 0);
+    for (int64_t t0 = 0; t0 < s.cycle(); ++t0) {
+      EXPECT_TRUE(all_positive(product(s, t0, 2 * s.cycle())))
+          << c.n << " ranks: the bottleneck schedule does not reach everyone\n" << s.describe();
+    }
+  }
+}
+
+TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
+  auto expect_error = [](dist::DsSyncScheduleOptions o, const std::string& needle) {
+    try {
+      dist::DsSyncSchedule s(o);
+      ADD_FAILURE() << "no error; expected one mentioning " << needle;
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  dist::DsSyncScheduleOptions o;
+  o.world_size = 4;
+  auto bad = o;
+  bad.group_size = 1;
+  expect_error(bad, "dist.dssync_group_size");
+  bad = o;
+  bad.type = "ring";
+  expect_error(bad, "dist.dssync_schedule");
+  bad = o;
+  bad.rack_of = {0, 1};
+  expect_error(bad, "dist.dssync_rack");
+  bad = o;
+  bad.cross_period = 0;
+  expect_error(bad, "dist.dssync_cross_period");
+  bad = o;
+  bad.type = "random";
+  bad.rack_of = {0, 0, 1, 1};
+  bad.cross_period = 2;
+  expect_error(bad, "dist.dssync_cross_period");
+  bad = o;
+  bad.type = "random";
+  bad.pool_size = 0;
+  expect_error(bad, "dist.dssync_pool_size");
+}
+
+// ---- The synchronizer over Gloo, ranks as forked processes ----
+
+namespace {
+
+constexpr int64_t kImage = 4;
+constexpr int64_t kClasses = 3;
+
+std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed) {
+  core::Generator gen(seed);
+  layers::ModelOptions o;
+  o.in_channels = 1;
+  o.image_size = kImage;
+  o.num_classes = kClasses;
+  o.hidden = {16, 12};
+  return layers::build_model("mlp", o, gen);
+}
+
+std::pair<Tensor, Tensor> batch(int step, int rank, int64_t rows = 8) {
+  core::Generator gen(1000 + 31 * step + rank);
+  Tensor x = Tensor::empty({rows, 1, kImage, kImage});
+  float* px = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
+  std::vector<int64_t> y(rows);
+  for (int64_t i = 0; i < rows; ++i) y[i] = (i * 7 + step + rank) % kClasses;
+  return {x, Tensor::from_vector(y, {rows})};
+}
+
+std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m, double lr) {
+  optim::OptimizerOptions o;
+  o.lr = lr;
+  o.momentum = 0.9;
+  return optim::build_optimizer("sgd", m.parameters(), o);
+}
+
+std::vector<float> flat_weights(const layers::Module& m) {
+  std::vector<float> w;
+  for (const auto& p : m.parameters()) {
+    const auto v = p.to_vector();
+    w.insert(w.end(), v.begin(), v.end());
+  }
+  return w;
+}
+
+dist::DsSyncOptions options(const std::string& type = "butterfly", int g = 2) {
+  dist::DsSyncOptions o;
+  o.schedule.type = type;
+  o.schedule.group_size = g;
+  o.schedule.seed = 3;
+  o.config_text = "same config";
+  return o;
+}
+
+void train_steps(dist::DsSyncSynchronizer& sync, layers::Module& model, optim::Optimizer& opt,
+                 int rank, int steps) {
+  for (int it = 0; it < steps; ++it) {
+    sync.begin_iteration(it);
+    auto [x, y] = batch(it, rank);
+    core::cross_entropy(model.forward(x), y).backward();
+    sync.step(opt);
+    opt.zero_grad();
+  }
+}
+
+}  // namespace
+
+TEST(DsSyncGloo, EqualWeightsAndZeroLearningRateChangeNothing) {
+  const auto result = mt::testing::run_ranks(4, [](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    auto model = tiny_mlp(7 + c.rank);  // the start-up broadcast makes them rank 0's
+    auto opt = sgd(*model, 0.0);
+    dist::DsSyncSynchronizer sync(c.group, options());
+    sync.setup(*model, *opt);
+    const auto start = flat_weights(*tiny_mlp(7));
+    EXPECT_EQ(flat_weights(*model), start);
+    train_steps(sync, *model, *opt, c.rank, 5);
+    EXPECT_EQ(flat_weights(*model), start);  // averages of equal values (sizes 2: exact)
+    EXPECT_EQ(sync.measure_spread(), 0.0);
+    EXPECT_EQ(sync.steps(), 5);
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+// Rank r starts from seed 7 + r; with lr 0 only the averaging acts, so after T iterations rank
+// r holds sum_j P[r][j] w_j with P the product of the schedule's mixing matrices: the measured
+// weights and spread must match that prediction.
+TEST(DsSyncGloo, DifferentWeightsConvergeToTheAverageAsTheMixingMatricesPredict) {
+  struct Case {
+    int n, g;
+    std::string type;
+  };
+  for (const Case& k : {Case{4, 2, "butterfly"}, Case{3, 2, "butterfly"}, Case{6, 2, "butterfly"},
+                        Case{5, 2, "random"}}) {
+    const auto result = mt::testing::run_ranks(k.n, [&](mt::testing::RankContext& c) {
+      core::set_num_threads(1);
+      auto model = tiny_mlp(7 + c.rank);
+      auto opt = sgd(*model, 0.0);
+      auto o = options(k.type, k.g);
+      o.broadcast_initial_weights = false;
+      dist::DsSyncSynchronizer sync(c.group, o);
+      sync.setup(*model, *opt);
+      std::vector<std::vector<float>> w0;
+      for (int j = 0; j < k.n; ++j) w0.push_back(flat_weights(*tiny_mlp(7 + j)));
+      const size_t P = w0[0].size();
+      // Predicted spread: RMS over ranks of ||x_r - mean||.
+      auto predicted = [&](const Matrix& m, std::vector<float>* mine) {
+        std::vector<std::vector<double>> x(k.n, std::vector<double>(P, 0.0));
+        for (int r = 0; r < k.n; ++r)
+          for (int j = 0; j < k.n; ++j)
+            for (size_t i = 0; i < P; ++i) x[r][i] += m[r][j] * w0[j][i];
+        double d2 = 0.0;
+        for (size_t i = 0; i < P; ++i) {
+          double mean = 0.0;
+          for (int r = 0; r < k.n; ++r) mean += x[r][i] / k.n;
+          for (int r = 0; r < k.n; ++r) d2 += (x[r][i] - mean) * (x[r][i] - mean);
+        }
+        if (mine) mine->assign(x[c.rank].begin(), x[c.rank].end());
+        return std::sqrt(d2 / k.n);
+      };
+      const double spread0 = sync.measure_spread();
+      EXPECT_NEAR(spread0, predicted(identity(k.n), nullptr), 1e-4 * spread0);
+      double previous = spread0;
+      for (int t = 1; t <= 8; ++t) {
+        train_steps(sync, *model, *opt, c.rank, 1);
+        std::vector<float> expect;
+        const double want = predicted(product(sync.schedule(), 0, t), &expect);
+        const double got = sync.measure_spread();
+        EXPECT_NEAR(got, want, 1e-4 * spread0 + 1e-6) << k.n << " ranks " << k.type << ", iteration " << t;
+        EXPECT_LE(got, previous * (1 + 1e-5) + 1e-6) << "averaging never increases the spread";
+        previous = got;
+        const auto w = flat_weights(*model);
+        for (size_t i = 0; i < P; ++i) ASSERT_NEAR(w[i], expect[i], 1e-5) << "weight " << i << ", iteration " << t;
+      }
+      if (k.type == "butterfly" && k.n == 4) {
+        EXPECT_LT(previous, 1e-5 * spread0) << "the butterfly on 4 ranks averages exactly in 2 iterations";
+      }
+      EXPECT_LT(previous, 0.2 * spread0);
+    });
+    EXPECT_TRUE(result.ok_or_report()) << k.n << " ranks " << k.type;
+  }
+}
+
+TEST(DsSyncGloo, EvaluationSeesTheAverageAndTrainingGoesOnFromTheLocalWeights) {
+  const auto result = mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    auto model = tiny_mlp(7 + c.rank);
+    auto opt = sgd(*model, 0.1);
+    auto o = options();
+    o.broadcast_initial_weights = false;
+    o.global_average_every = 0;
+    dist::DsSyncSynchronizer sync(c.group, o);
+    sync.setup(*model, *opt);
+    // Different starting weights (no broadcast): the evaluated model is their average, and
+    // the next iteration starts again from this rank's own weights.
+    const auto mine = flat_weights(*model);
+    const auto a = flat_weights(*tiny_mlp(7)), b = flat_weights(*tiny_mlp(8));
+    sync.prepare_eval(*model);
+    const auto avg = flat_weights(*model);
+    for (size_t i = 0; i < avg.size(); ++i) ASSERT_NEAR(avg[i], 0.5f * (a[i] + b[i]), 1e-6);
+    sync.prepare_eval(*model);  // twice in a row (checkpoint then evaluation): still the average
+    EXPECT_EQ(flat_weights(*model), avg);
+    sync.begin_iteration(0);
+    EXPECT_EQ(flat_weights(*model), mine) << "the local weights come back for training";
+    // The schedule position survives a checkpoint.
+    train_steps(sync, *model, *opt, c.rank, 3);
+    dist::DsSyncSynchronizer other(c.group, o);
+    other.load_state_dict(sync.state_dict());
+    EXPECT_EQ(other.steps(), 3);
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+TEST(DsSyncGloo, GlobalAveragingEveryKIterationsEqualizesTheReplicas) {
+  const auto result = mt::testing::run_ranks(4, [](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    auto model = tiny_mlp(7 + c.rank);
+    auto opt = sgd(*model, 0.0);
+    auto o = options();
+    o.broadcast_initial_weights = false;
+    o.global_average_every = 1;  // every iteration: the whole world averages at once
+    dist::DsSyncSynchronizer sync(c.group, o);
+    sync.setup(*model, *opt);
+    EXPECT_GT(sync.measure_spread(), 0.0);
+    train_steps(sync, *model, *opt, c.rank, 1);
+    EXPECT_LT(sync.measure_spread(), 1e-6);
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+TEST(DsSyncGloo, FactoryRejectsBadConfigWithTheFieldName) {
+  const auto result = mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
+    auto expect_error = [&](dist::SyncConfig sc, const std::string& needle) {
+      sc.algorithm = "dssync";
+      try {
+        dist::make_synchronizer(c.group, sc);
+        ADD_FAILURE() << "no error; expected one mentioning " << needle;
+      } catch (const core::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      }
+    };
+    dist::SyncConfig sc;
+    sc.dssync_group_size = 0;
+    expect_error(sc, "dist.dssync_group_size");
+    sc = {};
+    sc.dssync_rack = {0, 1};
+    sc.dssync_ranks_per_rack = 1;
+    expect_error(sc, "dist.dssync_ranks_per_rack");
+    sc = {};
+    sc.dssync_rack = {0, 1, 2};
+    expect_error(sc, "dist.dssync_rack");
+    sc = {};
+    sc.dssync_global_average_every = -1;
+    expect_error(sc, "dist.dssync_global_average_every");
+    sc = {};
+    sc.dssync_schedule = "shuffle";
+    expect_error(sc, "dist.dssync_schedule");
+    sc = {};
+    sc.algorithm = "dssync";
+    EXPECT_EQ(dist::make_synchronizer(c.group, sc)->name(), "dssync/butterfly");
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+TEST(DsSyncGloo, TrainerLearnsOnFourRanks) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_dssync_trainer_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  mt::testing::MultiprocessOptions mo;
+  mo.timeout = std::chrono::seconds(120);
+  const auto result = mt::testing::run_ranks(4, [&](mt::testing::RankContext& c) {
+    apps::RunConfig cfg = apps::load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
+    cfg.set_threads(1);
+    cfg.set_output_dir(dir.string());
+    apps::apply_override(cfg, "data.batch_size=8");
+    apps::apply_override(cfg, "dist.algorithm=dssync");
+    apps::apply_override(cfg, "dist.dssync_spread_every=32");
+    apps::apply_override(cfg, "dist.timeline_file=trace-{rank}.json");
+    apps::validate_config(cfg);
+    std::ostringstream log;
+    apps::TrainerOptions opt;
+    opt.group = c.group;
+    opt.log = &log;
+    opt.quiet = c.rank != 0;
+    apps::Trainer t(cfg, opt);
+    const double acc = t.train().last_eval.accuracy;
+    EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes = 10%
+    if (c.rank == 0) {
+      EXPECT_NE(log.str().find("DS-Sync schedule: butterfly"), std::string::npos) << log.str();
+      EXPECT_NE(log.str().find("model spread"), std::string::npos) << log.str();
+      EXPECT_NE(log.str().find("dssync/butterfly"), std::string::npos) << log.str();
+    }
+  }, mo);
+  EXPECT_TRUE(result.ok_or_report());
+  std::ifstream trace(dir / "trace-3.json");
+  std::stringstream text;
+  text << trace.rdbuf();
+  EXPECT_NE(text.str().find("group {"), std::string::npos) << "the timeline shows each iteration's group";
+  fs::remove_all(dir);
+}
+
+// ---- Topology measured at start-up ----
+
+TEST(DsSyncTopology, RacksFromTimesGroupsTheFastPairs) {
+  // Ranks {0,2} and {1,3} share racks: 1 ms inside, 20 ms across.
+  std::vector<std::vector<double>> s(4, std::vector<double>(4, 0.020));
+  s[0][2] = s[2][0] = s[1][3] = s[3][1] = 0.001;
+  EXPECT_EQ(dist::racks_from_times(s), (std::vector<int>{0, 1, 0, 1}));
+  // Everything within 4x: one rack.
+  std::vector<std::vector<double>> flat(4, std::vector<double>(4, 0.002));
+  flat[0][1] = flat[1][0] = 0.001;
+  EXPECT_EQ(dist::racks_from_times(flat), (std::vector<int>(4, 0)));
+}
+
+TEST(DsSyncTopology, MeasuredRacksAgreeOnEveryRankAndFeedTheSchedule) {
+  const auto result = mt::testing::run_ranks(3, [](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    dist::TopologyProbe probe;
+    probe.message_floats = 1024;
+    probe.repetitions = 2;
+    const auto racks = dist::measure_racks(*c.group, probe);
+    ASSERT_EQ(racks.size(), 3u);
+    // Every rank must hold the same answer: compare with rank 0's by an allreduce of max - min.
+    Tensor mine = Tensor::from_vector(std::vector<float>(racks.begin(), racks.end()), {3});
+    Tensor mx = mine.clone(), mn = mine.clone();
+    c.group->allreduce(mx, dist::ReduceOp::Max)->wait();
+    c.group->allreduce(mn, dist::ReduceOp::Min)->wait();
+    EXPECT_EQ(mx.to_vector(), mn.to_vector());
+    // And the synchronizer accepts the option (loopback: usually one rack).
+    auto model = tiny_mlp(7);
+    auto opt = sgd(*model, 0.0);
+    auto o = options();
+    o.measure_racks = true;
+    o.schedule.cross_period = 2;
+    dist::DsSyncSynchronizer sync(c.group, o);
+    sync.setup(*model, *opt);
+    train_steps(sync, *model, *opt, c.rank, 3);
+    EXPECT_EQ(sync.schedule().options().rack_of.size(), 3u);
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
