@@ -2,32 +2,19 @@
 
 #include "core/ops/elementwise.h"
 #include "core/ops/nn.h"
+#include "layers/residual.h"
 
 namespace mt::layers {
 
-namespace {
-Conv2dLayerOptions conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
-  Conv2dLayerOptions o;
-  o.in_channels = in;
-  o.out_channels = out;
-  o.kernel = kernel;
-  o.stride = stride;
-  o.padding = kernel / 2;
-  o.bias = false;
-  return o;
-}
-}  // namespace
-
 BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride, core::Generator& gen) {
-  conv1_ = register_module("conv1", std::make_shared<Conv2d>(conv(in_channels, out_channels, 3, stride), gen));
+  conv1_ = register_module("conv1",
+      std::make_shared<Conv2d>(conv_before_batch_norm(in_channels, out_channels, 3, stride), gen));
   bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(out_channels));
-  conv2_ = register_module("conv2", std::make_shared<Conv2d>(conv(out_channels, out_channels, 3, 1), gen));
+  conv2_ = register_module("conv2",
+      std::make_shared<Conv2d>(conv_before_batch_norm(out_channels, out_channels, 3, 1), gen));
   bn2_ = register_module("bn2", std::make_shared<BatchNorm2d>(out_channels));
-  if (stride != 1 || in_channels != out_channels) {
-    auto ds = std::make_shared<Sequential>();
-    ds->push_back(std::make_shared<Conv2d>(conv(in_channels, out_channels, 1, stride), gen));
-    ds->push_back(std::make_shared<BatchNorm2d>(out_channels));
-    downsample_ = register_module("downsample", ds);
+  if (auto shortcut = projection_shortcut(in_channels, out_channels, stride, gen)) {
+    downsample_ = register_module("downsample", shortcut);
   }
 }
 
