@@ -426,8 +426,9 @@ TEST_F(SsgdTest, StartupBroadcastMakesReplicasIdentical) {
     const auto a = model->named_parameters(), b = ref->named_parameters();
     for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i].second.to_vector(), b[i].second.to_vector()) << a[i].first;
     for (auto& [name, buf] : model->named_buffers())
-      if (buf.dtype() == core::DType::Float32)
+      if (buf.dtype() == core::DType::Float32) {
         for (float v : buf.to_vector()) ASSERT_EQ(v, 1.0f) << name << " on rank " << r;
+      }
   });
 }
 
@@ -488,7 +489,9 @@ TEST_F(SsgdTest, GradientAccumulationMatchesTheBigBatchAndCommunicatesOnce) {
       sync.begin_iteration(0);
       auto [x, y] = global_batch(m, 4);
       core::cross_entropy(model->forward(x), y).backward();
-      if (m < 3) EXPECT_EQ(dynamic_cast<FakeGroup&>(*g).allreduces_issued, before);
+      if (m < 3) {
+        EXPECT_EQ(dynamic_cast<FakeGroup&>(*g).allreduces_issued, before);
+      }
     }
     sync.step(*opt);
     count[r] = dynamic_cast<FakeGroup&>(*g).allreduces_issued - before;
