@@ -21,6 +21,7 @@
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "support/dist_training.h"
 #include "support/multiprocess.h"
 
 using namespace mt;
@@ -176,13 +177,7 @@ namespace {
 constexpr int64_t kImage = 6, kClasses = 4;
 
 std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed) {
-  core::Generator gen(seed);
-  layers::ModelOptions o;
-  o.in_channels = 1;
-  o.image_size = kImage;
-  o.num_classes = kClasses;
-  o.hidden = {16, 12};
-  return layers::build_model("mlp", o, gen);
+  return mt::testing::tiny_mlp(seed, kImage, kClasses);
 }
 
 std::pair<Tensor, Tensor> batch(int step, int rank, int64_t rows) {
@@ -289,26 +284,14 @@ TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
   mt::testing::MultiprocessOptions mo;
   mo.timeout = std::chrono::seconds(240);
   EXPECT_TRUE(mt::testing::run_ranks(4, [&](mt::testing::RankContext& ctx) {
-    apps::RunConfig c = apps::load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
-    c.set_threads(1);
-    c.set_output_dir(dir.string());
-    apps::apply_override(c, "data.batch_size=8");
-    apps::apply_override(c, "dist.algorithm=cdsgd");
-    apps::apply_override(c, "dist.compression=TWO_BIT");
-    apps::apply_override(c, "dist.compression_tau=0.05");
-    apps::apply_override(c, "dist.cdsgd_warmup_iters=10");
+    std::ostringstream log;
     // Momentum 0.9 on the global weights is unstable with 2-bit gradients here (docs/PERF.md);
     // DGC-style momentum correction is later work.
-    apps::apply_override(c, "optimizer.momentum=0");
-    apps::apply_override(c, "optimizer.lr=0.2");
-    apps::validate_config(c);
-    std::ostringstream log;
-    apps::TrainerOptions opt;
-    opt.group = ctx.group;
-    opt.log = &log;
-    opt.quiet = ctx.rank != 0;
-    apps::Trainer t(c, opt);
-    const double acc = t.train().last_eval.accuracy;
+    const double acc = mt::testing::train_synthetic_mlp(
+        ctx.group, ctx.rank, dir.string(),
+        {"dist.algorithm=cdsgd", "dist.compression=TWO_BIT", "dist.compression_tau=0.05",
+         "dist.cdsgd_warmup_iters=10", "optimizer.momentum=0", "optimizer.lr=0.2"},
+        log);
     if (ctx.rank == 0) {
       EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
       EXPECT_NE(log.str().find("CD-SGD TWO_BIT"), std::string::npos) << log.str();

@@ -25,6 +25,7 @@
 #include "dist/factory.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "support/dist_training.h"
 #include "support/multiprocess.h"
 
 using namespace mt;
@@ -218,13 +219,7 @@ constexpr int64_t kImage = 4;
 constexpr int64_t kClasses = 3;
 
 std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed) {
-  core::Generator gen(seed);
-  layers::ModelOptions o;
-  o.in_channels = 1;
-  o.image_size = kImage;
-  o.num_classes = kClasses;
-  o.hidden = {16, 12};
-  return layers::build_model("mlp", o, gen);
+  return mt::testing::tiny_mlp(seed, kImage, kClasses);
 }
 
 std::pair<Tensor, Tensor> batch(int step, int rank, int64_t rows = 8) {
@@ -438,21 +433,11 @@ TEST(DsSyncGloo, TrainerLearnsOnFourRanks) {
   mt::testing::MultiprocessOptions mo;
   mo.timeout = std::chrono::seconds(120);
   const auto result = mt::testing::run_ranks(4, [&](mt::testing::RankContext& c) {
-    apps::RunConfig cfg = apps::load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
-    cfg.set_threads(1);
-    cfg.set_output_dir(dir.string());
-    apps::apply_override(cfg, "data.batch_size=8");
-    apps::apply_override(cfg, "dist.algorithm=dssync");
-    apps::apply_override(cfg, "dist.dssync_spread_every=32");
-    apps::apply_override(cfg, "dist.timeline_file=trace-{rank}.json");
-    apps::validate_config(cfg);
     std::ostringstream log;
-    apps::TrainerOptions opt;
-    opt.group = c.group;
-    opt.log = &log;
-    opt.quiet = c.rank != 0;
-    apps::Trainer t(cfg, opt);
-    const double acc = t.train().last_eval.accuracy;
+    const double acc = mt::testing::train_synthetic_mlp(
+        c.group, c.rank, dir.string(),
+        {"dist.algorithm=dssync", "dist.dssync_spread_every=32", "dist.timeline_file=trace-{rank}.json"},
+        log);
     EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes = 10%
     if (c.rank == 0) {
       EXPECT_NE(log.str().find("DS-Sync schedule: butterfly"), std::string::npos) << log.str();

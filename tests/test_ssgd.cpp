@@ -27,6 +27,7 @@
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "support/dist_training.h"
 #include "support/multiprocess.h"
 
 using namespace mt;
@@ -224,13 +225,7 @@ constexpr int64_t kImage = 6;
 constexpr int64_t kClasses = 4;
 
 std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed) {
-  core::Generator gen(seed);
-  layers::ModelOptions o;
-  o.in_channels = 1;
-  o.image_size = kImage;
-  o.num_classes = kClasses;
-  o.hidden = {16, 12};
-  return layers::build_model("mlp", o, gen);
+  return mt::testing::tiny_mlp(seed, kImage, kClasses);
 }
 
 // Global batch `step`: `rows` examples; rank r of n reads rows [r*rows/n, (r+1)*rows/n).
@@ -536,20 +531,9 @@ TEST_F(SsgdTest, TrainerLearnsOnFourRanks) {
   std::vector<double> acc(4);
   std::ostringstream log0;
   run_ranks(4, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-    apps::RunConfig c = apps::load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
-    c.set_threads(1);
-    c.set_output_dir(dir.string());
-    apps::apply_override(c, "data.batch_size=8");
-    apps::apply_override(c, "dist.schedule=MGWFBP");
-    apps::apply_override(c, "dist.profile_iters=2");
-    apps::apply_override(c, "dist.timeline_file=trace-{rank}.json");
-    apps::validate_config(c);
-    apps::TrainerOptions opt;
-    opt.group = g;
-    opt.log = &log0;
-    opt.quiet = r != 0;
-    apps::Trainer t(c, opt);
-    acc[r] = t.train().last_eval.accuracy;
+    acc[r] = mt::testing::train_synthetic_mlp(
+        g, r, dir.string(),
+        {"dist.schedule=MGWFBP", "dist.profile_iters=2", "dist.timeline_file=trace-{rank}.json"}, log0);
   });
   for (int r = 1; r < 4; ++r) EXPECT_EQ(acc[r], acc[0]);
   EXPECT_GT(acc[0], 60.0) << log0.str();  // chance is 1/classes

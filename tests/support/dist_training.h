@@ -1,0 +1,25 @@
+// What the distributed-algorithm tests (S-SGD, CD-SGD, DS-Sync) build on: a tiny MLP from a
+// seed, and a short Trainer run of configs/mlp_synthetic.prototxt on a given process group.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+#include "layers/module.h"
+
+namespace mt::testing {
+
+// MLP over 1 x image x image inputs with hidden layers {16, 12}, weights drawn from `seed`.
+std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed, int64_t image, int64_t classes);
+
+// Trains configs/mlp_synthetic.prototxt on `group` (one thread, per-rank batch 8, output in
+// output_dir) with `overrides` ("field.path=value") applied; rank 0 logs to `log`, the other
+// ranks are quiet. Returns the final test accuracy in percent.
+double train_synthetic_mlp(std::shared_ptr<dist::ProcessGroup> group, int rank,
+                           const std::string& output_dir, const std::vector<std::string>& overrides,
+                           std::ostream& log);
+
+}  // namespace mt::testing
