@@ -32,6 +32,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "data/batch_loader.h"
 #include "data/dataset.h"
 #include "data/device_staging.h"
 #include "data/sampler.h"
@@ -54,26 +55,7 @@ struct LoaderOptions {
   core::Device device = core::Device::cpu();
 };
 
-struct Batch {
-  core::Tensor inputs;   // float32 [B, C, H, W]
-  core::Tensor targets;  // int64 [B]
-  int64_t index = 0;     // batch number within the epoch
-};
-
-// Throughput counters, cumulative since the loader was built.
-struct LoaderStats {
-  int64_t images = 0;         // examples prepared (read, decoded, transformed)
-  double busy_seconds = 0.0;  // time the threads spent preparing them, summed over threads
-  double wait_seconds = 0.0;  // time next() spent blocked, waiting for a batch
-  int threads = 1;
-  // Images/s the pool sustains when it never has to pause for a full buffer:
-  // threads * images / busy_seconds (0 before the first batch).
-  double decode_images_per_second() const {
-    return busy_seconds > 0 ? threads * images / busy_seconds : 0.0;
-  }
-};
-
-class DataLoader {
+class DataLoader : public BatchLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, Transform transform, LoaderOptions opt);
   ~DataLoader();  // stops and joins the threads
@@ -82,13 +64,13 @@ class DataLoader {
 
   // Starts producing `epoch`'s batches, from batch `first_batch` on (> 0 resumes mid-epoch).
   // Any batches of the previous epoch still queued are discarded.
-  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   // Blocks until the next batch is ready; false at the end of the epoch. Rethrows an error
   // raised while preparing the batch (e.g. by the dataset).
-  bool next(Batch& out);
-  int64_t batches_per_epoch() const { return batches_per_epoch_; }
-  double wait_seconds() const;  // total time next() spent waiting for the threads
-  LoaderStats stats() const;
+  bool next(Batch& out) override;
+  int64_t batches_per_epoch() const override { return batches_per_epoch_; }
+  double wait_seconds() const override;  // total time next() spent waiting for the threads
+  LoaderStats stats() const override;
   const Dataset& dataset() const { return *dataset_; }
 
  private:
