@@ -11,6 +11,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "apps/task.h"
 #include "data/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
@@ -200,6 +201,7 @@ void apply_override(RunConfig& config, const std::string& assignment) {
 void validate_config(const RunConfig& c) {
   check_min("epochs", c.epochs(), 1);
   check_min("threads", c.threads(), 0);
+  check_name("on_nonfinite", c.on_nonfinite(), {"stop", "skip"});
   core::Device::parse(c.device());
 
   const auto& m = c.model();
@@ -210,7 +212,7 @@ void validate_config(const RunConfig& c) {
            m.dropout(), ")");
 
   const auto& d = c.data();
-  check_name("data.type", d.type(), data::dataset_types());
+  check_name("data.type", d.type(), data_types());
   check_min<int64_t>("data.batch_size", d.batch_size(), 0, ">");
   check_min<int64_t>("data.eval_batch_size", d.eval_batch_size(), 0);
   check_min("data.prefetch_batches", d.prefetch_batches(), 0);
@@ -230,6 +232,34 @@ void validate_config(const RunConfig& c) {
   check_min("optimizer.lr", o.lr(), 0.0);
   check_min("optimizer.momentum", o.momentum(), 0.0);
   check_min("optimizer.weight_decay", o.weight_decay(), 0.0);
+  check_min("optimizer.max_grad_norm", o.max_grad_norm(), 0.0);
+  MT_CHECK(o.beta1() >= 0 && o.beta1() < 1 && o.beta2() >= 0 && o.beta2() < 1,
+           "optimizer.beta1 and optimizer.beta2 must be in [0, 1) (got ", o.beta1(), ", ", o.beta2(), ")");
+  check_min("optimizer.eps", o.eps(), 0.0, ">");
+
+  const auto& b = m.bert();
+  for (const auto& [field, v] : {std::pair{"hidden", b.hidden()}, {"layers", b.layers()},
+                                 {"heads", b.heads()}, {"intermediate", b.intermediate()}}) {
+    check_min<int64_t>(std::string("model.bert.") + field, v, 0);
+  }
+  check_min<int64_t>("model.bert.max_position", b.max_position(), 1);
+  check_min<int64_t>("model.bert.type_vocab", b.type_vocab(), 1);
+  MT_CHECK(b.hidden_dropout() >= 0 && b.hidden_dropout() < 1 && b.attention_dropout() >= 0 &&
+               b.attention_dropout() < 1,
+           "model.bert.hidden_dropout and attention_dropout must be in [0, 1)");
+  const auto& t = d.text();
+  check_min<int64_t>("data.text.seq_len", t.seq_len(), 8);
+  check_min<int64_t>("data.text.vocab_size", t.vocab_size(), 16);
+  MT_CHECK(t.mask_prob() > 0 && t.mask_prob() < 1, "data.text.mask_prob must be in (0, 1) (got ",
+           t.mask_prob(), ")");
+  MT_CHECK(t.eval_fraction() > 0 && t.eval_fraction() < 1,
+           "data.text.eval_fraction must be in (0, 1) (got ", t.eval_fraction(), ")");
+  check_min<int64_t>("data.text.synthetic_sequences", t.synthetic_sequences(), 1);
+  check_min<int64_t>("data.text.synthetic_vocab", t.synthetic_vocab(), 16);
+  if (is_token_data(d.type()) && m.name().rfind("bert", 0) == 0 && b.max_position() > 0) {
+    MT_CHECK(t.seq_len() <= b.max_position(), "data.text.seq_len (", t.seq_len(),
+             ") exceeds model.bert.max_position (", b.max_position(), "); lower seq_len");
+  }
 
   const auto& s = c.lr_schedule();
   check_name("lr_schedule.type", s.type(), optim::lr_schedule_types());

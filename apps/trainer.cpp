@@ -11,11 +11,8 @@
 #include "core/ops/nn.h"
 #include "core/ops/reduction.h"
 #include "core/runtime.h"
-#include "data/registry.h"
-#include "data/transforms.h"
 #include "dist/factory.h"
 #include "dist/rendezvous.h"
-#include "layers/models/registry.h"
 #include "optim/registry.h"
 
 namespace mt::apps {
@@ -45,44 +42,6 @@ std::string lr_text(double lr) { return lr >= 1e-3 || lr == 0 ? format("%.4f", l
 // A JSON number (JSON has no NaN/Inf: write null).
 std::string num(double v) { return std::isfinite(v) ? format("%.6g", v) : "null"; }
 
-int64_t count_correct(const core::Tensor& logits, const core::Tensor& targets) {
-  const core::Tensor pred = core::argmax(logits.detach(), 1).to(core::Device::cpu()).contiguous();
-  const core::Tensor t = targets.to(core::Device::cpu()).contiguous();
-  const int64_t* p = pred.data<int64_t>();
-  const int64_t* y = t.data<int64_t>();
-  int64_t n = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) n += p[i] == y[i];
-  return n;
-}
-
-data::TransformOptions transform_options(const mintrain::TransformConfig& t) {
-  data::TransformOptions o;
-  o.mean.assign(t.mean().begin(), t.mean().end());
-  o.std.assign(t.std().begin(), t.std().end());
-  o.random_crop_padding = t.random_crop_padding();
-  o.random_flip = t.random_flip();
-  return o;
-}
-
-// The decode-time part of a TransformConfig, for image-file datasets (data/image_transform.h).
-data::ImageTransformOptions image_options(const mintrain::DataConfig& d, const mintrain::TransformConfig& t,
-                                          const char* field) {
-  data::ImageTransformOptions o;
-  o.size = d.image_size();
-  o.random_resized_crop = t.random_resized_crop();
-  MT_CHECK(t.crop_scale_size() == 0 || t.crop_scale_size() == 2, "data.", field,
-           ".crop_scale must be [min, max] (got ", t.crop_scale_size(), " values)");
-  MT_CHECK(t.crop_ratio_size() == 0 || t.crop_ratio_size() == 2, "data.", field,
-           ".crop_ratio must be [min, max] (got ", t.crop_ratio_size(), " values)");
-  if (t.crop_scale_size() == 2) o.scale_min = t.crop_scale(0), o.scale_max = t.crop_scale(1);
-  if (t.crop_ratio_size() == 2) o.ratio_min = t.crop_ratio(0), o.ratio_max = t.crop_ratio(1);
-  o.resize = t.resize_size();
-  o.brightness = t.brightness();
-  o.contrast = t.contrast();
-  o.saturation = t.saturation();
-  return o;
-}
-
 }  // namespace
 
 Trainer::Trainer(RunConfig config, TrainerOptions options)
@@ -105,71 +64,29 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   gen_ = std::make_unique<core::Generator>(config_.seed());
   connect();
 
-  // Data.
+  // Data and model, from the task.
+  TaskContext tctx;
+  tctx.rank = sync_->rank();
+  tctx.world_size = sync_->world_size();
+  tctx.device = device_;
+  tctx.output_dir = output_dir_;
+  tctx.eval_only = options_.eval_only;
+  task_ = make_task(config_, tctx);
   const auto& dc = config_.data();
-  data::DatasetOptions dopt;
-  dopt.type = dc.type();
-  dopt.path = dc.path();
-  dopt.synthetic_size = dc.synthetic().size();
-  if (dc.synthetic().shape_size() == 3) dopt.synthetic_shape.assign(dc.synthetic().shape().begin(), dc.synthetic().shape().end());
-  dopt.synthetic_classes = dc.synthetic().classes();
-  dopt.seed = config_.seed();
-  dopt.train_list = dc.train_list();
-  dopt.eval_list = dc.eval_list();
-  dopt.num_classes = dc.num_classes();
-  dopt.on_bad_image = dc.on_bad_image();
-  dopt.train_image = image_options(dc, dc.train_transform(), "train_transform");
-  dopt.eval_image = image_options(dc, dc.eval_transform(), "eval_transform");
-  test_set_ = data::build_dataset(dopt, /*train=*/false);
-  if (!options_.eval_only) train_set_ = data::build_dataset(dopt, /*train=*/true);
-  const core::Shape image_shape = test_set_->image_shape();
-
-  data::LoaderOptions lopt;
-  lopt.seed = config_.seed();
-  lopt.rank = sync_->rank();
-  lopt.world_size = sync_->world_size();
-  lopt.prefetch_batches = std::max(1, dc.prefetch_batches());
-  lopt.threads = std::max(1, dc.loader_threads());
-  lopt.device = device_;  // on a GPU: pinned staging and the host-to-device copy in the loader
-  if (train_set_) {
-    lopt.batch_size = dc.batch_size();
-    lopt.shuffle = dc.shuffle();
-    lopt.drop_last = dc.drop_last();
-    train_loader_ = std::make_unique<data::DataLoader>(
-        train_set_, data::Transform(transform_options(dc.train_transform()), image_shape), lopt);
-    iters_per_epoch_ = train_loader_->batches_per_epoch();
+  if (data::BatchLoader* train = task_->train_loader()) {
+    iters_per_epoch_ = train->batches_per_epoch();
     if (dc.limit_train_batches() > 0) iters_per_epoch_ = std::min(iters_per_epoch_, dc.limit_train_batches());
-    MT_CHECK(iters_per_epoch_ > 0, "the training set (", train_set_->describe(),
+    MT_CHECK(iters_per_epoch_ > 0, "the training set (", task_->describe_train(),
              ") gives no batch of data.batch_size=", dc.batch_size(),
              "; lower the batch size or set data.drop_last: false");
   }
-  lopt.batch_size = dc.eval_batch_size() > 0 ? dc.eval_batch_size() : dc.batch_size();
-  lopt.shuffle = false;
-  lopt.drop_last = false;
-  test_loader_ = std::make_unique<data::DataLoader>(
-      test_set_, data::Transform(transform_options(dc.eval_transform()), image_shape), lopt);
-
   accumulation_ = std::max(1, config_.dist().grad_accumulation_steps());
-  if (train_set_ && accumulation_ > 1) {
+  if (task_->train_loader() && accumulation_ > 1) {
     iters_per_epoch_ /= accumulation_;  // optimizer steps, each of k loader batches
     MT_CHECK(iters_per_epoch_ > 0, "an epoch has fewer batches than dist.grad_accumulation_steps=",
              accumulation_, "; lower it or the batch size");
   }
-
-  // Model.
-  const auto& mc = config_.model();
-  layers::ModelOptions mopt;
-  MT_CHECK(image_shape.size() == 3, "dataset images have shape ", core::shape_str(image_shape),
-           "; the models expect [C, H, W]");
-  mopt.in_channels = image_shape[0];
-  mopt.image_size = image_shape[1];
-  mopt.num_classes = mc.num_classes() > 0 ? mc.num_classes() : test_set_->num_classes();
-  MT_CHECK(mopt.num_classes >= test_set_->num_classes(), "model.num_classes is ",
-           mopt.num_classes, " but the dataset has ", test_set_->num_classes(),
-           " classes; set model.num_classes: 0 to take it from the dataset");
-  if (mc.hidden_size() > 0) mopt.hidden.assign(mc.hidden().begin(), mc.hidden().end());
-  mopt.dropout = mc.dropout();
-  model_ = layers::build_model(mc.name(), mopt, *gen_);
+  model_ = task_->build_model(*gen_);
   model_->to(device_);
 
   // Optimizer and schedule.
@@ -181,7 +98,12 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   oopt.nesterov = oc.nesterov();
   oopt.weight_decay = oc.weight_decay();
   oopt.decoupled_weight_decay = oc.decoupled_weight_decay();
-  optimizer_ = optim::build_optimizer(oc.name(), model_->parameters(), oopt);
+  oopt.beta1 = oc.beta1();
+  oopt.beta2 = oc.beta2();
+  oopt.eps = oc.eps();
+  oopt.no_decay_1d = oc.no_decay_1d();
+  optimizer_ = std::make_unique<optim::StepGuard>(
+      optim::build_optimizer(oc.name(), model_->parameters(), oopt), oc.max_grad_norm());
 
   const auto& sc = config_.lr_schedule();
   optim::LrScheduleOptions sopt;
@@ -329,19 +251,19 @@ EvalResult Trainer::evaluate() {
 
   const int64_t limit = config_.data().limit_eval_batches();
   double loss_sum = 0.0;
-  int64_t correct = 0, count = 0;
-  test_loader_->start_epoch(0);
+  int64_t correct = 0, count = 0, units = 0;
+  data::BatchLoader& loader = task_->test_loader();
+  loader.start_epoch(0);
   data::Batch batch;
-  for (int64_t b = 0; (limit == 0 || b < limit) && test_loader_->next(batch); ++b) {
-    const core::Tensor x = batch.inputs.to(device_), y = batch.targets.to(device_);
-    const core::Tensor logits = model_->forward(x);
-    const int64_t n = y.numel();
-    loss_sum += static_cast<double>(core::cross_entropy(logits, y).item()) * n;
-    correct += count_correct(logits, y);
-    count += n;
+  for (int64_t b = 0; (limit == 0 || b < limit) && loader.next(batch); ++b) {
+    const BatchResult r = task_->run(*model_, batch);
+    loss_sum += static_cast<double>(r.loss.item()) * r.predictions;
+    correct += r.correct;
+    count += r.predictions;
+    units += r.units;
   }
   model_->train(was_training);
-  MT_CHECK(count > 0, "the test set (", test_set_->describe(), ") gave no examples");
+  MT_CHECK(count > 0, "the test set (", task_->describe_test(), ") gave no examples");
 
   // Ratio of averages = ratio of sums: every rank contributes in proportion to its examples.
   EvalResult r;
@@ -349,12 +271,39 @@ EvalResult Trainer::evaluate() {
   r.loss = sync_->average(loss_sum) / total;
   r.accuracy = 100.0 * sync_->average(static_cast<double>(correct)) / total;
   r.examples = static_cast<int64_t>(std::llround(total * sync_->world_size()));
+  r.units = static_cast<int64_t>(std::llround(sync_->average(static_cast<double>(units)) * sync_->world_size()));
   r.seconds = seconds_since(start);
   return r;
 }
 
+bool Trainer::agree_to_stop(bool local) {
+  if (sync_->world_size() == 1) return local;
+  return sync_->average(local ? 1.0 : 0.0) > 0.0;
+}
+
+void Trainer::handle_nonfinite_step(double loss) {
+  ++nonfinite_in_a_row_;
+  const bool skip = config_.on_nonfinite() == "skip";
+  constexpr int64_t kMaxInARow = 10;
+  const std::string what = format("iteration %lld: the gradient norm is %g (loss %g)",
+                                  static_cast<long long>(state_.global_iteration),
+                                  optimizer_->last_grad_norm(), loss);
+  if (skip && nonfinite_in_a_row_ < kMaxInARow) {
+    if (!options_.quiet && sync_->rank() == 0) {
+      log() << "warning: " << what << "; step skipped (" << optimizer_->skipped_steps()
+            << " skipped so far)" << std::endl;
+    }
+    return;
+  }
+  MT_FAIL(what, skip ? "; " + std::to_string(kMaxInARow) + " steps in a row were NaN/Inf" : std::string(),
+          ". Training stopped without taking the step; the last checkpoint (if any) is intact. "
+          "Lower optimizer.lr, set optimizer.max_grad_norm, check the data, or set "
+          "on_nonfinite: \"skip\" to skip such steps");
+}
+
 TrainResult Trainer::train() {
-  MT_CHECK(train_loader_ != nullptr, "this trainer was built for evaluation only");
+  data::BatchLoader* train_loader = task_->train_loader();
+  MT_CHECK(train_loader != nullptr, "this trainer was built for evaluation only");
   const auto start = Clock::now();
   const int64_t epochs = config_.epochs();
   const int64_t total_iters = epochs * iters_per_epoch_;
@@ -382,9 +331,9 @@ TrainResult Trainer::train() {
   if (chatty) {
     log() << "model " << config_.model().name() << " (" << model_->num_parameters()
           << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads\n"
-          << "train: " << train_set_->describe() << ", " << iters_per_epoch_
+          << "train: " << task_->describe_train() << ", " << iters_per_epoch_
           << " iterations/epoch of " << config_.data().batch_size() << "\n"
-          << "test:  " << test_set_->describe() << "\n"
+          << "test:  " << task_->describe_test() << "\n"
           << "output: " << output_dir_ << std::endl;
     if (group_) {
       log() << "distributed: " << sync_->name() << " on " << group_->describe() << "; batch "
@@ -397,21 +346,21 @@ TrainResult Trainer::train() {
 
   TrainResult result;
   auto stop_requested = [&] {
-    return (options_.stop_flag && options_.stop_flag->load()) ||
-           (options_.stop_at_iteration >= 0 && state_.global_iteration >= options_.stop_at_iteration);
+    const bool at_limit = options_.stop_at_iteration >= 0 && state_.global_iteration >= options_.stop_at_iteration;
+    return at_limit || agree_to_stop(options_.stop_flag && options_.stop_flag->load());
   };
 
   model_->train();
   while (state_.epoch < epochs) {
     const int64_t epoch = state_.epoch;
-    train_loader_->start_epoch(epoch, state_.next_batch * accumulation_);
+    train_loader->start_epoch(epoch, state_.next_batch * accumulation_);
 
     // Progress window: what the next progress line averages over.
     auto window_start = Clock::now();
-    double window_wait_start = train_loader_->wait_seconds();
-    data::LoaderStats window_data = train_loader_->stats();
+    double window_wait_start = train_loader->wait_seconds();
+    data::LoaderStats window_data = train_loader->stats();
     double window_loss = 0.0;
-    int64_t window_correct = 0, window_images = 0, window_iters = 0;
+    int64_t window_correct = 0, window_predictions = 0, window_units = 0, window_iters = 0;
 
     data::Batch batch;
     while (state_.next_batch < iters_per_epoch_) {
@@ -423,34 +372,40 @@ TrainResult Trainer::train() {
                                          static_cast<double>(state_.next_batch) / iters_per_epoch_);
       optimizer_->set_lr(lr);
       // k micro-batches (gradient accumulation), then one synchronized optimizer step.
+      double step_loss = 0.0;
       for (int micro = 0; micro < accumulation_; ++micro) {
-        MT_CHECK(train_loader_->next(batch), "the training loader ended after ",
+        MT_CHECK(train_loader->next(batch), "the training loader ended after ",
                  state_.next_batch * accumulation_ + micro, " of ", iters_per_epoch_ * accumulation_,
                  " batches");
         sync_->begin_iteration(state_.global_iteration);
-        const core::Tensor x = batch.inputs.to(device_), y = batch.targets.to(device_);
-        core::Tensor logits, loss;
+        BatchResult r;
         {
           dist::TimelineSpan span(timeline_.get(), "forward");
-          logits = model_->forward(x);
-          loss = core::cross_entropy(logits, y);
+          r = task_->run(*model_, batch);
         }
         {
           dist::TimelineSpan span(timeline_.get(), "backward");
           // The mean over all k micro-batches: each contributes 1/k of its mean loss.
           if (accumulation_ > 1) {
-            loss.backward(core::Tensor::full(loss.shape(), 1.0 / accumulation_));
+            r.loss.backward(core::Tensor::full(r.loss.shape(), 1.0 / accumulation_));
           } else {
-            loss.backward();
+            r.loss.backward();
           }
         }
-        const int64_t n = y.numel();
-        window_loss += static_cast<double>(loss.item()) * n;
-        window_correct += count_correct(logits, y);
-        window_images += n;
+        const double loss_value = r.loss.item();
+        step_loss += loss_value / accumulation_;
+        window_loss += loss_value * r.predictions;
+        window_correct += r.correct;
+        window_predictions += r.predictions;
+        window_units += r.units;
       }
       sync_->step(*optimizer_);
       optimizer_->zero_grad();
+      if (optimizer_->last_step_skipped()) {
+        handle_nonfinite_step(step_loss);
+      } else {
+        nonfinite_in_a_row_ = 0;
+      }
       ++state_.global_iteration;
       ++state_.next_batch;
       ++window_iters;
@@ -458,35 +413,38 @@ TrainResult Trainer::train() {
       const bool last_of_epoch = state_.next_batch == iters_per_epoch_;
       if (print_every > 0 && (state_.global_iteration % print_every == 0 || last_of_epoch)) {
         const double secs = seconds_since(window_start);
-        const double wait = train_loader_->wait_seconds() - window_wait_start;
-        const double loss_avg = sync_->average(window_loss / window_images);
-        const double acc = sync_->average(100.0 * window_correct / window_images);
-        const double img_s = secs > 0 ? window_images * sync_->world_size() / secs : 0.0;
+        const double wait = train_loader->wait_seconds() - window_wait_start;
+        const double loss_avg = sync_->average(window_loss / window_predictions);
+        const double acc = sync_->average(100.0 * window_correct / window_predictions);
+        const double units_s = secs > 0 ? window_units * sync_->world_size() / secs : 0.0;
         const double eta = secs / window_iters * (total_iters - state_.global_iteration);
-        // What the loader's threads could decode per second in this window (if never paused).
-        const data::LoaderStats data_now = train_loader_->stats();
+        // What the loader's threads could prepare per second in this window (if never paused).
+        const data::LoaderStats data_now = train_loader->stats();
         const double busy = data_now.busy_seconds - window_data.busy_seconds;
-        const double decode_img_s = busy > 0 ? data_now.threads * (data_now.images - window_data.images) / busy : 0.0;
+        const double decode_s = busy > 0 ? data_now.threads * (data_now.images - window_data.images) / busy : 0.0;
+        const std::string unit = task_->unit();
         if (chatty) {
-          log() << format("epoch %lld/%lld iter %lld/%lld loss %.4f acc %.1f%% lr %s %.0f img/s "
-                          "data-wait %.0f%% decode %.0f img/s eta %s",
+          log() << format("epoch %lld/%lld iter %lld/%lld loss %.4f acc %.1f%% lr %s %.0f %s/s "
+                          "data-wait %.0f%%",
                           static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                           static_cast<long long>(state_.next_batch),
                           static_cast<long long>(iters_per_epoch_), loss_avg, acc,
-                          lr_text(lr).c_str(), img_s, secs > 0 ? 100.0 * wait / secs : 0.0,
-                          decode_img_s, hms(eta).c_str())
+                          lr_text(lr).c_str(), units_s, unit.c_str(),
+                          secs > 0 ? 100.0 * wait / secs : 0.0)
+                << (unit == "img" ? format(" decode %.0f img/s", decode_s) : std::string())
+                << " eta " << hms(eta)
                 << (sync_->world_size() > 1 ? " world " + std::to_string(sync_->world_size()) : "")
                 << std::endl;
         }
         write_metrics("{\"type\":\"train\",\"epoch\":" + std::to_string(epoch + 1) +
                       ",\"iter\":" + std::to_string(state_.global_iteration) +
                       ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) + ",\"lr\":" + num(lr) +
-                      ",\"img_s\":" + num(img_s) + ",\"time\":" + num(seconds_since(start)) + "}");
+                      ",\"" + unit + "_s\":" + num(units_s) + ",\"time\":" + num(seconds_since(start)) + "}");
         window_start = Clock::now();
-        window_wait_start = train_loader_->wait_seconds();
-        window_data = train_loader_->stats();
+        window_wait_start = train_loader->wait_seconds();
+        window_data = train_loader->stats();
         window_loss = 0.0;
-        window_correct = window_images = window_iters = 0;
+        window_correct = window_predictions = window_units = window_iters = 0;
       }
       if (ckpt_every_iters > 0 && state_.global_iteration % ckpt_every_iters == 0 && !last_of_epoch) {
         result.last_checkpoint = save_checkpoint();
@@ -509,17 +467,17 @@ TrainResult Trainer::train() {
       is_best = r.accuracy > state_.best_accuracy;
       if (is_best) state_.best_accuracy = r.accuracy;
       if (chatty) {
-        log() << format("epoch %lld/%lld test loss %.4f acc %.2f%% (%lld images, %.1f s)%s",
+        log() << format("epoch %lld/%lld test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
                         static_cast<long long>(epoch + 1), static_cast<long long>(epochs), r.loss,
-                        r.accuracy, static_cast<long long>(r.examples), r.seconds,
+                        r.accuracy, static_cast<long long>(r.examples), task_->predictions_name(), r.seconds,
                         is_best ? " best" : "")
               << std::endl;
       }
       write_metrics("{\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
                     ",\"iter\":" + std::to_string(state_.global_iteration) +
                     ",\"loss\":" + num(r.loss) + ",\"acc\":" + num(r.accuracy) +
-                    ",\"lr\":" + num(optimizer_->lr()) + ",\"img_s\":" +
-                    num(r.seconds > 0 ? r.examples / r.seconds : 0.0) +
+                    ",\"lr\":" + num(optimizer_->lr()) + ",\"" + task_->unit() + "_s\":" +
+                    num(r.seconds > 0 ? r.units / r.seconds : 0.0) +
                     ",\"time\":" + num(seconds_since(start)) + "}");
     }
     if (last || (ckpt_every_epochs > 0 && (epoch + 1) % ckpt_every_epochs == 0)) {

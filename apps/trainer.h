@@ -3,10 +3,14 @@
 // checkpoints. `mintrain train` and `mintrain eval` are thin wrappers around it; tests drive it
 // directly.
 //
-// One iteration:  lr from the schedule at the fractional epoch
-//                 sync.begin_iteration -> forward -> cross_entropy -> backward
+// What is trained on what comes from a Task (apps/task.h): image classification, or BERT's
+// masked-language modelling. One iteration:
+//                 lr from the schedule at the fractional epoch
+//                 sync.begin_iteration -> forward + loss (the task) -> backward
 //                   (x dist.grad_accumulation_steps micro-batches, loss scaled by 1/k)
 //                 sync.step(optimizer) -> optimizer.zero_grad()
+// The optimizer is wrapped in a StepGuard (optim/step_guard.h): NaN/Inf gradients skip the step
+// (then on_nonfinite decides: stop, or go on), and optimizer.max_grad_norm clips.
 // Distributed (WORLD_SIZE > 1 from the launcher, or dist.force_distributed): the trainer joins
 // the rendezvous, builds the synchronizer from config.dist, and each rank reads a disjoint
 // shard of the data (data.batch_size is per rank). Only rank 0 prints, writes metrics and
@@ -27,9 +31,9 @@
 
 #include "apps/checkpoint.h"
 #include "apps/config.h"
+#include "apps/task.h"
 #include "core/device.h"
 #include "core/random.h"
-#include "data/loader.h"
 #include "dist/process_group.h"
 #include "dist/store.h"
 #include "dist/synchronizer.h"
@@ -37,6 +41,7 @@
 #include "layers/module.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "optim/step_guard.h"
 
 namespace mt::apps {
 
@@ -59,7 +64,8 @@ struct TrainerOptions {
 struct EvalResult {
   double loss = 0.0;
   double accuracy = 0.0;  // percent
-  int64_t examples = 0;
+  int64_t examples = 0;  // predictions the loss and accuracy average over (images, masked tokens)
+  int64_t units = 0;     // what throughput counts (images, tokens)
   double seconds = 0.0;
 };
 
@@ -105,16 +111,21 @@ class Trainer {
   void write_metrics(const std::string& json);
   std::string resolve_in_output(const std::string& path) const;
   void connect();  // the process group and synchronizer (before the loaders: they shard by rank)
+  // Whether to stop now. In a distributed run every rank must stop at the same iteration (a
+  // signal reaches the ranks at different moments), so the ranks agree with one tiny
+  // collective: any rank asking to stop stops them all.
+  bool agree_to_stop(bool local);
+  // After a step the guard skipped (NaN/Inf gradients): stop or go on per on_nonfinite.
+  void handle_nonfinite_step(double loss);
 
   RunConfig config_;
   TrainerOptions options_;
   core::Device device_;
   std::string output_dir_;
   std::unique_ptr<core::Generator> gen_;  // stable address: models may keep a reference
-  std::shared_ptr<data::Dataset> train_set_, test_set_;
-  std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
+  std::unique_ptr<Task> task_;  // data, model construction, loss (apps/task.h)
   std::shared_ptr<layers::Module> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::StepGuard> optimizer_;  // the configured optimizer, NaN/Inf check, clipping
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::shared_ptr<dist::Store> store_;         // distributed runs: the rendezvous store
   std::shared_ptr<dist::ProcessGroup> group_;  // and the world group (null: one process)
@@ -126,6 +137,7 @@ class Trainer {
   int64_t iters_per_epoch_ = 0;
   TrainingState state_;
   bool resumed_ = false;
+  int64_t nonfinite_in_a_row_ = 0;
 };
 
 }  // namespace mt::apps

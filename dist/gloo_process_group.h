@@ -59,7 +59,13 @@ class GlooProcessGroup : public ProcessGroup,
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) override;
 
   // The connected Gloo context (for benchmarks that call Gloo directly on the same mesh;
-  // do not use it while operations of this group are in flight).
+  // do not use it while operations of this group are in flight). Only new-style calls
+  // (gloo::allreduce, gloo::allgather, ... with unbound buffers) belong on it: Gloo's
+  // old-style algorithm classes (AllreduceRing, AllreduceRingChunked, ...) register send
+  // buffers, and libgloo's tcp pair then sets SO_SNDBUF to that buffer's size for the rest of
+  // the context's life - down to the kernel's 4608-byte minimum for their small notification
+  // buffers. Every later collective on such a pair stalls on delayed ACKs (1 MiB allreduce on
+  // 4 ranks: 570 ms instead of 5 ms, docs/PERF.md). Give old-style classes a group of their own.
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
 
   struct Shared;  // the store, options and transport device, shared with subgroups

@@ -8,6 +8,10 @@
 
 namespace mt::optim {
 
+// The global L2 norm of the parameters' gradients (parameters without one are skipped),
+// accumulated in double.
+double global_grad_norm(const std::vector<core::Tensor>& params);
+
 // Returns the total norm before clipping. Parameters without a gradient are skipped. A
 // non-finite norm is returned as is and nothing is scaled, so the caller can skip the step.
 double clip_grad_norm(const std::vector<core::Tensor>& params, double max_norm);

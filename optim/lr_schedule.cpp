@@ -8,7 +8,9 @@
 
 namespace mt::optim {
 
-std::vector<std::string> lr_schedule_types() { return {"constant", "step", "multistep", "cosine"}; }
+std::vector<std::string> lr_schedule_types() {
+  return {"constant", "step", "multistep", "cosine", "linear"};
+}
 
 LrSchedule::LrSchedule(LrScheduleOptions opt) : opt_(std::move(opt)) {
   const auto types = lr_schedule_types();
@@ -34,12 +36,16 @@ LrSchedule::LrSchedule(LrScheduleOptions opt) : opt_(std::move(opt)) {
                " then ", opt_.milestones[i]);
     }
   }
-  if (opt_.type == "cosine") {
-    MT_CHECK(opt_.total_epochs > 0, "lr schedule: total_epochs must be > 0 for type 'cosine', got ",
-             opt_.total_epochs);
+  if (opt_.type == "cosine" || opt_.type == "linear") {
+    MT_CHECK(opt_.total_epochs > 0, "lr schedule: total_epochs must be > 0 for type '", opt_.type,
+             "', got ", opt_.total_epochs);
     MT_CHECK(opt_.min_lr >= 0 && opt_.min_lr <= opt_.base_lr,
              "lr schedule: min_lr must be in [0, base_lr = ", opt_.base_lr, "], got ", opt_.min_lr);
   }
+  if (opt_.type == "linear")
+    MT_CHECK(opt_.warmup_epochs < opt_.total_epochs, "lr schedule: type 'linear' decays from the end "
+             "of the warm-up to total_epochs, so warmup_epochs (", opt_.warmup_epochs,
+             ") must be < total_epochs (", opt_.total_epochs, ")");
 }
 
 double LrSchedule::scheduled(double epoch) const {
@@ -54,6 +60,11 @@ double LrSchedule::scheduled(double epoch) const {
   if (opt_.type == "cosine") {
     const double t = std::min(epoch, opt_.total_epochs) / opt_.total_epochs;
     return opt_.min_lr + (base - opt_.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t));
+  }
+  if (opt_.type == "linear") {
+    const double w = opt_.warmup_epochs;
+    const double t = std::clamp((epoch - w) / (opt_.total_epochs - w), 0.0, 1.0);
+    return (1.0 - t) * base + t * opt_.min_lr;  // exactly base_lr and min_lr at the ends
   }
   return base;  // constant
 }

@@ -157,7 +157,7 @@ TEST(Config, ValidationNamesFieldAndValidValues) {
   };
   check("optimizer.name=adagrad", "sgd");
   check("data.type=imagenet", "fashion_mnist");
-  check("lr_schedule.type=linear", "cosine");
+  check("lr_schedule.type=exponential", "cosine");
   check("epochs=0", "epochs");
   check("data.batch_size=0", "data.batch_size");
   check("optimizer.lr=-1", "optimizer.lr");

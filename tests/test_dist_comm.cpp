@@ -453,6 +453,34 @@ TEST(ProcessGroup, SubgroupsAreCachedAndCorrect) {
               }).ok_or_report());
 }
 
+// bench_collectives gives Gloo's old-style classes a second world group on the job's store
+// (they lock socket buffers on the mesh they run on): two world groups of one job must get
+// their own meshes and never mix up each other's messages, even with both busy at once.
+TEST(ProcessGroup, SecondWorldGroupOnTheSameStoreIsIndependent) {
+  EXPECT_TRUE(run_ranks(4, [](RankContext& c) {
+                auto second = mt::dist::create_process_group(c.store, c.rank, c.size,
+                                                             mt::testing::test_group_options());
+                EXPECT_EQ(second->size(), 4);
+                EXPECT_EQ(second->rank(), c.rank);
+                Tensor a = Tensor::full({1 << 18}, c.rank + 1);  // 1 MiB: a segmented ring
+                Tensor b = Tensor::full({1 << 18}, 100 * (c.rank + 1));
+                Tensor root = Tensor::full({1000}, c.rank);
+                auto wa = c.group->allreduce(a);
+                auto wb = second->allreduce(b);
+                auto wr = second->broadcast(root, 2);
+                wb->wait();
+                wa->wait();
+                wr->wait();
+                EXPECT_EQ(a.to_vector().front(), 10.0f);
+                EXPECT_EQ(a.to_vector().back(), 10.0f);
+                EXPECT_EQ(b.to_vector().front(), 1000.0f);
+                EXPECT_EQ(b.to_vector().back(), 1000.0f);
+                EXPECT_EQ(root.to_vector().back(), 2.0f);
+                second->barrier();
+                c.group->barrier();
+              }).ok_or_report());
+}
+
 TEST(ProcessGroup, DeadPeerFailsTheOthersWithinTheTimeout) {
   MultiprocessOptions o;
   o.group.timeout = 3s;

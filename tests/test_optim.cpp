@@ -1,16 +1,23 @@
-// Optimizers, learning-rate schedules and gradient clipping: SGD's variants against closed
-// forms, convergence on least squares, resuming from a state dict, and option validation.
+// Optimizers, learning-rate schedules and gradient clipping: SGD's variants and Adam/AdamW
+// against closed forms and a double-precision reference, convergence on least squares, resuming
+// from a state dict, weight-decay groups, option validation, and the fused CUDA updates against
+// the CPU ones (skipped visibly without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <numbers>
+#include <unistd.h>
 
 #include "core/grad_mode.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/matmul.h"
 #include "core/ops/reduction.h"
 #include "core/random.h"
+#include "core/serialize.h"
+#include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"
@@ -263,10 +270,10 @@ TEST(OptimizerRegistry, BuildsSgdAndListsNames) {
   ASSERT_NE(dynamic_cast<SGD*>(opt.get()), nullptr);
   EXPECT_DOUBLE_EQ(opt->lr(), 0.5);
   EXPECT_DOUBLE_EQ(dynamic_cast<SGD*>(opt.get())->options().momentum, 0.9);
-  EXPECT_EQ(optimizer_names(), (std::vector<std::string>{"sgd"}));
-  std::string msg = error_of([&] { build_optimizer("adamw", {a}, o); });
-  EXPECT_NE(msg.find("adamw"), std::string::npos);
-  EXPECT_NE(msg.find("sgd"), std::string::npos);
+  EXPECT_EQ(optimizer_names(), (std::vector<std::string>{"sgd", "adam", "adamw"}));
+  std::string msg = error_of([&] { build_optimizer("adagrad", {a}, o); });
+  EXPECT_NE(msg.find("adagrad"), std::string::npos);
+  EXPECT_NE(msg.find("sgd, adam, adamw"), std::string::npos);
 }
 
 TEST(LrSchedule, Constant) {
@@ -372,7 +379,8 @@ TEST(LrSchedule, BadOptionsNameTheField) {
   o = {};
   o.warmup_start_factor = 2;
   EXPECT_NE(err(o).find("warmup_start_factor"), std::string::npos);
-  EXPECT_EQ(lr_schedule_types(), (std::vector<std::string>{"constant", "step", "multistep", "cosine"}));
+  EXPECT_EQ(lr_schedule_types(),
+            (std::vector<std::string>{"constant", "step", "multistep", "cosine", "linear"}));
   EXPECT_THROW(LrSchedule(LrScheduleOptions{}).lr_at(-1), Error);
 }
 
@@ -390,4 +398,505 @@ TEST(ClipGradNorm, ScalesToMaxNormAndReturnsTotal) {
   expect_near_vec(b.grad().to_vector(), {6.0}, 1e-5);
   EXPECT_FALSE(c.grad().defined());
   EXPECT_THROW(clip_grad_norm({a}, 0.0), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adam and AdamW
+
+namespace {
+
+// Adam as the paper writes it, in double: bias-corrected moments m_hat, v_hat and the step
+// lr * m_hat / (sqrt(v_hat) + eps). The implementation folds the corrections differently (as
+// PyTorch does); the two agree up to float rounding.
+struct ReferenceAdam {
+  double lr, beta1, beta2, eps, wd;
+  bool decoupled;
+  std::vector<double> p, m, v;
+  int t = 0;
+
+  void step(const std::vector<float>& grad) {
+    ++t;
+    for (size_t i = 0; i < p.size(); ++i) {
+      double g = grad[i];
+      if (decoupled) p[i] -= lr * wd * p[i];
+      else g += wd * p[i];
+      m[i] = beta1 * m[i] + (1 - beta1) * g;
+      v[i] = beta2 * v[i] + (1 - beta2) * g * g;
+      const double m_hat = m[i] / (1 - std::pow(beta1, t));
+      const double v_hat = v[i] / (1 - std::pow(beta2, t));
+      p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+    }
+  }
+};
+
+// A gradient that depends on the weights, so that weight decay and the update interact.
+std::vector<float> coupled_grad(const std::vector<float>& p) {
+  std::vector<float> g(p.size());
+  for (size_t i = 0; i < p.size(); ++i) g[i] = 0.3f * p[i] + 0.1f * float(i) - 0.2f;
+  return g;
+}
+
+void expect_rel_near(const std::vector<float>& a, const std::vector<double>& b, double rel) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], rel * std::abs(b[i])) << "element " << i;
+}
+
+// Three steps of Adam/AdamW against ReferenceAdam, weights and moments.
+void check_against_reference(bool decoupled) {
+  AdamOptions o;
+  o.lr = 0.1;
+  o.beta1 = 0.8;
+  o.beta2 = 0.95;
+  o.eps = 1e-6;
+  o.weight_decay = 0.2;
+  o.decoupled_weight_decay = decoupled;
+  const std::vector<float> p0 = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f};
+  Tensor p = param(p0);
+  Adam adam({p}, o);
+  ReferenceAdam ref{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, decoupled,
+                    std::vector<double>(p0.begin(), p0.end()), std::vector<double>(p0.size(), 0.0),
+                    std::vector<double>(p0.size(), 0.0)};
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<float> g = coupled_grad(p.to_vector());
+    p.set_grad(Tensor::from_vector(g, p.shape()));
+    adam.step();
+    ref.step(g);
+    expect_rel_near(p.to_vector(), ref.p, 1e-6);
+  }
+  EXPECT_EQ(adam.steps_taken(0), 3);
+  const StateDict st = adam.state_dict();
+  ASSERT_EQ(st.size(), 3u);
+  EXPECT_EQ(st[0].first, "exp_avg.0");
+  EXPECT_EQ(st[1].first, "exp_avg_sq.0");
+  EXPECT_EQ(st[2].first, "step.0");
+  expect_rel_near(st[0].second.to_vector(), ref.m, 1e-6);
+  expect_rel_near(st[1].second.to_vector(), ref.v, 1e-6);
+  EXPECT_EQ(st[2].second.item_int(), 3);
+}
+
+AdamOptions adam_options(double lr, double wd, bool decoupled) {
+  AdamOptions o;
+  o.lr = lr;
+  o.weight_decay = wd;
+  o.decoupled_weight_decay = decoupled;
+  return o;
+}
+
+}  // namespace
+
+TEST(Adam, MatchesReferenceWithL2WeightDecay) { check_against_reference(false); }
+
+TEST(AdamW, MatchesReferenceWithDecoupledWeightDecay) { check_against_reference(true); }
+
+TEST(Adam, BiasCorrectionMakesEveryStepLrWithAConstantGradient) {
+  // With a constant gradient g the corrected moments are exactly g and g^2 at every step, so each
+  // step is lr * g / (|g| + eps) whatever the betas: p3 = p0 - 3 lr g / (|g| + eps). Without the
+  // correction the first step alone would be sqrt(1 - beta2) / (1 - beta1) times off.
+  const std::vector<float> g = {0.5f, -3.0f, 1e-3f};
+  for (auto [b1, b2] : {std::pair{0.9, 0.999}, std::pair{0.5, 0.9}, std::pair{0.0, 0.99}}) {
+    AdamOptions o;
+    o.lr = 0.01;
+    o.beta1 = b1;
+    o.beta2 = b2;
+    o.eps = 1e-4;
+    Tensor p = param({1.0f, 2.0f, -1.0f});
+    Adam adam({p}, o);
+    for (int s = 0; s < 3; ++s) {
+      p.set_grad(Tensor::from_vector(g, {3}));
+      adam.step();
+    }
+    std::vector<double> expected;
+    for (size_t i = 0; i < g.size(); ++i)
+      expected.push_back(std::vector<double>{1, 2, -1}[i] - 3 * 0.01 * g[i] / (std::abs(g[i]) + 1e-4));
+    expect_near_vec(p.to_vector(), expected, 1e-6);  // float resolution near 2 is 2.4e-7
+  }
+}
+
+TEST(AdamW, DecayShrinksTheWeightsWithoutTouchingTheMoments) {
+  // Zero loss gradient: AdamW's moments stay zero (the update is 0 / eps = 0) and only the
+  // decoupled decay acts, p_t = p0 (1 - lr wd)^t. Adam's L2 decay instead becomes the gradient
+  // wd * p, normalized like any gradient: the first step is exactly lr towards zero, the next
+  // ones about lr (the gradient shrinks a little with p).
+  auto p = param({2.0f, -4.0f});
+  Adam adamw({p}, adam_options(0.1, 0.5, true));
+  auto q = param({2.0f, -4.0f});
+  Adam adam({q}, adam_options(0.1, 0.5, false));
+  for (int s = 0; s < 3; ++s) {
+    p.set_grad(Tensor::zeros({2}));
+    q.set_grad(Tensor::zeros({2}));
+    adamw.step();
+    adam.step();
+    if (s == 0) expect_near_vec(q.to_vector(), {2.0 - 0.1, -4.0 + 0.1}, 1e-6);
+  }
+  const double f = std::pow(1 - 0.1 * 0.5, 3);
+  expect_near_vec(p.to_vector(), {2.0 * f, -4.0 * f});
+  EXPECT_EQ(adamw.state_dict()[0].second.to_vector(), (std::vector<float>{0, 0}));
+  expect_near_vec(q.to_vector(), {2.0 - 0.3, -4.0 + 0.3}, 1e-3);
+}
+
+TEST(Adam, FrozenParametersKeepTheirStepCount) {
+  Tensor a = param({1, 2}), b = param({3});
+  Adam adam({a, b}, AdamOptions{});
+  a.set_grad(Tensor::ones({2}));
+  b.set_grad(Tensor::ones({1}));
+  adam.step();
+  b.zero_grad();
+  adam.step();
+  EXPECT_EQ(adam.steps_taken(0), 2);
+  EXPECT_EQ(adam.steps_taken(1), 1);
+  EXPECT_NEAR(b.item(), 3.0 - 1e-3, 1e-6);  // one step of lr
+}
+
+TEST(Adam, StateDictRoundTripThroughAFileContinuesIdentically) {
+  AdamOptions o = adam_options(0.05, 1e-2, true);
+  // Parameter 1 sits out some steps, so the step counts differ between parameters.
+  auto step_with = [](Adam& adam, std::vector<Tensor>& ps, int s) {
+    for (size_t k = 0; k < ps.size(); ++k) {
+      if (k == 1 && s % 2 == 1) {
+        ps[k].zero_grad();
+        continue;
+      }
+      ps[k].set_grad(Tensor::from_vector(coupled_grad(ps[k].to_vector()), ps[k].shape()));
+    }
+    adam.step();
+  };
+  std::vector<Tensor> ps = {param({1, 2, 3}), param({-1, 0.5}), param({4})};
+  Adam a(ps, o);
+  for (int s = 0; s < 3; ++s) step_with(a, ps, s);
+  ASSERT_EQ(a.steps_taken(1), 2);
+
+  Archive saved;
+  saved.add("optimizer.", a.state_dict());
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("mt_test_adam_" + std::to_string(getpid()) + ".ckpt")).string();
+  save_archive(path, saved);
+  const StateDict loaded_state = load_archive(path).with_prefix("optimizer.");
+  std::filesystem::remove(path);
+  ASSERT_EQ(loaded_state.size(), 9u);
+  std::vector<Tensor> ps2;
+  for (auto& p : ps) ps2.push_back(p.detach().clone().set_requires_grad(true));
+
+  for (int s = 3; s < 7; ++s) step_with(a, ps, s);
+  Adam b(ps2, o);
+  b.load_state_dict(loaded_state);
+  EXPECT_EQ(b.steps_taken(0), 3);
+  EXPECT_EQ(b.steps_taken(1), 2);
+  for (int s = 3; s < 7; ++s) step_with(b, ps2, s);
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(ps[i].to_vector(), ps2[i].to_vector()) << "param " << i;
+
+  // Without the state the continuation differs (the test would notice a load that did nothing).
+  std::vector<Tensor> ps3;
+  for (auto& p : ps2) ps3.push_back(param(p.to_vector()));
+  Adam c(ps3, o);
+  step_with(c, ps3, 7);
+  step_with(b, ps2, 7);
+  EXPECT_NE(ps3[0].to_vector(), ps2[0].to_vector());
+}
+
+TEST(Adam, BadStateIsRejected) {
+  Tensor a = param({1, 2});
+  Adam adam({a}, AdamOptions{});
+  const Tensor step1 = Tensor::from_vector(std::vector<int64_t>{1}, {1});
+  auto load_err = [&](StateDict st) { return error_of([&] { adam.load_state_dict(st); }); };
+  std::string m = load_err({{"momentum.0", Tensor::zeros({2})}});
+  EXPECT_NE(m.find("momentum.0"), std::string::npos) << m;
+  EXPECT_NE(m.find("exp_avg"), std::string::npos) << m;
+  m = load_err({{"exp_avg.1", Tensor::zeros({2})}});
+  EXPECT_NE(m.find("only 1 parameters"), std::string::npos) << m;
+  m = load_err({{"exp_avg.0", Tensor::zeros({3})}, {"exp_avg_sq.0", Tensor::zeros({2})}, {"step.0", step1}});
+  EXPECT_NE(m.find("shape"), std::string::npos) << m;
+  m = load_err({{"exp_avg.0", Tensor::zeros({2})}, {"step.0", step1}});
+  EXPECT_NE(m.find("incomplete"), std::string::npos) << m;
+  EXPECT_NE(m.find("exp_avg_sq.0"), std::string::npos) << m;
+  m = load_err({{"exp_avg.0", Tensor::zeros({2})}, {"exp_avg_sq.0", Tensor::zeros({2})},
+                {"step.0", Tensor::ones({1})}});
+  EXPECT_NE(m.find("int64"), std::string::npos) << m;
+  // A failed load leaves the state as it was.
+  EXPECT_TRUE(adam.state_dict().empty());
+}
+
+TEST(Adam, BadOptionsAreErrors) {
+  auto make = [](AdamOptions o) { return error_of([&] { Adam a({param({1})}, o); }); };
+  auto with = [](auto set) {
+    AdamOptions o;
+    set(o);
+    return o;
+  };
+  EXPECT_NE(make(with([](AdamOptions& o) { o.beta1 = 1.0; })).find("beta1"), std::string::npos);
+  EXPECT_NE(make(with([](AdamOptions& o) { o.beta1 = -0.1; })).find("beta1"), std::string::npos);
+  EXPECT_NE(make(with([](AdamOptions& o) { o.beta2 = 1.5; })).find("beta2"), std::string::npos);
+  EXPECT_NE(make(with([](AdamOptions& o) { o.eps = -1e-8; })).find("eps"), std::string::npos);
+  EXPECT_NE(make(with([](AdamOptions& o) { o.lr = -1e-3; })).find("lr"), std::string::npos);
+  EXPECT_NE(make(with([](AdamOptions& o) { o.weight_decay = -1; })).find("weight_decay"), std::string::npos);
+  EXPECT_NE(make(with([](AdamOptions& o) {
+              o.decoupled_weight_decay = true;
+              o.lr = -1;
+            })).find("AdamW"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Adam a({}, AdamOptions{}); }).find("empty"), std::string::npos);
+  EXPECT_EQ(make(AdamOptions{}), "(no error)");
+}
+
+TEST(Adam, LeastSquaresConverges) {
+  Generator gen(7);
+  Tensor X = rand_uniform({64, 3}, -1, 1, gen);
+  Tensor w_true = Tensor::from_vector(std::vector<float>{2.0f, -1.0f, 0.5f}, {3, 1});
+  Tensor y = matmul(X, w_true);
+  Tensor w = Tensor::zeros({3, 1}).set_requires_grad(true);
+  Tensor b = Tensor::zeros({1}).set_requires_grad(true);
+  Adam adam({w, b}, adam_options(0.1, 0.0, false));
+  // The linear schedule takes the rate down to 0, which lets Adam settle instead of hovering at
+  // a distance of about lr around the minimum.
+  LrScheduleOptions so;
+  so.type = "linear";
+  so.base_lr = 0.1;
+  so.total_epochs = 1;
+  LrSchedule schedule(so);
+  const int iters = 600;
+  double loss_value = 0;
+  for (int it = 0; it < iters; ++it) {
+    adam.set_lr(schedule.lr_at(double(it) / iters));
+    adam.zero_grad();
+    Tensor loss = mean(square(matmul(X, w) + b - y));
+    loss.backward();
+    adam.step();
+    loss_value = loss.item();
+  }
+  EXPECT_LT(loss_value, 1e-7);
+  EXPECT_TRUE(all_close(w, w_true, 1e-3, 0));
+  EXPECT_NEAR(b.item(), 0.0, 1e-3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registry: Adam by name, and weight-decay groups
+
+TEST(OptimizerRegistry, BuildsAdamAndAdamW) {
+  OptimizerOptions o;
+  o.lr = 0.002;
+  o.beta1 = 0.85;
+  o.beta2 = 0.98;
+  o.eps = 1e-7;
+  o.weight_decay = 0.01;
+  auto adam = build_optimizer("adam", {param({1, 2})}, o);
+  auto* a = dynamic_cast<Adam*>(adam.get());
+  ASSERT_NE(a, nullptr);
+  EXPECT_DOUBLE_EQ(a->lr(), 0.002);
+  EXPECT_DOUBLE_EQ(a->options().beta1, 0.85);
+  EXPECT_DOUBLE_EQ(a->options().beta2, 0.98);
+  EXPECT_DOUBLE_EQ(a->options().eps, 1e-7);
+  EXPECT_DOUBLE_EQ(a->options().weight_decay, 0.01);
+  EXPECT_FALSE(a->options().decoupled_weight_decay);
+  auto adamw = build_optimizer("adamw", {param({1, 2})}, o);
+  ASSERT_NE(dynamic_cast<Adam*>(adamw.get()), nullptr);
+  EXPECT_TRUE(dynamic_cast<Adam*>(adamw.get())->options().decoupled_weight_decay);
+  // Settings Adam has no use for are errors rather than silently ignored.
+  o.momentum = 0.9;
+  const std::string m = error_of([&] { build_optimizer("adam", {param({1})}, o); });
+  EXPECT_NE(m.find("momentum"), std::string::npos) << m;
+  EXPECT_NE(m.find("beta1"), std::string::npos) << m;
+  o.momentum = 0;
+  o.beta2 = 1.0;
+  EXPECT_NE(error_of([&] { build_optimizer("adamw", {param({1})}, o); }).find("beta2"), std::string::npos);
+}
+
+namespace {
+// A weight matrix, a bias and another matrix, as in a small layer stack.
+std::vector<Tensor> layer_like_params() {
+  return {Tensor::from_vector(std::vector<float>{1, -2, 3, 4}, {2, 2}).set_requires_grad(true),
+          param({0.5f, -0.5f}),
+          Tensor::from_vector(std::vector<float>{2, 2}, {1, 2}).set_requires_grad(true)};
+}
+}  // namespace
+
+TEST(OptimizerRegistry, NoDecay1dExemptsBiasesForSgdAndAdamW) {
+  for (const std::string name : {"sgd", "adamw"}) {
+    OptimizerOptions o;
+    o.lr = 0.1;
+    o.weight_decay = 0.5;
+    o.no_decay_1d = true;
+    std::vector<Tensor> ps = layer_like_params();
+    auto opt = build_optimizer(name, ps, o);
+    ASSERT_EQ(opt->params().size(), 3u);
+    EXPECT_TRUE(opt->params()[1].same(ps[1]));  // the original order is kept
+    opt->set_lr(0.2);  // the rate reaches both groups
+    for (int s = 0; s < 2; ++s) {
+      for (auto& p : ps) p.set_grad(Tensor::zeros(p.shape()));
+      opt->step();
+    }
+    // Zero loss gradient: only the decay acts, (1 - lr wd) per step on the 2-d parameters.
+    const double f = (1 - 0.2 * 0.5) * (1 - 0.2 * 0.5);
+    expect_near_vec(ps[0].to_vector(), {1 * f, -2 * f, 3 * f, 4 * f});
+    EXPECT_EQ(ps[1].to_vector(), (std::vector<float>{0.5f, -0.5f})) << name;
+    expect_near_vec(ps[2].to_vector(), {2 * f, 2 * f});
+  }
+  // Without the flag the bias decays too.
+  OptimizerOptions o;
+  o.lr = 0.1;
+  o.weight_decay = 0.5;
+  std::vector<Tensor> ps = layer_like_params();
+  auto opt = build_optimizer("sgd", ps, o);
+  ps[1].set_grad(Tensor::zeros({2}));
+  opt->step();
+  expect_near_vec(ps[1].to_vector(), {0.5 * 0.95, -0.5 * 0.95});
+}
+
+TEST(OptimizerRegistry, NoDecay1dStateUsesTheOriginalIndices) {
+  OptimizerOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 0.1;
+  o.no_decay_1d = true;
+  auto run = [](Optimizer& opt, std::vector<Tensor>& ps, int steps) {
+    for (int s = 0; s < steps; ++s) {
+      for (auto& p : ps) p.set_grad(Tensor::from_vector(coupled_grad(p.to_vector()), p.shape()));
+      opt.step();
+    }
+  };
+  std::vector<Tensor> ps = layer_like_params();
+  auto a = build_optimizer("sgd", ps, o);
+  run(*a, ps, 2);
+  StateDict saved;
+  for (auto& [n, t] : a->state_dict()) saved.emplace_back(n, t.clone());
+  ASSERT_EQ(saved.size(), 3u);
+  EXPECT_EQ(saved[0].first, "momentum.0");
+  EXPECT_EQ(saved[1].first, "momentum.1");
+  EXPECT_EQ(saved[2].first, "momentum.2");
+  EXPECT_EQ(saved[1].second.shape(), (Shape{2}));  // the bias's buffer, under the bias's index
+
+  std::vector<Tensor> ps2;
+  for (auto& p : ps) ps2.push_back(p.detach().clone().set_requires_grad(true));
+  run(*a, ps, 2);
+  auto b = build_optimizer("sgd", ps2, o);
+  b->load_state_dict(saved);
+  run(*b, ps2, 2);
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(ps[i].to_vector(), ps2[i].to_vector()) << "param " << i;
+
+  // Entries are checked against the original parameters, and the groups' messages say so.
+  std::string m = error_of([&] { b->load_state_dict({{"momentum.7", Tensor::zeros({2})}}); });
+  EXPECT_NE(m.find("only 3 parameters"), std::string::npos) << m;
+  m = error_of([&] { b->load_state_dict({{"momentum.1", Tensor::zeros({2, 2})}}); });
+  EXPECT_NE(m.find("shape"), std::string::npos) << m;
+  EXPECT_NE(m.find("no_decay_1d"), std::string::npos) << m;
+  m = error_of([&] { b->load_state_dict({{"velocity", Tensor::zeros({2})}}); });
+  EXPECT_NE(m.find("velocity"), std::string::npos) << m;
+
+  // Adam's three entries per parameter are renamed the same way.
+  o.momentum = 0;
+  std::vector<Tensor> ps3 = layer_like_params();
+  auto c = build_optimizer("adamw", ps3, o);
+  run(*c, ps3, 1);
+  std::vector<std::string> names;
+  for (auto& [n, t] : c->state_dict()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"exp_avg.0", "exp_avg_sq.0", "step.0", "exp_avg.1",
+                                             "exp_avg_sq.1", "step.1", "exp_avg.2", "exp_avg_sq.2",
+                                             "step.2"}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The linear schedule
+
+TEST(LrSchedule, LinearFallsToMinLr) {
+  LrScheduleOptions o;
+  o.type = "linear";
+  o.base_lr = 0.5;
+  o.min_lr = 0.1;
+  o.total_epochs = 4;
+  LrSchedule s(o);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.5);
+  EXPECT_NEAR(s.lr_at(1), 0.4, 1e-15);
+  EXPECT_NEAR(s.lr_at(2.5), 0.25, 1e-15);  // fractional epochs
+  EXPECT_DOUBLE_EQ(s.lr_at(4), 0.1);
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 0.1);  // stays at min_lr after the end
+}
+
+TEST(LrSchedule, LinearDecaysFromTheEndOfTheWarmup) {
+  // BERT's shape: up to the peak over the warm-up, then straight down to 0 at the end.
+  LrScheduleOptions o;
+  o.type = "linear";
+  o.base_lr = 1e-3;
+  o.total_epochs = 10;
+  o.warmup_epochs = 2;
+  o.warmup_start_factor = 0.0;
+  LrSchedule s(o);
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.0);
+  EXPECT_NEAR(s.lr_at(0.5), 0.25e-3, 1e-18);
+  EXPECT_NEAR(s.lr_at(1.5), 0.75e-3, 1e-18);
+  EXPECT_DOUBLE_EQ(s.lr_at(2), 1e-3);       // the peak is reached
+  EXPECT_NEAR(s.lr_at(4), 0.75e-3, 1e-18);  // 2 of the 8 decay epochs gone
+  EXPECT_NEAR(s.lr_at(6), 0.5e-3, 1e-18);
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 0.0);
+  EXPECT_DOUBLE_EQ(s.lr_at(11), 0.0);
+}
+
+TEST(LrSchedule, LinearBadOptionsNameTheField) {
+  auto err = [](LrScheduleOptions o) { return error_of([&] { LrSchedule s(o); }); };
+  LrScheduleOptions o;
+  o.type = "linear";
+  o.total_epochs = 5;
+  o.warmup_epochs = 5;
+  std::string m = err(o);
+  EXPECT_NE(m.find("warmup_epochs"), std::string::npos) << m;
+  EXPECT_NE(m.find("total_epochs"), std::string::npos) << m;
+  o.warmup_epochs = 0;
+  o.total_epochs = 0;
+  EXPECT_NE(err(o).find("total_epochs"), std::string::npos);
+  o.total_epochs = 5;
+  o.min_lr = 1.0;  // above base_lr
+  EXPECT_NE(err(o).find("min_lr"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA against CPU
+
+TEST(AdamGpu, FusedKernelMatchesCpu) {
+  MT_REQUIRE_GPU();
+  // Over 2^16 elements, so the CPU side runs its OpenMP loop; odd, so no size is special.
+  const Shape shape = {333, 301};
+  for (bool decoupled : {false, true}) {
+    AdamOptions o = adam_options(1e-2, 0.05, decoupled);
+    Tensor pc = mt::testing::random_tensor(shape, 210), pg = pc.to(Device::cuda());
+    pc.set_requires_grad(true);
+    pg.set_requires_grad(true);
+    Adam ac({pc}, o), ag({pg}, o);
+    for (int step = 0; step < 3; ++step) {
+      const Tensor g = mt::testing::random_tensor(shape, 211 + step);
+      pc.set_grad(g);
+      pg.set_grad(g.to(Device::cuda()));
+      ac.step();
+      ag.step();
+    }
+    EXPECT_TRUE(all_close(pg, pc, 1e-6, 1e-5)) << "decoupled " << decoupled;
+    const auto st_c = ac.state_dict(), st_g = ag.state_dict();
+    ASSERT_EQ(st_c.size(), st_g.size());
+    for (size_t i = 0; i < st_c.size(); ++i) {
+      EXPECT_EQ(st_c[i].first, st_g[i].first);
+      if (st_c[i].second.dtype() == DType::Float32)
+        EXPECT_TRUE(all_close(st_g[i].second, st_c[i].second, 1e-6, 1e-5)) << st_c[i].first;
+      else
+        EXPECT_EQ(st_g[i].second.item_int(), st_c[i].second.item_int());
+    }
+    // A CPU state dict loads onto the GPU optimizer (checkpoints are stored on the CPU).
+    StateDict cpu_state;
+    for (auto& [n, t] : st_c) cpu_state.emplace_back(n, t.clone());
+    ag.load_state_dict(cpu_state);
+    EXPECT_TRUE(ag.state_dict()[0].second.device().is_cuda());
+  }
+}
+
+TEST(ClipGradNormGpu, MatchesCpu) {
+  MT_REQUIRE_GPU();
+  std::vector<Tensor> cpu, gpu;
+  for (int k = 0; k < 4; ++k) {
+    const Shape shape = {17 + k, 5};
+    Tensor c = mt::testing::random_tensor(shape, 300 + k).set_requires_grad(true);
+    Tensor g = c.to(Device::cuda()).set_requires_grad(true);
+    const Tensor grad = mt::testing::random_tensor(shape, 400 + k, -3, 3);
+    c.set_grad(grad);
+    g.set_grad(grad.to(Device::cuda()));
+    cpu.push_back(c);
+    gpu.push_back(g);
+  }
+  const double nc = clip_grad_norm(cpu, 1.0), ng = clip_grad_norm(gpu, 1.0);
+  EXPECT_NEAR(ng, nc, 1e-5 * nc);
+  for (size_t k = 0; k < cpu.size(); ++k) EXPECT_TRUE(all_close(gpu[k].grad(), cpu[k].grad(), 1e-6, 1e-5));
 }

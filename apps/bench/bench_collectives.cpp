@@ -5,21 +5,36 @@
 //   build/release/apps/bench/bench_collectives --ranks 2,4
 //   mintrain launch --nproc-per-node 4 -- ...                   # (not needed: it forks)
 //
-// Columns (nccl-tests conventions): time per operation, algbw = bytes / time, busbw = algbw *
+// Columns (nccl-tests conventions): mean time per operation (the slowest rank's), algbw = bytes / time, busbw = algbw *
 // 2(n-1)/n for allreduce and algbw * (n-1)/n for allgather (bytes = the whole output), which
-// is what each link carries and so comparable across rank counts. Rows:
+// is what each link carries and so comparable across rank counts; p50 and max are rank 0's
+// median and slowest single operation (a mean far above p50 means stalls, not bandwidth). Rows:
 //   ours            ProcessGroup::allreduce (comm thread, tag, Work::wait)
 //   gloo ring       gloo::allreduce with Algorithm::RING called directly
-//   gloo chunked    the old gloo::AllreduceRingChunked class
+//   gloo bcube      the same with Algorithm::BCUBE (only with --rows ...,bcube)
+//   gloo chunked    the old gloo::AllreduceRingChunked class, on a mesh of its own (below)
 //   ours allgather  ProcessGroup::allgather (Gloo's ring allgather)
+//
+// Why "gloo chunked" gets its own mesh: Gloo's old-style algorithms create pre-registered
+// send buffers, and libgloo's tcp Pair::createSendBuffer then sets SO_SNDBUF on that pair's
+// socket to the buffer's size, for the rest of the context's life. AllreduceRingChunked sends
+// its data to the right neighbour but only 4-byte notifications to the left one, so the left
+// pair's socket is locked at the kernel's minimum (4608 bytes) - and the new-style ring sends
+// its data to the left. Every 64 KiB loopback segment then waits for a delayed ACK (40-200
+// ms): 1 MiB took ~570 ms on 4 ranks (2 ranks were fine: left == right there). Sharing the
+// mesh made "ours" and "gloo ring" look slow; --shared-chunked-context reproduces that. (A
+// mesh reused across sizes slows the chunked class itself the same way: 88 ms per 16 KiB.)
 // MPI_Allreduce is measured by bench_mpi_allreduce (run it with mpirun) when MPI is installed.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gloo/allreduce.h>
@@ -36,33 +51,61 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+struct BenchOptions {
+  std::vector<int> ranks = {2, 4};
+  size_t min_bytes = 4096;
+  size_t max_bytes = size_t(64) << 20;
+  int iters = 0;                  // 0: by size (iterations_for)
+  std::string rows = "ours,ring,chunked,allgather";
+  size_t max_segment = 0;         // 0: Gloo's default for the direct "gloo ring" row
+  bool shared_chunked_context = false;  // reproduces the old, contaminated measurement
+  bool wants(const char* row) const { return ("," + rows + ",").find(std::string(",") + row + ",") != std::string::npos; }
+};
+
 // Iterations per size: enough bytes to time, few enough to finish quickly on 2 cores.
 int iterations_for(size_t bytes) {
   const size_t budget = size_t(256) << 20;
   return static_cast<int>(std::max<size_t>(3, std::min<size_t>(50, budget / bytes)));
 }
 
-// Mean seconds per call of f over `iters` calls, the slowest rank's (all ranks start together).
+struct Timing {
+  double mean = 0;  // seconds per call, the slowest rank's mean
+  double p50 = 0;   // rank 0's median call
+  double max = 0;   // rank 0's slowest call: a stall (delayed ACK, scheduling) shows here first
+};
+
+// Times `iters` calls of f after one warm-up (all ranks start together after a barrier).
 template <typename F>
-double time_op(mt::dist::ProcessGroup& g, int iters, F&& f) {
+Timing time_op(mt::dist::ProcessGroup& g, int iters, F&& f) {
   f();  // warm-up
   g.barrier();
+  std::vector<double> each;
   const auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) f();
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-  Tensor t = Tensor::full({1}, s);
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    f();
+    each.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  Timing timing;
+  timing.mean = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+  std::sort(each.begin(), each.end());
+  timing.p50 = each[each.size() / 2];
+  timing.max = each.back();
+  Tensor t = Tensor::full({1}, timing.mean);
   g.allreduce(t, mt::dist::ReduceOp::Max)->wait();
-  return t.item();
+  timing.mean = t.item();
+  return timing;
 }
 
-void row(int rank, const char* name, size_t bytes, double seconds, double bus_factor) {
+void row(int rank, const char* name, size_t bytes, const Timing& timing, double bus_factor) {
   if (rank != 0) return;
-  const double algbw = static_cast<double>(bytes) / seconds / 1e9;
-  std::printf("%10zu  %-16s %10.1f %9.3f %9.3f\n", bytes, name, seconds * 1e6, algbw, algbw * bus_factor);
+  const double algbw = static_cast<double>(bytes) / timing.mean / 1e9;
+  std::printf("%10zu  %-16s %10.1f %9.3f %9.3f %10.1f %10.1f\n", bytes, name, timing.mean * 1e6, algbw,
+              algbw * bus_factor, timing.p50 * 1e6, timing.max * 1e6);
   std::fflush(stdout);
 }
 
-void bench_rank(int rank, int n, int port) {
+void bench_rank(int rank, int n, int port, const BenchOptions& opt) {
   mt::dist::TCPStoreOptions so;
   so.port = port;
   so.is_server = rank == 0;
@@ -75,55 +118,115 @@ void bench_rank(int rank, int n, int port) {
   auto group = mt::dist::GlooProcessGroup::create(store, rank, n, po);
   auto ctx = group->gloo_context();
   if (rank == 0) {
-    std::printf("\n%d ranks, gloo/tcp over loopback\n%10s  %-16s %10s %9s %9s\n", n, "bytes", "what", "time(us)",
-                "algbw GB/s", "busbw GB/s");
+    std::printf("\n%d ranks, gloo/tcp over loopback\n%10s  %-16s %10s %9s %9s %10s %10s\n", n, "bytes", "what",
+                "time(us)", "algbw GB/s", "busbw GB/s", "p50(us)", "max(us)");
   }
   const double ar_bus = 2.0 * (n - 1) / n;
   const double ag_bus = static_cast<double>(n - 1) / n;
   uint32_t tag = 1u << 20;  // direct calls use tags far from the group's own counter
-  for (size_t bytes = 4096; bytes <= (size_t(64) << 20); bytes *= 4) {
+  for (size_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes *= 4) {
     const size_t count = bytes / sizeof(float);
-    const int iters = iterations_for(bytes);
+    const int iters = opt.iters > 0 ? opt.iters : iterations_for(bytes);
     Tensor t = Tensor::full({static_cast<int64_t>(count)}, 1.0);
-    row(rank, "ours", bytes, time_op(*group, iters, [&] { group->allreduce(t)->wait(); }), ar_bus);
+    if (opt.wants("ours")) {
+      row(rank, "ours", bytes, time_op(*group, iters, [&] { group->allreduce(t)->wait(); }), ar_bus);
+    }
     // Gloo directly, on the same mesh, from this thread (the group is idle between our calls).
     float* p = t.data<float>();
-    row(rank, "gloo ring", bytes, time_op(*group, iters, [&] {
-          gloo::AllreduceOptions o(ctx);
-          o.setOutput(p, count);
-          o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-          o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-          o.setTag(tag++);
-          gloo::allreduce(o);
-        }), ar_bus);
-    {
-      gloo::AllreduceRingChunked<float> chunked(ctx, {p}, static_cast<int>(count));
+    for (const auto& [row_key, row_name, algorithm] :
+         {std::tuple{"ring", "gloo ring", gloo::AllreduceOptions::Algorithm::RING},
+          std::tuple{"bcube", "gloo bcube", gloo::AllreduceOptions::Algorithm::BCUBE}}) {
+      if (!opt.wants(row_key)) continue;
+      row(rank, row_name, bytes, time_op(*group, iters, [&, algorithm = algorithm] {
+            gloo::AllreduceOptions o(ctx);
+            o.setOutput(p, count);
+            o.setAlgorithm(algorithm);
+            o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+            o.setTag(tag++);
+            if (opt.max_segment) o.setMaxSegmentSize(opt.max_segment);
+            gloo::allreduce(o);
+          }), ar_bus);
+    }
+    if (opt.wants("chunked")) {
+      // A fresh world group on the same store for each size: sockets of its own, so neither
+      // the other rows nor the next size inherit the send buffers this class locks.
+      std::shared_ptr<mt::dist::GlooProcessGroup> chunked_group;
+      if (!opt.shared_chunked_context) chunked_group = mt::dist::GlooProcessGroup::create(store, rank, n, po);
+      const auto chunked_ctx = chunked_group ? chunked_group->gloo_context() : ctx;
+      gloo::AllreduceRingChunked<float> chunked(chunked_ctx, {p}, static_cast<int>(count));
       row(rank, "gloo chunked", bytes, time_op(*group, iters, [&] { chunked.run(); }), ar_bus);
     }
-    Tensor in = Tensor::full({static_cast<int64_t>(count / n)}, 1.0);
-    Tensor out = Tensor::zeros({static_cast<int64_t>(count / n) * n});
-    row(rank, "ours allgather", out.nbytes(), time_op(*group, iters, [&] { group->allgather(in, out)->wait(); }),
-        ag_bus);
+    if (opt.wants("allgather")) {
+      Tensor in = Tensor::full({static_cast<int64_t>(count / n)}, 1.0);
+      Tensor out = Tensor::zeros({static_cast<int64_t>(count / n) * n});
+      row(rank, "ours allgather", out.nbytes(), time_op(*group, iters, [&] { group->allgather(in, out)->wait(); }),
+          ag_bus);
+    }
   }
   group->barrier();
 }
 
+std::vector<int> parse_ints(const std::string& list) {
+  std::vector<int> out;
+  for (size_t pos = 0; pos < list.size();) {
+    const size_t comma = list.find(',', pos);
+    out.push_back(std::stoi(list.substr(pos, comma - pos)));
+    pos = comma == std::string::npos ? list.size() : comma + 1;
+  }
+  return out;
+}
+
+// "4096", "64K", "1M": bytes.
+size_t parse_bytes(const std::string& text) {
+  size_t end = 0;
+  const double v = std::stod(text, &end);
+  const std::string unit = text.substr(end);
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : -1;
+  if (scale < 0) throw std::invalid_argument("unknown size unit \"" + unit + "\" (use K or M)");
+  return static_cast<size_t>(v * scale);
+}
+
+const char* kUsage =
+    "usage: bench_collectives [--ranks 2,4] [--min 4K] [--max 64M] [--iters N]\n"
+    "                         [--rows ours,ring,bcube,chunked,allgather] [--max-segment BYTES]\n"
+    "                         [--shared-chunked-context]\n"
+    "  Forks the local ranks itself (Gloo over TCP loopback) and prints one row per size\n"
+    "  (x4 from --min to --max) and algorithm. --iters 0 (default) picks by size;\n"
+    "  --max-segment sets Gloo's maxSegmentSize for the direct \"ring\" row only.\n"
+    "  --shared-chunked-context runs \"chunked\" on the group's own mesh, as this benchmark\n"
+    "  did before: it shrinks the sockets' send buffers and slows every later row (4+ ranks).\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int> counts = {2, 4};
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--ranks") == 0) {
-      counts.clear();
-      std::string list = argv[i + 1];
-      for (size_t pos = 0; pos < list.size();) {
-        const size_t comma = list.find(',', pos);
-        counts.push_back(std::stoi(list.substr(pos, comma - pos)));
-        pos = comma == std::string::npos ? list.size() : comma + 1;
+  BenchOptions opt;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--help" || a == "-h") {
+        std::fputs(kUsage, stdout);
+        return 0;
       }
+      if (a == "--shared-chunked-context") {
+        opt.shared_chunked_context = true;
+        continue;
+      }
+      if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
+      const std::string v = argv[++i];
+      if (a == "--ranks") opt.ranks = parse_ints(v);
+      else if (a == "--min") opt.min_bytes = parse_bytes(v);
+      else if (a == "--max") opt.max_bytes = parse_bytes(v);
+      else if (a == "--iters") opt.iters = std::stoi(v);
+      else if (a == "--rows") opt.rows = v;
+      else if (a == "--max-segment") opt.max_segment = parse_bytes(v);
+      else throw std::invalid_argument("unknown option " + a);
     }
+    if (opt.min_bytes < 4096 || opt.min_bytes > opt.max_bytes) throw std::invalid_argument("need 4K <= --min <= --max");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_collectives: %s\n%s", e.what(), kUsage);
+    return 2;
   }
-  for (const int n : counts) {
+  for (const int n : opt.ranks) {
     const int port = mt::dist::net::pick_free_port();
     std::fflush(stdout);
     std::vector<pid_t> pids;
@@ -132,7 +235,7 @@ int main(int argc, char** argv) {
       if (pid == 0) {
         int code = 0;
         try {
-          bench_rank(r, n, port);
+          bench_rank(r, n, port, opt);
         } catch (const std::exception& e) {
           std::fprintf(stderr, "rank %d: %s\n", r, e.what());
           code = 1;
