@@ -1,0 +1,36 @@
+#include "apps/task.h"
+
+#include <algorithm>
+
+#include "apps/image_classification_task.h"
+// TEMP #include "apps/mlm_task.h"
+#include "core/error.h"
+#include "data/registry.h"
+
+namespace mt::apps {
+
+bool is_token_data(const std::string& data_type) {
+  return data_type == "text" || data_type == "synthetic_tokens";
+}
+
+std::vector<std::string> data_types() {
+  std::vector<std::string> types = data::dataset_types();
+  types.push_back("text");
+  types.push_back("synthetic_tokens");
+  return types;
+}
+
+std::unique_ptr<Task> make_task(const RunConfig& config, const TaskContext& context) {
+  const bool bert = config.model().name().rfind("bert", 0) == 0;
+  if (is_token_data(config.data().type())) {
+    MT_CHECK(bert, "data.type \"", config.data().type(), "\" is token data for masked-language-model "
+             "training, but model.name is \"", config.model().name(),
+             "\"; use a BERT model (bert_tiny, bert_mini, bert_small, bert_base)");
+    MT_FAIL("TEMP: MLM task not wired yet");  // TEMP
+  }
+  MT_CHECK(!bert, "model \"", config.model().name(), "\" trains on token data, but data.type is \"",
+           config.data().type(), "\" (images); set data.type: \"text\" or \"synthetic_tokens\"");
+  return std::make_unique<ImageClassificationTask>(config, context);
+}
+
+}  // namespace mt::apps
