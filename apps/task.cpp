@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "apps/image_classification_task.h"
-// TEMP #include "apps/mlm_task.h"
+#include "apps/mlm_task.h"
 #include "core/error.h"
 #include "data/registry.h"
 
@@ -26,7 +26,7 @@ std::unique_ptr<Task> make_task(const RunConfig& config, const TaskContext& cont
     MT_CHECK(bert, "data.type \"", config.data().type(), "\" is token data for masked-language-model "
              "training, but model.name is \"", config.model().name(),
              "\"; use a BERT model (bert_tiny, bert_mini, bert_small, bert_base)");
-    MT_FAIL("TEMP: MLM task not wired yet");  // TEMP
+    return std::make_unique<MlmTask>(config, context);
   }
   MT_CHECK(!bert, "model \"", config.model().name(), "\" trains on token data, but data.type is \"",
            config.data().type(), "\" (images); set data.type: \"text\" or \"synthetic_tokens\"");
