@@ -219,6 +219,93 @@ Prediction predict_schedule(Schedule schedule, const std::vector<LayerCost>& lay
                            cost, update_seconds, schedule == Schedule::BSP);
 }
 
+// ---- CD-SGD ----
+
+namespace {
+
+// Forward 0..L-1 then backward L-1..0 after task `after` (-1: none); returns the last backward.
+int add_compute_chain(Dag& dag, const std::vector<LayerCost>& layers, int after) {
+  int prev = after;
+  auto deps = [&] { return prev < 0 ? std::vector<int>{} : std::vector<int>{prev}; };
+  for (size_t l = 0; l < layers.size(); ++l)
+    prev = dag.add("forward " + std::to_string(l), layers[l].forward, deps());
+  for (size_t l = layers.size(); l-- > 0;)
+    prev = dag.add("backward " + std::to_string(l), layers[l].backward, deps());
+  return prev;
+}
+
+}  // namespace
+
+Prediction predict_cdsgd_period(const std::vector<LayerCost>& layers, double update_seconds,
+                                const CdsgdCost& cost, bool full_precision) {
+  Dag dag;
+  // The period starts when exchange t gets the link; exchange t-1 is complete by then.
+  const int exchange = dag.add(full_precision ? "exchange t (float32 allreduce)" : "exchange t (compressed)",
+                               full_precision ? cost.full_exchange : cost.exchange);
+  const int apply = dag.add(full_precision ? "apply exchange t-1 + local step"
+                                           : "decode exchange t-1 + apply + local step",
+                            (full_precision ? 0.0 : cost.decompress) + 2.0 * update_seconds);
+  int chain = add_compute_chain(dag, layers, apply);
+  const int backward_done = chain;
+  if (!full_precision) chain = dag.add("compress t+1", cost.compress, {chain});
+  const int next = dag.add("exchange t+1 starts", 0.0, {chain, exchange});
+  Prediction p;
+  p.iteration = dag.finish(next);
+  p.backward_end = dag.finish(backward_done);
+  p.comm_end = dag.finish(exchange);
+  p.critical_path = dag.critical_path();
+  return p;
+}
+
+Prediction predict_cdsgd(const std::vector<LayerCost>& layers, double update_seconds,
+                         const CdsgdCost& cost) {
+  const int k = cost.full_precision_every;
+  MT_CHECK(k >= 0, "CD-SGD: full-precision period (dist.cdsgd_k) must be >= 0, got ", k);
+  if (k == 1) return predict_cdsgd_period(layers, update_seconds, cost, true);
+  Prediction p = predict_cdsgd_period(layers, update_seconds, cost, false);
+  if (k > 1) {
+    const Prediction full = predict_cdsgd_period(layers, update_seconds, cost, true);
+    p.iteration = ((k - 1) * p.iteration + full.iteration) / k;
+    p.comm_end = ((k - 1) * p.comm_end + full.comm_end) / k;
+  }
+  return p;
+}
+
+// ---- DS-Sync ----
+
+double DssyncCost::amortized() const {
+  const double group = (1.0 - cross_fraction) * in_rack + cross_fraction * cross_rack;
+  if (world_every <= 0) return group;
+  return ((world_every - 1) * group + world) / world_every;
+}
+
+double dssync_cross_fraction(int n, int g, int ranks_per_rack, bool rack_aware, int cross_period) {
+  MT_CHECK(g >= 2, "DS-Sync group size (dist.dssync_group_size) must be >= 2, got ", g);
+  MT_CHECK(cross_period >= 1, "dist.dssync_cross_period must be >= 1, got ", cross_period);
+  if (ranks_per_rack <= 0 || ranks_per_rack >= n) return 0.0;
+  if (rack_aware) return 1.0 / cross_period;
+  int m = 0;  // phases: ceil(log_g n)
+  for (int64_t span = 1; span < n; span *= g) ++m;
+  int j = 0;  // phases inside a rack: floor(log_g ranks_per_rack)
+  for (int64_t span = g; span <= ranks_per_rack; span *= g) ++j;
+  return m == 0 ? 0.0 : std::clamp(static_cast<double>(m - j) / m, 0.0, 1.0);
+}
+
+Prediction predict_dssync(const std::vector<LayerCost>& layers, double update_seconds,
+                          const DssyncCost& cost) {
+  Dag dag;
+  const int backward_done = add_compute_chain(dag, layers, -1);
+  const int step = dag.add("local step", update_seconds,
+                           backward_done < 0 ? std::vector<int>{} : std::vector<int>{backward_done});
+  const int average = dag.add("group average (parameters + buffers)", cost.amortized(), {step});
+  Prediction p;
+  p.iteration = dag.finish(average);
+  p.backward_end = backward_done < 0 ? 0.0 : dag.finish(backward_done);
+  p.comm_end = p.iteration;
+  p.critical_path = dag.critical_path();
+  return p;
+}
+
 std::string plan_str(const MergePlan& plan) {
   std::ostringstream os;
   for (size_t m = 0; m < plan.size(); ++m) {

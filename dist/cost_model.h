@@ -90,6 +90,58 @@ Prediction predict_schedule(Schedule schedule, const std::vector<LayerCost>& lay
                             const LinearCost& cost, double update_seconds, double cap_bytes,
                             double first_cap_bytes);
 
+// ---- CD-SGD and DS-Sync (algorithms.md sections 2 and 3) ----
+//
+// CD-SGD, steady state (after the warm-up iterations, which are S-SGD BSP). Iteration t launches
+// the exchange of its compressed gradient and then, before its local step, waits for exchange
+// t-1, so exchange t runs while iteration t+1 computes. One period, from the moment exchange t
+// starts on the link:
+//   exchange t (link)                                 || apply t-1 (decode + global optimizer
+//                                                        step) and local step -> forward ->
+//                                                        backward -> compress t+1
+//   exchange t+1 starts when both are done (one link, FIFO)
+// so the period is max(compute, exchange) with compute = decompress + 2 x update + forward +
+// backward + compress (the local step is costed as a second optimizer step: it reads weights and
+// gradient and writes weights like one; the two weight copies are folded into it). Every k-th
+// iteration (cdsgd_k) is full precision: no compress/decode, a float32 allreduce instead; each
+// iteration is bounded by its own exchange (the one-step delay hides at most one iteration of
+// compute), so the prediction is the mean ((k-1) compressed + 1 full) / k.
+struct CdsgdCost {
+  double compress = 0.0;       // seconds: error feedback + compress the whole flat gradient
+  double decompress = 0.0;     // seconds: decode every payload of one exchange and sum them
+  double exchange = 0.0;       // seconds: one compressed exchange (allreduce or allgather)
+  double full_exchange = 0.0;  // seconds: one full-precision exchange (float32 allreduce)
+  int full_precision_every = 0;  // dist.cdsgd_k: every k-th iteration full precision; 0 = never
+};
+// One period's DAG (full_precision: the float32 iteration). critical_path names the bottleneck.
+Prediction predict_cdsgd_period(const std::vector<LayerCost>& layers, double update_seconds,
+                                const CdsgdCost& cost, bool full_precision);
+// The mean period over the k-step cycle; critical_path is the compressed period's (the full one's
+// when k = 1).
+Prediction predict_cdsgd(const std::vector<LayerCost>& layers, double update_seconds,
+                         const CdsgdCost& cost);
+
+// DS-Sync: forward, backward, a purely local optimizer step, then the group's allreduce of the
+// parameters and float32 buffers; nothing overlaps (the average needs the stepped weights, and
+// the next forward needs the average). The iterations differ only in which groups average:
+struct DssyncCost {
+  double in_rack = 0.0;         // seconds: one group average whose groups stay inside racks
+  double cross_rack = 0.0;      // seconds: one whose groups cross racks (all at once)
+  double world = 0.0;           // seconds: a world average (dssync_global_average_every)
+  double cross_fraction = 0.0;  // share of the group iterations that cross racks
+  int world_every = 0;          // every K-th iteration is a world average; 0 = never
+  // The mean communication seconds per iteration over those kinds.
+  double amortized() const;
+};
+// Share of iterations whose groups cross racks, for n ranks in racks of ranks_per_rack (0 or
+// >= n: one rack, nothing crosses) with groups of g. Rack-aware (the config gives the racks):
+// 1 / cross_period. Otherwise the butterfly's phases run in turn and those above the rack's
+// digits cross: (m - j) / m with m = ceil(log_g n) phases and j = floor(log_g ranks_per_rack)
+// of them inside a rack (exact for n and ranks_per_rack powers of g).
+double dssync_cross_fraction(int n, int g, int ranks_per_rack, bool rack_aware, int cross_period);
+Prediction predict_dssync(const std::vector<LayerCost>& layers, double update_seconds,
+                          const DssyncCost& cost);
+
 std::string plan_str(const MergePlan& plan);  // e.g. "[7 6] [5 4 3] [2 1 0]"
 
 }  // namespace mt::dist

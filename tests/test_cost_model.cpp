@@ -1,9 +1,17 @@
 // The cost model: the T(M) = alpha + beta*M fit, the DAG critical path, and the merge plans
 // (FUSION packing, MG-WFBP merging) on cases small enough to compute by hand.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/config.h"
+#include "apps/model_command.h"
 #include "core/error.h"
 #include "dist/cost_model.h"
+#include "dist/network_model.h"
 
 using namespace mt::dist;
 
@@ -102,4 +110,219 @@ TEST(CostModel, ScheduleNames) {
   } catch (const mt::core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("MGWFBP"), std::string::npos);
   }
+}
+
+TEST(CostModel, MgwfbpFourLayersByHandAndItsGain) {
+  // alpha = 1, beta = 0: every message 1 s. tb = [1, 1, 0.5, 0.5]: gradients ready at 0.5
+  // (layer 3), 1 (2), 2 (1), 3 (0). l=3: its message 0.5..1.5 cannot finish by 1 and started
+  // 0.5 < alpha before: merge into 2 -> [3 2] sent 1..2. l=2: ends at 2, not after layer 1's
+  // ready time 2: keep. l=1: 2..3, not after 3: keep. Plan [3 2] [1] [0].
+  const LinearCost cost{1.0, 0.0};
+  const std::vector<double> tb = {1, 1, 0.5, 0.5}, bytes = {1, 1, 1, 1};
+  const MergePlan plan = mgwfbp_plan(tb, bytes, cost);
+  EXPECT_EQ(plan_str(plan), "[3 2] [1] [0]");
+  std::vector<LayerCost> layers;
+  for (int l = 0; l < 4; ++l) layers.push_back({0.0, tb[l], bytes[l]});
+  // WFBP: messages 0.5-1.5, 1.5-2.5, 2.5-3.5, 3.5-4.5; MG-WFBP: 1-2, 2-3, 3-4.
+  EXPECT_DOUBLE_EQ(predict_iteration(layers, wfbp_plan(4), cost, 0, false).comm_end, 4.5);
+  EXPECT_DOUBLE_EQ(predict_iteration(layers, plan, cost, 0, false).comm_end, 4.0);
+}
+
+TEST(CostModel, CriticalPathThroughComputeWhenCommunicationIsCheap) {
+  // The two-layer case of PredictsBspAndWfbpByHand with 0.1 s messages: layer 0's gradient is
+  // ready at 5, its message ends 5.1, update 5.6; the path runs through all the compute.
+  std::vector<LayerCost> layers = {{1, 2, 2}, {1, 1, 2}};
+  const Prediction p = predict_schedule(Schedule::WFBP, layers, LinearCost{0.1, 0.0}, 0.5, 1e9, 1e9);
+  EXPECT_DOUBLE_EQ(p.iteration, 5.6);
+  EXPECT_EQ(p.critical_path, (std::vector<std::string>{"forward 0", "forward 1", "backward 1",
+                                                        "backward 0", "allreduce 1", "update"}));
+  // A DAG with two roots and a join: the path starts at the root that finishes later.
+  Dag g;
+  const int x = g.add("x", 3);
+  const int y = g.add("y", 1);
+  const int z = g.add("z", 1, {y});
+  g.add("join", 0.5, {z, x});
+  EXPECT_DOUBLE_EQ(g.critical_length(), 3.5);
+  EXPECT_EQ(g.critical_path(), (std::vector<std::string>{"x", "join"}));
+}
+
+TEST(CostModel, CdsgdPeriodByHand) {
+  // Forward 1 + 1, backward 1 + 2 (5 s of compute), update 0.5; compress 0.5, decode 0.25.
+  std::vector<LayerCost> layers = {{1, 2, 2}, {1, 1, 2}};
+  CdsgdCost c;
+  c.compress = 0.5;
+  c.decompress = 0.25;
+  c.exchange = 3.0;
+  c.full_exchange = 10.0;
+  // Compute chain: decode 0.25 + global and local step 2 x 0.5 + 5 + compress 0.5 = 6.75 > 3.
+  Prediction p = predict_cdsgd(layers, 0.5, c);
+  EXPECT_DOUBLE_EQ(p.iteration, 6.75);
+  EXPECT_DOUBLE_EQ(p.comm_end, 3.0);
+  EXPECT_EQ(p.critical_path,
+            (std::vector<std::string>{"decode exchange t-1 + apply + local step", "forward 0", "forward 1",
+                                      "backward 1", "backward 0", "compress t+1", "exchange t+1 starts"}));
+  // A slow link: the exchange is the period and the bottleneck.
+  c.exchange = 8.0;
+  p = predict_cdsgd(layers, 0.5, c);
+  EXPECT_DOUBLE_EQ(p.iteration, 8.0);
+  EXPECT_EQ(p.critical_path, (std::vector<std::string>{"exchange t (compressed)", "exchange t+1 starts"}));
+  // k = 2: half the iterations are full precision: max(2 x 0.5 + 5, 10) = 10; mean (6.75 + 10) / 2.
+  c.exchange = 3.0;
+  c.full_precision_every = 2;
+  EXPECT_DOUBLE_EQ(predict_cdsgd(layers, 0.5, c).iteration, 8.375);
+  // k = 1: every iteration full precision.
+  c.full_precision_every = 1;
+  EXPECT_DOUBLE_EQ(predict_cdsgd(layers, 0.5, c).iteration, 10.0);
+  c.full_precision_every = -1;
+  EXPECT_THROW(predict_cdsgd(layers, 0.5, c), mt::core::Error);
+}
+
+TEST(CostModel, DssyncIterationByHand) {
+  std::vector<LayerCost> layers = {{1, 2, 2}, {1, 1, 2}};
+  DssyncCost d;
+  d.in_rack = 1.0;
+  d.cross_rack = 5.0;
+  d.cross_fraction = 0.25;  // group average: 0.75 x 1 + 0.25 x 5 = 2
+  EXPECT_DOUBLE_EQ(d.amortized(), 2.0);
+  d.world = 9.0;
+  d.world_every = 4;  // (3 x 2 + 9) / 4
+  EXPECT_DOUBLE_EQ(d.amortized(), 3.75);
+  const Prediction p = predict_dssync(layers, 0.5, d);
+  EXPECT_DOUBLE_EQ(p.iteration, 5.0 + 0.5 + 3.75);
+  EXPECT_EQ(p.critical_path.back(), "group average (parameters + buffers)");
+  EXPECT_EQ(p.critical_path.size(), 6u);  // nothing overlaps: every task is on the path
+}
+
+TEST(CostModel, DssyncCrossFraction) {
+  // 8 ranks, pairs, racks of 2: 3 butterfly phases, 1 inside a rack -> 2/3 cross.
+  EXPECT_DOUBLE_EQ(dssync_cross_fraction(8, 2, 2, false, 1), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(dssync_cross_fraction(8, 2, 4, false, 1), 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(dssync_cross_fraction(16, 4, 4, false, 1), 0.5);
+  // Rack-aware: crossing phases only every cross_period iterations.
+  EXPECT_DOUBLE_EQ(dssync_cross_fraction(8, 2, 2, true, 4), 0.25);
+  EXPECT_DOUBLE_EQ(dssync_cross_fraction(8, 2, 2, true, 1), 1.0);
+  // One rack (or none): nothing crosses.
+  EXPECT_DOUBLE_EQ(dssync_cross_fraction(8, 2, 0, true, 4), 0.0);
+  EXPECT_DOUBLE_EQ(dssync_cross_fraction(8, 2, 8, false, 1), 0.0);
+  EXPECT_THROW(dssync_cross_fraction(8, 1, 2, false, 1), mt::core::Error);
+}
+
+// ---- `mintrain model` end to end ----
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("mt_test_model_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+const std::string kMlpConfig = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+
+// Two layers of 1 MB gradients; compressor times given, so nothing is measured.
+std::string write_layer_times() {
+  const fs::path p = temp_dir() / "layers.json";
+  std::ofstream(p) << R"({"model": "hand", "batch_size": 32, "update_seconds": 0.0005,
+    "buffer_bytes": 0, "compress_seconds": 0.0002, "decode_seconds": 0.0001,
+    "layers": [{"name": "a", "forward": 0.001, "backward": 0.002, "bytes": 1000000},
+               {"name": "b", "forward": 0.001, "backward": 0.001, "bytes": 1000000}]})";
+  return p.string();
+}
+
+std::string run_model(const std::vector<std::string>& args) {
+  std::ostringstream out;
+  EXPECT_EQ(mt::apps::run_model_command(args, out), 0);
+  return out.str();
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
+  const mt::apps::ModelProfile prof = mt::apps::read_profile(write_layer_times());
+  ASSERT_EQ(prof.layers.size(), 2u);
+  EXPECT_EQ(prof.layers[1].name, "b");
+  EXPECT_DOUBLE_EQ(prof.decode_seconds, 1e-4);
+  NetworkSpec spec;
+  spec.bandwidth_gbps = 1;
+  spec.latency_us = 50;
+  const NetworkModel net(spec);
+  mt::apps::AlgorithmSettings s;
+  s.cdsgd_per_exchange.compress = 2e-4;
+  s.cdsgd_per_exchange.decompress = 1e-4;
+  s.cdsgd_payload_bytes = 2e6;  // NONE: float32
+  // One worker: every algorithm is the plain iteration, 5 ms + 0.5 ms update.
+  const auto one = mt::apps::predict_row(prof, net, s, 1);
+  for (const auto* p : {&one.bsp, &one.wfbp, &one.fusion, &one.mgwfbp, &one.dssync})
+    EXPECT_NEAR(p->iteration, 0.0055, 1e-12);
+  // N = 4: T(M) = 300 us + 1.2e-8 M. BSP: 5 ms + T(2e6) = 24.3 ms + 0.5 ms = 29.8 ms.
+  const auto four = mt::apps::predict_row(prof, net, s, 4);
+  EXPECT_NEAR(four.bsp.iteration, 0.0298, 1e-9);
+  // WFBP: layer 1 ready at 3 ms, message 3..15.3 ms; layer 0 ready at 5 ms, waits: 27.6 ms; +0.5.
+  EXPECT_NEAR(four.wfbp.iteration, 0.0281, 1e-9);
+  // CD-SGD (NONE, allreduce of 2 MB = 24.3 ms > compute 0.1 + 1 + 5 + 0.2 ms): the link.
+  EXPECT_NEAR(four.cdsgd.iteration, 0.0243, 1e-9);
+  // DS-Sync, pairs: 2 x 50 us + 2 MB / 1.25e8 = 16.1 ms after 5.5 ms of compute.
+  EXPECT_NEAR(four.dssync.iteration, 0.0055 + 0.0161, 1e-9);
+
+  const std::string out = run_model({kMlpConfig, "--layer-times", write_layer_times(), "--workers",
+                                     "1,4", "--bandwidth-gbps", "1", "--latency-us", "50"});
+  EXPECT_TRUE(has(out, "BSP")) << out;
+  EXPECT_TRUE(has(out, "DS-Sync")) << out;
+  EXPECT_TRUE(has(out, "     5.500 (100%)")) << out;
+  EXPECT_TRUE(has(out, "    29.800 ( 18%)")) << out;  // 5.5 / 29.8
+  EXPECT_TRUE(has(out, "critical paths at N = 4")) << out;
+  EXPECT_TRUE(has(out, "BSP 29.800 ms: forward 0..1 > backward 1..0 > allreduce 0 > update")) << out;
+}
+
+TEST(ModelCommand, ProfilesTheMlpForReal) {
+  const std::string saved = (temp_dir() / "mlp_profile.json").string();
+  const std::string out = run_model({kMlpConfig, "--profile-iters", "3", "--warmup-iters", "1",
+                                     "--workers", "1,2,8", "--at", "8", "--save-profile", saved,
+                                     "--bandwidth-gbps", "10", "--latency-us", "5"});
+  EXPECT_TRUE(has(out, "profile: 3 iterations after 1 warm-up")) << out;
+  EXPECT_TRUE(has(out, "critical paths at N = 8")) << out;
+  // The profile: the MLP's two linear layers in forward order (64x64+64 then 64x10+10 floats).
+  const mt::apps::ModelProfile prof = mt::apps::read_profile(saved);
+  ASSERT_EQ(prof.layers.size(), 2u);
+  EXPECT_DOUBLE_EQ(prof.layers[0].bytes, 4160 * 4.0);
+  EXPECT_DOUBLE_EQ(prof.layers[1].bytes, 650 * 4.0);
+  EXPECT_GT(prof.backward_total(), 0.0);
+  EXPECT_GT(prof.forward_total(), 0.0);
+  EXPECT_GT(prof.update_seconds, 0.0);
+  EXPECT_GE(prof.compress_seconds, 0.0);
+  EXPECT_EQ(prof.iterations, 3);
+  // The saved profile predicts the same as the live one.
+  const std::string again = run_model({kMlpConfig, "--layer-times", saved, "--workers", "1,2,8",
+                                       "--at", "8", "--bandwidth-gbps", "10", "--latency-us", "5"});
+  EXPECT_EQ(again.substr(again.find("milliseconds per iteration")), out.substr(out.find("milliseconds per iteration")));
+}
+
+TEST(ModelCommand, ErrorsNameTheProblem) {
+  std::ostringstream out;
+  auto message = [&](const std::vector<std::string>& args) -> std::string {
+    try {
+      mt::apps::run_model_command(args, out);
+    } catch (const mt::core::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_TRUE(has(message({}), "missing CONFIG"));
+  EXPECT_TRUE(has(message({kMlpConfig, "--frobnicate"}), "--frobnicate"));
+  EXPECT_TRUE(has(message({kMlpConfig, "--workers", "1,x"}), "--workers"));
+  EXPECT_TRUE(has(message({kMlpConfig, "--bandwidth-gbps", "0", "--layer-times", write_layer_times()}),
+                  "--bandwidth-gbps"));
+  const fs::path bad = temp_dir() / "bad.json";
+  std::ofstream(bad) << R"({"layers": [{"forward": 1, "backward": 2}]})";
+  EXPECT_TRUE(has(message({kMlpConfig, "--layer-times", bad.string()}), "\"bytes\""));
+  std::ofstream(bad, std::ios::trunc) << R"({"layers": [)";
+  EXPECT_TRUE(has(message({kMlpConfig, "--layer-times", bad.string()}), "invalid JSON"));
 }

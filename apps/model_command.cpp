@@ -1,0 +1,721 @@
+#include "apps/model_command.h"
+
+#include <algorithm>
+#include <optional>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <sstream>
+
+#include "apps/task.h"
+#include "apps/trainer.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "dist/compressor.h"
+#include "dist/error_feedback.h"
+#include "dist/rendezvous.h"
+
+namespace mt::apps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+// ---- A small JSON reader for the profile file (objects, arrays, strings, numbers, literals) ----
+
+struct Json {
+  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
+  double number = 0.0;
+  std::string text;
+  std::vector<Json> items;
+  std::map<std::string, Json> fields;
+
+  const Json* get(const std::string& key) const {
+    auto it = fields.find(key);
+    return it == fields.end() ? nullptr : &it->second;
+  }
+};
+
+class JsonParser {
+ public:
+  JsonParser(const std::string& text, const std::string& source) : s_(text), source_(source) {}
+
+  Json parse() {
+    Json v = value();
+    skip_space();
+    if (pos_ != s_.size()) fail("unexpected text after the value");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    MT_FAIL(source_, ": invalid JSON at byte ", pos_, ": ", what);
+  }
+  void skip_space() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool eat(char c) {
+    skip_space();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c)) fail(std::string("expected '") + c + "'");
+  }
+  std::string string_literal() {
+    expect('"');
+    std::string out;
+    while (pos_ < s_.size() && s_[pos_] != '"') {
+      char c = s_[pos_++];
+      if (c == '\\') {
+        if (pos_ >= s_.size()) break;
+        const char e = s_[pos_++];
+        switch (e) {
+          case 'n': c = '\n'; break;
+          case 't': c = '\t'; break;
+          case '"': case '\\': case '/': c = e; break;
+          default: fail(std::string("unsupported escape \\") + e);
+        }
+      }
+      out += c;
+    }
+    if (pos_ >= s_.size()) fail("unterminated string");
+    ++pos_;
+    return out;
+  }
+  Json value() {
+    skip_space();
+    if (pos_ >= s_.size()) fail("unexpected end");
+    Json v;
+    const char c = s_[pos_];
+    if (c == '{') {
+      ++pos_;
+      v.kind = Json::Object;
+      if (eat('}')) return v;
+      do {
+        skip_space();
+        std::string key = string_literal();
+        expect(':');
+        v.fields[key] = value();
+      } while (eat(','));
+      expect('}');
+    } else if (c == '[') {
+      ++pos_;
+      v.kind = Json::Array;
+      if (eat(']')) return v;
+      do v.items.push_back(value());
+      while (eat(','));
+      expect(']');
+    } else if (c == '"') {
+      v.kind = Json::String;
+      v.text = string_literal();
+    } else if (s_.compare(pos_, 4, "true") == 0 || s_.compare(pos_, 5, "false") == 0) {
+      v.kind = Json::Bool;
+      v.number = s_[pos_] == 't';
+      pos_ += s_[pos_] == 't' ? 4 : 5;
+    } else if (s_.compare(pos_, 4, "null") == 0) {
+      pos_ += 4;
+    } else {
+      const char* begin = s_.c_str() + pos_;
+      char* end = nullptr;
+      v.kind = Json::Number;
+      v.number = std::strtod(begin, &end);
+      if (end == begin) fail("expected a value");
+      pos_ += static_cast<size_t>(end - begin);
+    }
+    return v;
+  }
+
+  const std::string& s_;
+  std::string source_;
+  size_t pos_ = 0;
+};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+double number_field(const Json& obj, const std::string& key, const std::string& where, bool required,
+                    double fallback = 0.0) {
+  const Json* v = obj.get(key);
+  if (!v) {
+    MT_CHECK(!required, where, ": missing \"", key, "\"");
+    return fallback;
+  }
+  MT_CHECK(v->kind == Json::Number, where, ": \"", key, "\" must be a number");
+  MT_CHECK(std::isfinite(v->number) && (v->number >= 0 || fallback < 0), where, ": \"", key,
+           "\" must be a finite number >= 0, got ", v->number);
+  return v->number;
+}
+
+// ---- Measuring ----
+
+// The module that owns a parameter: "features.0.weight" -> "features.0".
+std::string owner_of(const std::string& param_name) {
+  const size_t dot = param_name.rfind('.');
+  return dot == std::string::npos ? param_name : param_name.substr(0, dot);
+}
+
+// Wait for the device so that a timestamp means "done", not "launched" (CUDA is asynchronous).
+void wait_for(const core::Tensor& t) {
+  if (t.defined() && t.is_cuda() && t.numel() > 0) (void)t.reshape({-1}).narrow(0, 0, 1).item();
+}
+
+// CD-SGD's per-exchange compute on the whole flat gradient of n values: error feedback +
+// compress (v = g + r; Q(v); r <- v - decode(Q(v))), and decoding one payload.
+void measure_compression(int64_t n, const dist::CompressionOptions& options, double& compress_s,
+                         double& decode_s) {
+  if (n == 0) {
+    compress_s = decode_s = 0.0;
+    return;
+  }
+  auto compressor = dist::make_compressor(options);
+  core::Generator gen(1234);
+  const core::Tensor grad = core::randn({n}, 0.0f, 1.0f, gen);
+  dist::ErrorFeedback ef(n);
+  const int reps = 5;
+  double c_best = 1e30, d_best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {  // the first is a warm-up
+    const auto t0 = Clock::now();
+    const core::Tensor v = ef.corrected(grad);
+    const core::Tensor payload = compressor->compress(v);
+    const auto t1 = Clock::now();
+    const core::Tensor decoded = compressor->decompress(payload, n);
+    const auto t2 = Clock::now();
+    ef.update(v, decoded);
+    const auto t3 = Clock::now();
+    if (r == 0) continue;
+    // Error feedback decodes its own payload too: that decode counts toward compressing.
+    c_best = std::min(c_best, secs(t1 - t0) + secs(t3 - t1));
+    d_best = std::min(d_best, secs(t2 - t1));
+  }
+  compress_s = c_best;
+  decode_s = d_best;
+}
+
+// ---- Printing ----
+
+// "forward 0", "forward 1", "forward 2" -> "forward 0..2".
+std::string compact_path(const std::vector<std::string>& path) {
+  std::vector<std::string> out;
+  std::string run_prefix;
+  long run_first = 0, run_last = 0;
+  bool in_run = false;
+  auto flush = [&] {
+    if (!in_run) return;
+    out.push_back(run_prefix + std::to_string(run_first) +
+                  (run_first == run_last ? "" : ".." + std::to_string(run_last)));
+    in_run = false;
+  };
+  for (const std::string& name : path) {
+    const size_t sp = name.rfind(' ');
+    const bool numbered = sp != std::string::npos && sp + 1 < name.size() &&
+                          std::all_of(name.begin() + sp + 1, name.end(),
+                                      [](unsigned char c) { return std::isdigit(c) != 0; });
+    if (!numbered) {
+      flush();
+      out.push_back(name);
+      continue;
+    }
+    const std::string prefix = name.substr(0, sp + 1);
+    const long index = std::stol(name.substr(sp + 1));
+    if (in_run && prefix == run_prefix && std::labs(index - run_last) == 1 &&
+        (run_first == run_last || (index - run_last) == (run_last > run_first ? 1 : -1))) {
+      run_last = index;
+      continue;
+    }
+    flush();
+    run_prefix = prefix;
+    run_first = run_last = index;
+    in_run = true;
+  }
+  flush();
+  std::string s;
+  for (size_t i = 0; i < out.size(); ++i) s += (i ? " > " : "") + out[i];
+  return s;
+}
+
+std::string ms(double seconds) { return fmt("%.3f ms", seconds * 1e3); }
+std::string mb(double bytes) { return fmt("%.3g MB", bytes / (1024.0 * 1024.0)); }
+
+std::vector<int> parse_workers(const std::string& text) {
+  std::vector<int> workers;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long n = std::strtol(item.c_str(), &end, 10);
+    MT_CHECK(!item.empty() && *end == '\0' && n >= 1 && n <= (1 << 24), "--workers: \"", item,
+             "\" is not a worker count (a comma-separated list of integers >= 1, e.g. 1,2,4,8)");
+    workers.push_back(static_cast<int>(n));
+  }
+  MT_CHECK(!workers.empty(), "--workers: empty list");
+  return workers;
+}
+
+double parse_number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  MT_CHECK(!text.empty() && *end == '\0' && std::isfinite(v), flag, ": \"", text, "\" is not a number");
+  return v;
+}
+
+int parse_int(const std::string& flag, const std::string& text, int min) {
+  const double v = parse_number(flag, text);
+  MT_CHECK(v == std::floor(v) && v >= min && v <= 1e9, flag, ": \"", text, "\" must be an integer >= ",
+           min);
+  return static_cast<int>(v);
+}
+
+const char* kModelUsage =
+    "usage: mintrain model CONFIG [--set k=v ...] [--workers 1,2,4,...] [--at N]\n"
+    "                      [--bandwidth-gbps X] [--latency-us Y]\n"
+    "                      [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]\n"
+    "                      [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]\n"
+    "                      [--layer-times FILE.json] [--save-profile FILE.json]";
+
+}  // namespace
+
+// ---- ModelProfile ----
+
+double ModelProfile::forward_total() const {
+  double s = 0;
+  for (const auto& l : layers) s += l.forward;
+  return s;
+}
+double ModelProfile::backward_total() const {
+  double s = 0;
+  for (const auto& l : layers) s += l.backward;
+  return s;
+}
+double ModelProfile::gradient_bytes() const {
+  double s = 0;
+  for (const auto& l : layers) s += l.bytes;
+  return s;
+}
+std::vector<dist::LayerCost> ModelProfile::layer_costs() const {
+  std::vector<dist::LayerCost> out;
+  for (const auto& l : layers) out.push_back({l.forward, l.backward, l.bytes});
+  return out;
+}
+
+ModelProfile profile_model(const RunConfig& config_in, int warmup, int iterations) {
+  MT_CHECK(warmup >= 0 && iterations >= 1, "profiling needs >= 1 iteration and >= 0 warm-up, got ",
+           iterations, " and ", warmup);
+  MT_CHECK(dist::world_from_env().world_size <= 1,
+           "mintrain model profiles one process; run it directly, not under a launcher (WORLD_SIZE > 1)");
+  RunConfig config = config_in;
+  config.mutable_dist()->set_force_distributed(false);
+
+  // The trainer builds the model and optimizer exactly as training would (eval_only: it need
+  // not load the training split; our own task below supplies the training batches).
+  TrainerOptions topts;
+  topts.quiet = true;
+  topts.eval_only = true;
+  Trainer trainer(config, topts);
+  layers::Module& model = trainer.model();
+  optim::Optimizer& optimizer = trainer.optimizer();
+  TaskContext tctx;
+  tctx.device = core::Device::parse(config.device());
+  tctx.output_dir = trainer.output_dir();
+  std::unique_ptr<Task> task = make_task(config, tctx);
+  data::BatchLoader* loader = task->train_loader();
+  MT_CHECK(loader != nullptr && loader->batches_per_epoch() > 0, "the training set (",
+           task->describe_train(), ") gives no batch to profile with");
+
+  // Grad-ready hooks: every parameter's completion time, in the order they fire.
+  const layers::NamedTensors params = model.named_parameters();
+  struct Arrivals {
+    bool recording = false;
+    std::vector<std::pair<size_t, Clock::time_point>> events;
+  };
+  auto arrivals = std::make_shared<Arrivals>();
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].second.register_grad_ready_hook([arrivals, i](core::Tensor& leaf) {
+      if (!arrivals->recording) return;
+      wait_for(leaf.grad());
+      arrivals->events.emplace_back(i, Clock::now());
+    });
+  }
+
+  model.train();
+  std::vector<double> param_backward(params.size(), 0.0);
+  std::vector<int> last_position(params.size(), -1);  // position in the last hook order
+  double forward_s = 0.0, tail_s = 0.0, update_s = 0.0;
+  int64_t epoch = 0;
+  loader->start_epoch(epoch);
+  data::Batch batch;
+  for (int it = 0; it < warmup + iterations; ++it) {
+    if (!loader->next(batch)) {
+      loader->start_epoch(++epoch);
+      MT_CHECK(loader->next(batch), "the training loader gave no batch in epoch ", epoch);
+    }
+    const bool profiled = it >= warmup;
+    const auto t0 = Clock::now();
+    BatchResult r = task->run(model, batch);
+    wait_for(r.loss);
+    const auto t1 = Clock::now();
+    arrivals->events.clear();
+    arrivals->recording = true;
+    r.loss.backward();
+    arrivals->recording = false;
+    const auto t2 = Clock::now();
+    optimizer.step();
+    optimizer.zero_grad();
+    if (!params.empty()) wait_for(params[0].second);
+    const auto t3 = Clock::now();
+    if (!profiled) continue;
+    forward_s += secs(t1 - t0);
+    Clock::time_point prev = t1;
+    for (size_t k = 0; k < arrivals->events.size(); ++k) {
+      const auto& [p, when] = arrivals->events[k];
+      param_backward[p] += secs(when - prev);
+      last_position[p] = static_cast<int>(k);
+      prev = when;
+    }
+    tail_s += secs(t2 - prev);
+    update_s += secs(t3 - t2);
+  }
+
+  // Layers: parameters grouped by module, ordered by when their gradient completed (the last
+  // of their parameters' hooks), latest first = forward order. Unused ones (no hook) go first.
+  std::vector<std::string> names;
+  std::map<std::string, size_t> index_of;
+  ModelProfile prof;
+  std::vector<int> completes_at;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string owner = owner_of(params[i].first);
+    auto [it, fresh] = index_of.emplace(owner, prof.layers.size());
+    if (fresh) {
+      prof.layers.push_back({owner, 0.0, 0.0, 0.0});
+      completes_at.push_back(-1);
+    }
+    LayerProfile& layer = prof.layers[it->second];
+    layer.backward += param_backward[i] / iterations;
+    layer.bytes += static_cast<double>(params[i].second.nbytes());
+    completes_at[it->second] = std::max(completes_at[it->second], last_position[i]);
+  }
+  std::vector<size_t> order(prof.layers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int ka = completes_at[a] < 0 ? 1 << 30 : completes_at[a];
+    const int kb = completes_at[b] < 0 ? 1 << 30 : completes_at[b];
+    return ka > kb;
+  });
+  std::vector<LayerProfile> sorted;
+  for (size_t i : order) sorted.push_back(prof.layers[i]);
+  prof.layers = std::move(sorted);
+
+  // Forward per layer is not observable (no forward hooks): split the measured total in
+  // proportion to backward time, which tracks a layer's arithmetic.
+  const double forward_total = forward_s / iterations;
+  const double backward_total = prof.backward_total();
+  for (auto& l : prof.layers) {
+    l.forward = backward_total > 0 ? forward_total * l.backward / backward_total
+                                   : forward_total / static_cast<double>(prof.layers.size());
+  }
+  prof.update_seconds = (update_s + tail_s) / iterations;
+  for (const auto& [name, buffer] : model.named_buffers())
+    if (buffer.dtype() == core::DType::Float32) prof.buffer_bytes += static_cast<double>(buffer.nbytes());
+  prof.model = config.model().name();
+  prof.device = config.device().empty() ? "cpu" : config.device();
+  prof.batch_size = config.data().batch_size();
+  prof.iterations = iterations;
+  return prof;
+}
+
+void write_profile(const ModelProfile& p, const std::string& path) {
+  std::ofstream out(path);
+  MT_CHECK(out.good(), "cannot write the profile to \"", path, "\"");
+  out << "{\n  \"model\": \"" << json_escape(p.model) << "\", \"device\": \"" << json_escape(p.device)
+      << "\", \"batch_size\": " << p.batch_size << ", \"iterations\": " << p.iterations << ",\n"
+      << "  \"update_seconds\": " << fmt("%.9g", p.update_seconds)
+      << ", \"buffer_bytes\": " << fmt("%.0f", p.buffer_bytes);
+  if (p.compress_seconds >= 0) out << ", \"compress_seconds\": " << fmt("%.9g", p.compress_seconds);
+  if (p.decode_seconds >= 0) out << ", \"decode_seconds\": " << fmt("%.9g", p.decode_seconds);
+  out << ",\n  \"layers\": [\n";
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const auto& l = p.layers[i];
+    out << "    {\"name\": \"" << json_escape(l.name) << "\", \"forward\": " << fmt("%.9g", l.forward)
+        << ", \"backward\": " << fmt("%.9g", l.backward) << ", \"bytes\": " << fmt("%.0f", l.bytes)
+        << "}" << (i + 1 < p.layers.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+  MT_CHECK(out.good(), "writing the profile to \"", path, "\" failed");
+}
+
+ModelProfile read_profile(const std::string& path) {
+  std::ifstream in(path);
+  MT_CHECK(in.good(), "cannot read the layer times \"", path, "\" (--layer-times)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const Json root = JsonParser(ss.str(), path).parse();
+  MT_CHECK(root.kind == Json::Object, path, ": expected a JSON object with \"layers\"");
+  const Json* layers = root.get("layers");
+  MT_CHECK(layers && layers->kind == Json::Array && !layers->items.empty(), path,
+           ": \"layers\" must be a non-empty array of {\"forward\", \"backward\", \"bytes\"}");
+  ModelProfile p;
+  if (const Json* m = root.get("model"); m && m->kind == Json::String) p.model = m->text;
+  if (const Json* d = root.get("device"); d && d->kind == Json::String) p.device = d->text;
+  p.batch_size = static_cast<int64_t>(number_field(root, "batch_size", path, false));
+  p.iterations = static_cast<int>(number_field(root, "iterations", path, false));
+  p.update_seconds = number_field(root, "update_seconds", path, false);
+  p.buffer_bytes = number_field(root, "buffer_bytes", path, false);
+  p.compress_seconds = number_field(root, "compress_seconds", path, false, -1.0);
+  p.decode_seconds = number_field(root, "decode_seconds", path, false, -1.0);
+  for (size_t i = 0; i < layers->items.size(); ++i) {
+    const Json& l = layers->items[i];
+    const std::string where = path + ": layers[" + std::to_string(i) + "]";
+    MT_CHECK(l.kind == Json::Object, where, " must be an object");
+    LayerProfile lp;
+    const Json* name = l.get("name");
+    lp.name = name && name->kind == Json::String ? name->text : "layer" + std::to_string(i);
+    lp.forward = number_field(l, "forward", where, true);
+    lp.backward = number_field(l, "backward", where, true);
+    lp.bytes = number_field(l, "bytes", where, true);
+    p.layers.push_back(lp);
+  }
+  return p;
+}
+
+// ---- Prediction ----
+
+ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
+                       const AlgorithmSettings& s, int n) {
+  MT_CHECK(n >= 1, "worker count must be >= 1, got ", n);
+  const std::vector<dist::LayerCost> layers = profile.layer_costs();
+  const double u = profile.update_seconds;
+  const double MiB = 1024.0 * 1024.0;
+  const dist::LinearCost ring = network.allreduce(n);
+  ScalingRow row;
+  row.workers = n;
+  auto ssgd = [&](dist::Schedule schedule) {
+    return dist::predict_schedule(schedule, layers, ring, u, s.bucket_cap_mb * MiB,
+                                  s.first_bucket_cap_mb * MiB);
+  };
+  row.bsp = ssgd(dist::Schedule::BSP);
+  row.wfbp = ssgd(dist::Schedule::WFBP);
+  row.fusion = ssgd(dist::Schedule::FUSION);
+  row.mgwfbp = ssgd(dist::Schedule::MGWFBP);
+
+  // CD-SGD: one flat exchange of the whole gradient per iteration.
+  dist::CdsgdCost c = s.cdsgd_per_exchange;
+  const double grad_bytes = profile.gradient_bytes();
+  if (n == 1) {
+    c.exchange = c.full_exchange = 0.0;
+  } else {
+    c.exchange = s.cdsgd_summable ? ring.time(s.cdsgd_payload_bytes)
+                                  : network.allgather(n).time(s.cdsgd_payload_bytes);
+    c.full_exchange = ring.time(grad_bytes);
+  }
+  // Allgathered payloads: every rank decodes all n; summed ones: one decode of the sum.
+  c.decompress = s.cdsgd_per_exchange.decompress * (s.cdsgd_summable ? 1 : n);
+  row.cdsgd = dist::predict_cdsgd(layers, u, c);
+
+  // DS-Sync: group allreduce of parameters and float32 buffers.
+  dist::DssyncCost d;
+  const double model_bytes = grad_bytes + profile.buffer_bytes;
+  const int g = std::min(s.dssync_group_size, n);
+  const int rack = network.spec().ranks_per_rack;
+  d.in_rack = network.group_allreduce(g, false).time(model_bytes);
+  // In a crossing phase every rank of a rack is in a crossing group: rack-many rings share the uplink.
+  d.cross_rack = network.group_allreduce(g, true, std::max(1, std::min(rack, n))).time(model_bytes);
+  d.world = ring.time(model_bytes);
+  d.world_every = s.dssync_global_average_every;
+  d.cross_fraction = n == 1 ? 0.0
+                            : dist::dssync_cross_fraction(n, std::max(2, s.dssync_group_size), rack,
+                                                          s.dssync_rack_aware, s.dssync_cross_period);
+  if (n == 1) d = {};
+  row.dssync = dist::predict_dssync(layers, u, d);
+  return row;
+}
+
+// ---- The command ----
+
+int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
+  std::string config_path, layer_times, save_profile;
+  std::vector<std::string> sets;
+  std::vector<int> workers;
+  for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
+  int at = -1, profile_iters = 10, warmup_iters = 2;
+  // Flags win over the config's dist.network, which wins over the defaults.
+  std::optional<double> bandwidth, latency, inter_bandwidth, inter_latency;
+  std::optional<int> ranks_per_rack;
+  std::optional<std::string> allreduce;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      MT_CHECK(i + 1 < args.size(), "model: ", a, " needs a value\n", kModelUsage);
+      return args[++i];
+    };
+    if (a == "--set") sets.push_back(value());
+    else if (a == "--workers") workers = parse_workers(value());
+    else if (a == "--at") at = parse_int(a, value(), 1);
+    else if (a == "--bandwidth-gbps") bandwidth = parse_number(a, value());
+    else if (a == "--latency-us") latency = parse_number(a, value());
+    else if (a == "--ranks-per-rack") ranks_per_rack = parse_int(a, value(), 0);
+    else if (a == "--inter-bandwidth-gbps") inter_bandwidth = parse_number(a, value());
+    else if (a == "--inter-latency-us") inter_latency = parse_number(a, value());
+    else if (a == "--allreduce") allreduce = value();
+    else if (a == "--profile-iters") profile_iters = parse_int(a, value(), 1);
+    else if (a == "--warmup-iters") warmup_iters = parse_int(a, value(), 0);
+    else if (a == "--layer-times") layer_times = value();
+    else if (a == "--save-profile") save_profile = value();
+    else if (a == "--help" || a == "-h") {
+      out << kModelUsage << "\n";
+      return 0;
+    } else if (!a.empty() && a[0] == '-') {
+      MT_FAIL("model: unknown option \"", a, "\"\n", kModelUsage);
+    } else {
+      MT_CHECK(config_path.empty(), "model: more than one CONFIG (\"", config_path, "\" and \"", a,
+               "\")\n", kModelUsage);
+      config_path = a;
+    }
+  }
+  MT_CHECK(!config_path.empty(), "model: missing CONFIG\n", kModelUsage);
+  const RunConfig config = load_run_config(config_path, sets);
+  const auto& dc = config.dist();
+
+  const auto& nc = dc.network();
+  const bool bandwidth_given = bandwidth || nc.has_bandwidth_gbps();
+  const bool latency_given = latency || nc.has_latency_us();
+  dist::NetworkSpec net;
+  net.bandwidth_gbps = bandwidth.value_or(nc.bandwidth_gbps());
+  net.latency_us = latency.value_or(nc.latency_us());
+  net.ranks_per_rack = ranks_per_rack.value_or(nc.ranks_per_rack());
+  net.inter_bandwidth_gbps = inter_bandwidth.value_or(nc.inter_bandwidth_gbps());
+  net.inter_latency_us = inter_latency.value_or(nc.inter_latency_us());
+  net.algorithm = dist::parse_allreduce_algorithm(allreduce.value_or(nc.allreduce()));
+  if (net.ranks_per_rack > 0 && net.inter_latency_us == 0.0) net.inter_latency_us = net.latency_us;
+  const dist::NetworkModel network(net);
+  if (at < 0) at = *std::max_element(workers.begin(), workers.end());
+
+  ModelProfile profile;
+  if (!layer_times.empty()) {
+    profile = read_profile(layer_times);
+  } else {
+    profile = profile_model(config, warmup_iters, profile_iters);
+  }
+  const int64_t grad_values = static_cast<int64_t>(profile.gradient_bytes() / 4.0);
+
+  AlgorithmSettings s;
+  s.bucket_cap_mb = dc.bucket_cap_mb();
+  s.first_bucket_cap_mb = dc.first_bucket_cap_mb();
+  dist::CompressionOptions co;
+  co.type = dc.compression();
+  co.tau = dc.compression_tau();
+  co.topk_ratio = dc.topk_ratio();
+  const auto compressor = dist::make_compressor(co);
+  s.compression = compressor->name();
+  s.cdsgd_summable = compressor->summable();
+  s.cdsgd_payload_bytes = static_cast<double>(compressor->payload_bytes(grad_values));
+  if (profile.compress_seconds < 0 || profile.decode_seconds < 0) {
+    measure_compression(grad_values, co, profile.compress_seconds, profile.decode_seconds);
+  }
+  s.cdsgd_per_exchange.compress = profile.compress_seconds;
+  s.cdsgd_per_exchange.decompress = profile.decode_seconds;
+  s.cdsgd_per_exchange.full_precision_every = dc.cdsgd_k();
+  s.dssync_group_size = dc.dssync_group_size();
+  s.dssync_cross_period = dc.dssync_cross_period();
+  s.dssync_global_average_every = dc.dssync_global_average_every();
+  s.dssync_rack_aware = dc.dssync_rack_size() > 0 || dc.dssync_ranks_per_rack() > 0 || dc.dssync_measure_racks();
+  if (!save_profile.empty()) write_profile(profile, save_profile);
+
+  // ---- Report ----
+  const double t1 = profile.forward_total() + profile.backward_total() + profile.update_seconds;
+  out << "mintrain model: " << (profile.model.empty() ? "?" : profile.model) << " from " << config_path
+      << ", batch " << profile.batch_size << " per worker, " << profile.device << "\n";
+  if (layer_times.empty()) {
+    out << "profile: " << profile.iterations << " iterations after " << warmup_iters << " warm-up";
+  } else {
+    out << "profile: " << layer_times;
+  }
+  out << "; forward " << ms(profile.forward_total()) << ", backward " << ms(profile.backward_total())
+      << ", update " << ms(profile.update_seconds) << "; gradients " << mb(profile.gradient_bytes())
+      << " in " << profile.layers.size() << " layers\n";
+  out << "  layer  forward ms  backward ms        bytes  name\n";
+  for (size_t l = 0; l < profile.layers.size(); ++l) {
+    const auto& L = profile.layers[l];
+    char line[256];
+    std::snprintf(line, sizeof(line), "  %5zu  %10.4f  %11.4f  %11.0f  %s\n", l, L.forward * 1e3,
+                  L.backward * 1e3, L.bytes, L.name.c_str());
+    out << line;
+  }
+  out << "network: " << network.describe()
+      << (bandwidth_given && latency_given ? "" : " (defaults for what --bandwidth-gbps/--latency-us did not set)")
+      << "\n";
+  out << "FUSION: buckets of " << s.bucket_cap_mb << " MB (first " << s.first_bucket_cap_mb
+      << " MB); MGWFBP: merge plan per N from T(M) of the network\n";
+  out << "CD-SGD: " << s.compression << ", " << (s.cdsgd_summable ? "allreduce" : "allgather") << " of "
+      << mb(s.cdsgd_payload_bytes) << " per rank, compress " << ms(profile.compress_seconds)
+      << ", decode " << ms(profile.decode_seconds) << " per payload, full precision "
+      << (dc.cdsgd_k() > 0 ? "every " + std::to_string(dc.cdsgd_k()) + " iterations" : "never")
+      << " (steady state, after " << dc.cdsgd_warmup_iters() << " warm-up iterations)\n";
+  out << "DS-Sync: groups of " << s.dssync_group_size << ", "
+      << (s.dssync_rack_aware ? "rack-aware, crossing racks every " + std::to_string(s.dssync_cross_period)
+                              : std::string("butterfly over the racks"))
+      << (s.dssync_global_average_every > 0
+              ? ", world average every " + std::to_string(s.dssync_global_average_every)
+              : std::string())
+      << "; averages " << mb(profile.gradient_bytes() + profile.buffer_bytes) << "\n\n";
+
+  out << "milliseconds per iteration (scaling efficiency t1/tN; t1 = " << ms(t1)
+      << " on one worker, batch per worker fixed; CD-SGD's N = 1 includes its own compute overhead)\n";
+  char line[512];
+  std::snprintf(line, sizeof(line), "%6s %17s %17s %17s %17s %17s %17s\n", "N", "BSP", "WFBP", "FUSION",
+                "MGWFBP", "CD-SGD", "DS-Sync");
+  out << line;
+  auto cell = [&](const dist::Prediction& p) {
+    char c[64];
+    std::snprintf(c, sizeof(c), "%10.3f (%3.0f%%)", p.iteration * 1e3, p.iteration > 0 ? 100.0 * t1 / p.iteration : 100.0);
+    return std::string(c);
+  };
+  for (int n : workers) {
+    const ScalingRow r = predict_row(profile, network, s, n);
+    std::snprintf(line, sizeof(line), "%6d %17s %17s %17s %17s %17s %17s\n", n, cell(r.bsp).c_str(),
+                  cell(r.wfbp).c_str(), cell(r.fusion).c_str(), cell(r.mgwfbp).c_str(),
+                  cell(r.cdsgd).c_str(), cell(r.dssync).c_str());
+    out << line;
+  }
+
+  const ScalingRow r = predict_row(profile, network, s, at);
+  out << "\ncritical paths at N = " << at << " (forward/backward numbers are layers, allreduce numbers messages):\n";
+  const auto layers = profile.layer_costs();
+  const double MiB = 1024.0 * 1024.0;
+  const dist::LinearCost ring = network.allreduce(at);
+  auto print = [&](const std::string& name, const dist::Prediction& p, const std::string& extra) {
+    out << "  " << name << " " << ms(p.iteration) << extra << ": " << compact_path(p.critical_path) << "\n";
+  };
+  print("BSP", r.bsp, "");
+  print("WFBP", r.wfbp, "");
+  print("FUSION", r.fusion,
+        ", plan " + dist::plan_str(dist::plan_for(dist::Schedule::FUSION, layers, ring,
+                                                  s.bucket_cap_mb * MiB, s.first_bucket_cap_mb * MiB)));
+  print("MGWFBP", r.mgwfbp,
+        ", plan " + dist::plan_str(dist::plan_for(dist::Schedule::MGWFBP, layers, ring, 0, 0)));
+  print("CD-SGD", r.cdsgd, " (mean over the k-step cycle; compressed period shown)");
+  print("DS-Sync", r.dssync, "");
+  return 0;
+}
+
+}  // namespace mt::apps

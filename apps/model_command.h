@@ -1,0 +1,94 @@
+// `mintrain model`: what data-parallel training of a config's model would cost on N workers.
+// It profiles the model on this machine (one process, a few iterations), then feeds the per-layer
+// times into the cost model (dist/cost_model.h) on a network the user describes
+// (dist/network_model.h) and prints, for each N, the predicted seconds per iteration and the
+// scaling efficiency of the S-SGD schedules, CD-SGD and DS-Sync, and for one N the critical path
+// of each schedule's DAG: the chain of tasks that sets the iteration time, i.e. the bottleneck.
+//
+//   mintrain model CONFIG [--set k=v ...] [--workers 1,2,4,...] [--at N]
+//                  [--bandwidth-gbps X] [--latency-us Y]
+//                  [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]
+//                  [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]
+//                  [--layer-times FILE.json] [--save-profile FILE.json]
+//
+// Profiling. Layers are the model's parameter groups (the parameters of one module, e.g.
+// "conv1.weight" and "conv1.bias"), in forward order (the reverse of the order in which their
+// gradients complete). Backward time of a parameter is the time since the previous grad-ready
+// hook (the first: since backward started), the way MG-WFBP profiles; a layer's is the sum over
+// its parameters. Per-layer forward times cannot be observed without forward hooks, so the
+// measured forward time (including the loss) is split across layers in proportion to their
+// backward time (evenly if backward time is zero). The update time is the optimizer step plus
+// zero_grad plus whatever backward does after the last gradient is final. Data loading is not
+// timed (the loader prefetches). On a GPU every hook waits for the gradient (one-value copy to
+// the host), so times are completion times, slightly inflated.
+//
+// The profile file (--save-profile writes it, --layer-times reads it; every time in seconds):
+//   {"model": "lenet5", "device": "cpu", "batch_size": 64, "iterations": 10,
+//    "update_seconds": 0.0004, "buffer_bytes": 0,
+//    "layers": [{"name": "conv1", "forward": 1e-4, "backward": 2e-4, "bytes": 624}, ...]}
+// plus, optionally, "compress_seconds" and "decode_seconds" (CD-SGD's compressor on the whole
+// gradient; measured on this machine when absent).
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "apps/config.h"
+#include "dist/cost_model.h"
+#include "dist/network_model.h"
+
+namespace mt::apps {
+
+struct LayerProfile {
+  std::string name;
+  double forward = 0.0;   // seconds
+  double backward = 0.0;  // seconds
+  double bytes = 0.0;     // gradient bytes
+};
+
+struct ModelProfile {
+  std::string model;
+  std::string device = "cpu";
+  int64_t batch_size = 0;  // per worker
+  int iterations = 0;      // profiled (0: read from a file written by hand)
+  std::vector<LayerProfile> layers;  // forward order
+  double update_seconds = 0.0;
+  double buffer_bytes = 0.0;         // float32 buffers (DS-Sync averages them too)
+  double compress_seconds = -1.0;    // < 0: unknown (measured when needed)
+  double decode_seconds = -1.0;      // one payload
+  double forward_total() const;
+  double backward_total() const;
+  double gradient_bytes() const;
+  std::vector<dist::LayerCost> layer_costs() const;
+};
+
+// Builds a one-process Trainer from the config and times `iterations` iterations after `warmup`.
+ModelProfile profile_model(const RunConfig& config, int warmup, int iterations);
+ModelProfile read_profile(const std::string& path);
+void write_profile(const ModelProfile& profile, const std::string& path);
+
+// The algorithms' settings the prediction uses, from config.dist.
+struct AlgorithmSettings {
+  double bucket_cap_mb = 25.0, first_bucket_cap_mb = 1.0;        // FUSION
+  dist::CdsgdCost cdsgd_per_exchange;  // compress/decode seconds and cdsgd_k (network parts unset)
+  double cdsgd_payload_bytes = 0.0;    // one rank's compressed payload
+  bool cdsgd_summable = true;          // allreduce (true) or allgather
+  std::string compression = "NONE";
+  int dssync_group_size = 2, dssync_cross_period = 1, dssync_global_average_every = 0;
+  bool dssync_rack_aware = false;      // the config names the racks
+};
+
+struct ScalingRow {
+  int workers = 1;
+  dist::Prediction bsp, wfbp, fusion, mgwfbp, cdsgd, dssync;
+};
+
+// Predictions for each N (pure: no profiling, no measuring).
+ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
+                       const AlgorithmSettings& settings, int workers);
+
+// The subcommand; args exclude "model". Returns the exit status (errors throw core::Error).
+int run_model_command(const std::vector<std::string>& args, std::ostream& out);
+
+}  // namespace mt::apps
