@@ -105,7 +105,7 @@ TrainingState load_checkpoint(const std::string& path, layers::Module* model,
   s.config_text = meta(a, path, "config");
   try {
     s.best_accuracy = std::stod(meta(a, path, "best_accuracy"));
-  } catch (const std::invalid_argument&) {
+  } catch (const std::exception&) {  // not a number, or out of double's range
     MT_FAIL("checkpoint \"", path, "\": entry \"best_accuracy\" is not a number");
   }
   MT_CHECK(s.epoch >= 0 && s.next_batch >= 0 && s.global_iteration >= 0, "checkpoint \"", path,

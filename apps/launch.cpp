@@ -138,6 +138,8 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
     else if (a == "--master-addr" || a == "--master_addr") o.master_addr = value();
     else if (a == "--master-port" || a == "--master_port") o.master_port = to_int(a, value()), port_given = true;
     else if (a == "--grace") o.grace_seconds = to_int(a, value());
+    else if (a == "--stop-timeout" || a == "--stop_timeout") o.stop_timeout_seconds = to_int(a, value());
+    else if (a == "--max-restarts" || a == "--max_restarts") o.max_restarts = to_int(a, value());
     else MT_FAIL("launch: unknown option \"", a, "\" (the worker's command goes after --)");
   }
   o.command.assign(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
@@ -151,19 +153,18 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
   return o;
 }
 
-int run_launch(const LaunchOptions& o, const std::string& program) {
-  const int port = o.master_port != 0 ? o.master_port : dist::net::pick_free_port();
+namespace {
+
+// How one start of the worker group ended.
+struct GroupOutcome {
+  int interrupt = 0;        // the signal launch got and forwarded (0: none)
+  int failed_rank = -1;     // the first worker that failed (-1: none)
+  int failed_status = 0;    // its waitpid status
+};
+
+GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int port,
+                       const std::string& token, int restart) {
   const int world = o.nnodes * o.nproc_per_node;
-  // A single-node job gets its own token, so a stray process on the port cannot join it.
-  std::string token = std::getenv("MINTRAIN_JOB_TOKEN") ? std::getenv("MINTRAIN_JOB_TOKEN") : "";
-  if (token.empty() && o.nnodes == 1) token = random_token();
-
-  struct sigaction sa {};
-  sa.sa_handler = on_launch_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
   std::vector<Worker> workers;
   OutputPump pump;
   for (int local = 0; local < o.nproc_per_node; ++local) {
@@ -186,6 +187,7 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node).c_str(), 1);
       ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("MINTRAIN_RESTART_COUNT", std::to_string(restart).c_str(), 1);
       if (!token.empty()) ::setenv("MINTRAIN_JOB_TOKEN", token.c_str(), 1);
       // N workers share this machine's cores: split them unless the user chose (as torchrun).
       if (std::getenv("OMP_NUM_THREADS") == nullptr) {
@@ -209,21 +211,26 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
   }
   pump.start();
 
+  GroupOutcome outcome;
   int alive = static_cast<int>(workers.size());
-  const Worker* first_failure = nullptr;
   Clock::time_point kill_at{};
   bool killed = false;
-  int forwarded = 0;
   auto signal_all = [&](int sig) {
     for (const auto& w : workers) {
       if (!w.done) ::kill(w.pid, sig);
     }
   };
+  auto kill_after = [&](double seconds) {
+    const auto at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    if (kill_at == Clock::time_point{} || at < kill_at) kill_at = at;
+  };
   while (alive > 0) {
+    // Every signal is forwarded, so a second Ctrl-C reaches the workers as a second one too
+    // (they then quit at once).
     if (const int sig = g_signal.exchange(0); sig != 0) {
-      forwarded = sig;
+      if (outcome.interrupt == 0) outcome.interrupt = sig;
       signal_all(sig);
-      if (kill_at == Clock::time_point{}) kill_at = Clock::now() + std::chrono::seconds(60);  // let them checkpoint
+      kill_after(o.stop_timeout_seconds);  // time to finish the iteration and checkpoint
     }
     for (auto& w : workers) {
       if (w.done) continue;
@@ -233,10 +240,12 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
       w.status = status;
       --alive;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && first_failure == nullptr && forwarded == 0) {
-        first_failure = &w;
+      // After an interrupt the workers exit 128 + signal on purpose: not a failure.
+      if (!ok && outcome.failed_rank < 0 && outcome.interrupt == 0) {
+        outcome.failed_rank = w.rank;
+        outcome.failed_status = status;
         signal_all(SIGTERM);
-        kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_seconds * 1000));
+        kill_after(o.grace_seconds);
       }
     }
     if (alive > 0 && kill_at != Clock::time_point{} && Clock::now() >= kill_at && !killed) {
@@ -246,13 +255,49 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
     if (alive > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   pump.join();
-  if (first_failure != nullptr) {
-    std::fprintf(stderr, "mintrain launch: rank %d exited with %s; stopped the other workers\n",
-                 first_failure->rank, describe_status(first_failure->status).c_str());
+  return outcome;
+}
+
+}  // namespace
+
+int run_launch(const LaunchOptions& o, const std::string& program) {
+  // A single-node job gets its own token, so a stray process on the port cannot join it.
+  std::string token = std::getenv("MINTRAIN_JOB_TOKEN") ? std::getenv("MINTRAIN_JOB_TOKEN") : "";
+  if (token.empty() && o.nnodes == 1) token = random_token();
+
+  struct sigaction sa {};
+  sa.sa_handler = on_launch_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  for (int restart = 0;; ++restart) {
+    // A picked port is picked again for each start: the old one may still be in TIME_WAIT or,
+    // worse, held by a worker that has not died yet. A given port is reused (the store sets
+    // SO_REUSEADDR, and every node's launcher must agree on it).
+    const int port = o.master_port != 0 ? o.master_port : dist::net::pick_free_port();
+    const GroupOutcome g = run_group(o, program, port, token, restart);
+    int interrupt = g.interrupt;
+    if (interrupt == 0) interrupt = g_signal.exchange(0);  // arrived after the last worker ended
+    if (interrupt != 0) {
+      std::fprintf(stderr, "mintrain launch: interrupted (%s): forwarded to the workers, no restart\n",
+                   ::strsignal(interrupt));
+      return 128 + interrupt;
+    }
+    if (g.failed_rank < 0) return 0;
+    const std::string why = "rank " + std::to_string(g.failed_rank) + " exited with " +
+                            describe_status(g.failed_status);
+    if (restart < o.max_restarts) {
+      std::fprintf(stderr, "mintrain launch: restart %d/%d after %s\n", restart + 1,
+                   o.max_restarts, why.c_str());
+      continue;
+    }
+    const std::string used =
+        o.max_restarts > 0 ? " (all " + std::to_string(o.max_restarts) + " restarts used)" : "";
+    std::fprintf(stderr, "mintrain launch: %s; stopped the other workers%s\n", why.c_str(),
+                 used.c_str());
     return 1;
   }
-  if (forwarded != 0) return 130;
-  return 0;
 }
 
 }  // namespace mt::apps

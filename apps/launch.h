@@ -1,14 +1,19 @@
 // `mintrain launch`: starts the workers of one node, the way torchrun does.
 //
 //   mintrain launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-//                   -- train CONFIG ...
+//                   [--max-restarts R] [--grace S] [--stop-timeout S] -- train CONFIG ...
 //
 // Forks N copies of this binary running the command after `--`, each with RANK, WORLD_SIZE,
-// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (RANK = K*N + local rank), and
-// prefixes every line they print with "[rank R] ". When a worker exits non-zero the others get
-// SIGTERM, then SIGKILL after a grace period, and launch exits non-zero naming that rank and its
-// status. Ctrl-C / SIGTERM to launch is forwarded to the workers once (they run in their own
-// process group so the terminal does not signal them twice).
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MINTRAIN_RESTART_COUNT set
+// (RANK = K*N + local rank), and prefixes every line they print with "[rank R] ". When a worker
+// exits non-zero the others get SIGTERM, then SIGKILL after --grace seconds. Then, while
+// restarts are left (--max-restarts, default 0), the whole group starts again with
+// MINTRAIN_RESTART_COUNT one higher (`train` then resumes from the newest checkpoint) and a
+// fresh rendezvous port when the port was picked automatically; otherwise launch exits 1
+// naming the rank and its status.
+// Ctrl-C / SIGTERM to launch is forwarded to the workers (they run in their own process group,
+// so the terminal does not signal them twice): they checkpoint and exit; after --stop-timeout
+// seconds the stragglers get SIGKILL. launch then exits 128 + the signal and restarts nothing.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,7 +26,9 @@ struct LaunchOptions {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;            // 0: a free port (single node), 29500 with several nodes
-  double grace_seconds = 5.0;     // between SIGTERM and SIGKILL
+  double grace_seconds = 5.0;     // after a worker failed: between SIGTERM and SIGKILL
+  double stop_timeout_seconds = 60.0;  // after an interrupt: for the workers to checkpoint
+  int max_restarts = 0;           // restarts of the whole group after a worker failed
   std::vector<std::string> command;  // the worker's arguments (after `--`)
 };
 
@@ -29,7 +36,8 @@ struct LaunchOptions {
 LaunchOptions parse_launch_args(const std::vector<std::string>& argv);
 
 // Runs the workers (executing `program`, normally /proc/self/exe) and returns launch's exit
-// status: 0 when every worker succeeded, 130 after an interrupt, 1 otherwise.
+// status: 0 when every worker succeeded, 128 + signal after an interrupt (130 for SIGINT, 143
+// for SIGTERM), 1 when a worker failed and no restart was left.
 int run_launch(const LaunchOptions& options, const std::string& program);
 
 }  // namespace mt::apps

@@ -6,12 +6,18 @@
 //   mintrain help | version
 //
 // Every user error ends as "mintrain: error: <message>" on stderr and exit status 1; bad
-// arguments print the usage and exit 2; an interrupted run (Ctrl-C) saves a checkpoint and
-// exits 130.
+// arguments print the usage and exit 2; an interrupted run (Ctrl-C, SIGTERM) saves a checkpoint
+// and exits 128 + the signal (130, 143).
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -20,10 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "apps/checkpoint.h"
 #include "apps/config.h"
 #include "apps/launch.h"
+#include "apps/model_command.h"
 #include "apps/trainer.h"
 #include "core/error.h"
+#include "core/serialize.h"
 #include "data/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
@@ -39,37 +48,123 @@ const char* kUsage =
     "usage: mintrain <command> [args]\n"
     "\n"
     "commands:\n"
-    "  train CONFIG [--set k=v ...] [--resume PATH] [--output DIR]\n"
-    "                     train a model; --resume continues from a checkpoint file or folder\n"
+    "  train CONFIG [--set k=v ...] [--resume PATH|auto] [--output DIR]\n"
+    "                     train a model; --resume continues from a checkpoint file or folder;\n"
+    "                     --resume auto: from the newest intact checkpoint of this run's\n"
+    "                     checkpoint folder if there is one, else from the start\n"
     "  eval CONFIG --checkpoint PATH [--set k=v ...]\n"
     "                     test accuracy and loss of a checkpoint\n"
     "  launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
-    "         -- COMMAND ...\n"
+    "         [--max-restarts R] [--grace S] [--stop-timeout S] -- COMMAND ...\n"
     "                     run N workers of `mintrain COMMAND ...` here (e.g. -- train CONFIG), each\n"
-    "                     with RANK/WORLD_SIZE/MASTER_ADDR/...; output lines start with [rank R]\n"
+    "                     with RANK/WORLD_SIZE/MASTER_ADDR/...; output lines start with [rank R];\n"
+    "                     when a worker fails, stop all and start the group again, up to R times\n"
+    "                     (a restarted `train` resumes from its newest checkpoint); --grace: how\n"
+    "                     long failed groups get before SIGKILL (5 s), --stop-timeout: how long\n"
+    "                     workers get to checkpoint after Ctrl-C/SIGTERM to launch (60 s)\n"
+    "  model CONFIG [--set k=v ...] [--workers 1,2,...,1024] [--bandwidth-gbps X --latency-us Y]\n"
+    "        [--ranks-per-rack R --inter-bandwidth-gbps X] [--layer-times F.json] [--save-profile F.json]\n"
+    "                     profile CONFIG's model here and predict the iteration time and scaling\n"
+    "                     of BSP, WFBP, FUSION, MGWFBP, CD-SGD and DS-Sync for N workers on the\n"
+    "                     network of dist.network (or the flags), with each DAG's critical path\n"
+    "                     (`mintrain model --help` lists every option)\n"
     "  help               this text, with the models, optimizers, schedules and datasets\n"
     "  version            the version\n"
     "\n"
     "--set path.to.field=value overrides one config field (see configs/mintrain.proto), e.g.\n"
-    "  --set epochs=1 --set optimizer.lr=0.02 --set lr_schedule.milestones=[80,120]\n";
+    "  --set epochs=1 --set optimizer.lr=0.02 --set lr_schedule.milestones=[80,120]\n"
+    "\n"
+    "Ctrl-C or SIGTERM (e.g. Slurm preemption): training stops after the current iteration, saves\n"
+    "a checkpoint and exits 130 (SIGINT) or 143 (SIGTERM); all ranks of a distributed run stop\n"
+    "together. The same signal again, later than half a second after the first, quits at once\n"
+    "without a checkpoint. To continue: the same command with --resume auto.\n"
+    "Under `launch`, workers see MINTRAIN_RESTART_COUNT (0 on the first start); when it is above\n"
+    "0, `train` without --resume behaves as --resume auto.\n";
 
 // Thrown for malformed command lines: main prints the usage after the message.
 struct UsageError : mt::core::Error {
   using mt::core::Error::Error;
 };
 
-// Set by the first Ctrl-C; the trainer checkpoints and returns. A second one kills the process
-// (SA_RESETHAND), for when the user really wants out.
+// Stopping on a signal. The first SIGINT or SIGTERM sets g_stop: the trainer finishes the
+// iteration, saves a checkpoint and returns, and every rank stops at the same iteration. The
+// same request again quits at once with 128 + signal. Repeats within kRepeatWindowNs of the
+// first are the same request, not a second one: a batch scheduler (Slurm) signals every process
+// of a job step, and `mintrain launch` forwards the signal it got a few milliseconds later, so a
+// worker may receive it twice without anyone asking twice.
+// Only async-signal-safe work in the handler: lock-free atomics, clock_gettime, write, _exit.
+constexpr int64_t kRepeatWindowNs = 500'000'000;
 std::atomic<bool> g_stop{false};
-extern "C" void on_interrupt(int) { g_stop.store(true); }
+std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_first_signal_ns{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
+              std::atomic<int64_t>::is_always_lock_free);
 
-void install_interrupt_handler() {
+int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void write_stderr(const char* text) {
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
+}
+
+extern "C" void on_stop_signal(int sig) {
+  const int saved_errno = errno;
+  const int64_t now = std::max<int64_t>(1, monotonic_ns());
+  int64_t first = 0;
+  if (g_first_signal_ns.compare_exchange_strong(first, now)) {
+    g_stop_signal.store(sig);
+    g_stop.store(true);
+    write_stderr(sig == SIGTERM
+                     ? "mintrain: SIGTERM: stopping after this iteration to save a checkpoint\n"
+                     : "mintrain: interrupted: stopping after this iteration to save a checkpoint "
+                       "(Ctrl-C again to quit at once)\n");
+  } else if (now - first > kRepeatWindowNs) {
+    write_stderr("mintrain: quitting at once, without a checkpoint\n");
+    ::_exit(128 + sig);
+  }
+  errno = saved_errno;
+}
+
+void install_stop_handler() {
   struct sigaction sa {};
-  sa.sa_handler = on_interrupt;
+  sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
+
+// The restart number `mintrain launch --max-restarts` gives its workers; 0 outside launch.
+int restart_count() {
+  const char* v = std::getenv("MINTRAIN_RESTART_COUNT");
+  return v != nullptr ? std::atoi(v) : 0;
+}
+
+// --resume auto: the newest checkpoint in the run's checkpoint folder that reads back intact,
+// or "" when there is none (a fresh run). A damaged newest file (the disk filled up, a copy
+// was cut short) falls back to the one before it; if every file is damaged that is an error,
+// since silently starting over would throw the run's progress away.
+std::string newest_intact_checkpoint(const std::string& dir, bool chatty) {
+  if (dir.empty()) {
+    if (chatty) std::cout << "note: checkpoints are off (checkpoint.dir is empty); starting from scratch\n";
+    return "";
+  }
+  const std::vector<std::string> files = mt::apps::CheckpointDir::list(dir);
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    try {
+      (void)mt::core::load_archive(*it);
+      return *it;
+    } catch (const mt::core::Error& e) {
+      if (chatty) std::cerr << "mintrain: warning: skipping damaged checkpoint: " << e.what() << std::endl;
+    }
+  }
+  MT_CHECK(files.empty(), "--resume auto: every checkpoint in \"", dir, "\" is damaged (see the ",
+           "warnings above); remove them to start over, or pass --resume FILE");
+  if (chatty) std::cout << "no checkpoint in " << dir << " yet; starting from scratch" << std::endl;
+  return "";
 }
 
 // Arguments after the subcommand: one positional CONFIG and the options in `allowed`
@@ -127,19 +222,33 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (auto it = a.options.find("--output"); it != a.options.end()) config.set_output_dir(it->second);
   mt::apps::validate_config(config);
 
-  install_interrupt_handler();
+  install_stop_handler();
   mt::apps::TrainerOptions opt;
   opt.stop_flag = &g_stop;
   mt::apps::Trainer trainer(config, opt);
-  if (auto it = a.options.find("--resume"); it != a.options.end()) trainer.resume(it->second);
+  std::string resume = a.options.count("--resume") ? a.options.at("--resume") : "";
+  // A worker the launcher restarted continues where the group's checkpoints left off.
+  if (resume.empty() && restart_count() > 0) resume = "auto";
+  if (resume == "auto") {
+    const std::string& dir = config.checkpoint().dir();
+    const bool relative = !dir.empty() && dir.front() != '/';
+    resume = newest_intact_checkpoint(relative ? trainer.output_dir() + "/" + dir : dir,
+                                      trainer.rank() == 0);
+  }
+  if (!resume.empty()) trainer.resume(resume);
   const mt::apps::TrainResult r = trainer.train();
   if (r.interrupted) {
-    std::cerr << "mintrain: interrupted";
-    if (!r.last_checkpoint.empty()) {
-      std::cerr << "; to continue, run the same command with --resume " << r.last_checkpoint;
+    if (trainer.rank() == 0) {
+      std::cerr << "mintrain: interrupted";
+      if (!r.last_checkpoint.empty()) {
+        std::cerr << "; checkpoint " << r.last_checkpoint
+                  << "; to continue, run the same command with --resume auto";
+      }
+      std::cerr << std::endl;
     }
-    std::cerr << std::endl;
-    return 130;
+    // The ranks a signal did not reach stopped because another rank asked to.
+    const int sig = g_stop_signal.load();
+    return 128 + (sig != 0 ? sig : SIGINT);
   }
   if (trainer.rank() != 0) return 0;  // rank 0 speaks for the job
   std::cout << "done: " << r.iterations << " iterations in " << static_cast<long long>(r.seconds)
@@ -177,12 +286,14 @@ int cmd_launch(const std::vector<std::string>& argv) {
   return mt::apps::run_launch(options, "/proc/self/exe");
 }
 
+int cmd_model(const std::vector<std::string>& argv) { return mt::apps::run_model_command(argv, std::cout); }
+
 int cmd_help(const std::vector<std::string>&) {
   std::cout << kUsage << "\n"
             << "models:        " << join(mt::layers::model_names()) << "\n"
             << "optimizers:    " << join(mt::optim::optimizer_names()) << "\n"
             << "lr schedules:  " << join(mt::optim::lr_schedule_types()) << "\n"
-            << "datasets:      " << join(mt::data::dataset_types()) << "\n";
+            << "datasets:      " << join(mt::apps::data_types()) << "\n";
   return 0;
 }
 
@@ -197,6 +308,7 @@ const std::map<std::string, std::function<int(const std::vector<std::string>&)>>
       {"train", cmd_train},
       {"eval", cmd_eval},
       {"launch", cmd_launch},
+      {"model", cmd_model},
       {"help", cmd_help},
       {"version", cmd_version},
   };

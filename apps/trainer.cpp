@@ -193,7 +193,8 @@ void Trainer::resume(const std::string& path) {
   MT_CHECK(s.next_batch <= iters_per_epoch_ || iters_per_epoch_ == 0, "checkpoint \"", file,
            "\" stopped at batch ", s.next_batch, " of an epoch, but this config has only ",
            iters_per_epoch_, " batches per epoch; resume with the config it was trained with");
-  if (s.config_text != state_.config_text && !options_.quiet) {
+  const bool chatty = !options_.quiet && sync_->rank() == 0;
+  if (s.config_text != state_.config_text && chatty) {
     log() << "note: the config differs from the one stored in " << file
           << "; continuing with the given config\n";
   }
@@ -202,7 +203,7 @@ void Trainer::resume(const std::string& path) {
   state_.config_text = config_text;
   gen_->set_state(s.rng_seed, s.rng_offset);
   resumed_ = true;
-  if (!options_.quiet) {
+  if (chatty) {
     log() << "resumed from " << file << " at epoch " << s.epoch + 1 << " batch " << s.next_batch
           << " (iteration " << s.global_iteration << ")\n";
   }

@@ -235,10 +235,15 @@ Archive load_archive(const std::string& path) {
       // The element count is bounded by the bytes left, so no product can overflow past it.
       uint64_t numel = 1;
       const uint64_t limit = r.remaining();
+      // An empty tensor holds no bytes, but its other sizes are still multiplied (element
+      // count, strides): [2^40, 2^40, 0] must not get that far.
+      int64_t nonzero_product = 1;
       for (auto& d : shape) {
         d = r.get<int64_t>("tensor shape");
         MT_CHECK(d >= 0, "archive \"", path, "\" is corrupt: tensor \"", name,
                  "\" has a negative size");
+        MT_CHECK(d == 0 || !__builtin_mul_overflow(nonzero_product, d, &nonzero_product),
+                 "archive \"", path, "\" is corrupt: tensor \"", name, "\" has an impossible shape");
         if (d != 0 && numel > limit / static_cast<uint64_t>(d)) numel = limit + 1;
         else numel *= static_cast<uint64_t>(d);
       }

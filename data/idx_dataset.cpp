@@ -84,16 +84,25 @@ IdxArray read_idx_file(const std::string& path, uint32_t expected_magic) {
   for (int d = 0; d < ndims; ++d) {
     const int64_t n = big_endian_u32(&dim_bytes[4 * d]);
     out.dims.push_back(n);
-    payload *= n;
-    MT_CHECK(payload <= kMaxPayload, path, ": IDX header claims an implausible size (dims ", n,
+    // Checked before multiplying: three 32-bit sizes can overflow 64 bits.
+    MT_CHECK(n == 0 || payload <= kMaxPayload / n, path, ": IDX header claims an implausible size (dims ", n,
              " ...); the file is corrupt");
+    payload *= n;
   }
 
-  out.values.resize(static_cast<size_t>(payload));
-  got = read_some(f.get(), path, out.values.data(), payload);
-  if (got < payload) {
-    MT_FAIL(path, ": truncated IDX file: the header promises ", header + payload, " bytes",
-            " (uncompressed), the file has ", header + got, "; re-download or reinstall it");
+  // Grown as the data arrives rather than allocated from the header at once: a corrupt or
+  // truncated file that claims gigabytes then fails on its real length, not on the allocation.
+  constexpr int64_t kChunk = int64_t(64) << 20;
+  int64_t have = 0;
+  while (have < payload) {
+    const int64_t want = std::min(kChunk, payload - have);
+    out.values.resize(static_cast<size_t>(have + want));
+    got = read_some(f.get(), path, out.values.data() + have, want);
+    have += got;
+    if (got < want) {
+      MT_FAIL(path, ": truncated IDX file: the header promises ", header + payload, " bytes",
+              " (uncompressed), the file has ", header + have, "; re-download or reinstall it");
+    }
   }
   // Count what follows, so the message can say how long the file really is.
   int64_t extra = 0;

@@ -1,8 +1,10 @@
 // A caching device allocator: freed blocks are kept in per-size free lists and reused, so the
 // steady state of a training loop makes no cudaMalloc/cudaFree calls (both synchronize the
 // device). Sizes are rounded to 512 bytes (small) or 2 MiB (large) to make reuse likely.
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "core/allocator.h"
@@ -26,6 +28,7 @@ class CudaCachingAllocator final : public Allocator {
     const size_t size = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mu_);
     void* p = nullptr;
+    size_t cached_before_retry = 0;
     auto it = free_.lower_bound(size);
     // Reuse a cached block of the same size class (no more than twice the request, to bound waste).
     if (it != free_.end() && it->first <= 2 * size) {
@@ -42,16 +45,16 @@ class CudaCachingAllocator final : public Allocator {
                 " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
       }
       if (err != cudaSuccess) {
-        release_cache_locked();  // retry once with the cache returned to the driver
+        // The cache may hold enough memory in blocks of other sizes: give it all back to the
+        // driver and try once more before giving up.
+        cached_before_retry = stats_.cached_bytes;
+        release_cache_locked();
         (void)cudaGetLastError();
         err = cudaMalloc(&p, size);
       }
       if (err != cudaSuccess) {
-        size_t free_b = 0, total_b = 0;
-        cudaMemGetInfo(&free_b, &total_b);
-        MT_FAIL("CUDA out of memory: asked for ", size, " bytes, ", free_b, " of ", total_b,
-                " bytes free on the device (", stats_.current_bytes,
-                " held by tensors); lower the batch size");
+        (void)cudaGetLastError();
+        fail_out_of_memory(size, cached_before_retry);
       }
       ++stats_.device_allocations;
       live_[p] = size;
@@ -83,6 +86,27 @@ class CudaCachingAllocator final : public Allocator {
   }
 
  private:
+  // What a user needs to act on an out-of-memory error: how much was asked, what the device
+  // had, what this process holds, and the usual ways out.
+  [[noreturn]] void fail_out_of_memory(size_t size, size_t cached_before_retry) const {
+    int device = -1;
+    size_t free_b = 0, total_b = 0;
+    (void)cudaGetDevice(&device);
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    (void)cudaGetLastError();
+    MT_FAIL("CUDA out of memory: asked for ", mib(size), " on cuda:", device, "; ", mib(free_b),
+            " free of ", mib(total_b), "; cached by mintrain: ", mib(cached_before_retry),
+            " (returned to the driver before retrying), held by its tensors: ",
+            mib(stats_.current_bytes), ". To fit: lower data.batch_size "
+            "(and raise dist.grad_accumulation_steps to keep the global batch), use a smaller "
+            "model, or check with nvidia-smi that no other process holds this GPU");
+  }
+  static std::string mib(size_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    return buf;
+  }
+
   void release_cache_locked() {
     for (auto& [size, p] : free_) cudaFree(p);
     free_.clear();

@@ -1,0 +1,505 @@
+// Reliability: what happens to a run when something goes wrong around it.
+//   - SIGTERM / Ctrl-C: the trainer checkpoints after the iteration and exits 143 / 130; the
+//     run continues with --resume auto; the same signal again quits at once.
+//   - Damaged checkpoints (flipped bytes, cut short, empty): a clear Error, never a crash, and
+//     --resume auto falls back to the newest intact one.
+//   - `mintrain launch --max-restarts R`: a worker killed mid-run makes the launcher restart
+//     the group, which resumes from the newest checkpoint and finishes; with R = 0 the job fails
+//     as before; a SIGTERM to the launcher is forwarded and never restarts.
+//   - CUDA out of memory names what was asked and what was free (skips without a GPU).
+// The process tests run the real `mintrain` binary on tiny synthetic runs.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <zlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/checkpoint.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "core/serialize.h"
+#include "core/tensor.h"
+#include "data/idx_dataset.h"
+#include "dist/synchronizer.h"
+#include "layers/models/registry.h"
+#include "optim/registry.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kBinary = std::string(MT_BINARY_DIR) + "/apps/mintrain";
+const std::string kTinyConfig = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("mt_test_reliability_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A `mintrain` process started in the background, its output going to files in `dir`.
+class Process {
+ public:
+  Process(const fs::path& dir, const std::vector<std::string>& args) : dir_(dir) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setenv("OMP_NUM_THREADS", "1", 1);
+      ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+      ::unsetenv("MINTRAIN_RESTART_COUNT");  // in case ctest itself runs under launch
+      if (::chdir(dir.c_str()) != 0) ::_exit(126);
+      if (!std::freopen("stdout", "w", stdout) || !std::freopen("stderr", "w", stderr)) ::_exit(126);
+      std::vector<char*> argv{const_cast<char*>(kBinary.c_str())};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(kBinary.c_str(), argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Process() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  std::string out() const { return slurp(dir_ / "stdout"); }
+  std::string err() const { return slurp(dir_ / "stderr"); }
+  void signal(int sig) const { ::kill(pid_, sig); }
+
+  // Polls `ready` until it holds (true) or `seconds` pass or the process exits (false).
+  template <typename F>
+  bool wait_until(F ready, double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < deadline) {
+      if (ready()) return true;
+      if (exited()) return ready();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // The exit status, or -1000 - signal when killed by one, or -1 on timeout (then killed).
+  int wait_exit(double seconds) {
+    wait_until([] { return false; }, seconds);
+    if (!exited()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status_, 0);
+      reaped_ = true;
+      return -1;
+    }
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1000 - WTERMSIG(status_);
+  }
+
+  bool exited() {
+    if (reaped_) return true;
+    if (::waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
+    return reaped_;
+  }
+
+ private:
+  fs::path dir_;
+  pid_t pid_ = -1;
+  int status_ = 0;
+  bool reaped_ = false;
+};
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+Result run_to_end(const fs::path& dir, const std::vector<std::string>& args, double seconds = 120) {
+  Process p(dir, args);
+  Result r;
+  r.status = p.wait_exit(seconds);
+  r.out = p.out();
+  r.err = p.err();
+  return r;
+}
+
+bool any_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && !mt::apps::CheckpointDir::list(dir.string()).empty();
+}
+
+// The launcher's worker with RANK=rank (read from /proc/<child>/environ), or -1.
+pid_t worker_of(pid_t launcher, int rank) {
+  const std::string pid = std::to_string(launcher);
+  std::ifstream children("/proc/" + pid + "/task/" + pid + "/children");
+  const std::string wanted = "RANK=" + std::to_string(rank);
+  pid_t child;
+  while (children >> child) {
+    std::ifstream environ("/proc/" + std::to_string(child) + "/environ", std::ios::binary);
+    std::string entry;
+    while (std::getline(environ, entry, '\0')) {
+      if (entry == wanted) return child;
+    }
+  }
+  return -1;
+}
+
+// A tiny model, optimizer and synchronizer for the checkpoint API tests.
+struct TinyRun {
+  mt::core::Generator gen{3};
+  std::shared_ptr<mt::layers::Module> model;
+  std::unique_ptr<mt::optim::Optimizer> optimizer;
+  mt::dist::LocalSynchronizer sync;
+  TinyRun() {
+    mt::layers::ModelOptions mo;
+    mo.num_classes = 3;
+    mo.in_channels = 1;
+    mo.image_size = 4;
+    mo.hidden = {8};
+    model = mt::layers::build_model("mlp", mo, gen);
+    mt::optim::OptimizerOptions oo;
+    oo.momentum = 0.9;
+    optimizer = mt::optim::build_optimizer("sgd", model->parameters(), oo);
+  }
+  std::vector<float> weights() const {
+    std::vector<float> all;
+    for (const auto& p : model->parameters()) {
+      const auto v = p.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  }
+};
+
+}  // namespace
+
+TEST(Reliability, SigtermCheckpointsExits143AndResumesAuto) {
+  const fs::path dir = temp_dir("sigterm");
+  Process p(dir, {"train", kTinyConfig, "--set", "epochs=100000", "--output", "run"});
+  // Signal it once training is under way (the first progress line).
+  ASSERT_TRUE(p.wait_until([&] { return has(p.out(), "epoch 1/100000 iter"); }, 60)) << p.out() << p.err();
+  p.signal(SIGTERM);
+  ASSERT_EQ(p.wait_exit(30), 143) << p.err();
+  const std::string out = p.out();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("stopped at epoch (\\d+) batch (\\d+) \\(iteration (\\d+)\\); checkpoint (\\S+)")))
+      << out;
+  const std::string epoch = m[1], iteration = m[3];
+  EXPECT_TRUE(fs::exists(dir / m[4].str())) << m[4];
+  EXPECT_TRUE(has(p.err(), "to continue, run the same command with --resume auto")) << p.err();
+
+  // The same command with --resume auto (and only the stopped epoch left) picks it up.
+  const Result r = run_to_end(dir, {"train", kTinyConfig, "--set", "epochs=" + epoch, "--output", "run",
+                                    "--resume", "auto"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "(iteration " + iteration + ")")) << r.out;
+  EXPECT_TRUE(has(r.out, "resumed from run/checkpoints/")) << r.out;
+  EXPECT_TRUE(has(r.out, "epoch " + epoch + "/" + epoch + " test loss")) << r.out;
+  EXPECT_TRUE(has(r.out, "done: " + std::to_string(std::stoll(epoch) * 32) + " iterations")) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, SecondSignalQuitsAtOnceWithoutACheckpoint) {
+  const fs::path dir = temp_dir("second_signal");
+  // Iterations of several seconds (a wide MLP on big inputs), so the first signal is still
+  // waiting for the iteration to end when the second one comes.
+  Process p(dir, {"train", kTinyConfig, "--set", "data.synthetic.shape=[3,64,64]", "--set",
+                  "data.synthetic.size=512", "--set", "data.batch_size=512", "--set",
+                  "model.hidden=[2048,2048]", "--output", "run"});
+  ASSERT_TRUE(p.wait_until([&] { return has(p.out(), "output: run"); }, 60)) << p.out() << p.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto first = Clock::now();
+  p.signal(SIGINT);
+  // A repeat within half a second is the same request (a scheduler and the launcher may both
+  // deliver one signal): the process must still be running after it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  p.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  EXPECT_FALSE(p.exited()) << "a repeat within half a second quit the run: " << p.err();
+  p.signal(SIGINT);
+  const int status = p.wait_exit(30);
+  const double seconds = std::chrono::duration<double>(Clock::now() - first).count();
+  const std::string err = p.err();
+  ASSERT_EQ(status, 130) << err;
+  EXPECT_TRUE(has(err, "stopping after this iteration")) << err;
+  EXPECT_TRUE(has(err, "quitting at once, without a checkpoint")) << err
+      << "\n(the first iteration may have ended within " << seconds << " s on a fast machine)";
+  EXPECT_FALSE(has(p.out(), "stopped at epoch")) << p.out();
+  EXPECT_FALSE(any_checkpoint(dir / "run" / "checkpoints"));
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, DamagedCheckpointsAreClearErrorsAndChangeNothing) {
+  const fs::path dir = temp_dir("damaged");
+  const fs::path good = dir / "good.ckpt";
+  {
+    TinyRun written;
+    mt::apps::TrainingState s;
+    s.epoch = 2;
+    s.global_iteration = 64;
+    s.config_text = "name: \"tiny\"";
+    mt::apps::save_checkpoint(good.string(), *written.model, *written.optimizer, written.sync, s);
+  }
+  const std::string bytes = slurp(good);
+  ASSERT_GT(bytes.size(), 200u);
+
+  struct Damage {
+    std::string name, bytes, expected;  // expected: a phrase the error must contain
+  };
+  std::vector<Damage> damages = {
+      {"empty", "", "not a mintrain archive"},
+      {"magic_only", bytes.substr(0, 8), "truncated"},
+      {"half", bytes.substr(0, bytes.size() / 2), "truncated"},
+      {"last_byte_missing", bytes.substr(0, bytes.size() - 1), "truncated"},
+      {"trailing_garbage", bytes + "xyz", "corrupt"},
+      {"text", "name: \"not a checkpoint\"\n", "not a mintrain archive"},
+  };
+  for (size_t at : {size_t(9), size_t(14), bytes.size() / 3, bytes.size() / 2, bytes.size() - 10, bytes.size() - 2}) {
+    std::string flipped = bytes;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x5A);
+    damages.push_back({"flip_at_" + std::to_string(at), flipped, ""});
+  }
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.name);
+    const fs::path path = dir / (d.name + ".ckpt");
+    std::ofstream(path, std::ios::binary) << d.bytes;
+    TinyRun target;
+    const std::vector<float> before = target.weights();
+    try {
+      (void)mt::apps::load_checkpoint(path.string(), target.model.get(), target.optimizer.get(), &target.sync);
+      ADD_FAILURE() << "a damaged checkpoint loaded";
+    } catch (const mt::core::Error& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(has(what, path.string())) << what;  // names the file
+      EXPECT_TRUE(has(what, d.expected)) << what;
+      EXPECT_TRUE(has(what, "corrupt") || has(what, "truncated") || has(what, "not a mintrain archive") ||
+                  has(what, "version"))
+          << what;
+    }
+    EXPECT_EQ(target.weights(), before);  // nothing half-restored
+  }
+  // The undamaged file still loads (so the failures above are about the damage).
+  TinyRun target;
+  EXPECT_EQ(mt::apps::load_checkpoint(good.string(), target.model.get(), target.optimizer.get(), &target.sync)
+                .global_iteration,
+            64);
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, ResumeAutoSkipsADamagedNewestCheckpointAndFailsClearlyWhenAllAre) {
+  const fs::path dir = temp_dir("resume_auto");
+  // No checkpoint yet: --resume auto starts from scratch.
+  Result r = run_to_end(dir, {"train", kTinyConfig, "--set", "epochs=2", "--output", "run", "--resume", "auto"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "starting from scratch")) << r.out;
+  const auto files = mt::apps::CheckpointDir::list((dir / "run" / "checkpoints").string());
+  ASSERT_EQ(files.size(), 2u);  // iter-32 and iter-64 (keep_last: 2)
+
+  // The newest one cut short: resume from the one before, with a warning.
+  fs::resize_file(files[1], fs::file_size(files[1]) / 2);
+  r = run_to_end(dir, {"train", kTinyConfig, "--set", "epochs=3", "--output", "run", "--resume", "auto"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "skipping damaged checkpoint")) << r.err;
+  EXPECT_TRUE(has(r.err, "truncated")) << r.err;
+  EXPECT_TRUE(has(r.out, "resumed from run/checkpoints/iter-000000032.ckpt")) << r.out;
+  EXPECT_TRUE(has(r.out, "done: 96 iterations")) << r.out;
+
+  // A damaged file given by name: exit 1 and a message, not a crash.
+  const fs::path bad = dir / "bad.ckpt";
+  std::ofstream(bad) << "";
+  r = run_to_end(dir, {"train", kTinyConfig, "--output", "run2", "--resume", bad.string()});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "mintrain: error:") && has(r.err, "not a mintrain archive")) << r.err;
+
+  // Every checkpoint damaged: refuse to start over silently.
+  for (const auto& f : mt::apps::CheckpointDir::list((dir / "run" / "checkpoints").string())) {
+    fs::resize_file(f, 10);
+  }
+  r = run_to_end(dir, {"train", kTinyConfig, "--set", "epochs=4", "--output", "run", "--resume", "auto"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "is damaged")) << r.err;
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// 2 workers of a run long enough to be killed mid-way: 60 epochs of 16 steps, a checkpoint
+// every 20 steps.
+std::vector<std::string> launch_args(int max_restarts) {
+  return {"launch", "--nproc-per-node", "2", "--max-restarts", std::to_string(max_restarts), "--",
+          "train", kTinyConfig, "--set", "epochs=60", "--set", "checkpoint.every_iters=20",
+          "--set", "logging.print_every_iters=200", "--output", "run"};
+}
+
+// Starts the launcher, waits for the first checkpoint, then SIGKILLs rank 1.
+void kill_rank1_after_first_checkpoint(Process& p, const fs::path& dir) {
+  ASSERT_TRUE(p.wait_until([&] { return any_checkpoint(dir / "run" / "checkpoints"); }, 60)) << p.out() << p.err();
+  const pid_t victim = worker_of(p.pid(), 1);
+  ASSERT_GT(victim, 0) << "no worker with RANK=1 under the launcher";
+  ::kill(victim, SIGKILL);
+}
+
+}  // namespace
+
+TEST(Reliability, LaunchRestartsTheGroupFromTheNewestCheckpoint) {
+  const fs::path dir = temp_dir("restart");
+  Process p(dir, launch_args(2));
+  kill_rank1_after_first_checkpoint(p, dir);
+  const int status = p.wait_exit(120);
+  const std::string out = p.out(), err = p.err();
+  ASSERT_EQ(status, 0) << out << err;
+  EXPECT_TRUE(has(err, "mintrain launch: restart 1/2 after rank 1 exited with signal 9")) << err;
+  EXPECT_FALSE(has(err, "restart 2/2")) << err;
+  EXPECT_TRUE(has(out, "[rank 0] resumed from run/checkpoints/iter-")) << out;
+  EXPECT_TRUE(has(out, "[rank 1] resumed from run/checkpoints/iter-")) << out;
+  // Nothing lost: the restarted group ends at the same iteration as an uninterrupted run.
+  EXPECT_TRUE(has(out, "[rank 0] done: 960 iterations")) << out;
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, LaunchWithoutRestartsFailsAsBefore) {
+  const fs::path dir = temp_dir("no_restart");
+  Process p(dir, launch_args(0));
+  kill_rank1_after_first_checkpoint(p, dir);
+  const int status = p.wait_exit(60);
+  const std::string err = p.err();
+  EXPECT_EQ(status, 1) << err;
+  EXPECT_TRUE(has(err, "mintrain launch: rank 1 exited with signal 9 (Killed); stopped the other workers")) << err;
+  EXPECT_FALSE(has(err, "restart")) << err;
+  EXPECT_FALSE(has(p.out(), "done:")) << p.out();
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, LaunchForwardsSigtermAndDoesNotRestart) {
+  const fs::path dir = temp_dir("launch_sigterm");
+  Process p(dir, launch_args(3));
+  ASSERT_TRUE(p.wait_until([&] { return any_checkpoint(dir / "run" / "checkpoints"); }, 60)) << p.err();
+  p.signal(SIGTERM);
+  const int status = p.wait_exit(60);
+  const std::string out = p.out(), err = p.err();
+  EXPECT_EQ(status, 143) << err;
+  EXPECT_TRUE(has(out, "[rank 0] stopped at epoch")) << out;  // both ranks stopped together, checkpointed
+  EXPECT_TRUE(has(err, "mintrain launch: interrupted (Terminated): forwarded to the workers, no restart")) << err;
+  EXPECT_FALSE(has(err, "restart 1/")) << err;
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, LaunchRejectsABadMaxRestarts) {
+  const fs::path dir = temp_dir("bad_restarts");
+  const Result r = run_to_end(dir, {"launch", "--nproc-per-node", "2", "--max-restarts", "-1", "--", "version"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--max-restarts needs a number")) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, HostileIdxHeadersAreClearErrors) {
+  const fs::path dir = temp_dir("idx");
+  auto be32 = [](uint32_t v) {
+    return std::string{char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
+  };
+  struct Case {
+    std::string name, bytes, expected;
+  };
+  const std::vector<Case> cases = {
+      // Three 32-bit sizes whose product overflows 64 bits (found by fuzz_idx's kind of input).
+      {"overflow", be32(0x803) + be32(0xFFFFFFFF) + be32(0xFFFFFFFF) + be32(0xFFFFFFFF), "implausible size"},
+      {"overflow_to_small", be32(0x803) + be32(0x80000000) + be32(0x80000000) + be32(4) + "abcd", "implausible size"},
+      // Claims 4 GiB, holds 10 bytes: must fail on the length, not try to allocate 4 GiB first.
+      {"huge_claim", be32(0x803) + be32(0x10000) + be32(0x100) + be32(0x100) + std::string(10, 'x'), "truncated"},
+      {"header_cut", be32(0x803) + be32(2), "truncated"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path path = dir / c.name;
+    std::ofstream(path, std::ios::binary) << c.bytes;
+    try {
+      (void)mt::data::read_idx_file(path.string(), 0x803);
+      ADD_FAILURE() << "a hostile IDX file was accepted";
+    } catch (const mt::core::Error& e) {
+      EXPECT_TRUE(has(e.what(), c.expected)) << e.what();
+      EXPECT_TRUE(has(e.what(), path.string())) << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// The bytes of a well-formed archive (core/serialize.cpp's layout, right size field and
+// checksum) holding one empty float tensor "w" of the given shape.
+std::string archive_with_empty_tensor(const std::vector<int64_t>& shape) {
+  std::string body;
+  auto put = [&body](const auto& v) { body.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(uint64_t{1});  // one record
+  put(uint8_t{1});   // a tensor
+  put(uint32_t{1});
+  body += "w";
+  put(uint8_t{0});   // float32
+  put(static_cast<uint32_t>(shape.size()));
+  for (const int64_t d : shape) put(d);
+  put(uint64_t{0});  // no bytes: it is empty
+  std::string file = "MTARCHV1";
+  const uint32_t version = 1;
+  const uint64_t body_size = body.size();
+  file.append(reinterpret_cast<const char*>(&version), sizeof(version));
+  file.append(reinterpret_cast<const char*>(&body_size), sizeof(body_size));
+  file += body;
+  const auto crc = static_cast<uint32_t>(::crc32(
+      ::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(file.data()), static_cast<uInt>(file.size())));
+  file.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+  return file;
+}
+
+}  // namespace
+
+// Found by fuzz_checkpoint: an empty tensor whose other sizes multiply past 64 bits passed the
+// byte-count check and overflowed in Tensor::empty's shape arithmetic.
+TEST(Reliability, ArchiveWithAnImpossibleEmptyShapeIsAClearError) {
+  const fs::path dir = temp_dir("archive_shape");
+  const fs::path path = dir / "shape.ckpt";
+  std::ofstream(path, std::ios::binary) << archive_with_empty_tensor({int64_t(1) << 40, int64_t(1) << 40, 0});
+  try {
+    (void)mt::core::load_archive(path.string());
+    ADD_FAILURE() << "an archive with an impossible shape loaded";
+  } catch (const mt::core::Error& e) {
+    EXPECT_TRUE(has(e.what(), "impossible shape")) << e.what();
+  }
+  // An empty shape that fits loads: the check is not too strict.
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << archive_with_empty_tensor({3, 0, 1000});
+  const mt::core::Archive a = mt::core::load_archive(path.string());
+  ASSERT_EQ(a.tensors.size(), 1u);
+  EXPECT_EQ(a.tensors[0].second.shape(), (mt::core::Shape{3, 0, 1000}));
+  fs::remove_all(dir);
+}
+
+TEST(Reliability, CudaOutOfMemorySaysWhatWasAskedAndWhatIsFree) {
+  if (!mt::core::cuda_available()) GTEST_SKIP() << "no CUDA device (or a CPU-only build): OOM message not checked";
+  try {
+    // 4 TiB: more than any GPU has.
+    (void)mt::core::Tensor::empty({int64_t(1) << 40}, mt::core::DType::Float32, mt::core::Device::cuda(0));
+    FAIL() << "a 4 TiB allocation succeeded";
+  } catch (const mt::core::Error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(has(what, "CUDA out of memory: asked for 4194304.0 MiB on cuda:0")) << what;
+    EXPECT_TRUE(std::regex_search(what, std::regex("\\d+\\.\\d MiB free of \\d+\\.\\d MiB"))) << what;
+    EXPECT_TRUE(has(what, "cached by mintrain:")) << what;
+    EXPECT_TRUE(has(what, "data.batch_size")) << what;
+  }
+  // The allocator still works after the failure.
+  auto small = mt::core::Tensor::empty({1024}, mt::core::DType::Float32, mt::core::Device::cuda(0));
+  EXPECT_EQ(small.numel(), 1024);
+}
