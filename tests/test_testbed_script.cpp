@@ -1,5 +1,6 @@
 // apps/scripts/netns_testbed.sh: the emulated-network testbed. Everywhere: its dry-run uses only
-// 10.77.0.x addresses and our own namespaces, and bad arguments are refused. As root with working
+// 10.77.0.x addresses and our own namespaces, the straggler and contention presets shape the
+// links they should at the rates they should, and bad arguments are refused. As root with working
 // network namespaces: `down` is safe when nothing exists, and a real 2-host testbed comes up,
 // the hosts reach each other, and `down` leaves nothing behind. The tests use their own prefix
 // (mt-test), so they never touch a testbed of a benchmark running at the same time.
@@ -11,6 +12,8 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -64,6 +67,51 @@ TEST(TestbedScript, DryRunUsesOnlyItsOwnAddressesAndNamespaces) {
   EXPECT_NE(r.out.find("ip netns del mt-test-sw"), std::string::npos);
 }
 
+// Lines of a dry-run that shape with tbf, as (interface spec, rate) pairs, in order.
+std::vector<std::pair<std::string, std::string>> tbf_lines(const std::string& out) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  const std::regex tbf(R"(^ip netns exec (mt-test-\w+) tc qdisc replace dev (\w+) root handle 1: tbf rate (\w+) )");
+  std::istringstream in(out);
+  std::string line;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, tbf)) lines.emplace_back(m[1].str() + "/" + m[2].str(), m[3].str());
+  }
+  return lines;
+}
+
+TEST(TestbedScript, StragglerSlowsOnlyTheLastHostsLinkToATenth) {
+  const Result r = testbed("dry-run 4 straggler 100mbit 0ms");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto lines = tbf_lines(r.out);
+  ASSERT_EQ(lines.size(), 8u) << r.out;  // both directions of 4 host links, no inter-rack link
+  for (const auto& [dev, rate] : lines) {
+    const bool last_host = dev == "mt-test-h3/eth0" || dev == "mt-test-sw/p3";
+    EXPECT_EQ(rate, last_host ? "10000000bit" : "100mbit") << dev;
+  }
+}
+
+TEST(TestbedScript, ContentionVariesHostZerosLinkBetweenAFifthAndTheFullRate) {
+  const Result r = testbed("dry-run 4 contention 100mbit 0ms");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto lines = tbf_lines(r.out);
+  // 8 from `up` (flat, all at the rate), then one round of `vary`: host 0's link both ways at
+  // RATE/5, then back at RATE.
+  ASSERT_EQ(lines.size(), 12u) << r.out;
+  for (size_t k = 0; k < 8; ++k) EXPECT_EQ(lines[k].second, "100mbit") << lines[k].first;
+  const std::vector<std::pair<std::string, std::string>> round = {
+      {"mt-test-h0/eth0", "20000000bit"}, {"mt-test-sw/p0", "20000000bit"},
+      {"mt-test-h0/eth0", "100mbit"}, {"mt-test-sw/p0", "100mbit"}};
+  for (size_t k = 0; k < round.size(); ++k) EXPECT_EQ(lines[8 + k], round[k]);
+  EXPECT_NE(r.out.find("# vary 0 20000000bit 100mbit 2"), std::string::npos) << r.out;
+}
+
+TEST(TestbedScript, VaryRefusesBadArguments) {
+  EXPECT_EQ(testbed("vary x 10mbit 20mbit").rc, 2);
+  EXPECT_EQ(testbed("vary 0 10mbit 20mbit soon").rc, 2);
+  EXPECT_EQ(testbed("vary 0 10furlongs 20mbit").rc, 2);
+}
+
 TEST(TestbedScript, RefusesBadArguments) {
   EXPECT_EQ(testbed("dry-run 0 flat").rc, 2);
   EXPECT_EQ(testbed("dry-run 2 mesh").rc, 2);
@@ -82,6 +130,20 @@ TEST(TestbedScript, SaysWhenNotRoot) {
     EXPECT_EQ(r.rc, 1) << r.out;
     EXPECT_NE(r.out.find("must run as root"), std::string::npos) << r.out;
   }
+}
+
+// apps/scripts/report.sh builds the testbed too: without root it must say so before touching anything.
+TEST(TestbedScript, ReportSaysWhenNotRoot) {
+  const std::string report = std::string(MT_SOURCE_DIR) + "/apps/scripts/report.sh --out /tmp/mt-test-report";
+  Result r;
+  if (::geteuid() == 0) {
+    if (sh("command -v setpriv >/dev/null").rc != 0) GTEST_SKIP() << "no setpriv to drop root";
+    r = sh("setpriv --reuid=65534 --regid=65534 --clear-groups bash " + report);
+  } else {
+    r = sh("bash " + report);
+  }
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("must run as root"), std::string::npos) << r.out;
 }
 
 TEST(TestbedScript, DownIsSafeWhenNothingExists) {

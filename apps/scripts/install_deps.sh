@@ -9,7 +9,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler   # run configs (text protobuf)
   libopenblas-dev                     # CPU GEMM
   zlib1g-dev                          # gzip'd IDX files, checksums
-  libgtest-dev libgmock-dev fortunes           # tests
+  libgtest-dev libgmock-dev fortunes gnuplot-nox bc           # tests
   libgloo-dev                         # CPU collectives (distributed module)
   libopencv-dev                       # image decoding (image_folder / image_list datasets)
   dataset-fashion-mnist               # the default job's data

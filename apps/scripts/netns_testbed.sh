@@ -4,15 +4,20 @@
 # both directions with tc: tbf for the rate, netem (parent of the tbf) for the one-way delay.
 # Only 10.77.0.0/24 is used, nothing is added to the root namespace, and `down` removes it all.
 #
-#   netns_testbed.sh up N PRESET [RATE] [DELAY]   # PRESET flat | two_racks; RATE 1gbit, DELAY 0ms
+#   netns_testbed.sh up N PRESET [RATE] [DELAY]   # PRESET see below; RATE 1gbit, DELAY 0ms
 #   netns_testbed.sh run I -- CMD...              # run CMD inside host I (ip netns exec mt-hI)
+#   netns_testbed.sh vary I LOW HIGH [PERIOD]     # host I's link: LOW, HIGH, LOW... every PERIOD s
 #   netns_testbed.sh down                         # delete every mt-* namespace (safe to repeat)
 #   netns_testbed.sh dry-run [N PRESET RATE DELAY]  # print the commands `up` would run, then `down`
 #
 # Presets:
-#   flat       every host link at RATE/DELAY, one bridge (a single switch).
-#   two_racks  hosts 0..N/2-1 on bridge "rack0", the rest on "rack1"; host links at RATE/DELAY,
-#              the two bridges joined by one inter-rack link at INTER_RATE (env; default RATE/4).
+#   flat        every host link at RATE/DELAY, one bridge (a single switch).
+#   two_racks   hosts 0..N/2-1 on bridge "rack0", the rest on "rack1"; host links at RATE/DELAY,
+#               the two bridges joined by one inter-rack link at INTER_RATE (env; default RATE/4).
+#   straggler   flat, but the last host's link runs at RATE/10 (one slow machine or cable).
+#   contention  flat; `up` builds it, and the caller runs `vary 0 RATE/5 RATE 2 &` during the job
+#               (another job's traffic taking bandwidth on host 0's link now and then; dry-run
+#               prints one round of it). `vary` runs until killed; it only works with DELAY 0ms.
 # DELAY needs the netem qdisc (absent from some kernels, e.g. our VM: then use 0ms).
 # Env MT_TESTBED_PREFIX (default mt) names the namespaces: <prefix>-sw, <prefix>-h<i>.
 # Example: netns_testbed.sh up 4 flat 25mbit && netns_testbed.sh run 1 -- ip -br addr
@@ -24,7 +29,7 @@ SW=${PREFIX}-sw
 SUBNET=10.77.0
 DRY=0
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # Every command that changes the system goes through x: printed in dry-run, run otherwise.
 x() {
@@ -81,7 +86,10 @@ up() {
   local rate=${3:-1gbit} delay=${4:-0ms}
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || { echo "N must be 1..200" >&2; exit 2; }
   rate_bits "$rate" >/dev/null
-  case $preset in flat|two_racks) ;; *) echo "unknown preset '$preset' (flat, two_racks)" >&2; exit 2 ;; esac
+  case $preset in
+    flat|two_racks|straggler|contention) ;;
+    *) echo "unknown preset '$preset' (flat, two_racks, straggler, contention)" >&2; exit 2 ;;
+  esac
   need_root up "$@"
   # A half-built testbed is removed: on failure or interrupt, tear everything down.
   if ((!DRY)); then
@@ -114,9 +122,11 @@ up() {
     shape "$SW" up1 "$inter" "$delay"
   fi
 
-  local i h port
+  local i h port link_rate
   for ((i = 0; i < n; i++)); do
     h=$(host "$i"); port="p$i"
+    link_rate=$rate
+    [[ $preset == straggler ]] && ((i == n - 1)) && link_rate="$(( $(rate_bits "$rate") / 10 ))bit"
     br=${bridges[0]}
     [[ $preset == two_racks ]] && ((i >= n / 2)) && br=${bridges[1]}
     x ip netns add "$h"
@@ -125,8 +135,8 @@ up() {
     x ip netns exec "$h" ip addr add "$SUBNET.$((i + 1))/24" dev eth0
     x ip netns exec "$h" ip link set eth0 up
     x ip netns exec "$SW" ip link set "$port" master "$br" up
-    shape "$h" eth0 "$rate" "$delay"       # host -> switch
-    shape "$SW" "$port" "$rate" "$delay"   # switch -> host
+    shape "$h" eth0 "$link_rate" "$delay"       # host -> switch
+    shape "$SW" "$port" "$link_rate" "$delay"   # switch -> host
   done
   ((DRY)) || echo "testbed up: $n hosts ($preset, $rate, delay $delay): $(host 0) = $SUBNET.1 .. $(host $((n - 1))) = $SUBNET.$n"
   ((DRY)) || trap - EXIT INT TERM
@@ -147,6 +157,28 @@ down() {
   return 0
 }
 
+# Background contention on host I's link, both directions: LOW for PERIOD s, then HIGH, and so on
+# until killed (dry-run: one round, without the sleeps). tbf is replaced in place, so traffic keeps
+# flowing; only the rate changes.
+vary() {
+  local i=${1:?usage: vary I LOW HIGH [PERIOD]} low=${2:?LOW rate} high=${3:?HIGH rate}
+  local period=${4:-2}
+  [[ $i =~ ^[0-9]+$ ]] || { echo "vary: host index must be a number" >&2; exit 2; }
+  [[ $period =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "vary: PERIOD must be seconds, e.g. 2" >&2; exit 2; }
+  rate_bits "$low" >/dev/null
+  rate_bits "$high" >/dev/null
+  need_root vary
+  local r
+  while true; do
+    for r in "$low" "$high"; do
+      shape "$(host "$i")" eth0 "$r" 0ms
+      shape "$SW" "p$i" "$r" 0ms
+      ((DRY)) || sleep "$period"
+    done
+    ((DRY)) && return 0
+  done
+}
+
 run() {
   local i=${1:?usage: run I -- CMD...}
   shift
@@ -162,10 +194,16 @@ case $cmd in
   up) up "$@" ;;
   down) down ;;
   run) run "$@" ;;
+  vary) vary "$@" ;;
   dry-run)
     DRY=1
     echo "# up ${1:-4} ${2:-flat} ${3:-1gbit} ${4:-0ms}"
     up "${1:-4}" "${2:-flat}" "${3:-1gbit}" "${4:-0ms}"
+    if [[ ${2:-flat} == contention ]]; then
+      low="$(( $(rate_bits "${3:-1gbit}") / 5 ))bit"
+      echo "# vary 0 $low ${3:-1gbit} 2 (in the background while the job runs)"
+      vary 0 "$low" "${3:-1gbit}" 2
+    fi
     echo "# down"
     down "${1:-4}"
     ;;

@@ -1,0 +1,334 @@
+#!/usr/bin/env bash
+# One-command comparison of the distributed algorithms on an emulated cluster: 4 ranks of LeNet-5
+# on Fashion-MNIST (configs/lenet_fashion_mnist_dist.prototxt, batch 16 per rank), one rank per
+# network namespace of apps/scripts/netns_testbed.sh (links shaped by tbf, no delay: this VM has no
+# netem), for every algorithm x network preset:
+#   algorithms  S-SGD BSP, S-SGD MGWFBP, CD-SGD TWO_BIT, DS-Sync (butterfly groups of 2; on
+#               two_racks told the racks, cross-rack groups every 2nd iteration)
+#   presets     flat, two_racks (inter-rack link RATE/4), straggler (one host at RATE/10);
+#               contention (host 0's link alternating RATE/5 and RATE every 2 s) on request
+# It collects every rank's log and metrics.jsonl, then writes DIR/report.md (a table: time per
+# iteration, throughput, final test accuracy, wall time; and the cost model's prediction when
+# `mintrain model` exists) and PNG plots made by gnuplot:
+#   iter_time.png, throughput.png, accuracy_vs_time.png, predicted_vs_measured.png (with the model)
+#
+#   bash apps/scripts/report.sh [--quick] [--out DIR] [--bin PATH] [--rate RATE] [--presets "P ..."]
+#
+# --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
+#            instead of 5 epochs of 300 iterations
+# --out      output folder (default runs/report; emptied first): report.md, *.png, the plot data
+#            (*.dat), runs/<preset>/<algorithm>/rank<r>.log (every rank's output) and out/ (rank 0's
+#            metrics.jsonl and resolved config; only rank 0 writes them)
+# --bin      the mintrain binary (default $MT_BIN or build/report/apps/mintrain)
+# --rate     host link rate, tc units (default 100mbit)
+# --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
+# Needs root (network namespaces), gnuplot (Debian: gnuplot-nox) and the Fashion-MNIST files in
+# /usr/share/datasets/fashion-mnist. The testbed (namespaces prefixed MT_TESTBED_PREFIX, default
+# mtr here) is torn down at the end, also on failure or Ctrl-C. Time per iteration is the median
+# over the progress windows of rank 0's metrics (time/iteration deltas; windows that contain an
+# evaluation are left out); throughput is the median of the windows' img/s (all ranks together);
+# wall time is from starting the ranks until the last one exits (rendezvous and evaluation
+# included). The 4 ranks share this machine's cores, so compute is slower than on 4 real hosts.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+args_given="$*"
+quick=0
+out=runs/report
+bin=${MT_BIN:-build/report/apps/mintrain}
+rate=100mbit
+presets="flat two_racks straggler"
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --out) out=${2:?--out needs a folder}; shift ;;
+    --bin) bin=${2:?--bin needs a path}; shift ;;
+    --rate) rate=${2:?--rate needs e.g. 100mbit}; shift ;;
+    --presets) presets=${2:?--presets needs a list}; shift ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "report.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+[[ $(id -u) -eq 0 ]] || {
+  echo "report.sh: must run as root (it builds network namespaces with veth links and tc); try: sudo bash $0 $*" >&2
+  exit 1; }
+[[ -x $bin ]] || {
+  echo "report.sh: no mintrain binary at '$bin'; build it (cmake --build build/report --target mintrain) or pass --bin PATH" >&2
+  exit 2; }
+command -v gnuplot >/dev/null || {
+  echo "report.sh: gnuplot not found; install it (Debian: apt-get install gnuplot-nox)" >&2; exit 2; }
+for p in $presets; do
+  case $p in flat|two_racks|straggler|contention) ;;
+    *) echo "report.sh: unknown preset '$p' (flat, two_racks, straggler, contention)" >&2; exit 2 ;;
+  esac
+done
+
+export MT_TESTBED_PREFIX=${MT_TESTBED_PREFIX:-mtr}   # apart from the tests' and benchmarks' testbeds
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+TESTBED=apps/scripts/netns_testbed.sh
+CONFIG=configs/lenet_fashion_mnist_dist.prototxt
+NPROC=4
+BATCH=16
+if ((quick)); then epochs=3 limit=60 every=10 eval_limit=2; else epochs=5 limit=300 every=20 eval_limit=5; fi
+rate_bits=$(bash -c 'r=${1,,}; [[ $r =~ ^([0-9]+)(bit|kbit|mbit|gbit)?$ ]] || exit 1
+  case ${BASH_REMATCH[2]} in kbit) m=1000;; mbit) m=1000000;; gbit) m=1000000000;; *) m=1;; esac
+  echo $((BASH_REMATCH[1] * m))' _ "$rate") || { echo "report.sh: bad --rate '$rate' (e.g. 100mbit)" >&2; exit 2; }
+
+algorithms=(ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync)
+declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_mgwfbp]="S-SGD MGWFBP" [cdsgd_two_bit]="CD-SGD TWO_BIT"
+                  [dssync]="DS-Sync")
+# The config overrides of each algorithm (and of DS-Sync on two racks, below).
+algo_sets() {
+  case $1 in
+    ssgd_bsp) echo "dist.algorithm=ssgd dist.schedule=BSP" ;;
+    ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.schedule=MGWFBP" ;;
+    # The default 100 full-precision warm-up iterations would be most of a quick run.
+    cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
+    dssync) echo "dist.algorithm=dssync dist.dssync_group_size=2"
+            [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=2 dist.dssync_cross_period=2" ;;
+  esac
+}
+
+rm -rf "$out"
+mkdir -p "$out/runs"
+pids=()
+vary_pid=""
+cleanup() {
+  local p
+  for p in "${pids[@]}" $vary_pid; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  bash "$TESTBED" down || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "report: $*" | tee -a "$out/report.log"; }
+log "$(date -u '+%F %T') UTC; $NPROC ranks, $rate links, presets: $presets; $epochs epochs x $limit iterations;" \
+    "binary $bin"
+
+# ---- the runs ---------------------------------------------------------------------------------
+port=29610
+results=$out/results.tsv   # preset algorithm rc wall_s
+: >"$results"
+for preset in $presets; do
+  for algo in "${algorithms[@]}"; do
+    run_dir=$out/runs/$preset/$algo
+    mkdir -p "$run_dir"
+    bash "$TESTBED" down
+    bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
+    if [[ $preset == contention ]]; then
+      bash "$TESTBED" vary 0 "$((rate_bits / 5))bit" "$rate" 2 &
+      vary_pid=$!
+    fi
+    sets=()
+    for kv in $(algo_sets "$algo" "$preset"); do sets+=(--set "$kv"); done
+    port=$((port + 1))   # a fresh port: the previous run's sockets may linger in TIME_WAIT
+    start=$(date +%s.%N)
+    pids=()
+    for ((r = 0; r < NPROC; r++)); do
+      bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+          MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+          timeout 600 "$bin" train "$CONFIG" "${sets[@]}" \
+          --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
+          --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
+          --set dist.interface=eth0 --set dist.timeout_seconds=90 --set checkpoint.every_epochs=0 \
+          --set checkpoint.dir= --output "$run_dir/out" >"$run_dir/rank$r.log" 2>&1 &
+      pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    pids=()
+    wall=$(echo "$(date +%s.%N) - $start" | bc)
+    if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" 2>/dev/null || true; vary_pid=""; fi
+    printf '%s\t%s\t%s\t%.1f\n' "$preset" "$algo" "$rc" "$wall" >>"$results"
+    if ((rc != 0)); then
+      log "$preset / ${label[$algo]}: FAILED (exit $rc) after $(printf %.1f "$wall") s; last lines of rank 0:"
+      tail -5 "$run_dir/rank0.log" | sed 's/^/    /' | tee -a "$out/report.log"
+    else
+      log "$preset / ${label[$algo]}: done in $(printf %.1f "$wall") s"
+    fi
+  done
+done
+bash "$TESTBED" down
+
+# ---- the cost model's predictions, when this binary has `mintrain model` ----------------------
+predicted=$out/predicted.tsv   # preset algorithm predicted_ms
+: >"$predicted"
+have_model=0
+if "$bin" model --help >/dev/null 2>&1; then
+  have_model=1
+  gbps=$(echo "scale=6; $rate_bits / 1000000000" | bc)
+  for preset in $presets; do
+    net=(--bandwidth-gbps "$gbps")
+    case $preset in
+      two_racks) net+=(--ranks-per-rack 2 --inter-bandwidth-gbps "$(echo "scale=6; $gbps / 4" | bc)") ;;
+      # A ring is as fast as its slowest link: the straggler's.
+      straggler) net=(--bandwidth-gbps "$(echo "scale=6; $gbps / 10" | bc)") ;;
+      contention) ;;  # the model knows no time-varying links: the full rate
+    esac
+    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT \
+        --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$out/model_$preset.txt" 2>&1 || {
+      log "mintrain model failed for $preset (see $out/model_$preset.txt)"; continue; }
+    # The row "4  BSP (eff) WFBP (eff) FUSION (eff) MGWFBP (eff) CD-SGD (eff) DS-Sync (eff)".
+    awk -v n="$NPROC" -v p="$preset" '
+      /^milliseconds per iteration/ { table = 1; next }
+      table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
+        printf "%s\tssgd_bsp\t%s\n%s\tssgd_mgwfbp\t%s\n%s\tcdsgd_two_bit\t%s\n%s\tdssync\t%s\n",
+               p, f[2], p, f[5], p, f[6], p, f[7]; exit }' "$out/model_$preset.txt" >>"$predicted"
+  done
+else
+  log "this mintrain has no 'model' command: the report has no predicted-vs-measured part"
+fi
+
+# ---- numbers from the metrics ----------------------------------------------------------------
+# Per run: median ms/iteration and img/s over the progress windows, final test accuracy; and the
+# (seconds, test accuracy) points of its evaluations for the accuracy plot.
+summary=$out/summary.tsv   # preset algorithm ms_per_iter img_s final_acc wall_s predicted_ms
+: >"$summary"
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2];
+                                               else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+while IFS=$'\t' read -r preset algo rc wall; do
+  m=$out/runs/$preset/$algo/out/metrics.jsonl
+  acc_file=$out/acc_${preset}_${algo}.dat
+  ms="?" ips="?" acc="?"
+  if [[ -s $m ]]; then
+    # JSON lines with a fixed set of numeric fields: pulled out with sed, no JSON tool needed.
+    fields='s/.*"type":"\([a-z]*\)".*"iter":\([0-9.eE+-]*\).*"acc":\([0-9.eE+-]*\).*"img_s":\([0-9.eE+-]*\).*"time":\([0-9.eE+-]*\).*/\1 \2 \3 \4 \5/p'
+    sed -n "$fields" "$m" >"$out/runs/$preset/$algo/metrics.txt"
+    ms=$(awk '$1 == "eval" { after_eval = 1; next }
+              $1 == "train" { if (have && !after_eval && $2 > it) print 1000 * ($5 - t) / ($2 - it)
+                              have = 1; after_eval = 0; it = $2; t = $5 }' \
+           "$out/runs/$preset/$algo/metrics.txt" | median)
+    ips=$(awk '$1 == "train" { print $4 }' "$out/runs/$preset/$algo/metrics.txt" | median)
+    acc=$(awk '$1 == "eval" { a = $3 } END { print a == "" ? "?" : a }' "$out/runs/$preset/$algo/metrics.txt")
+    awk '$1 == "eval" { print $5, $3 }' "$out/runs/$preset/$algo/metrics.txt" >"$acc_file"
+  fi
+  [[ -s ${acc_file} ]] || echo "? ?" >"$acc_file"
+  pred=$(awk -F'\t' -v p="$preset" -v a="$algo" '$1 == p && $2 == a { print $3 }' "$predicted")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset" "$algo" "$ms" "$ips" "$acc" "$wall" "${pred:-?}" "$rc" >>"$summary"
+done <"$results"
+
+# ---- plots -----------------------------------------------------------------------------------
+preset_list=($presets)
+# Grouped-bar data: one row per algorithm, one column per preset.
+bars() {  # $1: summary column
+  printf 'algorithm'; printf ' %s' "${preset_list[@]}"; echo
+  local a p v
+  for a in "${algorithms[@]}"; do
+    printf '"%s"' "${label[$a]}"
+    for p in "${preset_list[@]}"; do
+      v=$(awk -F'\t' -v p="$p" -v a="$a" -v c="$1" '$1 == p && $2 == a { print $c }' "$summary")
+      printf ' %s' "${v:-?}"
+    done
+    echo
+  done
+}
+bars 3 >"$out/iter_time.dat"
+bars 4 >"$out/throughput.dat"
+ncol=$((${#preset_list[@]} + 1))
+what="LeNet-5, Fashion-MNIST, $NPROC ranks x batch $BATCH, $rate links"
+common="set terminal pngcairo noenhanced size 1000,600 font 'sans,11'; set datafile missing '?'; set key outside right top;
+set grid ytics; set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1;
+set boxwidth 0.9; set xtics nomirror; set yrange [0:*]"
+{ gnuplot <<EOF
+$common
+set output '$out/iter_time.png'
+set title "Time per iteration by algorithm and network\n$what"
+set xlabel 'algorithm'; set ylabel 'time per iteration (ms)'
+plot for [c=2:$ncol] '$out/iter_time.dat' using c:xtic(1) title columnheader(c)
+set output '$out/throughput.png'
+set title "Training throughput by algorithm and network\n$what"
+set xlabel 'algorithm'; set ylabel 'throughput, all ranks (images/s)'
+plot for [c=2:$ncol] '$out/throughput.dat' using c:xtic(1) title columnheader(c)
+EOF
+} || log "gnuplot failed on the bar charts (no data?)"
+
+# Accuracy vs wall-clock: one line per algorithm (colour) and preset (dash type).
+plot_cmd=""
+ci=0
+for a in "${algorithms[@]}"; do
+  ci=$((ci + 1)); di=0
+  for p in "${preset_list[@]}"; do
+    di=$((di + 1))
+    plot_cmd+="${plot_cmd:+, }'$out/acc_${p}_${a}.dat' using 1:2 with linespoints lc $ci dt $di pt $((di + 5)) lw 2 title '${label[$a]}, $p'"
+  done
+done
+{ gnuplot <<EOF
+set terminal pngcairo noenhanced size 1200,700 font 'sans,11'
+set datafile missing '?'
+set output '$out/accuracy_vs_time.png'
+set title "Test accuracy against wall-clock time (an evaluation after every epoch)\n$what"
+set xlabel 'wall-clock time since the start of training (s)'; set ylabel 'test accuracy (%)'
+set key outside right top; set grid
+plot $plot_cmd
+EOF
+} || log "gnuplot failed on the accuracy plot (no data?)"
+
+if ((have_model)) && [[ -s $predicted ]]; then
+  awk -F'\t' '$3 != "?" && $7 != "?" { print $7, $3, $1, $2 }' "$summary" >"$out/predicted_vs_measured.dat"
+  # Colour: the preset; point shape: the algorithm.
+  pm_cmd="x title 'predicted = measured' lc rgb 'gray' dt 2"
+  ci=0
+  for p in "${preset_list[@]}"; do
+    ci=$((ci + 1)); pi=0
+    for a in "${algorithms[@]}"; do
+      pi=$((pi + 1))
+      pm_cmd+=", '$out/predicted_vs_measured.dat' using 1:(stringcolumn(3) eq '$p' && stringcolumn(4) eq '$a' ? \$2 : 1/0) with points pt $((pi * 2 + 3)) ps 1.6 lc $ci title '${label[$a]}, $p'"
+    done
+  done
+  { gnuplot <<EOF
+set terminal pngcairo noenhanced size 1150,700 font 'sans,11'
+set output '$out/predicted_vs_measured.png'
+set title "Cost model vs measurement, time per iteration\n$what"
+set xlabel 'predicted time per iteration (ms)'; set ylabel 'measured time per iteration (ms)'
+set key outside right top; set grid; set xrange [0:*]; set yrange [0:*]; set offsets 0, graph 0.05, graph 0.05, 0
+plot $pm_cmd
+EOF
+  } || log "gnuplot failed on the predicted-vs-measured plot"
+fi
+
+# ---- the report ------------------------------------------------------------------------------
+{
+  echo "# Distributed algorithms on an emulated cluster"
+  echo
+  echo "$what; $epochs epochs x $limit iterations per epoch, test accuracy on $((eval_limit * 500 * NPROC)) test images (each rank evaluates $eval_limit batches of 500)."
+  echo "Generated $(date -u '+%F %T') UTC by \`bash apps/scripts/report.sh${args_given:+ $args_given}\`" \
+       "(network namespaces, tbf rate shaping, no delay; all ranks share this machine's $(nproc --all) cores)."
+  echo
+  if ((have_model)); then
+    echo "| algorithm | preset | ms / iteration | predicted ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) |"
+    echo "|---|---|---:|---:|---:|---:|---:|"
+  else
+    echo "| algorithm | preset | ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) |"
+    echo "|---|---|---:|---:|---:|---:|"
+  fi
+  while IFS=$'\t' read -r preset algo ms ips acc wall pred rc; do
+    f() { [[ $1 == "?" ]] && echo "-" || printf "%.${2}f" "$1"; }
+    note=""; ((rc == 0)) || note=" (failed, exit $rc)"
+    if ((have_model)); then
+      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$pred" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) |"
+    else
+      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) |"
+    fi
+  done <"$summary"
+  echo
+  echo "Presets: flat = every host link at $rate; two_racks = hosts 0-1 and 2-3 in two racks joined by one" \
+       "link at $((rate_bits / 4 / 1000000)) Mbit/s; straggler = host 3's link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
+       "contention = host 0's link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s."
+  echo "ms / iteration: median over rank 0's progress windows (every $every iterations) of the time/iteration" \
+       "deltas in metrics.jsonl; throughput: median img/s of those windows, all ranks; wall time: start of" \
+       "the ranks to the exit of the last one (rendezvous, profiling and evaluations included)."
+  ((have_model)) || echo "No predicted times: this mintrain binary has no \`model\` command."
+  echo
+  echo "![time per iteration](iter_time.png)"
+  echo "![throughput](throughput.png)"
+  echo "![accuracy vs time](accuracy_vs_time.png)"
+  ((have_model)) && echo "![predicted vs measured](predicted_vs_measured.png)"
+  true
+} >"$out/report.md"
+cat "$out/report.md"
+log "wrote $out/report.md and $(ls "$out"/*.png 2>/dev/null | wc -l) plots"
+failed=$(awk -F'\t' '$3 != 0' "$results" | wc -l)
+((failed == 0)) || { log "$failed run(s) failed; see $out/runs/*/*/rank*.log"; exit 1; }
