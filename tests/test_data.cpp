@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "support/test_helpers.h"
 #include "core/random.h"
 #include "data/cifar_dataset.h"
 #include "data/idx_dataset.h"
@@ -37,29 +38,10 @@ namespace fs = std::filesystem;
 
 const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
-// A fresh, empty folder per call, so tests never see each other's files.
-std::string make_temp_dir() {
-  std::string tmpl = (fs::path(::testing::TempDir()) / "mt_data_XXXXXX").string();
-  char* dir = mkdtemp(tmpl.data());
-  if (dir == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-  return dir;
-}
+std::string make_temp_dir() { return mt::testing::make_temp_dir("mt_data"); }
 
-// The message of the Error that f throws, or a marker when it throws none.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no mt::core::Error thrown>";
-}
-
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\"\n  does not contain \"" << part << "\"";
-}
+using mt::testing::error_of;
+using mt::testing::contains;
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes, bool gzip) {
   if (gzip) {

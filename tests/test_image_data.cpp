@@ -16,6 +16,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "support/test_helpers.h"
 #include "core/random.h"
 #include "data/image_transform.h"
 #include "data/loader.h"
@@ -39,27 +40,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no mt::core::Error thrown>";
-}
+using mt::testing::error_of;
+using mt::testing::contains;
 
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\"\n  does not contain \"" << part << "\"";
-}
-
-std::string make_temp_dir() {
-  std::string tmpl = (fs::path(::testing::TempDir()) / "mt_image_XXXXXX").string();
-  char* dir = mkdtemp(tmpl.data());
-  if (dir == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-  return dir;
-}
+std::string make_temp_dir() { return mt::testing::make_temp_dir("mt_image"); }
 
 void write_text(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());

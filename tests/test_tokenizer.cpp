@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/test_helpers.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "data/text_corpus.h"
@@ -27,27 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using Words = std::vector<std::string>;
 
-std::string make_temp_dir() {
-  std::string tmpl = (fs::path(::testing::TempDir()) / "mt_tok_XXXXXX").string();
-  char* dir = mkdtemp(tmpl.data());
-  if (dir == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-  return dir;
-}
+std::string make_temp_dir() { return mt::testing::make_temp_dir("mt_tok"); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no mt::core::Error thrown>";
-}
-
-::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\"\n  does not contain \"" << part << "\"";
-}
+using mt::testing::error_of;
+using mt::testing::contains;
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

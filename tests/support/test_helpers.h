@@ -1,0 +1,41 @@
+// Small helpers the data and tokenizer tests share: fresh temporary folders, the message of a
+// thrown mt::core::Error, and a substring assertion that prints both strings on failure.
+#pragma once
+#include <stdlib.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace mt::testing {
+
+// A fresh, empty folder under gtest's temporary directory per call, so tests never see each
+// other's files.
+inline std::string make_temp_dir(const std::string& prefix = "mt_test") {
+  std::string tmpl = (std::filesystem::path(::testing::TempDir()) / (prefix + "_XXXXXX")).string();
+  char* dir = mkdtemp(tmpl.data());
+  if (dir == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+  return dir;
+}
+
+// The message of the Error that f throws, or a marker when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "<no mt::core::Error thrown>";
+}
+
+inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << text << "\"\n  does not contain \"" << part << "\"";
+}
+
+}  // namespace mt::testing
