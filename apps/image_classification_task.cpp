@@ -40,16 +40,6 @@ data::ImageTransformOptions image_options(const mintrain::DataConfig& d, const m
   return o;
 }
 
-int64_t count_correct(const core::Tensor& logits, const core::Tensor& targets) {
-  const core::Tensor pred = core::argmax(logits.detach(), 1).to(core::Device::cpu()).contiguous();
-  const core::Tensor t = targets.to(core::Device::cpu()).contiguous();
-  const int64_t* p = pred.data<int64_t>();
-  const int64_t* y = t.data<int64_t>();
-  int64_t n = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) n += p[i] == y[i];
-  return n;
-}
-
 }  // namespace
 
 ImageClassificationTask::ImageClassificationTask(const RunConfig& config, const TaskContext& context)
@@ -116,7 +106,7 @@ BatchResult ImageClassificationTask::run(layers::Module& model, const data::Batc
   BatchResult r;
   r.loss = core::cross_entropy(logits, y);
   r.predictions = r.units = y.numel();
-  r.correct = count_correct(logits, y);
+  r.correct = count_top1(logits, y);
   return r;
 }
 

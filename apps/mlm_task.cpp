@@ -44,16 +44,6 @@ layers::BertOverrides bert_overrides(const mintrain::BertConfig& b) {
   return o;
 }
 
-int64_t count_correct(const core::Tensor& logits, const core::Tensor& targets) {
-  const core::Tensor pred = core::argmax(logits.detach(), 1).to(core::Device::cpu()).contiguous();
-  const core::Tensor t = targets.to(core::Device::cpu()).contiguous();
-  const int64_t* p = pred.data<int64_t>();
-  const int64_t* y = t.data<int64_t>();
-  int64_t n = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) n += y[i] >= 0 && p[i] == y[i];
-  return n;
-}
-
 }  // namespace
 
 MlmTask::MlmTask(const RunConfig& config, const TaskContext& context)
@@ -104,7 +94,7 @@ BatchResult MlmTask::run(layers::Module& model, const data::Batch& batch) {
   r.loss = out.loss;
   const core::Tensor t = out.targets.to(core::Device::cpu()).contiguous();
   for (int64_t i = 0; i < t.numel(); ++i) r.predictions += t.data<int64_t>()[i] >= 0;
-  r.correct = count_correct(out.logits, out.targets);
+  r.correct = count_top1(out.logits, out.targets);
   // Real tokens (the mask's ones), summed on the host copy the loader made.
   r.units = static_cast<int64_t>(core::sum(batch.mask.to(core::Device::cpu())).item() + 0.5);
   return r;

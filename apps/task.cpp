@@ -5,6 +5,7 @@
 #include "apps/image_classification_task.h"
 #include "apps/mlm_task.h"
 #include "core/error.h"
+#include "core/ops/reduction.h"
 #include "data/registry.h"
 
 namespace mt::apps {
@@ -18,6 +19,16 @@ std::vector<std::string> data_types() {
   types.push_back("text");
   types.push_back("synthetic_tokens");
   return types;
+}
+
+int64_t count_top1(const core::Tensor& logits, const core::Tensor& targets) {
+  const core::Tensor pred = core::argmax(logits.detach(), 1).to(core::Device::cpu()).contiguous();
+  const core::Tensor t = targets.to(core::Device::cpu()).contiguous();
+  const int64_t* p = pred.data<int64_t>();
+  const int64_t* y = t.data<int64_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) n += y[i] >= 0 && p[i] == y[i];
+  return n;
 }
 
 std::unique_ptr<Task> make_task(const RunConfig& config, const TaskContext& context) {

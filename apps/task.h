@@ -58,6 +58,10 @@ class Task {
 
 std::unique_ptr<Task> make_task(const RunConfig& config, const TaskContext& context);
 
+// Rows of logits [N, K] whose argmax equals the int64 target [N]; negative targets (ignored
+// positions) never count. On the host: one small copy from a GPU.
+int64_t count_top1(const core::Tensor& logits, const core::Tensor& targets);
+
 // data.type values that make_task() accepts: the image datasets and the token datasets.
 std::vector<std::string> data_types();
 bool is_token_data(const std::string& data_type);
