@@ -174,6 +174,14 @@ void Trainer::connect() {
   sc.cdsgd_warmup_iters = dc.cdsgd_warmup_iters();
   sc.cdsgd_k = dc.cdsgd_k();
   sc.cdsgd_lambda = dc.cdsgd_lambda();
+  sc.momentum_correction = dc.momentum_correction();
+  sc.topk_warmup_iters = dc.topk_warmup_iters();
+  const auto& oc = config_.optimizer();
+  sc.optimizer_name = oc.name();
+  sc.momentum = oc.momentum();
+  sc.dampening = oc.dampening();
+  sc.nesterov = oc.nesterov();
+  sc.weight_decay = oc.weight_decay();
   sc.config_text = config_to_text(config_);
   sc.timeline = timeline_;
   sc.log = options_.quiet ? nullptr : &log();

@@ -42,6 +42,15 @@ struct SyncConfig {
   int cdsgd_warmup_iters = 100;
   int cdsgd_k = 5;
   double cdsgd_lambda = 0.04;
+  // DGC momentum correction and TOPK ratio warm-up (momentum_correction.h, DistConfig).
+  bool momentum_correction = false;
+  int topk_warmup_iters = 0;
+  // The optimizer's settings: momentum correction takes the momentum over from it.
+  std::string optimizer_name = "sgd";
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double weight_decay = 0.0;
   std::string config_text;               // checked equal on every rank
   std::shared_ptr<Timeline> timeline;    // optional
   std::ostream* log = nullptr;           // rank 0's start-up notes
