@@ -23,7 +23,8 @@ CdsgdSynchronizer::CdsgdSynchronizer(std::shared_ptr<ProcessGroup> group, CdsgdO
 }
 
 std::string CdsgdSynchronizer::name() const {
-  return "cdsgd/" + (exchange_ ? exchange_->compressor().name() : compressor_->name());
+  return "cdsgd/" + (exchange_ ? exchange_->compressor().name() : compressor_->name()) +
+         (options_.momentum_correction ? "+momentum-correction" : "");
 }
 
 void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
@@ -37,6 +38,8 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
   broadcast_buffers(*group_, model);
   exchange_ = std::make_unique<GradientExchange>(group_, std::move(compressor_), total_numel(params_));
   global_ = flatten_values(params_);
+  if (options_.momentum_correction)
+    momentum_ = std::make_unique<MomentumCorrection>(global_.numel(), *options_.momentum_correction);
   // No grad-ready hooks: the exchange starts after backward and overlaps the next iteration.
 }
 
@@ -47,12 +50,17 @@ void CdsgdSynchronizer::begin_iteration(int64_t) {
   }
 }
 
-void CdsgdSynchronizer::apply_pending() {
-  Tensor avg = exchange_->wait(pending_);
+void CdsgdSynchronizer::apply_pending() { step_global(exchange_->wait(pending_), pending_lr_); }
+
+void CdsgdSynchronizer::step_global(const Tensor& average, double lr) {
+  if (momentum_) {  // the momentum is inside the average already
+    sgd_apply(global_, average, lr, momentum_->options().decoupled_weight_decay);
+    return;
+  }
   unflatten_into_values(global_, params_);
-  unflatten_into_grads(avg, params_);
+  unflatten_into_grads(average, params_);
   const double lr_now = optimizer_->lr();
-  optimizer_->set_lr(pending_lr_);
+  optimizer_->set_lr(lr);
   optimizer_->step();
   optimizer_->set_lr(lr_now);
   global_ = flatten_values(params_);
@@ -68,13 +76,15 @@ void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
   MT_CHECK(!showing_global_, "rank ", rank(), ": CD-SGD step() after prepare_eval() without "
            "begin_iteration(); call begin_iteration before each iteration's forward");
   const Tensor grad = flatten_grads(params_);
+  const Tensor w_old = flatten_values(params_);
+  // What travels: the gradient, or this rank's velocity under momentum correction.
+  const Tensor direction = momentum_ ? momentum_->direction(grad, w_old) : grad;
   ++iterations_since_summary_;
   if (steps_ < options_.warmup_iters) {
     // Warm-up: plain synchronous S-SGD; local and global weights stay equal.
-    PendingExchange e = exchange_->launch(grad, /*full_precision=*/true);
-    unflatten_into_grads(exchange_->wait(e), params_);
-    optimizer.step();
-    global_ = flatten_values(params_);
+    PendingExchange e = exchange_->launch(direction, /*full_precision=*/true);
+    step_global(exchange_->wait(e), optimizer.lr());
+    unflatten_into_values(global_, params_);
     ++full_since_summary_;
     ++steps_;
     return;
@@ -83,8 +93,10 @@ void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
   const int64_t j = steps_ - options_.warmup_iters;  // 0-based delayed iteration
   const bool full = options_.k > 0 && (j + 1) % options_.k == 0;
   if (full) ++full_since_summary_;
-  PendingExchange launched = exchange_->launch(grad, full);
-  const Tensor w_old = flatten_values(params_);
+  exchange_->warm_up(options_.compression, j);
+  Tensor decoded;
+  PendingExchange launched = exchange_->launch(direction, full, &decoded);
+  if (momentum_ && !full) momentum_->mask_sent(decoded);
   // 2. The previous iteration's exchange, into W.
   if (pending_.active()) apply_pending();
   pending_ = std::move(launched);
@@ -95,10 +107,11 @@ void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
   const float* W = global_.data<float>();
   const float* w = w_old.data<float>();
   const float* g = grad.data<float>();
+  const float* d = direction.data<float>();
   float* out = w_new.data<float>();
   const float lr = static_cast<float>(optimizer.lr());
   const float lambda = static_cast<float>(options_.lambda);
-  for (int64_t i = 0; i < n; ++i) out[i] = W[i] - lr * (g[i] + lambda * g[i] * g[i] * (W[i] - w[i]));
+  for (int64_t i = 0; i < n; ++i) out[i] = W[i] - lr * (d[i] + lambda * g[i] * g[i] * (W[i] - w[i]));
   unflatten_into_values(w_new, params_);
   ++steps_;
 }
@@ -129,10 +142,12 @@ core::StateDict CdsgdSynchronizer::state_dict() const {
   MT_CHECK(!pending_.active(), "rank ", rank(), ": CD-SGD state_dict() with an exchange in "
            "flight; call prepare_eval() first (the trainer does before every checkpoint)");
   const Tensor local = showing_global_ ? local_ : flatten_values(params_);
-  return {{"global", global_.clone()},
-          {"local", local.clone()},
-          {"residual", exchange_->error_feedback().residual().clone()},
-          {"steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
+  core::StateDict state{{"global", global_.clone()},
+                        {"local", local.clone()},
+                        {"residual", exchange_->error_feedback().residual().clone()},
+                        {"steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
+  if (momentum_) momentum_->append_state(state);
+  return state;
 }
 
 void CdsgdSynchronizer::load_state_dict(const core::StateDict& state) {
@@ -157,6 +172,7 @@ void CdsgdSynchronizer::load_state_dict(const core::StateDict& state) {
   local_ = get("local").reshape({n}).clone();
   exchange_->error_feedback().residual().copy_(get("residual").reshape({n}));
   steps_ = get("steps").item_int();
+  if (momentum_) momentum_->load_state(state);
   pending_ = {};
   // The model holds what the checkpoint's model held (W); the local weights return at the next
   // begin_iteration.
@@ -170,6 +186,18 @@ std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<Proce
   c.type = config.compression;
   c.tau = config.compression_tau;
   c.topk_ratio = config.topk_ratio;
+  c.topk_warmup_iters = config.topk_warmup_iters;
+  std::optional<MomentumCorrectionOptions> momentum;
+  // Momentum correction applies where there is an SGD momentum to take over (not to Adam).
+  if (config.momentum_correction && config.optimizer_name == "sgd" && config.momentum > 0) {
+    MomentumCorrectionOptions m;
+    m.momentum = config.momentum;
+    m.dampening = config.dampening;
+    m.nesterov = config.nesterov;
+    (config.decoupled_weight_decay ? m.decoupled_weight_decay : m.weight_decay) = config.weight_decay;
+    m.mask_sent = config.compression == "TOPK";  // momentum factor masking, for sparse payloads
+    momentum = m;
+  }
   MT_CHECK(config.grad_accumulation_steps == 1, "dist.grad_accumulation_steps must be 1 with "
            "dist.algorithm \"", config.algorithm, "\" and dist.compression \"", config.compression,
            "\" (gradient accumulation is implemented for uncompressed S-SGD only), got ",
@@ -177,6 +205,7 @@ std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<Proce
   if (config.algorithm == "ssgd") {
     CompressedSsgdOptions o;
     o.compression = c;
+    o.momentum_correction = momentum;
     o.config_text = config.config_text;
     return std::make_unique<CompressedSsgdSynchronizer>(std::move(group), std::move(o));
   }
@@ -185,6 +214,7 @@ std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<Proce
   o.warmup_iters = config.cdsgd_warmup_iters;
   o.k = config.cdsgd_k;
   o.lambda = config.cdsgd_lambda;
+  o.momentum_correction = momentum;
   o.config_text = config.config_text;
   return std::make_unique<CdsgdSynchronizer>(std::move(group), std::move(o));
 }

@@ -22,6 +22,13 @@
 // optimizer and no change to the Synchronizer interface, at the cost of two copies of the
 // weights per iteration. The local update is plain SGD at the optimizer's current lr.
 //
+// With momentum correction (momentum_correction.h, DGC) each rank exchanges its velocity u
+// instead of g, the global step is plain SGD W <- W - lr * mean(decoded) without the
+// optimizer (whose momentum would apply twice), and the local update uses u in place of g:
+// w_{t+1} = W - lr * (u_t + lambda * g_t (.) g_t (.) (W - w_t)), the same step W is about to take
+// with this rank's share. Without it, lossy compression with momentum 0.9 diverges (the
+// released residual bursts are repeated by the global momentum; dist/README.md).
+//
 // Evaluation and checkpoints use W: prepare_eval waits for the exchange in flight, applies it
 // (with the lr of the iteration that produced it, so the result is the same as applying it in
 // the next step), and shows W in the model; the next begin_iteration puts the local weights
@@ -29,9 +36,11 @@
 // count (state_dict), so a resumed run continues exactly.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/gradient_exchange.h"
+#include "dist/momentum_correction.h"
 #include "dist/synchronizer.h"
 
 namespace mt::dist {
@@ -41,6 +50,7 @@ struct CdsgdOptions {
   int warmup_iters = 100;          // plain S-SGD iterations first (reference code: 1000)
   int k = 5;                       // every k-th iteration after warm-up is full precision; 0 = never
   double lambda = 0.04;            // delay-compensation strength; 0 = OD-SGD
+  std::optional<MomentumCorrectionOptions> momentum_correction;  // set: DGC momentum correction
   std::string config_text;         // must be the same on every rank (checked at setup)
 };
 
@@ -69,14 +79,18 @@ class CdsgdSynchronizer final : public Synchronizer {
 
  private:
   bool delayed() const { return steps_ > options_.warmup_iters; }
-  // Applies the exchange in flight to W (the optimizer steps W with the lr of its iteration).
-  // Leaves W in the model's parameters: the caller puts back what it wants there.
+  // Applies the exchange in flight to W (the optimizer, or plain SGD under momentum
+  // correction, steps W with the lr of its iteration). May leave W in the model's parameters:
+  // the caller puts back what it wants there.
   void apply_pending();
+  // W <- update(W, averaged decoded gradients) at learning rate lr.
+  void step_global(const Tensor& average, double lr);
 
   std::shared_ptr<ProcessGroup> group_;
   CdsgdOptions options_;
   std::unique_ptr<Compressor> compressor_;  // until setup hands it to the exchange
   std::unique_ptr<GradientExchange> exchange_;
+  std::unique_ptr<MomentumCorrection> momentum_;  // with momentum correction
   optim::Optimizer* optimizer_ = nullptr;   // the trainer's; outlives this object
   std::vector<Tensor> params_;
   Tensor global_;  // W, flat

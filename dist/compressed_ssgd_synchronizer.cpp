@@ -28,15 +28,30 @@ void CompressedSsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& 
   broadcast_parameters(*group_, model);
   broadcast_buffers(*group_, model);
   exchange_ = std::make_unique<GradientExchange>(group_, std::move(compressor_), total_numel(params_));
+  if (options_.momentum_correction)
+    momentum_ = std::make_unique<MomentumCorrection>(total_numel(params_), *options_.momentum_correction);
   // No grad-ready hooks: the whole model is one buffer, exchanged after backward.
 }
 
 void CompressedSsgdSynchronizer::step(optim::Optimizer& optimizer) {
   MT_CHECK(exchange_ != nullptr, "rank ", rank(), ": step() before setup()");
-  PendingExchange e = exchange_->launch(flatten_grads(params_), /*full_precision=*/false);
-  unflatten_into_grads(exchange_->wait(e), params_);
-  optimizer.step();
+  exchange_->warm_up(options_.compression, steps_);
+  ++steps_;
   ++iterations_since_summary_;
+  if (!momentum_) {
+    PendingExchange e = exchange_->launch(flatten_grads(params_), /*full_precision=*/false);
+    unflatten_into_grads(exchange_->wait(e), params_);
+    optimizer.step();
+    return;
+  }
+  // Momentum correction: exchange the velocities, then plain SGD with their average.
+  Tensor weights = flatten_values(params_);
+  Tensor decoded;
+  PendingExchange e = exchange_->launch(momentum_->direction(flatten_grads(params_), weights),
+                                        /*full_precision=*/false, &decoded);
+  momentum_->mask_sent(decoded);
+  sgd_apply(weights, exchange_->wait(e), optimizer.lr(), momentum_->options().decoupled_weight_decay);
+  unflatten_into_values(weights, params_);
 }
 
 void CompressedSsgdSynchronizer::prepare_eval(layers::Module& model) {
@@ -54,17 +69,22 @@ std::string CompressedSsgdSynchronizer::epoch_summary() {
 
 core::StateDict CompressedSsgdSynchronizer::state_dict() const {
   if (!exchange_) return {};
-  return {{"residual", exchange_->error_feedback().residual().clone()}};
+  core::StateDict state{{"residual", exchange_->error_feedback().residual().clone()},
+                        {"steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
+  if (momentum_) momentum_->append_state(state);
+  return state;
 }
 
 void CompressedSsgdSynchronizer::load_state_dict(const core::StateDict& state) {
   MT_CHECK(exchange_ != nullptr, "internal: load_state_dict before setup");
   for (const auto& [name, t] : state) {
+    if (name == "steps") steps_ = t.item_int();
     if (name != "residual") continue;
     MT_CHECK(t.numel() == exchange_->error_feedback().numel(), "checkpoint: the compression "
              "residual holds ", t.numel(), " values, the model ", exchange_->error_feedback().numel());
     exchange_->error_feedback().residual().copy_(t.reshape({t.numel()}));
   }
+  if (momentum_) momentum_->load_state(state);
 }
 
 }  // namespace mt::dist

@@ -7,15 +7,20 @@
 // S-SGD BSP, which a test checks).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/gradient_exchange.h"
+#include "dist/momentum_correction.h"
 #include "dist/synchronizer.h"
 
 namespace mt::dist {
 
 struct CompressedSsgdOptions {
   CompressionOptions compression;
+  // Set: DGC momentum correction; the ranks exchange their velocities and the step is plain
+  // SGD at the optimizer's lr (the optimizer's own momentum is not used).
+  std::optional<MomentumCorrectionOptions> momentum_correction;
   std::string config_text;  // must be the same on every rank (checked at setup)
 };
 
@@ -24,7 +29,8 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   CompressedSsgdSynchronizer(std::shared_ptr<ProcessGroup> group, CompressedSsgdOptions options);
 
   std::string name() const override {
-    return "ssgd/" + (exchange_ ? exchange_->compressor().name() : compressor_->name());
+    return "ssgd/" + (exchange_ ? exchange_->compressor().name() : compressor_->name()) +
+           (options_.momentum_correction ? "+momentum-correction" : "");
   }
   int rank() const override { return group_->rank(); }
   int world_size() const override { return group_->size(); }
@@ -35,7 +41,8 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   double average(double value) override;
   std::string epoch_summary() override;
 
-  // The error-feedback residual travels with checkpoints.
+  // The error-feedback residual, the velocity (momentum correction) and the iteration count
+  // (TOPK warm-up) travel with checkpoints.
   core::StateDict state_dict() const override;
   void load_state_dict(const core::StateDict& state) override;
 
@@ -46,7 +53,9 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   CompressedSsgdOptions options_;
   std::unique_ptr<Compressor> compressor_;  // until setup hands it to the exchange
   std::unique_ptr<GradientExchange> exchange_;
+  std::unique_ptr<MomentumCorrection> momentum_;  // with momentum correction
   std::vector<Tensor> params_;
+  int64_t steps_ = 0;
   int64_t iterations_since_summary_ = 0;
 };
 

@@ -19,6 +19,9 @@ std::unique_ptr<Compressor> make_compressor(const CompressionOptions& o) {
   if (o.type == "TOPK") {
     MT_CHECK(o.topk_ratio > 0 && o.topk_ratio <= 1, "dist.topk_ratio must be in (0, 1] (the "
              "fraction of gradient values sent, e.g. 0.01), got ", o.topk_ratio);
+    MT_CHECK(o.topk_warmup_iters >= 0, "dist.topk_warmup_iters must be >= 0 (iterations over "
+             "which the TOPK ratio falls from 1 to dist.topk_ratio; 0 = none), got ",
+             o.topk_warmup_iters);
     return make_topk_compressor(o.topk_ratio);
   }
   if (o.type == "SIGN") return make_sign_compressor();

@@ -46,7 +46,13 @@ struct CompressionOptions {
   std::string type = "NONE";  // NONE, FP16, TWO_BIT, TOPK, SIGN
   double tau = 0.5;           // TWO_BIT threshold
   double topk_ratio = 0.01;   // TOPK fraction kept, (0, 1]
+  int topk_warmup_iters = 0;  // TOPK ratio warm-up (DGC); 0 = none
 };
+
+// DGC's ratio warm-up: the TOPK ratio of exchange `iteration` (0-based) falls exponentially
+// from 1 towards options.topk_ratio, ratio^((iteration+1)/warmup), reaching it at iteration
+// warmup-1: dense exchanges while the gradients change fast, at the start of training.
+double topk_ratio_at(const CompressionOptions& options, int64_t iteration);
 
 std::vector<std::string> compressor_names();
 // Checks the options (an Error names the dist.* field and its valid range).

@@ -4,7 +4,8 @@
 // values above it, and only fall back to an exact selection (nth_element, O(n)) when the
 // sample's guess keeps too few. Too many candidates are cut to exactly k with nth_element over
 // the candidates only. Every rank's payload has the same size, so allgather suffices.
-// Not implemented yet (DGC): momentum correction and warm-up of the ratio.
+// DGC's ratio warm-up is topk_ratio_at (below); its momentum correction is
+// momentum_correction.h, usable with every compressor.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -95,6 +96,13 @@ class TopkCompressor final : public Compressor {
 
 std::unique_ptr<Compressor> make_topk_compressor(double ratio) {
   return std::make_unique<TopkCompressor>(ratio);
+}
+
+double topk_ratio_at(const CompressionOptions& options, int64_t iteration) {
+  const int64_t warmup = options.topk_warmup_iters;
+  if (warmup <= 0 || iteration + 1 >= warmup) return options.topk_ratio;
+  const double progress = static_cast<double>(std::max<int64_t>(iteration, 0) + 1) / static_cast<double>(warmup);
+  return std::pow(options.topk_ratio, progress);
 }
 
 }  // namespace mt::dist

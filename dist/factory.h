@@ -43,7 +43,7 @@ struct SyncConfig {
   int cdsgd_k = 5;
   double cdsgd_lambda = 0.04;
   // DGC momentum correction and TOPK ratio warm-up (momentum_correction.h, DistConfig).
-  bool momentum_correction = false;
+  bool momentum_correction = true;  // used with optimizer "sgd" and momentum > 0
   int topk_warmup_iters = 0;
   // The optimizer's settings: momentum correction takes the momentum over from it.
   std::string optimizer_name = "sgd";
@@ -51,6 +51,7 @@ struct SyncConfig {
   double dampening = 0.0;
   bool nesterov = false;
   double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;
   std::string config_text;               // checked equal on every rank
   std::shared_ptr<Timeline> timeline;    // optional
   std::ostream* log = nullptr;           // rank 0's start-up notes

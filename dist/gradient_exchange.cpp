@@ -12,8 +12,10 @@ GradientExchange::GradientExchange(std::shared_ptr<ProcessGroup> group,
                                    std::unique_ptr<Compressor> compressor, int64_t numel)
     : group_(std::move(group)), compressor_(std::move(compressor)), feedback_(numel) {}
 
-PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_precision) {
+PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_precision,
+                                         Tensor* own_decoded) {
   PendingExchange e;
+  e.compressor = compressor_;
   e.numel = feedback_.numel();
   e.full_precision = full_precision;
   Tensor v = feedback_.corrected(flat_grad);
@@ -24,7 +26,9 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
   } else {
     e.payload = compressor_->compress(v);
     e.summable = compressor_->summable();
-    feedback_.update(v, compressor_->decompress(e.payload, e.numel));
+    Tensor decoded = compressor_->decompress(e.payload, e.numel);
+    feedback_.update(v, decoded);
+    if (own_decoded) *own_decoded = decoded;
   }
   if (e.summable) {
     e.work = group_->allreduce(e.payload, ReduceOp::Sum);
@@ -42,7 +46,7 @@ Tensor GradientExchange::wait(PendingExchange& e) {
   MT_CHECK(e.active(), "internal: waiting for a gradient exchange that was never launched");
   const auto start = std::chrono::steady_clock::now();
   finish(e.work, *group_,
-         std::string(e.full_precision ? "full-precision" : compressor_->name()) +
+         std::string(e.full_precision ? "full-precision" : e.compressor->name()) +
              " gradient exchange (" + std::to_string(e.numel) + " values)");
   stats_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -50,18 +54,23 @@ Tensor GradientExchange::wait(PendingExchange& e) {
   const float scale = 1.0f / static_cast<float>(group_->size());
   Tensor sum;
   if (e.summable) {
-    sum = e.full_precision ? e.payload : compressor_->decompress(e.payload, e.numel);
+    sum = e.full_precision ? e.payload : e.compressor->decompress(e.payload, e.numel);
   } else {
     // Every rank decodes every rank's payload and sums them in rank order: the same floating
     // point additions everywhere, so all ranks get bit-identical averages.
     const int64_t len = e.payload.numel();
     sum = Tensor::zeros({e.numel});
     for (int r = 0; r < group_->size(); ++r)
-      sum.add_(compressor_->decompress(e.gathered.narrow(0, r * len, len).contiguous(), e.numel));
+      sum.add_(e.compressor->decompress(e.gathered.narrow(0, r * len, len).contiguous(), e.numel));
   }
   Tensor avg = sum.contiguous().clone();
   avg.mul_(scale);
   return avg;
+}
+
+void GradientExchange::warm_up(const CompressionOptions& options, int64_t iteration) {
+  if (options.type != "TOPK" || iteration >= options.topk_warmup_iters) return;
+  set_compressor(make_topk_compressor(topk_ratio_at(options, iteration)));
 }
 
 std::string GradientExchange::take_summary(int64_t iterations) {

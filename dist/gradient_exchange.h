@@ -21,6 +21,7 @@ namespace mt::dist {
 
 struct PendingExchange {
   std::shared_ptr<Work> work;
+  std::shared_ptr<const Compressor> compressor;  // the one that encoded it (TOPK warm-up swaps)
   Tensor payload;      // this rank's payload (summable: reduced in place)
   Tensor gathered;     // allgather output: every rank's payload, in rank order
   bool full_precision = false;
@@ -42,10 +43,18 @@ class GradientExchange {
   GradientExchange(std::shared_ptr<ProcessGroup> group, std::unique_ptr<Compressor> compressor,
                    int64_t numel);
 
-  PendingExchange launch(const Tensor& flat_grad, bool full_precision);
+  // own_decoded (optional): this rank's decoded payload, for momentum factor masking; left
+  // undefined for a full-precision exchange.
+  PendingExchange launch(const Tensor& flat_grad, bool full_precision, Tensor* own_decoded = nullptr);
   Tensor wait(PendingExchange& exchange);
 
   const Compressor& compressor() const { return *compressor_; }
+  // Exchanges launched from now on use this compressor; those in flight keep theirs. Every rank
+  // must swap at the same iteration (TOPK ratio warm-up: payload sizes must agree).
+  void set_compressor(std::unique_ptr<Compressor> compressor) { compressor_ = std::move(compressor); }
+  // TOPK ratio warm-up: during options.topk_warmup_iters, exchanges from now on use the ratio of
+  // `iteration` (topk_ratio_at); a no-op for other compressors and after the warm-up.
+  void warm_up(const CompressionOptions& options, int64_t iteration);
   ErrorFeedback& error_feedback() { return feedback_; }
   ExchangeStats& stats() { return stats_; }
   // "TWO_BIT(tau=0.5): 12.3 KB sent per iteration (float32 196 KB, ratio 16.0x), waiting
@@ -54,7 +63,7 @@ class GradientExchange {
 
  private:
   std::shared_ptr<ProcessGroup> group_;
-  std::unique_ptr<Compressor> compressor_;
+  std::shared_ptr<const Compressor> compressor_;
   ErrorFeedback feedback_;
   ExchangeStats stats_;
 };

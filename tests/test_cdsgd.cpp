@@ -18,6 +18,7 @@
 #include "dist/cdsgd_synchronizer.h"
 #include "dist/compressed_ssgd_synchronizer.h"
 #include "dist/factory.h"
+#include "dist/momentum_correction.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
@@ -285,15 +286,16 @@ TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
   mo.timeout = std::chrono::seconds(240);
   EXPECT_TRUE(mt::testing::run_ranks(4, [&](mt::testing::RankContext& ctx) {
     std::ostringstream log;
-    // Momentum 0.9 on the global weights is unstable with 2-bit gradients here (docs/PERF.md);
-    // DGC-style momentum correction is later work.
+    // The config's momentum 0.9 (nesterov): 2-bit gradients and the one-step delay need the
+    // momentum correction (on by default) to train with it (docs/PERF.md).
     const double acc = mt::testing::train_synthetic_mlp(
         ctx.group, ctx.rank, dir.string(),
         {"dist.algorithm=cdsgd", "dist.compression=TWO_BIT", "dist.compression_tau=0.05",
-         "dist.cdsgd_warmup_iters=10", "optimizer.momentum=0", "optimizer.lr=0.2"},
+         "dist.cdsgd_warmup_iters=10"},
         log);
     if (ctx.rank == 0) {
       EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
+      EXPECT_NE(log.str().find("+momentum-correction"), std::string::npos) << log.str();
       EXPECT_NE(log.str().find("CD-SGD TWO_BIT"), std::string::npos) << log.str();
       EXPECT_NE(log.str().find("sent per iteration"), std::string::npos) << log.str();
     }
@@ -336,6 +338,221 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
       auto s = dist::make_synchronizer(ctx.group, sc);
       s->setup(model, *opt);
       EXPECT_EQ(s->name(), algo + "/SIGN");
+    }
+  }).ok_or_report());
+}
+
+// Momentum correction's direction followed by plain SGD is, bit for bit, optim::SGD with the
+// same momentum, dampening, Nesterov and weight decay: the velocity it exchanges is exactly
+// SGD's momentum buffer (so with lossless compression, CD-SGD/compressed S-SGD with the
+// correction are momentum SGD).
+TEST(MomentumCorrection, DirectionThenPlainSgdIsSgdWithMomentum) {
+  struct Case { double momentum, dampening; bool nesterov; double wd; bool decoupled; };
+  for (const Case c : {Case{0.9, 0.0, false, 0.0, false}, Case{0.9, 0.0, true, 5e-4, false},
+                       Case{0.8, 0.1, false, 1e-3, false}, Case{0.9, 0.0, true, 1e-2, true}}) {
+    const std::vector<float> w0 = {0.5f, -1.25f, 2.0f, 0.01f, -0.3f};
+    VectorModel model(w0);
+    optim::OptimizerOptions o;
+    o.lr = 0.07;
+    o.momentum = c.momentum;
+    o.dampening = c.dampening;
+    o.nesterov = c.nesterov;
+    o.weight_decay = c.wd;
+    o.decoupled_weight_decay = c.decoupled;
+    auto sgd = optim::build_optimizer("sgd", model.parameters(), o);
+    dist::MomentumCorrectionOptions mo;
+    mo.momentum = c.momentum;
+    mo.dampening = c.dampening;
+    mo.nesterov = c.nesterov;
+    (c.decoupled ? mo.decoupled_weight_decay : mo.weight_decay) = c.wd;
+    dist::MomentumCorrection mc(5, mo);
+    Tensor w = Tensor::from_vector(w0, {5});
+    core::Generator gen(3);
+    for (int t = 0; t < 6; ++t) {
+      std::vector<float> g(5);
+      for (auto& v : g) v = gen.uniform() * 2.0f - 1.0f;
+      Tensor(model.w_).set_grad(Tensor::from_vector(g, {5}));
+      sgd->step();
+      sgd->zero_grad();
+      dist::sgd_apply(w, mc.direction(Tensor::from_vector(g, {5}), w), o.lr, mo.decoupled_weight_decay);
+      ASSERT_EQ(w.to_vector(), model.w_.to_vector()) << "step " << t << " nesterov " << c.nesterov;
+    }
+  }
+}
+
+TEST(MomentumCorrection, MaskingClearsTheVelocityOfSentCoordinatesOnly) {
+  dist::MomentumCorrectionOptions mo;
+  mo.momentum = 0.5;
+  mo.mask_sent = true;
+  dist::MomentumCorrection mc(4, mo);
+  const Tensor w = Tensor::zeros({4});
+  mc.direction(Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4}), w);
+  mc.mask_sent(Tensor::from_vector(std::vector<float>{0, 2.5f, 0, -1}, {4}));
+  EXPECT_EQ(mc.velocity().to_vector(), (std::vector<float>{1, 0, 3, 0}));
+  // The next direction starts from the masked velocity: m*u + g.
+  const auto d = mc.direction(Tensor::from_vector(std::vector<float>{1, 1, 1, 1}, {4}), w).to_vector();
+  EXPECT_EQ(d, (std::vector<float>{1.5f, 1, 2.5f, 1}));
+  // Without masking (dense compressors) nothing is cleared.
+  mo.mask_sent = false;
+  dist::MomentumCorrection dense(2, mo);
+  dense.direction(Tensor::from_vector(std::vector<float>{1, 2}, {2}), Tensor::zeros({2}));
+  dense.mask_sent(Tensor::from_vector(std::vector<float>{1, 1}, {2}));
+  EXPECT_EQ(dense.velocity().to_vector(), (std::vector<float>{1, 2}));
+  // Bad settings name the field.
+  mo.momentum = 0;
+  EXPECT_NE(error_of([&] { dist::MomentumCorrection(2, mo); }).find("optimizer.momentum"),
+            std::string::npos);
+}
+
+TEST(TopkWarmup, RatioFallsExponentiallyFromOneToTheTarget) {
+  dist::CompressionOptions o;
+  o.type = "TOPK";
+  o.topk_ratio = 0.01;
+  o.topk_warmup_iters = 4;
+  EXPECT_NEAR(dist::topk_ratio_at(o, 0), std::pow(0.01, 0.25), 1e-12);
+  EXPECT_NEAR(dist::topk_ratio_at(o, 1), 0.1, 1e-12);
+  EXPECT_NEAR(dist::topk_ratio_at(o, 2), std::pow(0.01, 0.75), 1e-12);
+  EXPECT_EQ(dist::topk_ratio_at(o, 3), 0.01);
+  EXPECT_EQ(dist::topk_ratio_at(o, 100), 0.01);
+  o.topk_warmup_iters = 0;
+  EXPECT_EQ(dist::topk_ratio_at(o, 0), 0.01);
+  o.topk_warmup_iters = -1;
+  EXPECT_NE(error_of([&] { dist::make_compressor(o); }).find("dist.topk_warmup_iters"), std::string::npos);
+}
+
+// The exchange's payload follows the warm-up, and an exchange launched before a swap still
+// decodes with its own compressor (CD-SGD waits for it one iteration later).
+TEST(TopkWarmup, Gloo_ExchangeUsesTheRatioOfItsIterationAndDecodesInFlightOnes) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    dist::CompressionOptions o;
+    o.type = "TOPK";
+    o.topk_ratio = 0.01;
+    o.topk_warmup_iters = 2;
+    const int64_t n = 1000;
+    dist::GradientExchange ex(ctx.group, dist::make_compressor(o), n);
+    std::vector<float> g(n);
+    for (int64_t i = 0; i < n; ++i) g[i] = static_cast<float>((i * 37) % 101) - 50.0f + 0.001f * i;
+    const Tensor grad = Tensor::from_vector(g, {n});
+    ex.warm_up(o, 0);  // ratio 0.1: 100 values
+    dist::PendingExchange first = ex.launch(grad, false);
+    EXPECT_EQ(first.payload.numel(), 8 * 100);
+    ex.warm_up(o, 1);  // ratio 0.01: 10 values
+    dist::PendingExchange second = ex.launch(Tensor::zeros({n}), false);
+    EXPECT_EQ(second.payload.numel(), 8 * 10);
+    // Both ranks sent the same 100 largest values: the average is exactly them.
+    const auto avg = ex.wait(first).to_vector();
+    int nonzero = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (avg[i] == 0.0f) continue;
+      ++nonzero;
+      EXPECT_EQ(avg[i], g[i]) << i;
+    }
+    EXPECT_EQ(nonzero, 100);
+    ex.wait(second);
+  }).ok_or_report());
+}
+
+// With lossless compression, compressed S-SGD with momentum correction (velocities exchanged,
+// plain SGD step) is S-SGD with momentum, up to float summation order.
+TEST(CompressedSsgd, Gloo_MomentumCorrectionWithNoneEqualsMomentumSsgd) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    auto m1 = tiny_mlp(7 + ctx.rank), m2 = tiny_mlp(7 + ctx.rank);
+    auto o1 = plain_sgd(*m1, 0.1, 0.9), o2 = plain_sgd(*m2, 0.1, 0.9);
+    dist::SsgdOptions so;
+    so.schedule = dist::Schedule::BSP;
+    so.config_text = "same";
+    dist::SsgdSynchronizer plain(ctx.group, so);
+    plain.setup(*m1, *o1);
+    train_steps(plain, *m1, *o1, 0, 6, ctx.rank);
+    dist::CompressedSsgdOptions co;
+    co.config_text = "same";
+    dist::MomentumCorrectionOptions mo;
+    mo.momentum = 0.9;
+    co.momentum_correction = mo;
+    dist::CompressedSsgdSynchronizer compressed(ctx.group, co);
+    compressed.setup(*m2, *o2);
+    train_steps(compressed, *m2, *o2, 0, 6, ctx.rank);
+    EXPECT_NE(compressed.name().find("+momentum-correction"), std::string::npos);
+    const auto w1 = all_weights(*m1), w2 = all_weights(*m2);
+    ASSERT_EQ(w1.size(), w2.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < w1.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(w1[i]) - w2[i]));
+    EXPECT_LT(max_diff, 1e-5);
+    // And it did move: momentum SGD from different starting weights (rank 0's broadcast).
+    EXPECT_GT(std::fabs(double(w1[0]) - tiny_mlp(7)->parameters()[0].to_vector()[0]), 0.0);
+  }).ok_or_report());
+}
+
+// CD-SGD with the correction: while in warm-up (full precision, synchronous) it is momentum
+// S-SGD; a checkpoint in the delayed phase (velocity included) resumes exactly.
+TEST(Cdsgd, Gloo_MomentumCorrectionWarmUpIsMomentumSsgdAndResumesExactly) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    dist::MomentumCorrectionOptions mo;
+    mo.momentum = 0.9;
+    mo.nesterov = true;
+    mo.weight_decay = 1e-3;
+    auto options = [&](int warmup, const std::string& comp) {
+      dist::CdsgdOptions o = cdsgd(comp, warmup, 3, 0.04);
+      o.momentum_correction = mo;
+      return o;
+    };
+    {
+      auto m1 = tiny_mlp(7), m2 = tiny_mlp(7);
+      optim::OptimizerOptions oo;
+      oo.lr = 0.1;
+      oo.momentum = 0.9;
+      oo.nesterov = true;
+      oo.weight_decay = 1e-3;
+      auto o1 = optim::build_optimizer("sgd", m1->parameters(), oo);
+      auto o2 = plain_sgd(*m2, 0.1);  // its own momentum is not used by the correction
+      dist::SsgdOptions so;
+      so.schedule = dist::Schedule::BSP;
+      so.config_text = "same";
+      dist::SsgdSynchronizer plain(ctx.group, so);
+      plain.setup(*m1, *o1);
+      train_steps(plain, *m1, *o1, 0, 6, ctx.rank);
+      dist::CdsgdSynchronizer cd(ctx.group, options(100, "NONE"));
+      cd.setup(*m2, *o2);
+      train_steps(cd, *m2, *o2, 0, 6, ctx.rank);
+      const auto w1 = all_weights(*m1), w2 = all_weights(*m2);
+      for (size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w1[i], w2[i], 1e-5) << i;
+    }
+    for (const std::string comp : {"TWO_BIT", "TOPK"}) {
+      auto run = [&](core::StateDict* model_s, core::StateDict* opt_s, core::StateDict* sync_s,
+                     bool resume) {
+        auto m = tiny_mlp(7);
+        auto o = plain_sgd(*m, 0.05);
+        dist::CdsgdSynchronizer s(ctx.group, options(2, comp));
+        s.setup(*m, *o);
+        if (resume) {
+          m->load_state_dict(*model_s);
+          o->load_state_dict(*opt_s);
+          s.load_state_dict(*sync_s);
+        } else {
+          train_steps(s, *m, *o, 0, 5, ctx.rank);
+          if (model_s) {
+            s.prepare_eval(*m);
+            *model_s = m->state_dict();
+            for (auto& [k, t] : *model_s) t = t.clone();
+            *opt_s = o->state_dict();
+            *sync_s = s.state_dict();
+          }
+        }
+        train_steps(s, *m, *o, 5, 10, ctx.rank);
+        s.prepare_eval(*m);
+        return all_weights(*m);
+      };
+      core::StateDict ms, os, ss;
+      const auto straight = run(nullptr, nullptr, nullptr, false);
+      const auto saved = run(&ms, &os, &ss, false);
+      bool has_velocity = false;
+      for (const auto& [k, t] : ss) has_velocity |= k == "velocity";
+      EXPECT_TRUE(has_velocity) << comp;
+      const auto resumed = run(&ms, &os, &ss, true);
+      EXPECT_EQ(straight, saved) << comp;
+      EXPECT_EQ(straight, resumed) << comp;
     }
   }).ok_or_report());
 }
