@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# One-command comparison of the distributed algorithms on an emulated cluster: 4 ranks of LeNet-5
-# on Fashion-MNIST (configs/lenet_fashion_mnist_dist.prototxt, batch 16 per rank), one rank per
+# One-command comparison of the distributed algorithms on an emulated cluster: 4 (or --nproc)
+# ranks of LeNet-5 (or --model resnet20) on Fashion-MNIST (configs/lenet_fashion_mnist_dist.prototxt,
+# batch 16 per rank unless --batch), one rank per
 # network namespace of apps/scripts/netns_testbed.sh (links shaped by tbf, no delay: this VM has no
 # netem), for every algorithm x network preset:
-#   algorithms  S-SGD BSP, S-SGD MGWFBP, CD-SGD TWO_BIT, DS-Sync (butterfly groups of 2; on
+#   algorithms  by default S-SGD BSP, S-SGD MGWFBP, CD-SGD TWO_BIT, DS-Sync (butterfly groups of 2; on
 #               two_racks told the racks, cross-rack groups every 2nd iteration)
-#   presets     flat, two_racks (inter-rack link RATE/4), straggler (one host at RATE/10);
+#   presets     flat, two_racks (ranks split in two halves; inter-rack link RATE/4 or
+#               --inter-rate), straggler (one host at RATE/10);
 #               contention (host 0's link alternating RATE/5 and RATE every 2 s) on request
 # It collects every rank's log and metrics.jsonl, then writes DIR/report.md (a table: time per
 # iteration, throughput, final test accuracy, wall time; and the cost model's prediction when
@@ -13,6 +15,8 @@
 #   iter_time.png, throughput.png, accuracy_vs_time.png, predicted_vs_measured.png (with the model)
 #
 #   bash apps/scripts/report.sh [--quick] [--out DIR] [--bin PATH] [--rate RATE] [--presets "P ..."]
+#                               [--algorithms "A ..."] [--nproc N] [--model NAME] [--batch B]
+#                               [--inter-rate RATE] [--epochs E] [--iters I] [--set KEY=VALUE]...
 #
 # --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
 #            instead of 5 epochs of 300 iterations
@@ -22,13 +26,22 @@
 # --bin      the mintrain binary (default $MT_BIN or build/report/apps/mintrain)
 # --rate     host link rate, tc units (default 100mbit)
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
+# --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
+#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync
+#            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
+# --nproc    ranks, one per emulated host (default 4; even, for two_racks)
+# --model    lenet5 (default) or any model of the registry that takes 1x28x28 input (resnet20)
+# --batch    per-rank batch (default 16)
+# --inter-rate  two_racks: the link between the racks (default RATE/4)
+# --epochs, --iters  epochs and training iterations per epoch (override --quick's or the defaults)
+# --set KEY=VALUE    a config override for every run (and the model), e.g. dist.cdsgd_k=0
 # Needs root (network namespaces), gnuplot (Debian: gnuplot-nox) and the Fashion-MNIST files in
 # /usr/share/datasets/fashion-mnist. The testbed (namespaces prefixed MT_TESTBED_PREFIX, default
 # mtr here) is torn down at the end, also on failure or Ctrl-C. Time per iteration is the median
 # over the progress windows of rank 0's metrics (time/iteration deltas; windows that contain an
 # evaluation are left out); throughput is the median of the windows' img/s (all ranks together);
 # wall time is from starting the ranks until the last one exits (rendezvous and evaluation
-# included). The 4 ranks share this machine's cores, so compute is slower than on 4 real hosts.
+# included). The ranks share this machine's cores, so compute is slower than on real hosts.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -38,6 +51,13 @@ out=runs/report
 bin=${MT_BIN:-build/report/apps/mintrain}
 rate=100mbit
 presets="flat two_racks straggler"
+algorithm_list="ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync"
+epochs_opt="" iters_opt=""
+extra_sets=()
+nproc=4
+model=lenet5
+batch=16
+inter_rate=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 ;;
@@ -45,7 +65,15 @@ while [[ $# -gt 0 ]]; do
     --bin) bin=${2:?--bin needs a path}; shift ;;
     --rate) rate=${2:?--rate needs e.g. 100mbit}; shift ;;
     --presets) presets=${2:?--presets needs a list}; shift ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --nproc) nproc=${2:?--nproc needs a number}; shift ;;
+    --epochs) epochs_opt=${2:?--epochs needs a number}; shift ;;
+    --iters) iters_opt=${2:?--iters needs a number}; shift ;;
+    --set) extra_sets+=(--set "${2:?--set needs KEY=VALUE}"); shift ;;
+    --algorithms) algorithm_list=${2:?--algorithms needs a list}; shift ;;
+    --model) model=${2:?--model needs a name}; shift ;;
+    --batch) batch=${2:?--batch needs a number}; shift ;;
+    --inter-rate) inter_rate=${2:?--inter-rate needs e.g. 100mbit}; shift ;;
+    -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "report.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -65,29 +93,57 @@ for p in $presets; do
   esac
 done
 
+for a in $algorithm_list; do
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync)" >&2; exit 2 ;;
+  esac
+done
+
 export MT_TESTBED_PREFIX=${MT_TESTBED_PREFIX:-mtr}   # apart from the tests' and benchmarks' testbeds
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 TESTBED=apps/scripts/netns_testbed.sh
 CONFIG=configs/lenet_fashion_mnist_dist.prototxt
-NPROC=4
-BATCH=16
+NPROC=$nproc
+BATCH=$batch
+[[ $NPROC =~ ^[0-9]+$ ]] && ((NPROC >= 2)) || { echo "report.sh: --nproc must be a number >= 2" >&2; exit 2; }
+[[ $BATCH =~ ^[0-9]+$ ]] && ((BATCH >= 1)) || { echo "report.sh: --batch must be a number >= 1" >&2; exit 2; }
+[[ " $presets " != *" two_racks "* ]] || ((NPROC % 2 == 0)) || {
+  echo "report.sh: two_racks needs an even --nproc (two racks of NPROC/2)" >&2; exit 2; }
+RACK=$((NPROC / 2))
 if ((quick)); then epochs=3 limit=60 every=10 eval_limit=2; else epochs=5 limit=300 every=20 eval_limit=5; fi
-rate_bits=$(bash -c 'r=${1,,}; [[ $r =~ ^([0-9]+)(bit|kbit|mbit|gbit)?$ ]] || exit 1
+epochs=${epochs_opt:-$epochs}
+limit=${iters_opt:-$limit}
+[[ $epochs =~ ^[0-9]+$ && $limit =~ ^[0-9]+$ ]] && ((epochs >= 1 && limit >= 1)) || {
+  echo "report.sh: --epochs and --iters must be numbers >= 1" >&2; exit 2; }
+((limit >= 2 * every)) || every=$(( limit / 4 > 0 ? limit / 4 : 1 ))
+to_bits() { bash -c 'r=${1,,}; [[ $r =~ ^([0-9]+)(bit|kbit|mbit|gbit)?$ ]] || exit 1
   case ${BASH_REMATCH[2]} in kbit) m=1000;; mbit) m=1000000;; gbit) m=1000000000;; *) m=1;; esac
-  echo $((BASH_REMATCH[1] * m))' _ "$rate") || { echo "report.sh: bad --rate '$rate' (e.g. 100mbit)" >&2; exit 2; }
+  echo $((BASH_REMATCH[1] * m))' _ "$1"; }
+rate_bits=$(to_bits "$rate") || { echo "report.sh: bad --rate '$rate' (e.g. 100mbit)" >&2; exit 2; }
+if [[ -n $inter_rate ]]; then
+  inter_bits=$(to_bits "$inter_rate") || { echo "report.sh: bad --inter-rate '$inter_rate' (e.g. 100mbit)" >&2; exit 2; }
+else
+  inter_bits=$((rate_bits / 4))
+fi
+export INTER_RATE="${inter_bits}bit"   # read by the testbed's two_racks preset
 
-algorithms=(ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync)
-declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_mgwfbp]="S-SGD MGWFBP" [cdsgd_two_bit]="CD-SGD TWO_BIT"
+read -r -a algorithms <<<"$algorithm_list"
+declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]="S-SGD FUSION"
+                  [ssgd_mgwfbp]="S-SGD MGWFBP" [cdsgd_two_bit]="CD-SGD TWO_BIT"
+                  [ssgd_two_bit]="compressed S-SGD TWO_BIT"
                   [dssync]="DS-Sync")
 # The config overrides of each algorithm (and of DS-Sync on two racks, below).
 algo_sets() {
   case $1 in
     ssgd_bsp) echo "dist.algorithm=ssgd dist.schedule=BSP" ;;
+    ssgd_wfbp) echo "dist.algorithm=ssgd dist.schedule=WFBP" ;;
+    ssgd_fusion) echo "dist.algorithm=ssgd dist.schedule=FUSION" ;;
     ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.schedule=MGWFBP" ;;
+    ssgd_two_bit) echo "dist.algorithm=ssgd dist.compression=TWO_BIT" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
     dssync) echo "dist.algorithm=dssync dist.dssync_group_size=2"
-            [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=2 dist.dssync_cross_period=2" ;;
+            [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=$RACK dist.dssync_cross_period=2" ;;
   esac
 }
 
@@ -130,7 +186,7 @@ for preset in $presets; do
     for ((r = 0; r < NPROC; r++)); do
       bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
           MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-          timeout 600 "$bin" train "$CONFIG" "${sets[@]}" \
+          timeout 900 "$bin" train "$CONFIG" "${sets[@]}" --set "model.name=$model" "${extra_sets[@]}" \
           --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
           --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
           --set dist.interface=eth0 --set dist.timeout_seconds=90 --set checkpoint.every_epochs=0 \
@@ -163,20 +219,21 @@ if "$bin" model --help >/dev/null 2>&1; then
   for preset in $presets; do
     net=(--bandwidth-gbps "$gbps")
     case $preset in
-      two_racks) net+=(--ranks-per-rack 2 --inter-bandwidth-gbps "$(echo "scale=6; $gbps / 4" | bc)") ;;
+      two_racks) net+=(--ranks-per-rack "$RACK" --inter-bandwidth-gbps "$(echo "scale=6; $inter_bits / 1000000000" | bc)") ;;
       # A ring is as fast as its slowest link: the straggler's.
       straggler) net=(--bandwidth-gbps "$(echo "scale=6; $gbps / 10" | bc)") ;;
       contention) ;;  # the model knows no time-varying links: the full rate
     esac
-    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT \
+    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" "${extra_sets[@]}" \
         --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$out/model_$preset.txt" 2>&1 || {
       log "mintrain model failed for $preset (see $out/model_$preset.txt)"; continue; }
     # The row "4  BSP (eff) WFBP (eff) FUSION (eff) MGWFBP (eff) CD-SGD (eff) DS-Sync (eff)".
     awk -v n="$NPROC" -v p="$preset" '
       /^milliseconds per iteration/ { table = 1; next }
       table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
-        printf "%s\tssgd_bsp\t%s\n%s\tssgd_mgwfbp\t%s\n%s\tcdsgd_two_bit\t%s\n%s\tdssync\t%s\n",
-               p, f[2], p, f[5], p, f[6], p, f[7]; exit }' "$out/model_$preset.txt" >>"$predicted"
+        printf "%s\tssgd_bsp\t%s\n%s\tssgd_wfbp\t%s\n%s\tssgd_fusion\t%s\n%s\tssgd_mgwfbp\t%s\n",
+               p, f[2], p, f[3], p, f[4], p, f[5]
+        printf "%s\tcdsgd_two_bit\t%s\n%s\tdssync\t%s\n", p, f[6], p, f[7]; exit }' "$out/model_$preset.txt" >>"$predicted"
   done
 else
   log "this mintrain has no 'model' command: the report has no predicted-vs-measured part"
@@ -228,7 +285,7 @@ bars() {  # $1: summary column
 bars 3 >"$out/iter_time.dat"
 bars 4 >"$out/throughput.dat"
 ncol=$((${#preset_list[@]} + 1))
-what="LeNet-5, Fashion-MNIST, $NPROC ranks x batch $BATCH, $rate links"
+what="$model, Fashion-MNIST, $NPROC ranks x batch $BATCH, $rate links"
 common="set terminal pngcairo noenhanced size 1000,600 font 'sans,11'; set datafile missing '?'; set key outside right top;
 set grid ytics; set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1;
 set boxwidth 0.9; set xtics nomirror; set yrange [0:*]"
@@ -314,8 +371,8 @@ fi
     fi
   done <"$summary"
   echo
-  echo "Presets: flat = every host link at $rate; two_racks = hosts 0-1 and 2-3 in two racks joined by one" \
-       "link at $((rate_bits / 4 / 1000000)) Mbit/s; straggler = host 3's link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
+  echo "Presets: flat = every host link at $rate; two_racks = hosts 0-$((RACK - 1)) and $RACK-$((NPROC - 1)) in two racks joined by one" \
+       "link at $((inter_bits / 1000000)) Mbit/s; straggler = host $((NPROC - 1))'s link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
        "contention = host 0's link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s."
   echo "ms / iteration: median over rank 0's progress windows (every $every iterations) of the time/iteration" \
        "deltas in metrics.jsonl; throughput: median img/s of those windows, all ranks; wall time: start of" \
