@@ -1,6 +1,7 @@
 #include "apps/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
@@ -53,6 +54,17 @@ uint64_t meta_uint(const core::Archive& a, const std::string& path, const std::s
   MT_FAIL("checkpoint \"", path, "\": entry \"", key, "\" is not an unsigned integer (\"", s, "\")");
 }
 
+double meta_double(const core::Archive& a, const std::string& path, const std::string& key) {
+  const std::string& s = meta(a, path, key);
+  try {
+    size_t used = 0;
+    const double v = std::stod(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {  // not a number, or out of double's range
+  }
+  MT_FAIL("checkpoint \"", path, "\": entry \"", key, "\" is not a number (\"", s, "\")");
+}
+
 // The iteration number in "iter-000001876.ckpt", or -1 for any other name.
 int64_t iteration_of(const std::string& name) {
   const std::string prefix = kPrefix, suffix = kSuffix;
@@ -83,6 +95,11 @@ void save_checkpoint(const std::string& path, const layers::Module& model,
   a.meta["rng_offset"] = std::to_string(state.rng_offset);
   a.meta["config"] = state.config_text;
   a.meta["synchronizer"] = sync.name();
+  if (state.loss_scale) {
+    a.meta["loss_scale"] = to_text(state.loss_scale->scale);
+    a.meta["loss_scale_good_steps"] = std::to_string(state.loss_scale->good_steps);
+    a.meta["loss_scale_overflow_steps"] = std::to_string(state.loss_scale->overflow_steps);
+  }
   a.add("model.", model.state_dict());
   a.add("optim.", optimizer.state_dict());
   a.add("sync.", sync.state_dict());
@@ -110,6 +127,16 @@ TrainingState load_checkpoint(const std::string& path, layers::Module* model,
   }
   MT_CHECK(s.epoch >= 0 && s.next_batch >= 0 && s.global_iteration >= 0, "checkpoint \"", path,
            "\" has a negative epoch, batch or iteration");
+  if (a.meta.count("loss_scale")) {
+    optim::LossScalerState ls;
+    ls.scale = meta_double(a, path, "loss_scale");
+    ls.good_steps = meta_int(a, path, "loss_scale_good_steps");
+    ls.overflow_steps = meta_int(a, path, "loss_scale_overflow_steps");
+    MT_CHECK(std::isfinite(ls.scale) && ls.scale > 0 && ls.good_steps >= 0 && ls.overflow_steps >= 0,
+             "checkpoint \"", path, "\" has an invalid loss scale ", ls.scale, " (good steps ",
+             ls.good_steps, ", overflow steps ", ls.overflow_steps, ")");
+    s.loss_scale = ls;
+  }
 
   // Restoring into the wrong model or optimizer fails inside load_state_dict with the names
   // or shapes that differ; add which file it was.

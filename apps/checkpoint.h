@@ -6,17 +6,21 @@
 //   sync.*    the synchronizer's state (distributed algorithms that keep any)
 //   meta      format, epoch and next batch in it, global iteration, the trainer's RNG state,
 //             best test accuracy so far, and the run config as text (so `mintrain eval` and a
-//             reader of the file know what produced it)
+//             reader of the file know what produced it); with loss scaling (float16) also the
+//             scale, its good-step count and the overflow count (loss_scale*; optional, so
+//             checkpoints without them still load)
 //
 // A CheckpointDir names files by global iteration (iter-000001876.ckpt), keeps the newest K,
 // and keeps best.ckpt (highest test accuracy) apart from the rotation.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dist/synchronizer.h"
 #include "layers/module.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 
 namespace mt::apps {
@@ -30,6 +34,8 @@ struct TrainingState {
   uint64_t rng_seed = 0;         // the trainer's generator (weight init, dropout)
   uint64_t rng_offset = 0;
   std::string config_text;       // the run config, text format
+  // The loss scaler's state; absent when the run scales no loss (and in older checkpoints).
+  std::optional<optim::LossScalerState> loss_scale;
 };
 
 // Writes atomically (an interrupted save leaves any previous file intact).

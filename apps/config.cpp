@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -203,6 +204,17 @@ void validate_config(const RunConfig& c) {
   check_min("threads", c.threads(), 0);
   check_name("on_nonfinite", c.on_nonfinite(), {"stop", "skip"});
   core::Device::parse(c.device());
+  check_name("precision", c.precision(), {"fp32", "bf16", "fp16"});
+  check_min("cuda.cudnn_workspace_mb", c.cuda().cudnn_workspace_mb(), 0);
+  const auto& ls = c.loss_scale();
+  check_name("loss_scale.mode", ls.mode(), {"dynamic", "static", "none"});
+  MT_CHECK(std::isfinite(ls.init_scale()) && ls.init_scale() > 0,
+           "loss_scale.init_scale must be a positive number (got ", ls.init_scale(), ")");
+  MT_CHECK(std::isfinite(ls.growth_factor()) && ls.growth_factor() > 1,
+           "loss_scale.growth_factor must be > 1 (got ", ls.growth_factor(), ")");
+  MT_CHECK(ls.backoff_factor() > 0 && ls.backoff_factor() < 1,
+           "loss_scale.backoff_factor must be in (0, 1) (got ", ls.backoff_factor(), ")");
+  check_min("loss_scale.growth_interval", ls.growth_interval(), 1);
 
   const auto& m = c.model();
   check_name("model.name", m.name(), layers::model_names());

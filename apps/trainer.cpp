@@ -5,14 +5,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops/nn.h"
 #include "core/ops/reduction.h"
+#include "core/precision.h"
 #include "core/runtime.h"
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/math_mode.h"
+#endif
 #include "dist/factory.h"
 #include "dist/rendezvous.h"
+#include "dist/replicas.h"
 #include "optim/registry.h"
 
 namespace mt::apps {
@@ -42,12 +48,39 @@ std::string lr_text(double lr) { return lr >= 1e-3 || lr == 0 ? format("%.4f", l
 // A JSON number (JSON has no NaN/Inf: write null).
 std::string num(double v) { return std::isfinite(v) ? format("%.6g", v) : "null"; }
 
+// loss_scale.mode as the run uses it: the config's when it sets one, else dynamic scaling for
+// float16 (whose gradients underflow without it) and none for the other precisions.
+std::string loss_scale_mode(const RunConfig& c) {
+  if (c.has_loss_scale() && c.loss_scale().has_mode()) return c.loss_scale().mode();
+  return c.precision() == "fp16" ? "dynamic" : "none";
+}
+
+std::unique_ptr<optim::DynamicLossScaler> make_loss_scaler(const RunConfig& c) {
+  const std::string mode = loss_scale_mode(c);
+  if (mode == "none") return nullptr;
+  const auto& lc = c.loss_scale();
+  optim::LossScalerOptions o;
+  o.dynamic = mode == "dynamic";
+  o.init_scale = lc.init_scale();
+  o.growth_factor = lc.growth_factor();
+  o.backoff_factor = lc.backoff_factor();
+  o.growth_interval = lc.growth_interval();
+  return std::make_unique<optim::DynamicLossScaler>(o);
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(options) {
   validate_config(config_);
   core::set_num_threads(config_.threads());
+  // Process-wide numeric settings: the compute precision of matmul/conv (core/precision.h),
+  // and on the GPU TF32 and the cuDNN workspace limit (core/kernels/cuda/math_mode.h).
+  core::set_compute_precision(core::parse_compute_precision(config_.precision()));
+#ifdef MT_CUDA_KERNELS
+  core::cuda::set_allow_tf32(config_.cuda().allow_tf32());
+  core::cuda::set_conv_workspace_limit(static_cast<size_t>(config_.cuda().cudnn_workspace_mb()) << 20);
+#endif
 
   device_ = core::Device::parse(config_.device());
   MT_CHECK(device_.is_cpu() || core::cuda_device_count() > device_.index, "device \"",
@@ -102,8 +135,22 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   oopt.beta2 = oc.beta2();
   oopt.eps = oc.eps();
   oopt.no_decay_1d = oc.no_decay_1d();
+  auto loss_scaler = make_loss_scaler(config_);
+  if (loss_scaler && group_) {
+    // The guard unscales after the synchronizer has exchanged the (scaled) gradients; that is
+    // only right where the exchange is a plain average: compressed exchanges keep residuals
+    // and momenta of scaled values across steps, and CD-SGD and DS-Sync step on local
+    // gradients outside the guard (or per rank, so the ranks' scales would drift apart).
+    const auto& dc = config_.dist();
+    MT_CHECK(dc.algorithm() == "ssgd" && dc.compression() == "NONE", "loss scaling (precision \"",
+             config_.precision(), "\", loss_scale.mode \"", loss_scale_mode(config_),
+             "\") works with dist.algorithm \"ssgd\" without compression only (got algorithm \"",
+             dc.algorithm(), "\", compression \"", dc.compression(),
+             "\"); use precision \"bf16\", which needs no loss scaling, or plain S-SGD");
+  }
   optimizer_ = std::make_unique<optim::StepGuard>(
-      optim::build_optimizer(oc.name(), model_->parameters(), oopt), oc.max_grad_norm());
+      optim::build_optimizer(oc.name(), model_->parameters(), oopt), oc.max_grad_norm(),
+      std::move(loss_scaler));
 
   const auto& sc = config_.lr_schedule();
   optim::LrScheduleOptions sopt;
@@ -119,6 +166,11 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   schedule_ = std::make_unique<optim::LrSchedule>(sopt);
 
   sync_->setup(*model_, *optimizer_);
+  if (group_ && group_->size() > 1 && group_->backend() == "gloo") {
+    std::vector<int> everyone(static_cast<size_t>(group_->size()));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    control_ = group_->subgroup(everyone);  // a second connection of the same ranks
+  }
   state_.config_text = config_to_text(config_);
   state_.rng_seed = gen_->seed();
   state_.rng_offset = gen_->offset();
@@ -182,6 +234,7 @@ void Trainer::connect() {
   sc.dampening = oc.dampening();
   sc.nesterov = oc.nesterov();
   sc.weight_decay = oc.weight_decay();
+  sc.decoupled_weight_decay = oc.decoupled_weight_decay();
   sc.config_text = config_to_text(config_);
   sc.timeline = timeline_;
   sc.log = options_.quiet ? nullptr : &log();
@@ -211,6 +264,14 @@ void Trainer::resume(const std::string& path) {
   state_.config_text = config_text;
   gen_->set_state(s.rng_seed, s.rng_offset);
   resumed_ = true;
+  if (optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) {
+    if (s.loss_scale) {
+      scaler->load_state_dict(*s.loss_scale);
+    } else if (chatty) {
+      log() << "note: " << file << " holds no loss scale; starting from loss_scale.init_scale "
+            << scaler->scale() << "\n";
+    }
+  }
   if (chatty) {
     log() << "resumed from " << file << " at epoch " << s.epoch + 1 << " batch " << s.next_batch
           << " (iteration " << s.global_iteration << ")\n";
@@ -229,12 +290,14 @@ TrainingState Trainer::snapshot() const {
   TrainingState s = state_;
   s.rng_seed = gen_->seed();
   s.rng_offset = gen_->offset();
+  s.loss_scale.reset();
+  if (const optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) s.loss_scale = scaler->state_dict();
   return s;
 }
 
 std::string Trainer::save_checkpoint(bool best) {
   if (config_.checkpoint().dir().empty()) return "";
-  sync_->prepare_eval(*model_);  // collective (e.g. buffers from rank 0): every rank calls it
+  sync_->prepare_checkpoint(*model_);  // collective (every rank's state to rank 0): all call it
   if (sync_->rank() != 0) return "";
   if (!checkpoints_) {
     checkpoints_ = std::make_unique<CheckpointDir>(resolve_in_output(config_.checkpoint().dir()),
@@ -290,8 +353,36 @@ bool Trainer::agree_to_stop(bool local) {
   return sync_->average(local ? 1.0 : 0.0) > 0.0;
 }
 
+bool Trainer::stop_vote(bool local) {
+  if (!control_) return agree_to_stop(local);
+  bool stop = false;
+  if (stop_vote_work_) {
+    dist::finish(stop_vote_work_, *control_, "agreeing whether to stop (the previous iteration's vote)");
+    stop = stop_vote_.item() > 0.0f;
+  }
+  stop_vote_ = core::Tensor::full({1}, local ? 1.0 : 0.0);
+  stop_vote_work_ = control_->allreduce(stop_vote_);
+  return stop;
+}
+
+void Trainer::drain_stop_vote() {
+  if (!stop_vote_work_) return;
+  dist::finish(stop_vote_work_, *control_, "agreeing whether to stop (the last vote)");
+  stop_vote_work_.reset();
+}
+
+bool Trainer::bad_step_after_guard(double step_loss) {
+  if (!optimizer_->last_step_skipped()) return false;
+  if (!optimizer_->last_step_overflowed()) return true;
+  // A loss-scale overflow is routine (the scale was lowered) unless the loss itself was NaN or
+  // Inf, on any rank. Every rank saw the same averaged gradients and so the same overflow, so
+  // they all join this collective.
+  return agree_to_stop(!std::isfinite(step_loss));
+}
+
 void Trainer::handle_nonfinite_step(double loss) {
   ++nonfinite_in_a_row_;
+  ++bad_steps_;
   const bool skip = config_.on_nonfinite() == "skip";
   constexpr int64_t kMaxInARow = 10;
   const std::string what = format("iteration %lld: the gradient norm is %g (loss %g)",
@@ -299,8 +390,7 @@ void Trainer::handle_nonfinite_step(double loss) {
                                   optimizer_->last_grad_norm(), loss);
   if (skip && nonfinite_in_a_row_ < kMaxInARow) {
     if (!options_.quiet && sync_->rank() == 0) {
-      log() << "warning: " << what << "; step skipped (" << optimizer_->skipped_steps()
-            << " skipped so far)" << std::endl;
+      log() << "warning: " << what << "; step skipped (" << bad_steps_ << " skipped so far)" << std::endl;
     }
     return;
   }
@@ -339,7 +429,12 @@ TrainResult Trainer::train() {
   }
   if (chatty) {
     log() << "model " << config_.model().name() << " (" << model_->num_parameters()
-          << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads\n"
+          << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads";
+    if (config_.precision() != "fp32") log() << ", precision " << config_.precision();
+    if (const optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) {
+      log() << ", " << (scaler->dynamic() ? "dynamic" : "static") << " loss scale " << scaler->scale();
+    }
+    log() << "\n"
           << "train: " << task_->describe_train() << ", " << iters_per_epoch_
           << " iterations/epoch of " << config_.data().batch_size() << "\n"
           << "test:  " << task_->describe_test() << "\n"
@@ -356,7 +451,7 @@ TrainResult Trainer::train() {
   TrainResult result;
   auto stop_requested = [&] {
     const bool at_limit = options_.stop_at_iteration >= 0 && state_.global_iteration >= options_.stop_at_iteration;
-    return at_limit || agree_to_stop(options_.stop_flag && options_.stop_flag->load());
+    return at_limit || stop_vote(options_.stop_flag && options_.stop_flag->load());
   };
 
   model_->train();
@@ -368,6 +463,8 @@ TrainResult Trainer::train() {
     auto window_start = Clock::now();
     double window_wait_start = train_loader->wait_seconds();
     data::LoaderStats window_data = train_loader->stats();
+    const optim::DynamicLossScaler* scaler = optimizer_->loss_scaler();
+    const int64_t overflows_before = scaler ? scaler->overflow_steps() : 0;
     double window_loss = 0.0;
     int64_t window_correct = 0, window_predictions = 0, window_units = 0, window_iters = 0;
 
@@ -394,9 +491,11 @@ TrainResult Trainer::train() {
         }
         {
           dist::TimelineSpan span(timeline_.get(), "backward");
-          // The mean over all k micro-batches: each contributes 1/k of its mean loss.
-          if (accumulation_ > 1) {
-            r.loss.backward(core::Tensor::full(r.loss.shape(), 1.0 / accumulation_));
+          // The mean over all k micro-batches: each contributes 1/k of its mean loss; with
+          // loss scaling, times the scale (the step guard divides it out again).
+          const double seed = optimizer_->loss_scale() / accumulation_;
+          if (seed != 1.0) {
+            r.loss.backward(core::Tensor::full(r.loss.shape(), seed, core::DType::Float32, r.loss.device()));
           } else {
             r.loss.backward();
           }
@@ -410,7 +509,7 @@ TrainResult Trainer::train() {
       }
       sync_->step(*optimizer_);
       optimizer_->zero_grad();
-      if (optimizer_->last_step_skipped()) {
+      if (bad_step_after_guard(step_loss)) {
         handle_nonfinite_step(step_loss);
       } else {
         nonfinite_in_a_row_ = 0;
@@ -448,7 +547,8 @@ TrainResult Trainer::train() {
         write_metrics("{\"type\":\"train\",\"epoch\":" + std::to_string(epoch + 1) +
                       ",\"iter\":" + std::to_string(state_.global_iteration) +
                       ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) + ",\"lr\":" + num(lr) +
-                      ",\"" + unit + "_s\":" + num(units_s) + ",\"time\":" + num(seconds_since(start)) + "}");
+                      ",\"" + unit + "_s\":" + num(units_s) + ",\"time\":" + num(seconds_since(start)) +
+                      (scaler ? ",\"loss_scale\":" + num(scaler->scale()) : std::string()) + "}");
         window_start = Clock::now();
         window_wait_start = train_loader->wait_seconds();
         window_data = train_loader->stats();
@@ -464,6 +564,11 @@ TrainResult Trainer::train() {
     // Communication statistics of the epoch (compressed exchanges; "" for the others).
     if (const std::string comm = sync_->epoch_summary(); chatty && !comm.empty()) {
       log() << "epoch " << epoch + 1 << " " << comm << std::endl;
+    }
+    if (scaler && chatty) {
+      log() << "epoch " << epoch + 1 << " loss scale " << scaler->scale() << ", "
+            << scaler->overflow_steps() - overflows_before << " steps skipped for overflow ("
+            << scaler->overflow_steps() << " in total)" << std::endl;
     }
     // End of epoch: evaluate, then checkpoint (so the checkpoint knows the best accuracy).
     const bool last = epoch + 1 == epochs;
@@ -508,6 +613,7 @@ TrainResult Trainer::train() {
     const std::string path = timeline_->write();
     if (chatty) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
   }
+  drain_stop_vote();
   result.iterations = state_.global_iteration;
   result.best_accuracy = state_.best_accuracy;
   result.seconds = seconds_since(start);

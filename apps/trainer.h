@@ -11,6 +11,10 @@
 //                 sync.step(optimizer) -> optimizer.zero_grad()
 // The optimizer is wrapped in a StepGuard (optim/step_guard.h): NaN/Inf gradients skip the step
 // (then on_nonfinite decides: stop, or go on), and optimizer.max_grad_norm clips.
+// Mixed precision: config.precision sets the process-wide compute precision of matmul and
+// convolution (core/precision.h); float16 runs scale the loss (backward is seeded with the
+// scale) and the guard unscales, skips overflowing steps and adapts the scale
+// (optim/loss_scaler.h), which checkpoints keep. config.cuda sets TF32 and cuDNN's workspace.
 // Distributed (WORLD_SIZE > 1 from the launcher, or dist.force_distributed): the trainer joins
 // the rendezvous, builds the synchronizer from config.dist, and each rank reads a disjoint
 // shard of the data (data.batch_size is per rank). Only rank 0 prints, writes metrics and
@@ -96,6 +100,8 @@ class Trainer {
 
   layers::Module& model() { return *model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
+  // The loss scaler (float16 runs; loss_scale.mode), or null when the loss is not scaled.
+  const optim::DynamicLossScaler* loss_scaler() const { return optimizer_->loss_scaler(); }
   const TrainingState& state() const { return state_; }
   const RunConfig& config() const { return config_; }
   const std::string& output_dir() const { return output_dir_; }
@@ -115,7 +121,17 @@ class Trainer {
   // signal reaches the ranks at different moments), so the ranks agree with one tiny
   // collective: any rank asking to stop stops them all.
   bool agree_to_stop(bool local);
-  // After a step the guard skipped (NaN/Inf gradients): stop or go on per on_nonfinite.
+  // The per-iteration stop check: the same agreement, but on its own communicator and one
+  // iteration late (the vote cast now is counted at the next check), so it never waits behind
+  // a gradient exchange still in flight (CD-SGD overlaps the next iteration with it; a vote
+  // queued behind it on the world group would serialize the two). Gloo runs; NCCL runs and
+  // one process fall back to agree_to_stop.
+  bool stop_vote(bool local);
+  void drain_stop_vote();  // waits for the vote in flight (before train() returns)
+  // Whether the step just taken counts as bad (NaN/Inf gradients that loss scaling does not
+  // explain, or a NaN/Inf loss on any rank); then handle_nonfinite_step decides.
+  bool bad_step_after_guard(double step_loss);
+  // After a bad step the guard skipped: stop or go on per on_nonfinite.
   void handle_nonfinite_step(double loss);
 
   RunConfig config_;
@@ -131,6 +147,9 @@ class Trainer {
   std::shared_ptr<dist::ProcessGroup> group_;  // and the world group (null: one process)
   std::shared_ptr<dist::Timeline> timeline_;   // dist.timeline_file (null: off)
   std::unique_ptr<dist::Synchronizer> sync_;
+  std::shared_ptr<dist::ProcessGroup> control_;  // stop votes (stop_vote); null: none
+  core::Tensor stop_vote_;
+  std::shared_ptr<dist::Work> stop_vote_work_;
   int accumulation_ = 1;                       // micro-batches per optimizer step
   std::unique_ptr<CheckpointDir> checkpoints_;
   std::ofstream metrics_;
@@ -138,6 +157,7 @@ class Trainer {
   TrainingState state_;
   bool resumed_ = false;
   int64_t nonfinite_in_a_row_ = 0;
+  int64_t bad_steps_ = 0;  // bad steps skipped in this process (loss-scale overflows excluded)
 };
 
 }  // namespace mt::apps

@@ -149,7 +149,8 @@ void Archive::add(const std::string& prefix, const StateDict& dict) {
   for (const auto& [n, t] : dict) tensors.emplace_back(prefix + n, t);
 }
 
-void save_archive(const std::string& path, const Archive& archive) {
+std::string encode_archive(const Archive& archive, const std::string& what) {
+  const std::string& path = what;  // named in errors
   Writer body;
   body.put<uint64_t>(archive.meta.size() + archive.tensors.size());
   for (const auto& [key, value] : archive.meta) {
@@ -180,7 +181,11 @@ void save_archive(const std::string& path, const Archive& archive) {
   const uLong crc = ::crc32_z(::crc32(0L, Z_NULL, 0),
                               reinterpret_cast<const Bytef*>(file.buf.data()), file.buf.size());
   file.put<uint32_t>(static_cast<uint32_t>(crc));
-  write_atomically(path, file.buf);
+  return std::move(file.buf);
+}
+
+void save_archive(const std::string& path, const Archive& archive) {
+  write_atomically(path, encode_archive(archive, path));
 }
 
 Archive load_archive(const std::string& path) {
@@ -188,7 +193,11 @@ Archive load_archive(const std::string& path) {
   MT_CHECK(in.good(), "cannot open archive \"", path, "\": ", errno_text());
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   MT_CHECK(!in.bad(), "cannot read archive \"", path, "\": ", errno_text());
+  return decode_archive(bytes, path);
+}
 
+Archive decode_archive(const std::string& bytes, const std::string& what) {
+  const std::string& path = what;  // named in errors
   MT_CHECK(bytes.size() >= sizeof(kMagic) &&
                std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0,
            "\"", path, "\" is not a mintrain archive (bad magic bytes; is it a checkpoint?)");

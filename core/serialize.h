@@ -31,4 +31,9 @@ struct Archive {
 void save_archive(const std::string& path, const Archive& archive);
 Archive load_archive(const std::string& path);
 
+// The same format in memory (for sending state between ranks); `what` names the bytes in
+// errors, as the path does for files. decode_archive checks everything load_archive does.
+std::string encode_archive(const Archive& archive, const std::string& what);
+Archive decode_archive(const std::string& bytes, const std::string& what);
+
 }  // namespace mt::core

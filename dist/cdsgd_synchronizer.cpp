@@ -1,5 +1,6 @@
 #include "dist/cdsgd_synchronizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -44,6 +45,8 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
 }
 
 void CdsgdSynchronizer::begin_iteration(int64_t) {
+  rank_states_.clear();
+  gathered_ = false;
   if (showing_global_) {  // after evaluation / a checkpoint: back to the local weights
     unflatten_into_values(local_, params_);
     showing_global_ = false;
@@ -125,6 +128,20 @@ void CdsgdSynchronizer::prepare_eval(layers::Module& model) {
   showing_global_ = true;
 }
 
+core::StateDict CdsgdSynchronizer::own_state() const {
+  core::StateDict state{{"local", showing_global_ ? local_ : flatten_values(params_)},
+                        {"residual", exchange_->error_feedback().residual()}};
+  if (momentum_) momentum_->append_state(state);
+  return state;
+}
+
+void CdsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
+  prepare_eval(model);
+  if (gathered_ || !exchange_) return;
+  rank_states_ = gather_states_to_rank0(*group_, own_state(), "CD-SGD checkpoint state");
+  gathered_ = true;
+}
+
 double CdsgdSynchronizer::average(double value) { return average_over_ranks(*group_, value); }
 
 std::string CdsgdSynchronizer::epoch_summary() {
@@ -147,6 +164,7 @@ core::StateDict CdsgdSynchronizer::state_dict() const {
                         {"residual", exchange_->error_feedback().residual().clone()},
                         {"steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
   if (momentum_) momentum_->append_state(state);
+  append_rank_states(state, "cdsgd.", rank_states_);
   return state;
 }
 
@@ -154,7 +172,7 @@ void CdsgdSynchronizer::load_state_dict(const core::StateDict& state) {
   MT_CHECK(exchange_ != nullptr, "internal: load_state_dict before setup");
   // A checkpoint of another algorithm (e.g. S-SGD's warm start): CD-SGD starts from the
   // model's weights, local = global, with an empty residual.
-  if (state.empty()) {
+  if (std::none_of(state.begin(), state.end(), [](const auto& e) { return e.first == "global"; })) {
     global_ = flatten_values(params_);
     return;
   }
@@ -173,6 +191,17 @@ void CdsgdSynchronizer::load_state_dict(const core::StateDict& state) {
   exchange_->error_feedback().residual().copy_(get("residual").reshape({n}));
   steps_ = get("steps").item_int();
   if (momentum_) momentum_->load_state(state);
+  // This rank's own local weights, residual and velocity, when the checkpoint has every rank's
+  // (otherwise all ranks continue from rank 0's: close, but not the run that never stopped).
+  if (const auto mine = rank_state(state, "cdsgd.", rank(), world_size(), nullptr)) {
+    for (const auto& [name, t] : *mine) {
+      MT_CHECK(name.rfind("velocity", 0) == 0 || t.numel() == n, "checkpoint: CD-SGD state \"cdsgd.rank",
+               rank(), ".", name, "\" holds ", t.numel(), " values, the model ", n);
+      if (name == "local") local_ = t.reshape({n}).clone();
+      if (name == "residual") exchange_->error_feedback().residual().copy_(t.reshape({n}));
+    }
+    if (momentum_) momentum_->load_state(*mine);
+  }
   pending_ = {};
   // The model holds what the checkpoint's model held (W); the local weights return at the next
   // begin_iteration.

@@ -32,8 +32,9 @@
 // Evaluation and checkpoints use W: prepare_eval waits for the exchange in flight, applies it
 // (with the lr of the iteration that produced it, so the result is the same as applying it in
 // the next step), and shows W in the model; the next begin_iteration puts the local weights
-// back. Checkpoints hold W (as the model), the local weights, the residual and the iteration
-// count (state_dict), so a resumed run continues exactly.
+// back. Checkpoints hold W (as the model), the iteration count and every rank's local weights,
+// residual and velocity (state_dict, after prepare_checkpoint), so a resumed run continues
+// exactly on every rank.
 #pragma once
 #include <memory>
 #include <optional>
@@ -66,6 +67,9 @@ class CdsgdSynchronizer final : public Synchronizer {
   void begin_iteration(int64_t iteration) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
+  // prepare_eval, then every rank's local weights, residual and velocity to rank 0 (they differ
+  // between ranks; replicas.h), stored by state_dict as "cdsgd.rank<r>.*".
+  void prepare_checkpoint(layers::Module& model) override;
   double average(double value) override;
   std::string epoch_summary() override;
 
@@ -85,6 +89,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   void apply_pending();
   // W <- update(W, averaged decoded gradients) at learning rate lr.
   void step_global(const Tensor& average, double lr);
+  core::StateDict own_state() const;  // what differs between ranks
 
   std::shared_ptr<ProcessGroup> group_;
   CdsgdOptions options_;
@@ -96,6 +101,8 @@ class CdsgdSynchronizer final : public Synchronizer {
   Tensor global_;  // W, flat
   Tensor local_;   // the local weights while the model shows W (after prepare_eval)
   bool showing_global_ = false;
+  std::vector<core::StateDict> rank_states_;  // rank 0, after prepare_checkpoint
+  bool gathered_ = false;                     // every rank: rank_states_ are current
   PendingExchange pending_;
   double pending_lr_ = 0.0;
   int64_t steps_ = 0;  // optimizer steps taken (iterations)

@@ -35,6 +35,8 @@ void CompressedSsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& 
 
 void CompressedSsgdSynchronizer::step(optim::Optimizer& optimizer) {
   MT_CHECK(exchange_ != nullptr, "rank ", rank(), ": step() before setup()");
+  rank_states_.clear();
+  gathered_ = false;
   exchange_->warm_up(options_.compression, steps_);
   ++steps_;
   ++iterations_since_summary_;
@@ -58,6 +60,15 @@ void CompressedSsgdSynchronizer::prepare_eval(layers::Module& model) {
   broadcast_buffers(*group_, model);  // batch-norm statistics: rank 0's, as S-SGD
 }
 
+void CompressedSsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
+  prepare_eval(model);
+  if (gathered_ || !exchange_) return;
+  core::StateDict mine{{"residual", exchange_->error_feedback().residual()}};
+  if (momentum_) momentum_->append_state(mine);
+  rank_states_ = gather_states_to_rank0(*group_, mine, "compressed S-SGD checkpoint state");
+  gathered_ = true;
+}
+
 double CompressedSsgdSynchronizer::average(double value) { return average_over_ranks(*group_, value); }
 
 std::string CompressedSsgdSynchronizer::epoch_summary() {
@@ -72,6 +83,7 @@ core::StateDict CompressedSsgdSynchronizer::state_dict() const {
   core::StateDict state{{"residual", exchange_->error_feedback().residual().clone()},
                         {"steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
   if (momentum_) momentum_->append_state(state);
+  append_rank_states(state, "cssgd.", rank_states_);
   return state;
 }
 
@@ -85,6 +97,17 @@ void CompressedSsgdSynchronizer::load_state_dict(const core::StateDict& state) {
     exchange_->error_feedback().residual().copy_(t.reshape({t.numel()}));
   }
   if (momentum_) momentum_->load_state(state);
+  // This rank's own residual and velocity, when the checkpoint has every rank's.
+  if (const auto mine = rank_state(state, "cssgd.", rank(), world_size(), nullptr)) {
+    for (const auto& [name, t] : *mine) {
+      if (name != "residual") continue;
+      MT_CHECK(t.numel() == exchange_->error_feedback().numel(), "checkpoint: the compression "
+               "residual of rank ", rank(), " holds ", t.numel(), " values, the model ",
+               exchange_->error_feedback().numel());
+      exchange_->error_feedback().residual().copy_(t.reshape({t.numel()}));
+    }
+    if (momentum_) momentum_->load_state(*mine);
+  }
 }
 
 }  // namespace mt::dist

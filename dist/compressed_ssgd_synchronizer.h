@@ -38,6 +38,9 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
+  // prepare_eval, then every rank's residual and velocity to rank 0 (they differ between ranks;
+  // replicas.h), stored by state_dict as "cssgd.rank<r>.*".
+  void prepare_checkpoint(layers::Module& model) override;
   double average(double value) override;
   std::string epoch_summary() override;
 
@@ -57,6 +60,8 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   std::vector<Tensor> params_;
   int64_t steps_ = 0;
   int64_t iterations_since_summary_ = 0;
+  std::vector<core::StateDict> rank_states_;  // rank 0, after prepare_checkpoint
+  bool gathered_ = false;                     // every rank: rank_states_ are current
 };
 
 // Averages one value over the group's ranks (metrics); shared by the compressed synchronizers.

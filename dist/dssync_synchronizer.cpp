@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <ostream>
 
 #include "core/error.h"
@@ -10,6 +11,24 @@
 #include "dist/replicas.h"
 
 namespace mt::dist {
+namespace {
+
+const std::string kRankPrefix = "dssync.";  // + "ranks", "rank<r>.<entry>" (replicas.h)
+
+int64_t one_int64(const std::string& name, const Tensor& t) {
+  MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
+           " must be one int64, got ", t.str());
+  return t.to(core::Device::cpu()).data<int64_t>()[0];
+}
+
+// The schedule position, if the state has one (not in other algorithms' checkpoints).
+std::optional<int64_t> saved_step(const core::StateDict& state) {
+  for (const auto& [name, t] : state)
+    if (name == "dssync.step") return one_int64(name, t);
+  return std::nullopt;
+}
+
+}  // namespace
 
 DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
     : group_(std::move(group)), options_(std::move(options)) {
@@ -31,6 +50,7 @@ DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSy
 
 void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
+  optimizer_ = &optimizer;
   buffers_.clear();
   for (const auto& [name, b] : model.named_buffers())
     if (b.dtype() == core::DType::Float32) buffers_.push_back(b);
@@ -61,6 +81,12 @@ void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
     communicators_[g] = group_->subgroup(g);
   }
   // No grad-ready hooks: gradients stay local, nothing to start during backward.
+  set_up_ = true;
+  if (pending_state_) {
+    const core::StateDict state = std::move(*pending_state_);
+    pending_state_.reset();
+    restore_state(state);
+  }
 }
 
 void DsSyncSynchronizer::begin_iteration(int64_t iteration) { restore_local(); }
@@ -174,11 +200,29 @@ void DsSyncSynchronizer::prepare_eval(layers::Module& model) {
   holds_average_ = true;
 }
 
+void DsSyncSynchronizer::prepare_checkpoint(layers::Module& model) {
+  prepare_eval(model);
+  if (!holds_average_ || gathered_) return;  // not trained yet / already gathered for this state
+  gather_replica_states();
+  gathered_ = true;
+}
+
+void DsSyncSynchronizer::gather_replica_states() {
+  replica_states_.clear();
+  if (optimizer_ == nullptr) return;
+  core::StateDict mine = {{"local", local_copy_}};
+  for (const auto& [name, t] : optimizer_->state_dict()) mine.emplace_back("optim." + name, t);
+  replica_states_ = gather_states_to_rank0(*group_, mine, "DS-Sync checkpoint state",
+                                           params_.empty() ? core::Device::cpu() : params_[0].device());
+}
+
 void DsSyncSynchronizer::restore_local() {
   if (!holds_average_) return;
   core::NoGradGuard no_grad;
   unflatten(local_copy_);
   local_copy_ = Tensor();
+  replica_states_.clear();  // training goes on: they no longer describe the ranks
+  gathered_ = false;
   holds_average_ = false;
 }
 
@@ -195,19 +239,59 @@ double DsSyncSynchronizer::average(double value) {
 }
 
 core::StateDict DsSyncSynchronizer::state_dict() const {
-  return {{"dssync.step", Tensor::from_vector(std::vector<int64_t>{step_}, {1})}};
+  core::StateDict state = {{"dssync.step", Tensor::from_vector(std::vector<int64_t>{step_}, {1})}};
+  append_rank_states(state, kRankPrefix, replica_states_);
+  return state;
 }
 
 void DsSyncSynchronizer::load_state_dict(const core::StateDict& state) {
-  for (const auto& [name, t] : state) {
-    if (name != "dssync.step") continue;
-    MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1,
-             "checkpoint entry sync.dssync.step must be one int64, got ", t.numel(), " values");
-    step_ = t.to(core::Device::cpu()).data<int64_t>()[0];
+  if (!set_up_) {
+    // The step now (steps() reflects it); this rank's weights go into the tensors that setup
+    // brings, so the rest waits for setup.
+    if (const auto step = saved_step(state)) step_ = *step;
+    pending_state_ = state;
     return;
   }
-  // No entry: a checkpoint of another algorithm (S-SGD); the schedule starts from its beginning,
+  restore_state(state);
+}
+
+void DsSyncSynchronizer::note(const std::string& text) const {
+  if (rank() == 0 && options_.log) *options_.log << "note: " << text << std::endl;
+}
+
+void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
+  const std::optional<int64_t> step = saved_step(state);
+  // No step: a checkpoint of another algorithm (S-SGD); the schedule starts from its beginning,
   // which is as good as any position for replicas that all start equal.
+  if (!step) return;
+  step_ = *step;
+  std::string why_not;
+  const std::optional<core::StateDict> mine = rank_state(state, kRankPrefix, rank(), world_size(), &why_not);
+  if (!mine) {
+    note(why_not + ": every rank resumes from the stored average and rank 0's optimizer state, so "
+         "the run will not match one that never stopped");
+    return;
+  }
+  const Tensor* local = nullptr;
+  core::StateDict optim_state;
+  for (const auto& [name, t] : *mine) {
+    if (name == "local") local = &t;
+    if (name.rfind("optim.", 0) == 0) optim_state.emplace_back(name.substr(6), t);
+  }
+  MT_CHECK(local != nullptr, "checkpoint entry sync.", kRankPrefix, "rank", rank(), ".local is "
+           "missing although the checkpoint holds per-rank DS-Sync state (a damaged checkpoint?)");
+  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == numel_, "checkpoint entry sync.",
+           kRankPrefix, "rank", rank(), ".local is ", local->str(), "; this model's parameters and "
+           "float32 buffers hold ", numel_, " float32 values (was it written for another model?)");
+  MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync restored without an optimizer");
+  optimizer_->load_state_dict(optim_state);
+  core::NoGradGuard no_grad;
+  // Whatever the model held (the loaded average, or an average shown for evaluation), this
+  // rank's own weights are what it trains on from here.
+  holds_average_ = false;
+  local_copy_ = Tensor();
+  replica_states_.clear();
+  unflatten(local->to(params_.empty() ? core::Device::cpu() : params_[0].device()));
 }
 
 std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGroup> group,

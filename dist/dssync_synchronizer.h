@@ -14,7 +14,15 @@
 // paper's SWA-like ensemble of the workers' trajectories. prepare_eval() keeps a copy of the
 // local weights and puts the average in the model; the next begin_iteration() (or step()) puts
 // the local weights back, so training continues from each rank's own trajectory and evaluating
-// does not change training. A checkpoint therefore holds the average (all ranks resume from it).
+// does not change training. A checkpoint therefore holds the average as its model.
+//
+// Exact resume: the ranks' own weights and optimizer states differ from the average and from each
+// other, and the trainer writes rank 0's checkpoint only. So prepare_checkpoint() (which the
+// trainer calls before every checkpoint; evaluations call prepare_eval() and skip this) also
+// sends every rank's local weights (parameters and float32 buffers) and optimizer state to rank
+// 0, one broadcast per rank (replicas.h), and state_dict() stores them per rank; load_state_dict() gives each rank
+// its own back. A checkpoint from another world size, or without per-rank entries, resumes every
+// rank from the average and rank 0's optimizer state.
 //
 // Options: global averaging every K iterations (the whole world averages instead of the group,
 // bounding the spread); rank 0 logs the spread of the models (RMS distance of each rank's
@@ -23,6 +31,7 @@
 #include <iosfwd>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,10 +66,19 @@ class DsSyncSynchronizer final : public Synchronizer {
   void begin_iteration(int64_t iteration) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
+  void prepare_checkpoint(layers::Module& model) override;
   double average(double value) override;
 
-  // {"dssync.step": steps taken}: the schedule position, for an exact resume.
+  // "dssync.step" (steps taken = the schedule position) and, when prepare_checkpoint() ran since
+  // the last step (the trainer calls it before every checkpoint), on rank 0 "dssync.ranks" (world
+  // size) and per rank r "dssync.rank<r>.local" (flat parameters + float32 buffers) and
+  // "dssync.rank<r>.optim.<entry>" (that rank's optimizer state).
   core::StateDict state_dict() const override;
+  // After the model and optimizer were loaded (the trainer's order; before setup it is kept and
+  // applied at the end of setup): the step count; then this rank's own weights and optimizer
+  // state when the checkpoint has them for this world size. Otherwise every rank keeps the
+  // loaded average and rank 0's optimizer state, and rank 0 logs a note saying why. Per-rank
+  // entries that do not fit this model are an Error naming the entry.
   void load_state_dict(const core::StateDict& state) override;
 
   const DsSyncSchedule& schedule() const { return *schedule_; }
@@ -75,6 +93,10 @@ class DsSyncSynchronizer final : public Synchronizer {
   void unflatten(const Tensor& flat);
   void average_over(ProcessGroup& group, const std::string& what);
   void restore_local();
+  // Collective: rank 0 receives every rank's local weights (local_copy_) and optimizer state.
+  void gather_replica_states();
+  void restore_state(const core::StateDict& state);
+  void note(const std::string& text) const;  // rank 0's log, if any
 
   std::shared_ptr<ProcessGroup> group_;
   DsSyncOptions options_;
@@ -87,6 +109,13 @@ class DsSyncSynchronizer final : public Synchronizer {
   bool holds_average_ = false;   // prepare_eval swapped the average in
   Tensor local_copy_;            // the local weights while holds_average_
   double last_spread_ = 0.0;
+  optim::Optimizer* optimizer_ = nullptr;  // setup's: per-rank optimizer state for checkpoints
+  // Rank 0, between prepare_checkpoint and the next step: every rank's {"local", "optim.<entry>"} on
+  // the CPU, in rank order.
+  std::vector<core::StateDict> replica_states_;
+  bool gathered_ = false;  // every rank: replica_states_ describe the current state
+  bool set_up_ = false;
+  std::optional<core::StateDict> pending_state_;  // loaded before setup
 };
 
 struct SyncConfig;  // factory.h

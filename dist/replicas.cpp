@@ -1,5 +1,6 @@
 #include "dist/replicas.h"
 
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -110,6 +111,73 @@ void broadcast_parameters(ProcessGroup& group, const layers::Module& model, int 
 void broadcast_buffers(ProcessGroup& group, const layers::Module& model, int root) {
   const auto buffers = model.named_buffers();
   if (!buffers.empty()) broadcast_tensors(group, buffers, root, "buffers");
+}
+
+std::vector<core::StateDict> gather_states_to_rank0(ProcessGroup& group, const core::StateDict& mine,
+                                                    const std::string& what, const core::Device& device) {
+  core::Archive archive;
+  archive.tensors = mine;
+  const std::string bytes = core::encode_archive(archive, what);
+  std::vector<core::StateDict> states;
+  if (group.rank() == 0) {  // a copy: `mine` may alias tensors that training changes later
+    core::StateDict copy;
+    for (const auto& [name, t] : mine) copy.emplace_back(name, t.to(core::Device::cpu()).clone());
+    states.push_back(std::move(copy));
+  }
+  // Every rank must know how many bytes each rank sends before it can receive them.
+  Tensor size = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(bytes.size())}, {1}).to(device);
+  Tensor sizes = Tensor::empty({group.size()}, core::DType::Int64, device);
+  finish(group.allgather(size, sizes), group, what + ": gathering the sizes of every rank's state");
+  const Tensor sizes_cpu = sizes.to(core::Device::cpu());
+  for (int r = 1; r < group.size(); ++r) {
+    Tensor wire = Tensor::empty({sizes_cpu.data<int64_t>()[r]}, core::DType::UInt8);
+    if (group.rank() == r) std::memcpy(wire.raw_data(), bytes.data(), bytes.size());
+    wire = wire.to(device);
+    finish(group.broadcast(wire, r), group, what + ": sending rank " + std::to_string(r) + "'s state to rank 0");
+    if (group.rank() != 0) continue;
+    wire = wire.to(core::Device::cpu());
+    const std::string from = what + " (rank " + std::to_string(r) + "'s state)";
+    states.push_back(core::decode_archive(
+        std::string(static_cast<const char*>(wire.raw_data()), static_cast<size_t>(wire.numel())), from).tensors);
+  }
+  return states;
+}
+
+void append_rank_states(core::StateDict& out, const std::string& prefix,
+                        const std::vector<core::StateDict>& states) {
+  if (states.empty()) return;
+  out.emplace_back(prefix + "ranks", Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(states.size())}, {1}));
+  for (size_t r = 0; r < states.size(); ++r)
+    for (const auto& [name, t] : states[r]) out.emplace_back(prefix + "rank" + std::to_string(r) + "." + name, t);
+}
+
+std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,
+                                          int rank, int world_size, std::string* why_not) {
+  int64_t saved_ranks = 0;
+  const std::string mine = prefix + "rank" + std::to_string(rank) + ".";
+  core::StateDict out;
+  for (const auto& [name, t] : state) {
+    if (name == prefix + "ranks") {
+      MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
+               " must be one int64, got ", t.str());
+      saved_ranks = t.to(core::Device::cpu()).data<int64_t>()[0];
+    } else if (name.rfind(mine, 0) == 0) {
+      out.emplace_back(name.substr(mine.size()), t);
+    }
+  }
+  if (saved_ranks == 0) {
+    if (why_not) *why_not = "the checkpoint holds no per-rank state (an older build, or saved without prepare_eval)";
+    return std::nullopt;
+  }
+  if (saved_ranks != world_size) {
+    if (why_not)
+      *why_not = "the checkpoint was written by " + std::to_string(saved_ranks) + " ranks, this run has " +
+                 std::to_string(world_size);
+    return std::nullopt;
+  }
+  MT_CHECK(!out.empty(), "checkpoint: the per-rank entries sync.", mine, "* are missing although it "
+           "holds per-rank state for ", saved_ranks, " ranks (a damaged checkpoint?)");
+  return out;
 }
 
 }  // namespace mt::dist

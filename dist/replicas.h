@@ -4,8 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "core/serialize.h"
 #include "dist/process_group.h"
 #include "layers/module.h"
 
@@ -28,5 +31,26 @@ void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
 // flattened broadcast, others one by one).
 void broadcast_parameters(ProcessGroup& group, const layers::Module& model, int root = 0);
 void broadcast_buffers(ProcessGroup& group, const layers::Module& model, int root = 0);
+
+// ---- Per-rank state in checkpoints ----
+// Only rank 0 writes checkpoints, but algorithms whose ranks hold different state (DS-Sync's
+// local models and optimizers, CD-SGD's local weights and residuals) need every rank's for an
+// exact resume. Before a checkpoint every rank sends its state to rank 0 (in the archive
+// format, checksummed: core/serialize.h), which stores all of them under
+// "<prefix>ranks" (the world size) and "<prefix>rank<r>.<name>"; on resume each rank takes its
+// own back. The cost is one broadcast per rank of that rank's state, and rank 0 holding N
+// states in memory until the checkpoint is written.
+
+// Collective. Rank 0 gets every rank's `mine` in rank order; the others get an empty vector.
+// `device`: where the group's collectives take tensors (CUDA for NCCL).
+std::vector<core::StateDict> gather_states_to_rank0(ProcessGroup& group, const core::StateDict& mine,
+                                                    const std::string& what,
+                                                    const core::Device& device = core::Device::cpu());
+void append_rank_states(core::StateDict& out, const std::string& prefix,
+                        const std::vector<core::StateDict>& states);
+// This rank's entries (names without "<prefix>rank<r>."), or nullopt with the reason in
+// *why_not when the state has none or was written by another world size.
+std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,
+                                          int rank, int world_size, std::string* why_not);
 
 }  // namespace mt::dist

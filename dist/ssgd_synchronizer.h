@@ -22,6 +22,12 @@
 // message (each wait has the group's timeout and fails with an Error naming this rank and the
 // message), divides by N, and steps the optimizer.
 //
+// Exact resume: which gradients share a message and in what order decides each element's
+// summation order inside the ring allreduce (with 3+ ranks, (a+b)+c vs (b+c)+a), so a resumed run
+// must pack exactly as the stopped one did. state_dict() holds those decisions — the bucket
+// layout, FUSION's rebuild and MG-WFBP's profiling progress and plan — and load_state_dict()
+// puts them back (see load_state_dict for what happens with another config).
+//
 // Gradient accumulation: with grad_accumulation_steps = k the trainer calls begin_iteration(it)
 // once per micro-batch with the same `it`; the hooks do nothing on the first k-1 micro-batches
 // (the gradients just sum up locally) and communicate on the k-th.
@@ -29,6 +35,7 @@
 #include <chrono>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +75,22 @@ class SsgdSynchronizer final : public Synchronizer {
   void prepare_eval(layers::Module& model) override;
   double average(double value) override;
 
+  // "ssgd.*" entries: the settings the layout was made under (schedule, world size, parameter
+  // sizes, bucket caps, MG-WFBP's profile_iters and configured alpha/beta), the bucket layout,
+  // the iterations communicated, MG-WFBP's profile sums and plan state, and the cost in use.
+  // Rank-independent: rank 0's state restores every rank.
+  core::StateDict state_dict() const override;
+  // Before setup: kept and applied at the end of setup. Otherwise:
+  //  - no "ssgd.*" entries (another algorithm's or an older checkpoint): nothing restored; the
+  //    buckets go on from the initial layout (rank 0 logs a note for FUSION and MGWFBP);
+  //  - parameter count or sizes differ, or a malformed entry: an Error naming the entry;
+  //  - another schedule, or a setting that shaped the layout differs (bucket caps for FUSION;
+  //    world size, profile_iters, configured alpha/beta for MGWFBP): rank 0 logs a note naming
+  //    the difference and the synchronizer keeps its fresh layout (rebuilt or re-profiled as
+  //    in a new run);
+  //  - otherwise the same buckets, progress and plan as the stopped run.
+  void load_state_dict(const core::StateDict& state) override;
+
   // Introspection (tests, benchmarks, logs).
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const LinearCost& cost() const { return cost_; }
@@ -86,6 +109,8 @@ class SsgdSynchronizer final : public Synchronizer {
   // every rank rebuilds its buckets from the result.
   void adopt_plan_from_rank0();
   std::vector<std::vector<size_t>> compute_groups() const;
+  void restore_state(const core::StateDict& state);
+  void note(const std::string& text) const;  // rank 0's log, if any
 
   std::shared_ptr<ProcessGroup> group_;
   SsgdOptions options_;
@@ -108,6 +133,9 @@ class SsgdSynchronizer final : public Synchronizer {
   std::vector<double> profiled_tb_;
   bool plan_ready_ = false;
   LinearCost cost_;
+
+  bool set_up_ = false;
+  std::optional<core::StateDict> pending_state_;  // loaded before setup
 };
 
 }  // namespace mt::dist

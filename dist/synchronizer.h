@@ -34,6 +34,10 @@ class Synchronizer {
   virtual void on_gradient_ready(size_t param_index, core::Tensor& param) {}
   virtual void step(optim::Optimizer& optimizer) { optimizer.step(); }
   virtual void prepare_eval(layers::Module& model) {}
+  // Before the trainer saves a checkpoint (collective; only rank 0 writes the file): what
+  // prepare_eval does, and algorithms whose ranks hold different state (DS-Sync, CD-SGD,
+  // compressed exchanges) also collect every rank's on rank 0 for state_dict (replicas.h).
+  virtual void prepare_checkpoint(layers::Module& model) { prepare_eval(model); }
   // Averages a metric over ranks (loss, accuracy); identity on one process.
   virtual double average(double value) { return value; }
   // Statistics since the last call (bytes per iteration, compression ratio, wait time); "" =

@@ -7,18 +7,42 @@
 
 namespace mt::optim {
 
-StepGuard::StepGuard(std::unique_ptr<Optimizer> inner, double max_grad_norm)
-    : Optimizer(inner->params(), inner->lr()), inner_(std::move(inner)), max_grad_norm_(max_grad_norm) {
+StepGuard::StepGuard(std::unique_ptr<Optimizer> inner, double max_grad_norm,
+                     std::unique_ptr<DynamicLossScaler> loss_scaler)
+    : Optimizer(inner->params(), inner->lr()),
+      inner_(std::move(inner)),
+      max_grad_norm_(max_grad_norm),
+      loss_scaler_(std::move(loss_scaler)) {
   MT_CHECK(max_grad_norm_ >= 0, "max_grad_norm must be >= 0 (0 = no clipping), got ", max_grad_norm_);
 }
 
 void StepGuard::step() {
-  // clip_grad_norm leaves non-finite gradients unscaled and returns their norm as is.
-  last_norm_ = max_grad_norm_ > 0 ? clip_grad_norm(params_, max_grad_norm_) : global_grad_norm(params_);
-  last_skipped_ = !std::isfinite(last_norm_);
-  if (last_skipped_) {
-    ++skipped_;
-    return;
+  last_overflowed_ = false;
+  if (!loss_scaler_) {
+    // clip_grad_norm leaves non-finite gradients unscaled and returns their norm as is.
+    last_norm_ = max_grad_norm_ > 0 ? clip_grad_norm(params_, max_grad_norm_) : global_grad_norm(params_);
+    last_skipped_ = !std::isfinite(last_norm_);
+    if (last_skipped_) {
+      ++skipped_;
+      return;
+    }
+  } else {
+    DynamicLossScaler& scaler = *loss_scaler_;
+    const double scale = scaler.scale();
+    last_norm_ = global_grad_norm(params_) / scale;
+    last_skipped_ = !std::isfinite(last_norm_);
+    if (last_skipped_) {
+      last_overflowed_ = !scaler.at_minimum();
+      if (!last_overflowed_) ++skipped_;
+      scaler.update(/*overflow=*/true);
+      return;
+    }
+    // Clipping as clip_grad_norm does it (same epsilon), folded into the unscaling pass.
+    const double clip = max_grad_norm_ > 0 && last_norm_ > max_grad_norm_
+                            ? static_cast<double>(static_cast<float>(max_grad_norm_ / (last_norm_ + 1e-6)))
+                            : 1.0;
+    scaler.unscale(params_, clip);
+    scaler.update(/*overflow=*/false);
   }
   inner_->set_lr(lr());  // the trainer sets the rate on this wrapper
   inner_->step();

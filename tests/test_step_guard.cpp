@@ -175,7 +175,9 @@ TEST(TrainerStop, OneRankAskingStopsAllRanks) {
     apps::Trainer t(c, opt);
     const apps::TrainResult r = t.train();
     EXPECT_TRUE(r.interrupted);
-    EXPECT_EQ(r.iterations, 0);
+    // Both ranks after the same iteration: the vote cast before iteration 1 is counted before
+    // iteration 2 (votes are one iteration late, so they never wait behind an exchange).
+    EXPECT_EQ(r.iterations, 1);
     if (ctx.rank == 0) {
       EXPECT_FALSE(r.last_checkpoint.empty());
     }

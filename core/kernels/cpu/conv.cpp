@@ -9,6 +9,11 @@
 // the partial sums are reduced in thread order afterwards, so the result does not depend on
 // scheduling. Padding is handled by unfolding from a zero-bordered copy of the sample, which
 // keeps the copy loops free of bounds checks.
+//
+// Under a 16-bit compute precision (core/precision.h) the same float32 code runs on rounded
+// copies of x, w and dy, and y, dx and dw are rounded to the format afterwards, as cuDNN's
+// half and bfloat16 convolutions write them; the bias is added, and its gradient summed from
+// the unrounded dy, in float32, as the GPU does after cuDNN.
 #include "core/kernels/cpu/conv.h"
 
 #include <omp.h>
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "core/kernels/cpu/gemm.h"
+#include "core/precision.h"
 
 namespace mt::core::cpu {
 
@@ -134,10 +140,8 @@ bool parallel_over_batch(const Geometry& g) {
   return g.n > 1 && g.n >= omp_get_max_threads() && macs >= (int64_t{1} << 18);
 }
 
-}  // namespace
-
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
-                    int64_t padding, Tensor& y) {
+void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                         int64_t padding, Tensor& y) {
   const Geometry g = geometry(x, w, y, stride, padding);
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
@@ -164,8 +168,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_
   }
 }
 
-void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
-                     int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
+void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
+                          int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
   const Geometry g = geometry(x, w, gy, stride, padding);
   const bool want_gx = gx.defined(), want_gw = gw.defined(), want_gb = gb.defined();
   const float* px = x.data<float>();
@@ -240,6 +244,50 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t
       for (int t = 0; t < threads; ++t) s += gb_part[t * g.o + o];
       out[o] = static_cast<float>(s);
     }
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                    int64_t padding, Tensor& y) {
+  const ComputePrecision p = compute_precision();
+  if (p == ComputePrecision::FP32) {
+    conv2d_forward_fp32(x, w, bias, stride, padding, y);
+    return;
+  }
+  conv2d_forward_fp32(round_to_precision(x, p), round_to_precision(w, p), Tensor(), stride, padding, y);
+  round_to_precision_(y, p);
+  if (!bias.defined()) return;
+  const int64_t n = y.shape()[0], o = y.shape()[1], pixels = y.shape()[2] * y.shape()[3];
+  const float* pb = bias.data<float>();
+  float* py = y.data<float>();
+#pragma omp parallel for schedule(static) if (n * o * pixels > (1 << 16))
+  for (int64_t i = 0; i < n * o; ++i) {
+    const float b = pb[i % o];
+    for (int64_t k = 0; k < pixels; ++k) py[i * pixels + k] += b;
+  }
+}
+
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
+                     int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
+  const ComputePrecision p = compute_precision();
+  if (p == ComputePrecision::FP32) {
+    conv2d_backward_fp32(x, w, gy, stride, padding, gx, gw, gb);
+    return;
+  }
+  if (gx.defined() || gw.defined()) {
+    // dx reads only w and dy, dw only x and dy: round just what the requested products use.
+    const Tensor xr = gw.defined() ? round_to_precision(x, p) : x;
+    const Tensor wr = gx.defined() ? round_to_precision(w, p) : w;
+    Tensor no_bias;
+    conv2d_backward_fp32(xr, wr, round_to_precision(gy, p), stride, padding, gx, gw, no_bias);
+    if (gx.defined()) round_to_precision_(gx, p);
+    if (gw.defined()) round_to_precision_(gw, p);
+  }
+  if (gb.defined()) {
+    Tensor none_x, none_w;
+    conv2d_backward_fp32(x, w, gy, stride, padding, none_x, none_w, gb);
   }
 }
 

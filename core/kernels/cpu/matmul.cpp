@@ -1,6 +1,7 @@
 #include "core/kernels/cpu/matmul.h"
 
 #include "core/kernels/cpu/gemm.h"
+#include "core/precision.h"
 
 namespace mt::core::cpu {
 
@@ -21,9 +22,8 @@ BlasMatrix as_blas(const Tensor& t, int64_t rows_dim, int64_t cols_dim) {
   Tensor c = t.contiguous();
   return {c.data<float>(), cols, false, c};
 }
-}  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+void matmul_fp32(const Tensor& a, const Tensor& b, Tensor& out) {
   if (a.dim() == 2) {
     BlasMatrix A = as_blas(a, 0, 1), B = as_blas(b, 0, 1);
     gemm(A.trans, B.trans, a.shape()[0], b.shape()[1], a.shape()[1], 1.0f, A.ptr, A.ld, B.ptr,
@@ -41,6 +41,19 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
   }
 }
 
+}  // namespace
+
+// Under a 16-bit compute precision the float32 GEMM runs on rounded copies of the operands:
+// the products of rounded values are exact in float32, so this is the GPU's tensor-core
+// arithmetic up to summation order (core/precision.h).
+void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) {
+    matmul_fp32(round_to_precision(a, p), round_to_precision(b, p), out);
+    return;
+  }
+  matmul_fp32(a, b, out);
+}
+
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
   const int64_t n = x.shape()[0], in = x.shape()[1], o = w.shape()[0];
   float* po = out.data<float>();
@@ -50,6 +63,11 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < o; ++j) po[r * o + j] = pb[j];
     beta = 1.0f;
+  }
+  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) {
+    const Tensor xr = round_to_precision(x, p), wr = round_to_precision(w, p);
+    gemm(false, true, n, o, in, 1.0f, xr.data<float>(), in, wr.data<float>(), in, beta, po, o);
+    return;
   }
   gemm(false, true, n, o, in, 1.0f, x.data<float>(), in, w.data<float>(), in, beta, po, o);
 }

@@ -12,10 +12,19 @@
 //   that read it, in the CPU's order), so it needs no atomics and is deterministic.
 //
 // The bias is added, and its gradient summed, by our own kernels in both implementations.
+//
+// Mixed precision (core/precision.h, BF16 or FP16): x, w and dy are cast into 16-bit scratch
+// (kernels/cuda/cast.h) and cuDNN runs its PSEUDO_BFLOAT16 / PSEUDO_HALF configuration: tensor
+// and filter descriptors in the 16-bit type, the convolution descriptor's compute type
+// float32, tensor-core math. Those configurations write y, dx and dw in the 16-bit type too;
+// they are widened back into the float32 outputs, and the bias is added in float32 after. The
+// im2col path emulates the same arithmetic as the CPU does: rounded float32 copies of the
+// inputs, the float32 GEMMs, then the outputs rounded.
 #include <array>
 #include <map>
 #include <mutex>
 
+#include "core/kernels/cuda/cast.h"
 #include "core/kernels/cuda/conv.h"
 #include "core/kernels/cuda/gemm.h"
 #include "core/kernels/cuda/handles.h"
@@ -173,28 +182,45 @@ int to_int(int64_t v) {
   return static_cast<int>(v);
 }
 
+// cuDNN's element type for a compute precision's storage: float32, or the 16-bit format.
+cudnnDataType_t cudnn_type(ComputePrecision p) {
+  switch (p) {
+    case ComputePrecision::BF16: return CUDNN_DATA_BFLOAT16;
+    case ComputePrecision::FP16: return CUDNN_DATA_HALF;
+    case ComputePrecision::FP32: break;
+  }
+  return CUDNN_DATA_FLOAT;
+}
+
 // The four descriptors of one convolution, created per call (host-side structs, cheap) and
-// destroyed with it.
+// destroyed with it. `p` picks the data type of x, w and y; the arithmetic is float32 in every
+// case (FLOAT_CONFIG, PSEUDO_HALF_CONFIG, PSEUDO_BFLOAT16_CONFIG).
 struct Descriptors {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
 
-  Descriptors(const Geometry& g, bool tf32) {
+  Descriptors(const Geometry& g, bool tf32, ComputePrecision p) {
+    const cudnnDataType_t type = cudnn_type(p);
     MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     MT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(g.n),
+    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, type, to_int(g.n),
                                               to_int(g.c), to_int(g.h), to_int(g.w)));
-    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(g.n),
+    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, type, to_int(g.n),
                                               to_int(g.o), to_int(g.ho), to_int(g.wo)));
-    MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, to_int(g.o),
+    MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, type, CUDNN_TENSOR_NCHW, to_int(g.o),
                                               to_int(g.c), to_int(g.kh), to_int(g.kw)));
     MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, to_int(g.pad), to_int(g.pad), to_int(g.stride),
                                                    to_int(g.stride), 1, 1, CUDNN_CROSS_CORRELATION,
                                                    CUDNN_DATA_FLOAT));
-    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    // 16-bit inputs: tensor cores (what the format is for). float32: TF32 tensor cores only
+    // when allowed, else FMA math keeps every product in full float32.
+    const cudnnMathType_t math = p != ComputePrecision::FP32 ? CUDNN_TENSOR_OP_MATH
+                                 : tf32                      ? CUDNN_DEFAULT_MATH
+                                                             : CUDNN_FMA_MATH;
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
   }
   ~Descriptors() {
     cudnnDestroyTensorDescriptor(x);
@@ -216,11 +242,11 @@ struct Algo {
 // Everything the choice depends on: device, shape, direction and the numeric switches.
 using AlgoKey = std::array<int64_t, 15>;
 
-AlgoKey key_of(const Geometry& g, Direction dir, bool tf32) {
+AlgoKey key_of(const Geometry& g, Direction dir, bool tf32, ComputePrecision p) {
   int dev = 0;
   MT_CUDA_CHECK(cudaGetDevice(&dev));
   return {dev, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad, static_cast<int64_t>(dir), tf32,
-          static_cast<int64_t>(conv_workspace_limit()), conv_benchmark(), 0};
+          static_cast<int64_t>(conv_workspace_limit()), conv_benchmark(), static_cast<int64_t>(p)};
 }
 
 std::mutex g_algo_mu;
@@ -229,8 +255,9 @@ std::map<AlgoKey, Algo>& algo_cache() {
   return *cache;
 }
 
-// The first (best-ranked) result that succeeded, fits the workspace limit and keeps to FP32
-// when TF32 is off. cuDNN ranks heuristics results by expected speed and Find results by time.
+// The first (best-ranked) result that succeeded, fits the workspace limit and, for float32
+// data, keeps to FP32 when TF32 is off (16-bit data is meant for tensor cores). cuDNN ranks
+// heuristics results by expected speed and Find results by time.
 template <typename Perf>
 bool pick(const Perf* perf, int count, bool tf32, Algo& out) {
   for (int i = 0; i < count; ++i) {
@@ -254,9 +281,11 @@ void* ptr_of(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 // Chooses (or recalls) the algorithm of one direction. `x`, `w`, `y` are the direction's
 // buffers (the output one is overwritten when timing with Find).
 Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor& x, const Tensor& w,
-            const Tensor& y) {
-  const bool tf32 = allow_tf32();
-  const AlgoKey key = key_of(g, dir, tf32);
+            const Tensor& y, ComputePrecision p) {
+  // Tensor-core algorithms are always fine for 16-bit data: pick() filters them out only for
+  // float32 without TF32.
+  const bool tf32 = allow_tf32() || p != ComputePrecision::FP32;
+  const AlgoKey key = key_of(g, dir, allow_tf32(), p);
   {
     std::lock_guard<std::mutex> lock(g_algo_mu);
     auto it = algo_cache().find(key);
@@ -345,9 +374,10 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
   return chosen;
 }
 
-void cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y) {
-  const Descriptors d(g, allow_tf32());
-  const Algo a = choose(g, Direction::Forward, d, x, w, y);
+// x, w, y (and gy, gx, gw below) hold storage_dtype(p) elements, contiguous.
+void cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, ComputePrecision p) {
+  const Descriptors d(g, allow_tf32(), p);
+  const Algo a = choose(g, Direction::Forward, d, x, w, y, p);
   Tensor ws = workspace_tensor(a.workspace, x.device());
   const float one = 1.0f, zero = 0.0f;
   MT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
@@ -356,18 +386,18 @@ void cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& 
 }
 
 void cudnn_backward(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& gy, Tensor& gx,
-                    Tensor& gw) {
-  const Descriptors d(g, allow_tf32());
+                    Tensor& gw, ComputePrecision p) {
+  const Descriptors d(g, allow_tf32(), p);
   const float one = 1.0f, zero = 0.0f;
   if (gx.defined()) {
-    const Algo a = choose(g, Direction::BackwardData, d, gx, w, gy);
+    const Algo a = choose(g, Direction::BackwardData, d, gx, w, gy, p);
     Tensor ws = workspace_tensor(a.workspace, x.device());
     MT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, d.w, w.raw_data(), d.y, gy.raw_data(),
                                                 d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
                                                 ptr_of(ws), a.workspace, &zero, d.x, gx.raw_data()));
   }
   if (gw.defined()) {
-    const Algo a = choose(g, Direction::BackwardFilter, d, x, gw, gy);
+    const Algo a = choose(g, Direction::BackwardFilter, d, x, gw, gy, p);
     Tensor ws = workspace_tensor(a.workspace, x.device());
     MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(), &one, d.x, x.raw_data(), d.y, gy.raw_data(),
                                                   d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
@@ -377,34 +407,72 @@ void cudnn_backward(const Geometry& g, const Tensor& x, const Tensor& w, const T
 
 #endif  // MT_WITH_CUDNN
 
+// An empty 16-bit twin of a float32 output (undefined stays undefined: not requested).
+Tensor reduced_like(const Tensor& t, ComputePrecision p) {
+  return t.defined() ? Tensor::empty(t.shape(), storage_dtype(p), t.device()) : Tensor();
+}
+
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
                     int64_t padding, Tensor& y) {
   const Geometry g = geometry(x, w, y, stride, padding);
   if (y.numel() == 0) return;
+  const ComputePrecision p = compute_precision();
 #ifdef MT_WITH_CUDNN
   if (use_cudnn() && x.numel() > 0 && w.numel() > 0) {
-    cudnn_forward(g, x, w, y);
+    if (p == ComputePrecision::FP32) {
+      cudnn_forward(g, x, w, y, p);
+    } else {
+      Tensor yh = reduced_like(y, p);
+      cudnn_forward(g, to_reduced(x, p), to_reduced(w, p), yh, p);
+      from_reduced(yh, y);
+    }
     bias_forward(g, bias, y);
     return;
   }
 #endif
-  gemm_conv_forward(g, x, w, y);
+  if (p == ComputePrecision::FP32) {
+    gemm_conv_forward(g, x, w, y);
+  } else {
+    gemm_conv_forward(g, rounded_copy(x, p), rounded_copy(w, p), y);
+    round_in_place(y, p);
+  }
   bias_forward(g, bias, y);
 }
 
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
                      int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
   const Geometry g = geometry(x, w, gy, stride, padding);
-  if (gb.defined()) bias_backward(g, gy, gb);
+  if (gb.defined()) bias_backward(g, gy, gb);  // float32 dy in every precision
+  const ComputePrecision p = compute_precision();
 #ifdef MT_WITH_CUDNN
   if (use_cudnn() && x.numel() > 0 && w.numel() > 0 && gy.numel() > 0) {
-    cudnn_backward(g, x, w, gy, gx, gw);
+    if (p == ComputePrecision::FP32) {
+      cudnn_backward(g, x, w, gy, gx, gw, p);
+      return;
+    }
+    if (!gx.defined() && !gw.defined()) return;
+    // dx reads w and dy, dw reads x and dy: cast only what the requested passes use
+    // (cudnn_backward touches x's data only for dw and w's only for dx).
+    Tensor gxh = reduced_like(gx, p), gwh = reduced_like(gw, p);
+    const Tensor xh = gw.defined() ? to_reduced(x, p) : x;
+    const Tensor wh = gx.defined() ? to_reduced(w, p) : w;
+    cudnn_backward(g, xh, wh, to_reduced(gy, p), gxh, gwh, p);
+    if (gx.defined()) from_reduced(gxh, gx);
+    if (gw.defined()) from_reduced(gwh, gw);
     return;
   }
 #endif
-  gemm_conv_backward(g, x, w, gy, gx, gw);
+  if (p == ComputePrecision::FP32) {
+    gemm_conv_backward(g, x, w, gy, gx, gw);
+    return;
+  }
+  if (!gx.defined() && !gw.defined()) return;
+  gemm_conv_backward(g, gw.defined() ? rounded_copy(x, p) : x, gx.defined() ? rounded_copy(w, p) : w,
+                     rounded_copy(gy, p), gx, gw);
+  if (gx.defined()) round_in_place(gx, p);
+  if (gw.defined()) round_in_place(gw, p);
 }
 
 }  // namespace mt::core::cuda

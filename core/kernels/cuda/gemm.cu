@@ -57,4 +57,30 @@ void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
                                             to_int(ldc, "ldc"), stride_c, to_int(batch, "batch")));
 }
 
+void gemm_strided_batched_ex(DType input_type, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                             float alpha, const void* a, int64_t lda, int64_t stride_a, const void* b,
+                             int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                             int64_t stride_c, int64_t batch) {
+  MT_CHECK(input_type == DType::BFloat16 || input_type == DType::Float16,
+           "internal: gemm_strided_batched_ex takes bfloat16 or float16 inputs, got ", dtype_name(input_type));
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (k == 0) {
+    scale_matrices<<<blocks_for(batch * m * n), kThreads>>>(c, m, n, ldc, stride_c, batch, beta);
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  const cudaDataType_t in = input_type == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  cublasHandle_t h = cublas_handle();
+  if (batch == 1) {
+    MT_CUBLAS_CHECK(cublasGemmEx(h, op(tb), op(ta), to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha,
+                                 b, in, to_int(ldb, "ldb"), a, in, to_int(lda, "lda"), &beta, c, CUDA_R_32F,
+                                 to_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  MT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      h, op(tb), op(ta), to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, b, in, to_int(ldb, "ldb"),
+      stride_b, a, in, to_int(lda, "lda"), stride_a, &beta, c, CUDA_R_32F, to_int(ldc, "ldc"), stride_c,
+      to_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace mt::core::cuda

@@ -1,6 +1,10 @@
-// Matmul, linear and the bias gradient on the GPU, through gemm.h (cuBLAS).
+// Matmul, linear and the bias gradient on the GPU, through gemm.h (cuBLAS). Under a 16-bit
+// compute precision (core/precision.h) the two operands are first cast into contiguous
+// bfloat16/float16 scratch (kernels/cuda/cast.h; a transposed view is materialized by the same
+// pass) and multiplied by cublasGemm(StridedBatched)Ex into the float32 output.
 #include <algorithm>
 
+#include "core/kernels/cuda/cast.h"
 #include "core/kernels/cuda/gemm.h"
 #include "core/kernels/cuda/launch.cuh"
 #include "core/kernels/cuda/matmul.h"
@@ -46,9 +50,24 @@ __global__ void column_sums(const float* g, float* gb, int64_t n, int64_t o) {
   }
 }
 
+// out = a b with both operands rounded to p (2-d, or 3-d batched); out is contiguous float32.
+void matmul_reduced(const Tensor& a, const Tensor& b, Tensor& out, ComputePrecision p) {
+  const int64_t nd = a.dim();
+  const int64_t m = a.shape()[nd - 2], k = a.shape()[nd - 1], n = b.shape()[nd - 1];
+  const int64_t batch = nd == 3 ? a.shape()[0] : 1;
+  const Tensor ah = to_reduced(a, p), bh = to_reduced(b, p);  // contiguous: row-major, untransposed
+  gemm_strided_batched_ex(storage_dtype(p), false, false, m, n, k, 1.0f, ah.raw_data(), std::max<int64_t>(k, 1),
+                          m * k, bh.raw_data(), std::max<int64_t>(n, 1), k * n, 0.0f, out.data<float>(),
+                          std::max<int64_t>(n, 1), m * n, batch);
+}
+
 }  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) {
+    matmul_reduced(a, b, out, p);
+    return;
+  }
   BlasMatrix A = as_blas(a), B = as_blas(b);
   const int64_t nd = a.dim();
   const int64_t m = a.shape()[nd - 2], k = a.shape()[nd - 1], n = b.shape()[nd - 1];
@@ -68,6 +87,13 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
     broadcast_rows<<<blocks_for(n * o), kThreads>>>(bias.data<float>(), po, n, o);
     MT_CUDA_LAUNCH_CHECK();
     beta = 1.0f;
+  }
+  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) {
+    const Tensor xh = to_reduced(x, p), wh = to_reduced(w, p);
+    gemm_strided_batched_ex(storage_dtype(p), false, true, n, o, in, 1.0f, xh.raw_data(),
+                            std::max<int64_t>(in, 1), 0, wh.raw_data(), std::max<int64_t>(in, 1), 0, beta,
+                            po, std::max<int64_t>(o, 1), 0, 1);
+    return;
   }
   gemm(false, true, n, o, in, 1.0f, x.data<float>(), std::max<int64_t>(in, 1), w.data<float>(),
        std::max<int64_t>(in, 1), beta, po, o);
