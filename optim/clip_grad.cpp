@@ -49,7 +49,12 @@ double clip_grad_norm(const std::vector<core::Tensor>& params, double max_norm) 
   const double total = global_grad_norm(params);
   if (!std::isfinite(total) || total <= max_norm) return total;
   // The small epsilon is PyTorch's: it keeps the clipped norm just below max_norm.
-  const float scale = static_cast<float>(max_norm / (total + 1e-6));
+  scale_grads(params, static_cast<float>(max_norm / (total + 1e-6)));
+  return total;
+}
+
+void scale_grads(const std::vector<core::Tensor>& params, float factor) {
+  core::NoGradGuard no_grad;
   for (const auto& p : params) {
     core::Tensor g = p.grad();
     if (!g.defined()) continue;
@@ -57,9 +62,8 @@ double clip_grad_norm(const std::vector<core::Tensor>& params, double max_norm) 
       g = g.contiguous();
       core::Tensor(p).set_grad(g);
     }
-    g.mul_(scale);
+    g.mul_(factor);
   }
-  return total;
 }
 
 }  // namespace mt::optim

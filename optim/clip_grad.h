@@ -16,4 +16,8 @@ double global_grad_norm(const std::vector<core::Tensor>& params);
 // non-finite norm is returned as is and nothing is scaled, so the caller can skip the step.
 double clip_grad_norm(const std::vector<core::Tensor>& params, double max_norm);
 
+// Multiplies every defined gradient by factor in place (a non-contiguous one is replaced by a
+// contiguous copy first); shared by clipping and loss-scale unscaling.
+void scale_grads(const std::vector<core::Tensor>& params, float factor);
+
 }  // namespace mt::optim

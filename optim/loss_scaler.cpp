@@ -30,18 +30,8 @@ bool DynamicLossScaler::grads_finite(const std::vector<core::Tensor>& params) {
 }
 
 void DynamicLossScaler::unscale(const std::vector<core::Tensor>& params, double extra_factor) const {
-  core::NoGradGuard no_grad;
   const float factor = static_cast<float>(extra_factor / scale_);
-  if (factor == 1.0f) return;
-  for (const auto& p : params) {
-    core::Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (!g.is_contiguous()) {
-      g = g.contiguous();
-      core::Tensor(p).set_grad(g);
-    }
-    g.mul_(factor);
-  }
+  if (factor != 1.0f) scale_grads(params, factor);
 }
 
 void DynamicLossScaler::update(bool overflow) {

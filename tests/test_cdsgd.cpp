@@ -211,6 +211,17 @@ void train_steps(dist::Synchronizer& sync, layers::Module& model, optim::Optimiz
   }
 }
 
+// The reference: `steps` iterations of uncompressed S-SGD BSP.
+void train_ssgd_bsp(std::shared_ptr<dist::ProcessGroup> group, layers::Module& model,
+                    optim::Optimizer& opt, int steps, int rank) {
+  dist::SsgdOptions so;
+  so.schedule = dist::Schedule::BSP;
+  so.config_text = "same";
+  dist::SsgdSynchronizer plain(std::move(group), so);
+  plain.setup(model, opt);
+  train_steps(plain, model, opt, 0, steps, rank);
+}
+
 }  // namespace
 
 TEST(CompressedSsgd, Gloo_NoneEqualsPlainSsgd) {
@@ -218,12 +229,7 @@ TEST(CompressedSsgd, Gloo_NoneEqualsPlainSsgd) {
     core::set_num_threads(1);
     auto m1 = tiny_mlp(7 + ctx.rank), m2 = tiny_mlp(7 + ctx.rank);
     auto o1 = plain_sgd(*m1, 0.1, 0.9), o2 = plain_sgd(*m2, 0.1, 0.9);
-    dist::SsgdOptions so;
-    so.schedule = dist::Schedule::BSP;
-    so.config_text = "same";
-    dist::SsgdSynchronizer plain(ctx.group, so);
-    plain.setup(*m1, *o1);
-    train_steps(plain, *m1, *o1, 0, 5, ctx.rank);
+    train_ssgd_bsp(ctx.group, *m1, *o1, 5, ctx.rank);
     dist::CompressedSsgdOptions co;
     co.config_text = "same";
     dist::CompressedSsgdSynchronizer compressed(ctx.group, co);
@@ -459,12 +465,7 @@ TEST(CompressedSsgd, Gloo_MomentumCorrectionWithNoneEqualsMomentumSsgd) {
     core::set_num_threads(1);
     auto m1 = tiny_mlp(7 + ctx.rank), m2 = tiny_mlp(7 + ctx.rank);
     auto o1 = plain_sgd(*m1, 0.1, 0.9), o2 = plain_sgd(*m2, 0.1, 0.9);
-    dist::SsgdOptions so;
-    so.schedule = dist::Schedule::BSP;
-    so.config_text = "same";
-    dist::SsgdSynchronizer plain(ctx.group, so);
-    plain.setup(*m1, *o1);
-    train_steps(plain, *m1, *o1, 0, 6, ctx.rank);
+    train_ssgd_bsp(ctx.group, *m1, *o1, 6, ctx.rank);
     dist::CompressedSsgdOptions co;
     co.config_text = "same";
     dist::MomentumCorrectionOptions mo;
@@ -507,12 +508,7 @@ TEST(Cdsgd, Gloo_MomentumCorrectionWarmUpIsMomentumSsgdAndResumesExactly) {
       oo.weight_decay = 1e-3;
       auto o1 = optim::build_optimizer("sgd", m1->parameters(), oo);
       auto o2 = plain_sgd(*m2, 0.1);  // its own momentum is not used by the correction
-      dist::SsgdOptions so;
-      so.schedule = dist::Schedule::BSP;
-      so.config_text = "same";
-      dist::SsgdSynchronizer plain(ctx.group, so);
-      plain.setup(*m1, *o1);
-      train_steps(plain, *m1, *o1, 0, 6, ctx.rank);
+      train_ssgd_bsp(ctx.group, *m1, *o1, 6, ctx.rank);
       dist::CdsgdSynchronizer cd(ctx.group, options(100, "NONE"));
       cd.setup(*m2, *o2);
       train_steps(cd, *m2, *o2, 0, 6, ctx.rank);
