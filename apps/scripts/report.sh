@@ -216,7 +216,26 @@ have_model=0
 if "$bin" model --help >/dev/null 2>&1; then
   have_model=1
   gbps=$(echo "scale=6; $rate_bits / 1000000000" | bc)
+  # Profile under the testbed's core sharing: the ranks of a run share this machine's cores, so
+  # NPROC profilers run at once and rank 0's layer times feed every prediction (a profile of
+  # one process alone would be NPROC/cores times too fast when NPROC exceeds the cores).
+  prof_pids=()
+  for ((r = 0; r < NPROC; r++)); do
+    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
+        "${extra_sets[@]}" --workers 1 --save-profile "$out/profile_rank$r.txt" >"$out/profile_rank$r.log" 2>&1 &
+    prof_pids+=($!)
+  done
+  prof_ok=1
+  for p in "${prof_pids[@]}"; do wait "$p" || prof_ok=0; done
+  profile_args=()
+  if ((prof_ok)); then
+    profile_args=(--layer-times "$out/profile_rank0.txt")
+  else
+    log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
+  fi
   for preset in $presets; do
+    dssync_sets=()
+    for kv in $(algo_sets dssync "$preset"); do dssync_sets+=(--set "$kv"); done
     net=(--bandwidth-gbps "$gbps")
     case $preset in
       two_racks) net+=(--ranks-per-rack "$RACK" --inter-bandwidth-gbps "$(echo "scale=6; $inter_bits / 1000000000" | bc)") ;;
@@ -224,7 +243,8 @@ if "$bin" model --help >/dev/null 2>&1; then
       straggler) net=(--bandwidth-gbps "$(echo "scale=6; $gbps / 10" | bc)") ;;
       contention) ;;  # the model knows no time-varying links: the full rate
     esac
-    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" "${extra_sets[@]}" \
+    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
+        "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" \
         --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$out/model_$preset.txt" 2>&1 || {
       log "mintrain model failed for $preset (see $out/model_$preset.txt)"; continue; }
     # The row "4  BSP (eff) WFBP (eff) FUSION (eff) MGWFBP (eff) CD-SGD (eff) DS-Sync (eff)".
