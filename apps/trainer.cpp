@@ -131,6 +131,14 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   oopt.nesterov = oc.nesterov();
   oopt.weight_decay = oc.weight_decay();
   oopt.decoupled_weight_decay = oc.decoupled_weight_decay();
+  if (sync_->takes_over_momentum()) {
+    // Momentum correction: the synchronizer applies the momentum and L2 decay before its
+    // exchange; the optimizer takes the plain step with the averaged result.
+    oopt.momentum = 0.0;
+    oopt.dampening = 0.0;
+    oopt.nesterov = false;
+    if (!oopt.decoupled_weight_decay) oopt.weight_decay = 0.0;
+  }
   oopt.beta1 = oc.beta1();
   oopt.beta2 = oc.beta2();
   oopt.eps = oc.eps();

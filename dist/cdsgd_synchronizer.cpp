@@ -56,10 +56,8 @@ void CdsgdSynchronizer::begin_iteration(int64_t) {
 void CdsgdSynchronizer::apply_pending() { step_global(exchange_->wait(pending_), pending_lr_); }
 
 void CdsgdSynchronizer::step_global(const Tensor& average, double lr) {
-  if (momentum_) {  // the momentum is inside the average already
-    sgd_apply(global_, average, lr, momentum_->options().decoupled_weight_decay);
-    return;
-  }
+  // Under momentum correction the optimizer is plain SGD (takes_over_momentum): the momentum
+  // is inside the average already.
   unflatten_into_values(global_, params_);
   unflatten_into_grads(average, params_);
   const double lr_now = optimizer_->lr();
@@ -223,7 +221,7 @@ std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<Proce
     m.momentum = config.momentum;
     m.dampening = config.dampening;
     m.nesterov = config.nesterov;
-    (config.decoupled_weight_decay ? m.decoupled_weight_decay : m.weight_decay) = config.weight_decay;
+    if (!config.decoupled_weight_decay) m.weight_decay = config.weight_decay;
     m.mask_sent = config.compression == "TOPK";  // momentum factor masking, for sparse payloads
     momentum = m;
   }

@@ -23,8 +23,8 @@
 // weights per iteration. The local update is plain SGD at the optimizer's current lr.
 //
 // With momentum correction (momentum_correction.h, DGC) each rank exchanges its velocity u
-// instead of g, the global step is plain SGD W <- W - lr * mean(decoded) without the
-// optimizer (whose momentum would apply twice), and the local update uses u in place of g:
+// instead of g, the global step is plain SGD W <- W - lr * mean(decoded) (the trainer builds
+// the optimizer without momentum for it: takes_over_momentum), and the local update uses u:
 // w_{t+1} = W - lr * (u_t + lambda * g_t (.) g_t (.) (W - w_t)), the same step W is about to take
 // with this rank's share. Without it, lossy compression with momentum 0.9 diverges (the
 // released residual bursts are repeated by the global momentum; dist/README.md).
@@ -72,6 +72,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   void prepare_checkpoint(layers::Module& model) override;
   double average(double value) override;
   std::string epoch_summary() override;
+  bool takes_over_momentum() const override { return options_.momentum_correction.has_value(); }
 
   core::StateDict state_dict() const override;
   void load_state_dict(const core::StateDict& state) override;

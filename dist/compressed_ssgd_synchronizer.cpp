@@ -46,14 +46,14 @@ void CompressedSsgdSynchronizer::step(optim::Optimizer& optimizer) {
     optimizer.step();
     return;
   }
-  // Momentum correction: exchange the velocities, then plain SGD with their average.
-  Tensor weights = flatten_values(params_);
+  // Momentum correction: exchange the velocities, then the (plain SGD) optimizer steps with
+  // their average.
   Tensor decoded;
-  PendingExchange e = exchange_->launch(momentum_->direction(flatten_grads(params_), weights),
+  PendingExchange e = exchange_->launch(momentum_->direction(flatten_grads(params_), flatten_values(params_)),
                                         /*full_precision=*/false, &decoded);
   momentum_->mask_sent(decoded);
-  sgd_apply(weights, exchange_->wait(e), optimizer.lr(), momentum_->options().decoupled_weight_decay);
-  unflatten_into_values(weights, params_);
+  unflatten_into_grads(exchange_->wait(e), params_);
+  optimizer.step();
 }
 
 void CompressedSsgdSynchronizer::prepare_eval(layers::Module& model) {

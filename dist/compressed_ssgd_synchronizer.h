@@ -18,8 +18,8 @@ namespace mt::dist {
 
 struct CompressedSsgdOptions {
   CompressionOptions compression;
-  // Set: DGC momentum correction; the ranks exchange their velocities and the step is plain
-  // SGD at the optimizer's lr (the optimizer's own momentum is not used).
+  // Set: DGC momentum correction; the ranks exchange their velocities and the optimizer (plain
+  // SGD: takes_over_momentum) steps with their average.
   std::optional<MomentumCorrectionOptions> momentum_correction;
   std::string config_text;  // must be the same on every rank (checked at setup)
 };
@@ -43,6 +43,7 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   void prepare_checkpoint(layers::Module& model) override;
   double average(double value) override;
   std::string epoch_summary() override;
+  bool takes_over_momentum() const override { return options_.momentum_correction.has_value(); }
 
   // The error-feedback residual, the velocity (momentum correction) and the iteration count
   // (TOPK warm-up) travel with checkpoints.

@@ -15,10 +15,8 @@ MomentumCorrection::MomentumCorrection(int64_t numel, MomentumCorrectionOptions 
            "optimizer.dampening must be in [0, 1], got ", options_.dampening);
   MT_CHECK(!options_.nesterov || options_.dampening == 0,
            "optimizer.nesterov needs dampening 0, got ", options_.dampening);
-  MT_CHECK(std::isfinite(options_.weight_decay) && options_.weight_decay >= 0 &&
-               std::isfinite(options_.decoupled_weight_decay) && options_.decoupled_weight_decay >= 0,
-           "optimizer.weight_decay must be >= 0, got ", options_.weight_decay, " / ",
-           options_.decoupled_weight_decay);
+  MT_CHECK(std::isfinite(options_.weight_decay) && options_.weight_decay >= 0,
+           "optimizer.weight_decay must be >= 0, got ", options_.weight_decay);
 }
 
 Tensor MomentumCorrection::direction(const Tensor& grad, const Tensor& weights) {
@@ -73,18 +71,6 @@ void MomentumCorrection::load_state(const core::StateDict& state) {
       started_ = t.item_int() != 0;
     }
   }
-}
-
-void sgd_apply(Tensor& weights, const Tensor& direction, double lr, double decoupled_weight_decay) {
-  MT_CHECK(weights.numel() == direction.numel() && weights.is_contiguous(),
-           "internal: sgd_apply on ", weights.numel(), " weights and ", direction.numel(),
-           " directions");
-  const Tensor d = direction.contiguous();
-  const float* dp = d.data<float>();
-  float* w = weights.data<float>();
-  const float step = static_cast<float>(lr);
-  const float shrink = 1.0f - static_cast<float>(lr * decoupled_weight_decay);
-  for (int64_t i = 0; i < weights.numel(); ++i) w[i] = w[i] * shrink - step * dp[i];
 }
 
 }  // namespace mt::dist

@@ -15,7 +15,9 @@
 //   send EF(u), or EF(d + m*u) with Nesterov
 //
 // and the global step is plain SGD, W <- W - lr * mean_i decode(...): the momentum is already
-// inside what was sent. Because the exchange is linear in u, NONE compression gives exactly
+// inside what was sent. That step is the trainer's optimizer, built without momentum and L2
+// decay for such synchronizers (Synchronizer::takes_over_momentum), so its NaN/Inf guard and
+// clipping still apply; decoupled weight decay stays with it. Because the exchange is linear in u, NONE compression gives exactly
 // momentum SGD on the averaged gradient (up to float summation order). Compression now rounds
 // the velocity, which moves ~1/(1-m) times faster than the gradient, so the residual crosses a
 // threshold sooner and the quantum of an update is tau, not tau/(1-m).
@@ -38,9 +40,8 @@ struct MomentumCorrectionOptions {
   double momentum = 0.9;
   double dampening = 0.0;
   bool nesterov = false;
-  double weight_decay = 0.0;            // L2, folded into d
-  double decoupled_weight_decay = 0.0;  // AdamW-style decay, applied by the global step
-  bool mask_sent = false;               // momentum factor masking (TOPK)
+  double weight_decay = 0.0;         // L2, folded into d (decoupled decay stays with the optimizer)
+  bool mask_sent = false;            // momentum factor masking (TOPK)
 };
 
 class MomentumCorrection {
@@ -67,9 +68,5 @@ class MomentumCorrection {
   Tensor velocity_;
   bool started_ = false;
 };
-
-// Plain SGD on flat weights, the global step under momentum correction:
-// w <- w * (1 - lr*decoupled_wd) - lr * direction.
-void sgd_apply(Tensor& weights, const Tensor& direction, double lr, double decoupled_weight_decay);
 
 }  // namespace mt::dist

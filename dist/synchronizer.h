@@ -38,6 +38,11 @@ class Synchronizer {
   // prepare_eval does, and algorithms whose ranks hold different state (DS-Sync, CD-SGD,
   // compressed exchanges) also collect every rank's on rank 0 for state_dict (replicas.h).
   virtual void prepare_checkpoint(layers::Module& model) { prepare_eval(model); }
+  // True when the synchronizer applies SGD's momentum (and L2 weight decay) itself, before its
+  // exchange (momentum correction, momentum_correction.h): the optimizer given to setup and
+  // step must then be plain SGD without them, which the trainer builds (it still checks the
+  // averaged update for NaN/Inf and clips it, as for every algorithm).
+  virtual bool takes_over_momentum() const { return false; }
   // Averages a metric over ranks (loss, accuracy); identity on one process.
   virtual double average(double value) { return value; }
   // Statistics since the last call (bytes per iteration, compression ratio, wait time); "" =

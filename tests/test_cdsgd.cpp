@@ -336,6 +336,19 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
     EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "ssgd/SIGN");
     sc.algorithm = "cdsgd";
     EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/SIGN");
+    EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
+    // With SGD momentum the correction is on by default, and the trainer must then build a
+    // plain-SGD optimizer; Adam keeps its own moments.
+    sc.momentum = 0.9;
+    EXPECT_TRUE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/SIGN+momentum-correction");
+    sc.optimizer_name = "adam";
+    EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
+    sc.optimizer_name = "sgd";
+    sc.momentum_correction = false;
+    EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
+    sc.momentum_correction = true;
+    sc.momentum = 0;
     // name() after setup (the compressor has moved into the exchange).
     VectorModel model({1, 2, 3});
     auto opt = plain_sgd(model, 0.1);
@@ -348,16 +361,17 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
   }).ok_or_report());
 }
 
-// Momentum correction's direction followed by plain SGD is, bit for bit, optim::SGD with the
-// same momentum, dampening, Nesterov and weight decay: the velocity it exchanges is exactly
-// SGD's momentum buffer (so with lossless compression, CD-SGD/compressed S-SGD with the
-// correction are momentum SGD).
+// Momentum correction's direction followed by plain SGD (what the trainer builds for it: no
+// momentum, no L2 decay; decoupled decay stays) is, bit for bit, optim::SGD with the same
+// momentum, dampening, Nesterov and weight decay: the velocity it exchanges is exactly SGD's
+// momentum buffer (so with lossless compression, CD-SGD/compressed S-SGD with the correction
+// are momentum SGD).
 TEST(MomentumCorrection, DirectionThenPlainSgdIsSgdWithMomentum) {
   struct Case { double momentum, dampening; bool nesterov; double wd; bool decoupled; };
   for (const Case c : {Case{0.9, 0.0, false, 0.0, false}, Case{0.9, 0.0, true, 5e-4, false},
                        Case{0.8, 0.1, false, 1e-3, false}, Case{0.9, 0.0, true, 1e-2, true}}) {
     const std::vector<float> w0 = {0.5f, -1.25f, 2.0f, 0.01f, -0.3f};
-    VectorModel model(w0);
+    VectorModel model(w0), corrected(w0);
     optim::OptimizerOptions o;
     o.lr = 0.07;
     o.momentum = c.momentum;
@@ -366,13 +380,17 @@ TEST(MomentumCorrection, DirectionThenPlainSgdIsSgdWithMomentum) {
     o.weight_decay = c.wd;
     o.decoupled_weight_decay = c.decoupled;
     auto sgd = optim::build_optimizer("sgd", model.parameters(), o);
+    optim::OptimizerOptions plain;
+    plain.lr = o.lr;
+    plain.decoupled_weight_decay = c.decoupled;
+    plain.weight_decay = c.decoupled ? c.wd : 0.0;
+    auto plain_sgd = optim::build_optimizer("sgd", corrected.parameters(), plain);
     dist::MomentumCorrectionOptions mo;
     mo.momentum = c.momentum;
     mo.dampening = c.dampening;
     mo.nesterov = c.nesterov;
-    (c.decoupled ? mo.decoupled_weight_decay : mo.weight_decay) = c.wd;
+    mo.weight_decay = c.decoupled ? 0.0 : c.wd;
     dist::MomentumCorrection mc(5, mo);
-    Tensor w = Tensor::from_vector(w0, {5});
     core::Generator gen(3);
     for (int t = 0; t < 6; ++t) {
       std::vector<float> g(5);
@@ -380,8 +398,10 @@ TEST(MomentumCorrection, DirectionThenPlainSgdIsSgdWithMomentum) {
       Tensor(model.w_).set_grad(Tensor::from_vector(g, {5}));
       sgd->step();
       sgd->zero_grad();
-      dist::sgd_apply(w, mc.direction(Tensor::from_vector(g, {5}), w), o.lr, mo.decoupled_weight_decay);
-      ASSERT_EQ(w.to_vector(), model.w_.to_vector()) << "step " << t << " nesterov " << c.nesterov;
+      Tensor(corrected.w_).set_grad(mc.direction(Tensor::from_vector(g, {5}), corrected.w_));
+      plain_sgd->step();
+      plain_sgd->zero_grad();
+      ASSERT_EQ(corrected.w_.to_vector(), model.w_.to_vector()) << "step " << t << " nesterov " << c.nesterov;
     }
   }
 }
@@ -464,7 +484,7 @@ TEST(CompressedSsgd, Gloo_MomentumCorrectionWithNoneEqualsMomentumSsgd) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     core::set_num_threads(1);
     auto m1 = tiny_mlp(7 + ctx.rank), m2 = tiny_mlp(7 + ctx.rank);
-    auto o1 = plain_sgd(*m1, 0.1, 0.9), o2 = plain_sgd(*m2, 0.1, 0.9);
+    auto o1 = plain_sgd(*m1, 0.1, 0.9), o2 = plain_sgd(*m2, 0.1);  // the synchronizer takes the momentum over
     train_ssgd_bsp(ctx.group, *m1, *o1, 6, ctx.rank);
     dist::CompressedSsgdOptions co;
     co.config_text = "same";
@@ -507,7 +527,7 @@ TEST(Cdsgd, Gloo_MomentumCorrectionWarmUpIsMomentumSsgdAndResumesExactly) {
       oo.nesterov = true;
       oo.weight_decay = 1e-3;
       auto o1 = optim::build_optimizer("sgd", m1->parameters(), oo);
-      auto o2 = plain_sgd(*m2, 0.1);  // its own momentum is not used by the correction
+      auto o2 = plain_sgd(*m2, 0.1);  // plain SGD: the synchronizer takes the momentum over
       train_ssgd_bsp(ctx.group, *m1, *o1, 6, ctx.rank);
       dist::CdsgdSynchronizer cd(ctx.group, options(100, "NONE"));
       cd.setup(*m2, *o2);
