@@ -30,9 +30,11 @@ class Compressor {
  public:
   virtual ~Compressor() = default;
   virtual std::string name() const = 0;  // "TWO_BIT(tau=0.5)"
-  // in: flat, contiguous float32 on the CPU. Returns a payload of payload_numel(in.numel()).
+  // in: flat, contiguous float32 on the CPU or a CUDA device. Returns a payload of
+  // payload_numel(in.numel()) on in's device; both devices write the same bytes (CUDA kernels:
+  // core/kernels/cuda/compress.h).
   virtual Tensor compress(const Tensor& in) const = 0;
-  // Back to `numel` float32 values (numel = the compressed input's).
+  // Back to `numel` float32 values (numel = the compressed input's), on the payload's device.
   virtual Tensor decompress(const Tensor& payload, int64_t numel) const = 0;
   virtual bool summable() const = 0;
   virtual core::DType payload_dtype() const = 0;

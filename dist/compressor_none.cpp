@@ -1,5 +1,5 @@
 // NONE: the gradient as is. Used by full-precision steps and to check that the compressed
-// code path equals plain S-SGD.
+// code path equals plain S-SGD. clone() keeps the device, so it serves CPU and CUDA tensors alike.
 #include "dist/compressor.h"
 
 namespace mt::dist {

@@ -1,23 +1,60 @@
 // SIGN (scaled sign, EF-SGD): every value becomes mean|v| * sign(v); 1 bit per value (set =
 // negative; zero counts as positive) plus the float32 scale, so about 1/32 of the bytes. The
 // scale keeps the decoded vector's L1 norm equal to the input's.
+//
+// The sum of |v| is in double, in a fixed blocked order that one GPU warp per block reproduces
+// (core/kernels/cuda/compress.h, which CUDA inputs and payloads go to): blocks of 8192 values,
+// inside a block 32 interleaved partial sums (value j to partial j % 32, each in index order)
+// added in lane order, then the block sums in block order. Both devices therefore write the
+// same scale bits, and a GPU run repeats itself exactly. Up to 32 values it is the plain
+// sequential sum.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "dist/compressor.h"
 
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/compress.h"
+#endif
+
 namespace mt::dist {
 namespace {
+
+constexpr int64_t kSumBlock = 8192;
+constexpr int64_t kSumLanes = 32;
+#ifdef MT_CUDA_KERNELS
+static_assert(kSumBlock == core::cuda::kSignSumBlock && kSumLanes == core::cuda::kSignSumLanes,
+              "the CPU and CUDA SIGN encoders must sum |v| in the same order");
+#endif
+
+double sum_of_magnitudes(const float* v, int64_t n) {
+  double total = 0.0;
+  for (int64_t begin = 0; begin < n; begin += kSumBlock) {
+    const int64_t end = std::min(begin + kSumBlock, n);
+    double partial[kSumLanes] = {};
+    for (int64_t j = begin; j < end; j += kSumLanes) {
+      const int64_t lanes = std::min(kSumLanes, end - j);
+      for (int64_t l = 0; l < lanes; ++l) partial[l] += std::fabs(v[j + l]);
+    }
+    double block = 0.0;
+    for (double p : partial) block += p;
+    total += block;
+  }
+  return total;
+}
 
 class SignCompressor final : public Compressor {
  public:
   std::string name() const override { return "SIGN"; }
 
   Tensor compress(const Tensor& in) const override {
+#ifdef MT_CUDA_KERNELS
+    if (in.is_cuda()) return core::cuda::sign_encode(in.contiguous());
+#endif
     const int64_t n = in.numel();
     const float* v = in.data<float>();
-    double l1 = 0.0;
-    for (int64_t i = 0; i < n; ++i) l1 += std::fabs(v[i]);
+    const double l1 = sum_of_magnitudes(v, n);
     const float scale = n > 0 ? static_cast<float>(l1 / static_cast<double>(n)) : 0.0f;
     std::vector<uint32_t> words(static_cast<size_t>(words_for(n)), 0u);
     for (int64_t i = 0; i < n; ++i)
@@ -30,6 +67,9 @@ class SignCompressor final : public Compressor {
   }
 
   Tensor decompress(const Tensor& payload, int64_t numel) const override {
+#ifdef MT_CUDA_KERNELS
+    if (payload.is_cuda()) return core::cuda::sign_decode(payload, numel);
+#endif
     const auto* bytes = static_cast<const uint8_t*>(payload.raw_data());
     float scale;
     std::memcpy(&scale, bytes, 4);

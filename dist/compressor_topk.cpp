@@ -4,6 +4,9 @@
 // values above it, and only fall back to an exact selection (nth_element, O(n)) when the
 // sample's guess keeps too few. Too many candidates are cut to exactly k with nth_element over
 // the candidates only. Every rank's payload has the same size, so allgather suffices.
+// Equal magnitudes are ordered by index (the lower wins), so the chosen set is a function of
+// the input alone: the CUDA encoder (core/kernels/cuda/compress.h: the same sample, a CUB
+// compaction of the candidates, a stable radix sort to cut them to k) writes the same bytes.
 // DGC's ratio warm-up is topk_ratio_at (below); its momentum correction is
 // momentum_correction.h, usable with every compressor.
 #include <algorithm>
@@ -11,6 +14,10 @@
 #include <cstring>
 
 #include "dist/compressor.h"
+
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/compress.h"
+#endif
 
 namespace mt::dist {
 namespace {
@@ -28,6 +35,9 @@ class TopkCompressor final : public Compressor {
   Tensor compress(const Tensor& in) const override {
     const int64_t n = in.numel();
     const int64_t k = k_for(n);
+#ifdef MT_CUDA_KERNELS
+    if (in.is_cuda()) return core::cuda::topk_encode(in.contiguous(), k);
+#endif
     const float* v = in.data<float>();
     std::vector<int32_t> chosen = select(v, n, k);
     Tensor out = Tensor::empty({payload_numel(n)}, core::DType::UInt8);
@@ -43,6 +53,9 @@ class TopkCompressor final : public Compressor {
 
   Tensor decompress(const Tensor& payload, int64_t numel) const override {
     const int64_t k = k_for(numel);
+#ifdef MT_CUDA_KERNELS
+    if (payload.is_cuda()) return core::cuda::topk_decode(payload, numel, k);
+#endif
     const auto* bytes = static_cast<const uint8_t*>(payload.raw_data());
     Tensor out = Tensor::zeros({numel});
     float* o = out.data<float>();
@@ -61,11 +74,14 @@ class TopkCompressor final : public Compressor {
   int64_t payload_numel(int64_t numel) const override { return 8 * k_for(numel); }
 
  private:
-  // Indices of exactly k values of largest |v| (ties broken arbitrarily), ascending.
+  // Indices of exactly k values of largest |v| (equal |v|: the lower index first), ascending.
   static std::vector<int32_t> select(const float* v, int64_t n, int64_t k) {
     std::vector<int32_t> idx;
     if (k == 0) return idx;
-    auto by_magnitude = [v](int32_t a, int32_t b) { return std::fabs(v[a]) > std::fabs(v[b]); };
+    auto by_magnitude = [v](int32_t a, int32_t b) {
+      const float ma = std::fabs(v[a]), mb = std::fabs(v[b]);
+      return ma > mb || (ma == mb && a < b);
+    };
     // Threshold from a sample of at most ~1024 values at a fixed stride (deterministic).
     const int64_t stride = std::max<int64_t>(1, n / 1024);
     std::vector<float> sample;

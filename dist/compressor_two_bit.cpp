@@ -1,9 +1,14 @@
 // TWO_BIT (the CD-SGD reference compressor): each value becomes +tau if >= tau, -tau if <= -tau,
 // else 0; two bits each (00 zero, 01 +tau, 10 -tau), 16 values per 32-bit word, so 1/16 of the
 // float32 bytes. Small values are not lost: error feedback keeps them until they add up to tau.
+// CUDA inputs and payloads go to core/kernels/cuda/compress.h, which writes the same bytes.
 #include <cstring>
 
 #include "dist/compressor.h"
+
+#ifdef MT_CUDA_KERNELS
+#include "core/kernels/cuda/compress.h"
+#endif
 
 namespace mt::dist {
 namespace {
@@ -14,6 +19,9 @@ class TwoBitCompressor final : public Compressor {
   std::string name() const override { return "TWO_BIT(tau=" + std::to_string(tau_) + ")"; }
 
   Tensor compress(const Tensor& in) const override {
+#ifdef MT_CUDA_KERNELS
+    if (in.is_cuda()) return core::cuda::two_bit_encode(in.contiguous(), tau_);
+#endif
     const int64_t n = in.numel();
     const float* v = in.data<float>();
     std::vector<uint32_t> words(static_cast<size_t>(words_for(n)), 0u);
@@ -27,6 +35,9 @@ class TwoBitCompressor final : public Compressor {
   }
 
   Tensor decompress(const Tensor& payload, int64_t numel) const override {
+#ifdef MT_CUDA_KERNELS
+    if (payload.is_cuda()) return core::cuda::two_bit_decode(payload, numel, tau_);
+#endif
     std::vector<uint32_t> words(static_cast<size_t>(words_for(numel)));
     if (!words.empty()) std::memcpy(words.data(), payload.raw_data(), words.size() * 4);
     Tensor out = Tensor::empty({numel});

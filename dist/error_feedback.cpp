@@ -4,19 +4,30 @@
 
 namespace mt::dist {
 
-ErrorFeedback::ErrorFeedback(int64_t numel) : residual_(Tensor::zeros({numel})) {}
+ErrorFeedback::ErrorFeedback(int64_t numel, core::Device device)
+    : residual_(Tensor::zeros({numel}, core::DType::Float32, device)) {}
+
+void ErrorFeedback::follow(core::Device device) const {
+  if (residual_.device() != device) residual_ = residual_.to(device);
+}
 
 Tensor ErrorFeedback::corrected(const Tensor& grad) const {
   MT_CHECK(grad.numel() == numel(), "error feedback: gradient of ", grad.numel(),
            " values, residual of ", numel());
+  MT_CHECK(grad.dtype() == core::DType::Float32, "error feedback: the gradient must be float32, got ",
+           grad.str());
+  follow(grad.device());
   Tensor v = grad.contiguous().reshape({numel()}).clone();
   v.add_(residual_);
   return v;
 }
 
 void ErrorFeedback::update(const Tensor& corrected, const Tensor& decoded) {
+  MT_CHECK(corrected.device() == decoded.device(), "error feedback: the corrected gradient (",
+           corrected.str(), ") and its decoded payload (", decoded.str(), ") must be on one device");
+  follow(corrected.device());
   residual_.copy_(corrected);
-  residual_.add_(decoded, -1.0f);
+  residual_.add_(decoded.reshape({numel()}), -1.0f);
 }
 
 }  // namespace mt::dist

@@ -7,6 +7,10 @@
 //
 // so that, exactly, r_new + decode(Q(v)) == g + r_old. A full-precision step sends v itself
 // and clears r (algorithms.md section 2).
+//
+// Only tensor ops, so it runs on the gradient's device. The residual starts on `device` and
+// follows the gradients: the first gradient from another device moves it there (values kept),
+// so a caller that never says where its gradients live still gets one device throughout.
 #pragma once
 #include <cstdint>
 
@@ -18,18 +22,22 @@ using core::Tensor;
 
 class ErrorFeedback {
  public:
-  explicit ErrorFeedback(int64_t numel);
-  // g + r, a new tensor (g: flat float32 of numel()).
+  explicit ErrorFeedback(int64_t numel, core::Device device = core::Device::cpu());
+  // g + r, a new tensor on g's device (g: float32 of numel() values, any shape).
   Tensor corrected(const Tensor& grad) const;
-  // r <- corrected - decoded.
+  // r <- corrected - decoded (both on one device; the residual moves there).
   void update(const Tensor& corrected, const Tensor& decoded);
   void clear() { residual_.zero_(); }
   int64_t numel() const { return residual_.numel(); }
   const Tensor& residual() const { return residual_; }
   Tensor& residual() { return residual_; }
+  core::Device device() const { return residual_.device(); }
 
  private:
-  Tensor residual_;
+  // Moving the residual to another device changes where it lives, not its value: corrected()
+  // stays const.
+  void follow(core::Device device) const;
+  mutable Tensor residual_;
 };
 
 }  // namespace mt::dist

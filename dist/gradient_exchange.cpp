@@ -9,8 +9,9 @@
 namespace mt::dist {
 
 GradientExchange::GradientExchange(std::shared_ptr<ProcessGroup> group,
-                                   std::unique_ptr<Compressor> compressor, int64_t numel)
-    : group_(std::move(group)), compressor_(std::move(compressor)), feedback_(numel) {}
+                                   std::unique_ptr<Compressor> compressor, int64_t numel,
+                                   core::Device device)
+    : group_(std::move(group)), compressor_(std::move(compressor)), feedback_(numel, device) {}
 
 PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_precision,
                                          Tensor* own_decoded) {
@@ -33,7 +34,7 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
   if (e.summable) {
     e.work = group_->allreduce(e.payload, ReduceOp::Sum);
   } else {
-    e.gathered = Tensor::empty({e.payload.numel() * group_->size()}, e.payload.dtype());
+    e.gathered = Tensor::empty({e.payload.numel() * group_->size()}, e.payload.dtype(), e.payload.device());
     e.work = group_->allgather(e.payload, e.gathered);
   }
   ++stats_.exchanges;
@@ -59,7 +60,7 @@ Tensor GradientExchange::wait(PendingExchange& e) {
     // Every rank decodes every rank's payload and sums them in rank order: the same floating
     // point additions everywhere, so all ranks get bit-identical averages.
     const int64_t len = e.payload.numel();
-    sum = Tensor::zeros({e.numel});
+    sum = Tensor::zeros({e.numel}, core::DType::Float32, e.payload.device());
     for (int r = 0; r < group_->size(); ++r)
       sum.add_(e.compressor->decompress(e.gathered.narrow(0, r * len, len).contiguous(), e.numel));
   }

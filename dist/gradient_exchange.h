@@ -7,6 +7,10 @@
 // A full-precision exchange sends g + r as float32 (allreduce) and clears r: CD-SGD's k-step
 // correction. Exchanges must be launched in the same order on every rank; several may be in
 // flight (CD-SGD launches iteration t's before waiting for t-1's).
+//
+// Device-agnostic: the residual, the payload, the allgather buffer and the average live on the
+// gradient's device (CPU tensors for a Gloo group, CUDA tensors for an NCCL group); `device`
+// only says where the residual starts (it follows the gradients, error_feedback.h).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -41,7 +45,7 @@ struct ExchangeStats {
 class GradientExchange {
  public:
   GradientExchange(std::shared_ptr<ProcessGroup> group, std::unique_ptr<Compressor> compressor,
-                   int64_t numel);
+                   int64_t numel, core::Device device = core::Device::cpu());
 
   // own_decoded (optional): this rank's decoded payload, for momentum factor masking; left
   // undefined for a full-precision exchange.
