@@ -211,6 +211,42 @@ void train_steps(dist::Synchronizer& sync, layers::Module& model, optim::Optimiz
   }
 }
 
+// A checkpoint in the middle of a CD-SGD run: what the trainer saves (the model's, the
+// optimizer's and the synchronizer's state, after prepare_eval).
+struct SavedState {
+  core::StateDict model, optim, sync;
+};
+
+// 10 iterations of CD-SGD from tiny_mlp(7). With `save`: evaluate after iteration 5 and keep
+// the state there. With `resume`: start from that state instead of training the first 5.
+// Returns the global weights at the end.
+std::vector<float> cdsgd_run(std::shared_ptr<dist::ProcessGroup> group, int rank,
+                             const dist::CdsgdOptions& options, double momentum, SavedState* save,
+                             const SavedState* resume) {
+  auto clone = [](core::StateDict d) {
+    for (auto& [k, t] : d) t = t.clone();
+    return d;
+  };
+  auto m = tiny_mlp(7);
+  auto o = plain_sgd(*m, 0.05, momentum);
+  dist::CdsgdSynchronizer s(std::move(group), options);
+  s.setup(*m, *o);
+  if (resume) {
+    m->load_state_dict(resume->model);
+    o->load_state_dict(resume->optim);
+    s.load_state_dict(resume->sync);
+  } else {
+    train_steps(s, *m, *o, 0, 5, rank);
+    if (save) {
+      s.prepare_eval(*m);
+      *save = {clone(m->state_dict()), clone(o->state_dict()), s.state_dict()};
+    }
+  }
+  train_steps(s, *m, *o, 5, 10, rank);
+  s.prepare_eval(*m);
+  return all_weights(*m);
+}
+
 // The reference: `steps` iterations of uncompressed S-SGD BSP.
 void train_ssgd_bsp(std::shared_ptr<dist::ProcessGroup> group, layers::Module& model,
                     optim::Optimizer& opt, int steps, int rank) {
@@ -248,37 +284,10 @@ TEST(Cdsgd, Gloo_CheckpointResumesExactly) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     core::set_num_threads(1);
     for (const std::string comp : {"TWO_BIT", "TOPK", "SIGN"}) {
-      auto run = [&](bool eval_at_3, core::StateDict* model_s, core::StateDict* opt_s,
-                     core::StateDict* sync_s, bool resume) {
-        auto m = tiny_mlp(7);
-        auto o = plain_sgd(*m, 0.05, 0.9);
-        dist::CdsgdSynchronizer s(ctx.group, cdsgd(comp, 2, 3, 0.04));
-        s.setup(*m, *o);
-        if (resume) {
-          m->load_state_dict(*model_s);
-          o->load_state_dict(*opt_s);
-          s.load_state_dict(*sync_s);
-        } else {
-          train_steps(s, *m, *o, 0, 5, ctx.rank);
-          if (eval_at_3) {
-            s.prepare_eval(*m);
-            if (model_s) {
-              *model_s = m->state_dict();
-              for (auto& [k, t] : *model_s) t = t.clone();
-              *opt_s = o->state_dict();
-              for (auto& [k, t] : *opt_s) t = t.clone();
-              *sync_s = s.state_dict();
-            }
-          }
-        }
-        train_steps(s, *m, *o, 5, 10, ctx.rank);
-        s.prepare_eval(*m);
-        return all_weights(*m);
-      };
-      core::StateDict ms, os, ss;
-      const auto straight = run(false, nullptr, nullptr, nullptr, false);
-      const auto with_eval = run(true, &ms, &os, &ss, false);
-      const auto resumed = run(false, &ms, &os, &ss, true);
+      SavedState saved;
+      const auto straight = cdsgd_run(ctx.group, ctx.rank, cdsgd(comp, 2, 3, 0.04), 0.9, nullptr, nullptr);
+      const auto with_eval = cdsgd_run(ctx.group, ctx.rank, cdsgd(comp, 2, 3, 0.04), 0.9, &saved, nullptr);
+      const auto resumed = cdsgd_run(ctx.group, ctx.rank, cdsgd(comp, 2, 3, 0.04), 0.9, nullptr, &saved);
       EXPECT_EQ(straight, with_eval) << comp;
       EXPECT_EQ(straight, resumed) << comp;
     }
@@ -536,38 +545,15 @@ TEST(Cdsgd, Gloo_MomentumCorrectionWarmUpIsMomentumSsgdAndResumesExactly) {
       for (size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w1[i], w2[i], 1e-5) << i;
     }
     for (const std::string comp : {"TWO_BIT", "TOPK"}) {
-      auto run = [&](core::StateDict* model_s, core::StateDict* opt_s, core::StateDict* sync_s,
-                     bool resume) {
-        auto m = tiny_mlp(7);
-        auto o = plain_sgd(*m, 0.05);
-        dist::CdsgdSynchronizer s(ctx.group, options(2, comp));
-        s.setup(*m, *o);
-        if (resume) {
-          m->load_state_dict(*model_s);
-          o->load_state_dict(*opt_s);
-          s.load_state_dict(*sync_s);
-        } else {
-          train_steps(s, *m, *o, 0, 5, ctx.rank);
-          if (model_s) {
-            s.prepare_eval(*m);
-            *model_s = m->state_dict();
-            for (auto& [k, t] : *model_s) t = t.clone();
-            *opt_s = o->state_dict();
-            *sync_s = s.state_dict();
-          }
-        }
-        train_steps(s, *m, *o, 5, 10, ctx.rank);
-        s.prepare_eval(*m);
-        return all_weights(*m);
-      };
-      core::StateDict ms, os, ss;
-      const auto straight = run(nullptr, nullptr, nullptr, false);
-      const auto saved = run(&ms, &os, &ss, false);
+      // Plain SGD: the synchronizer takes the momentum over.
+      SavedState saved;
+      const auto straight = cdsgd_run(ctx.group, ctx.rank, options(2, comp), 0.0, nullptr, nullptr);
+      const auto with_save = cdsgd_run(ctx.group, ctx.rank, options(2, comp), 0.0, &saved, nullptr);
       bool has_velocity = false;
-      for (const auto& [k, t] : ss) has_velocity |= k == "velocity";
+      for (const auto& [k, t] : saved.sync) has_velocity |= k == "velocity";
       EXPECT_TRUE(has_velocity) << comp;
-      const auto resumed = run(&ms, &os, &ss, true);
-      EXPECT_EQ(straight, saved) << comp;
+      const auto resumed = cdsgd_run(ctx.group, ctx.rank, options(2, comp), 0.0, nullptr, &saved);
+      EXPECT_EQ(straight, with_save) << comp;
       EXPECT_EQ(straight, resumed) << comp;
     }
   }).ok_or_report());
