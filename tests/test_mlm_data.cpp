@@ -39,11 +39,7 @@ std::string make_temp_dir() { return mt::testing::make_temp_dir("mt_mlm"); }
 using mt::testing::error_of;
 using mt::testing::contains;
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
+using mt::testing::write_file;
 
 constexpr int32_t kPad = 0, kUnk = 1, kCls = 2, kSep = 3, kMask = 4;
 

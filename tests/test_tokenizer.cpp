@@ -33,11 +33,7 @@ std::string make_temp_dir() { return mt::testing::make_temp_dir("mt_tok"); }
 using mt::testing::error_of;
 using mt::testing::contains;
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
+using mt::testing::write_file;
 
 // A small hand-made vocabulary; ids are positions.
 std::vector<std::string> small_vocab() {

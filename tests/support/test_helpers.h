@@ -1,9 +1,11 @@
-// Small helpers the data and tokenizer tests share: fresh temporary folders, the message of a
-// thrown mt::core::Error, and a substring assertion that prints both strings on failure.
+// Small helpers the data and tokenizer tests share: fresh temporary folders, text files, the
+// message of a thrown mt::core::Error, and a substring assertion that prints both strings on
+// failure.
 #pragma once
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -20,6 +22,13 @@ inline std::string make_temp_dir(const std::string& prefix = "mt_test") {
   char* dir = mkdtemp(tmpl.data());
   if (dir == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
   return dir;
+}
+
+// Writes `text` to `path` as is (binary: no newline translation); fails the test if it cannot.
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  ASSERT_TRUE(out.good()) << path;
 }
 
 // The message of the Error that f throws, or a marker when it throws none.
