@@ -45,8 +45,7 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
 }
 
 void CdsgdSynchronizer::begin_iteration(int64_t) {
-  rank_states_.clear();
-  gathered_ = false;
+  rank_states_.forget();
   if (showing_global_) {  // after evaluation / a checkpoint: back to the local weights
     unflatten_into_values(local_, params_);
     showing_global_ = false;
@@ -135,9 +134,8 @@ core::StateDict CdsgdSynchronizer::own_state() const {
 
 void CdsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
   prepare_eval(model);
-  if (gathered_ || !exchange_) return;
-  rank_states_ = gather_states_to_rank0(*group_, own_state(), "CD-SGD checkpoint state");
-  gathered_ = true;
+  if (rank_states_.collected() || !exchange_) return;
+  rank_states_.collect(*group_, own_state(), "CD-SGD checkpoint state");
 }
 
 double CdsgdSynchronizer::average(double value) { return average_over_ranks(*group_, value); }
@@ -162,7 +160,7 @@ core::StateDict CdsgdSynchronizer::state_dict() const {
                         {"residual", exchange_->error_feedback().residual().clone()},
                         {"steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
   if (momentum_) momentum_->append_state(state);
-  append_rank_states(state, "cdsgd.", rank_states_);
+  rank_states_.append_to(state, "cdsgd.");
   return state;
 }
 

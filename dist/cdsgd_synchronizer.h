@@ -42,6 +42,7 @@
 
 #include "dist/gradient_exchange.h"
 #include "dist/momentum_correction.h"
+#include "dist/replicas.h"
 #include "dist/synchronizer.h"
 
 namespace mt::dist {
@@ -102,8 +103,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   Tensor global_;  // W, flat
   Tensor local_;   // the local weights while the model shows W (after prepare_eval)
   bool showing_global_ = false;
-  std::vector<core::StateDict> rank_states_;  // rank 0, after prepare_checkpoint
-  bool gathered_ = false;                     // every rank: rank_states_ are current
+  RankStates rank_states_;  // every rank's local weights, residual, velocity (prepare_checkpoint)
   PendingExchange pending_;
   double pending_lr_ = 0.0;
   int64_t steps_ = 0;  // optimizer steps taken (iterations)

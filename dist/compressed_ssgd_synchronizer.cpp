@@ -35,8 +35,7 @@ void CompressedSsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& 
 
 void CompressedSsgdSynchronizer::step(optim::Optimizer& optimizer) {
   MT_CHECK(exchange_ != nullptr, "rank ", rank(), ": step() before setup()");
-  rank_states_.clear();
-  gathered_ = false;
+  rank_states_.forget();
   exchange_->warm_up(options_.compression, steps_);
   ++steps_;
   ++iterations_since_summary_;
@@ -62,11 +61,10 @@ void CompressedSsgdSynchronizer::prepare_eval(layers::Module& model) {
 
 void CompressedSsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
   prepare_eval(model);
-  if (gathered_ || !exchange_) return;
+  if (rank_states_.collected() || !exchange_) return;
   core::StateDict mine{{"residual", exchange_->error_feedback().residual()}};
   if (momentum_) momentum_->append_state(mine);
-  rank_states_ = gather_states_to_rank0(*group_, mine, "compressed S-SGD checkpoint state");
-  gathered_ = true;
+  rank_states_.collect(*group_, mine, "compressed S-SGD checkpoint state");
 }
 
 double CompressedSsgdSynchronizer::average(double value) { return average_over_ranks(*group_, value); }
@@ -83,7 +81,7 @@ core::StateDict CompressedSsgdSynchronizer::state_dict() const {
   core::StateDict state{{"residual", exchange_->error_feedback().residual().clone()},
                         {"steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
   if (momentum_) momentum_->append_state(state);
-  append_rank_states(state, "cssgd.", rank_states_);
+  rank_states_.append_to(state, "cssgd.");
   return state;
 }
 

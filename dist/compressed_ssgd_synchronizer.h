@@ -12,6 +12,7 @@
 
 #include "dist/gradient_exchange.h"
 #include "dist/momentum_correction.h"
+#include "dist/replicas.h"
 #include "dist/synchronizer.h"
 
 namespace mt::dist {
@@ -61,8 +62,7 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   std::vector<Tensor> params_;
   int64_t steps_ = 0;
   int64_t iterations_since_summary_ = 0;
-  std::vector<core::StateDict> rank_states_;  // rank 0, after prepare_checkpoint
-  bool gathered_ = false;                     // every rank: rank_states_ are current
+  RankStates rank_states_;  // every rank's residual and velocity (prepare_checkpoint)
 };
 
 // Averages one value over the group's ranks (metrics); shared by the compressed synchronizers.

@@ -202,18 +202,13 @@ void DsSyncSynchronizer::prepare_eval(layers::Module& model) {
 
 void DsSyncSynchronizer::prepare_checkpoint(layers::Module& model) {
   prepare_eval(model);
-  if (!holds_average_ || gathered_) return;  // not trained yet / already gathered for this state
-  gather_replica_states();
-  gathered_ = true;
-}
-
-void DsSyncSynchronizer::gather_replica_states() {
-  replica_states_.clear();
-  if (optimizer_ == nullptr) return;
+  // Not trained yet (nothing differs between ranks), or already collected for this state.
+  if (!holds_average_ || replica_states_.collected()) return;
+  MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync checkpoint before setup");
   core::StateDict mine = {{"local", local_copy_}};
   for (const auto& [name, t] : optimizer_->state_dict()) mine.emplace_back("optim." + name, t);
-  replica_states_ = gather_states_to_rank0(*group_, mine, "DS-Sync checkpoint state",
-                                           params_.empty() ? core::Device::cpu() : params_[0].device());
+  replica_states_.collect(*group_, mine, "DS-Sync checkpoint state",
+                          params_.empty() ? core::Device::cpu() : params_[0].device());
 }
 
 void DsSyncSynchronizer::restore_local() {
@@ -221,8 +216,7 @@ void DsSyncSynchronizer::restore_local() {
   core::NoGradGuard no_grad;
   unflatten(local_copy_);
   local_copy_ = Tensor();
-  replica_states_.clear();  // training goes on: they no longer describe the ranks
-  gathered_ = false;
+  replica_states_.forget();  // training goes on: they no longer describe the ranks
   holds_average_ = false;
 }
 
@@ -240,7 +234,7 @@ double DsSyncSynchronizer::average(double value) {
 
 core::StateDict DsSyncSynchronizer::state_dict() const {
   core::StateDict state = {{"dssync.step", Tensor::from_vector(std::vector<int64_t>{step_}, {1})}};
-  append_rank_states(state, kRankPrefix, replica_states_);
+  replica_states_.append_to(state, kRankPrefix);
   return state;
 }
 
@@ -290,7 +284,7 @@ void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
   // rank's own weights are what it trains on from here.
   holds_average_ = false;
   local_copy_ = Tensor();
-  replica_states_.clear();
+  replica_states_.forget();
   unflatten(local->to(params_.empty() ? core::Device::cpu() : params_[0].device()));
 }
 

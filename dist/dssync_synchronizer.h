@@ -37,6 +37,7 @@
 
 #include "dist/dssync_schedule.h"
 #include "dist/process_group.h"
+#include "dist/replicas.h"
 #include "dist/synchronizer.h"
 #include "dist/timeline.h"
 #include "dist/topology.h"
@@ -93,8 +94,6 @@ class DsSyncSynchronizer final : public Synchronizer {
   void unflatten(const Tensor& flat);
   void average_over(ProcessGroup& group, const std::string& what);
   void restore_local();
-  // Collective: rank 0 receives every rank's local weights (local_copy_) and optimizer state.
-  void gather_replica_states();
   void restore_state(const core::StateDict& state);
   void note(const std::string& text) const;  // rank 0's log, if any
 
@@ -110,10 +109,9 @@ class DsSyncSynchronizer final : public Synchronizer {
   Tensor local_copy_;            // the local weights while holds_average_
   double last_spread_ = 0.0;
   optim::Optimizer* optimizer_ = nullptr;  // setup's: per-rank optimizer state for checkpoints
-  // Rank 0, between prepare_checkpoint and the next step: every rank's {"local", "optim.<entry>"} on
-  // the CPU, in rank order.
-  std::vector<core::StateDict> replica_states_;
-  bool gathered_ = false;  // every rank: replica_states_ describe the current state
+  // Between prepare_checkpoint and the next step: every rank's {"local", "optim.<entry>"}
+  // (on rank 0, in rank order).
+  RankStates replica_states_;
   bool set_up_ = false;
   std::optional<core::StateDict> pending_state_;  // loaded before setup
 };

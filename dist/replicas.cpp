@@ -121,7 +121,8 @@ std::vector<core::StateDict> gather_states_to_rank0(ProcessGroup& group, const c
   std::vector<core::StateDict> states;
   if (group.rank() == 0) {  // a copy: `mine` may alias tensors that training changes later
     core::StateDict copy;
-    for (const auto& [name, t] : mine) copy.emplace_back(name, t.to(core::Device::cpu()).clone());
+    for (const auto& [name, t] : mine)
+      copy.emplace_back(name, t.device().is_cpu() ? t.clone() : t.to(core::Device::cpu()));
     states.push_back(std::move(copy));
   }
   // Every rank must know how many bytes each rank sends before it can receive them.

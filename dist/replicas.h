@@ -48,6 +48,31 @@ std::vector<core::StateDict> gather_states_to_rank0(ProcessGroup& group, const c
                                                     const core::Device& device = core::Device::cpu());
 void append_rank_states(core::StateDict& out, const std::string& prefix,
                         const std::vector<core::StateDict>& states);
+// The per-rank states of the next checkpoint, as the synchronizers keep them: collected once
+// in prepare_checkpoint (a second call before training goes on is a no-op on every rank),
+// forgotten as soon as training goes on (they no longer describe the ranks).
+class RankStates {
+ public:
+  bool collected() const { return collected_; }
+  void collect(ProcessGroup& group, const core::StateDict& mine, const std::string& what,
+               const core::Device& device = core::Device::cpu()) {
+    states_ = gather_states_to_rank0(group, mine, what, device);
+    collected_ = true;
+  }
+  void forget() {
+    states_.clear();
+    collected_ = false;
+  }
+  // Rank 0 after collect: "<prefix>ranks" and "<prefix>rank<r>.<name>"; nothing otherwise.
+  void append_to(core::StateDict& out, const std::string& prefix) const {
+    append_rank_states(out, prefix, states_);
+  }
+
+ private:
+  std::vector<core::StateDict> states_;  // rank 0: every rank's, in rank order
+  bool collected_ = false;               // every rank
+};
+
 // This rank's entries (names without "<prefix>rank<r>."), or nullopt with the reason in
 // *why_not when the state has none or was written by another world size.
 std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,
