@@ -30,6 +30,7 @@
 #include "apps/config.h"
 #include "apps/launch.h"
 #include "apps/model_command.h"
+#include "apps/profile_comm_command.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/serialize.h"
@@ -64,10 +65,14 @@ const char* kUsage =
     "                     workers get to checkpoint after Ctrl-C/SIGTERM to launch (60 s)\n"
     "  model CONFIG [--set k=v ...] [--workers 1,2,...,1024] [--bandwidth-gbps X --latency-us Y]\n"
     "        [--ranks-per-rack R --inter-bandwidth-gbps X] [--layer-times F.json] [--save-profile F.json]\n"
+    "        [--comm-profile F.json]\n"
     "                     profile CONFIG's model here and predict the iteration time and scaling\n"
     "                     of BSP, WFBP, FUSION, MGWFBP, CD-SGD and DS-Sync for N workers on the\n"
     "                     network of dist.network (or the flags), with each DAG's critical path\n"
     "                     (`mintrain model --help` lists every option)\n"
+    "  profile-comm [--out F.json] [--sizes 256,...] [--no-gamma] [--interface IF]\n"
+    "                     run as workers (launch --nproc-per-node N -- profile-comm ...): measure\n"
+    "                     allreduce alpha/beta and gamma, for `model CONFIG --comm-profile F.json`\n"
     "  help               this text, with the models, optimizers, schedules and datasets\n"
     "  version            the version\n"
     "\n"
@@ -287,6 +292,9 @@ int cmd_launch(const std::vector<std::string>& argv) {
 }
 
 int cmd_model(const std::vector<std::string>& argv) { return mt::apps::run_model_command(argv, std::cout); }
+int cmd_profile_comm(const std::vector<std::string>& argv) {
+  return mt::apps::run_profile_comm_command(argv, std::cout);
+}
 
 int cmd_help(const std::vector<std::string>&) {
   std::cout << kUsage << "\n"
@@ -309,6 +317,7 @@ const std::map<std::string, std::function<int(const std::vector<std::string>&)>>
       {"eval", cmd_eval},
       {"launch", cmd_launch},
       {"model", cmd_model},
+      {"profile-comm", cmd_profile_comm},
       {"help", cmd_help},
       {"version", cmd_version},
   };

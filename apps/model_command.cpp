@@ -292,7 +292,15 @@ const char* kModelUsage =
     "                      [--bandwidth-gbps X] [--latency-us Y]\n"
     "                      [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]\n"
     "                      [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]\n"
-    "                      [--layer-times FILE.json] [--save-profile FILE.json]";
+    "                      [--layer-times FILE.json] [--save-profile FILE.json]\n"
+    "                      [--comm-profile FILE.json]\n"
+    "  --comm-profile: the network as measured by `mintrain profile-comm` on n ranks (Gloo's ring\n"
+    "    allreduce, T(M) = alpha + beta * M, and gamma). Per-hop latency alpha / (2(n-1)) replaces\n"
+    "    --latency-us and --inter-latency-us. With --bandwidth-gbps, every link's bandwidth is scaled\n"
+    "    by the efficiency e = (the nominal ring's beta at n) / (measured beta), e in (0, 1.5];\n"
+    "    without, one level at the measured rate 2(n-1)/n / beta. gamma, the compute each message\n"
+    "    sent during backward costs, goes into WFBP, FUSION and MGWFBP at every N >= 2 (BSP sends\n"
+    "    after backward and never pays it).";
 
 }  // namespace
 
@@ -498,6 +506,67 @@ ModelProfile read_profile(const std::string& path) {
   return p;
 }
 
+// ---- The communication profile ----
+
+MeasuredComm read_comm_profile(const std::string& path) {
+  const std::string remedy = "; measure one with `mintrain launch --nproc-per-node N -- profile-comm --out " +
+                             path + "` (N >= 2 ranks placed like the job you model)";
+  std::ifstream in(path);
+  MT_CHECK(in.good(), "cannot read the communication profile \"", path, "\" (--comm-profile)", remedy);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  MeasuredComm m;
+  try {
+    const Json root = JsonParser(ss.str(), path).parse();
+    MT_CHECK(root.kind == Json::Object, path, ": expected a JSON object with \"world\", \"alpha_s\", "
+             "\"beta_s_per_byte\" and \"gamma_s\"");
+    const double world = number_field(root, "world", path, true);
+    MT_CHECK(world == std::floor(world) && world >= 2 && world <= (1 << 24), path, ": \"world\" is ", world,
+             ", but a communication profile needs at least 2 ranks");
+    m.world = static_cast<int>(world);
+    if (const Json* g = root.get("group"); g && g->kind == Json::String) m.group = g->text;
+    m.cost.alpha = number_field(root, "alpha_s", path, true);
+    m.cost.beta = number_field(root, "beta_s_per_byte", path, true);
+    MT_CHECK(m.cost.beta > 0, path, ": \"beta_s_per_byte\" must be > 0 (the fit found no cost per byte: "
+             "the sizes were too small or too close together)");
+    m.cost.gamma = number_field(root, "gamma_s", path, true);
+  } catch (const core::Error& e) {
+    MT_FAIL(e.what(), remedy);
+  }
+  return m;
+}
+
+CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
+                                    const MeasuredComm& measured) {
+  const int n = measured.world;
+  MT_CHECK(n >= 2 && measured.cost.beta > 0, "calibrate_network: the profile needs world >= 2 and beta > 0");
+  CalibratedNetwork c;
+  c.spec = nominal;
+  // A ring allreduce on n ranks takes 2(n-1) steps; each pays one hop's start-up.
+  c.latency_us = measured.cost.alpha / (2.0 * (n - 1)) * 1e6;
+  c.spec.latency_us = c.latency_us;
+  c.spec.inter_latency_us = c.latency_us;
+  if (bandwidth_given) {
+    // Gloo measured a ring, so the nominal side is the ring too, whatever --allreduce says.
+    const double nominal_beta =
+        dist::NetworkModel(nominal).allreduce(n, dist::AllreduceAlgorithm::Ring).beta;
+    // Above 1.5 the measurement contradicts the nominal spec (e.g. loopback measured, a slow
+    // network named): trusting it further would predict links faster than they are said to be.
+    c.unclamped_efficiency = nominal_beta / measured.cost.beta;
+    c.efficiency = std::min(c.unclamped_efficiency, 1.5);
+    c.spec.bandwidth_gbps *= c.efficiency;
+    if (c.spec.ranks_per_rack > 0) c.spec.inter_bandwidth_gbps *= c.efficiency;
+  } else {
+    MT_CHECK(nominal.ranks_per_rack == 0, "--comm-profile without --bandwidth-gbps describes one level (the "
+             "measured ring's rate); for racks (--ranks-per-rack ", nominal.ranks_per_rack,
+             ") also give --bandwidth-gbps and --inter-bandwidth-gbps, which the profile then scales");
+    c.spec.bandwidth_gbps = 2.0 * (n - 1) / n / measured.cost.beta * 8.0 / 1e9;
+    c.spec.inter_bandwidth_gbps = 0.0;
+    c.spec.inter_latency_us = 0.0;
+  }
+  return c;
+}
+
 // ---- Prediction ----
 
 ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
@@ -506,7 +575,8 @@ ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& ne
   const std::vector<dist::LayerCost> layers = profile.layer_costs();
   const double u = profile.update_seconds;
   const double MiB = 1024.0 * 1024.0;
-  const dist::LinearCost ring = network.allreduce(n);
+  dist::LinearCost ring = network.allreduce(n);
+  if (n > 1) ring.gamma = s.gamma;
   ScalingRow row;
   row.workers = n;
   auto ssgd = [&](dist::Schedule schedule) {
@@ -553,7 +623,7 @@ ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& ne
 // ---- The command ----
 
 int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
-  std::string config_path, layer_times, save_profile;
+  std::string config_path, layer_times, save_profile, comm_profile;
   std::vector<std::string> sets;
   std::vector<int> workers;
   for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
@@ -581,6 +651,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     else if (a == "--warmup-iters") warmup_iters = parse_int(a, value(), 0);
     else if (a == "--layer-times") layer_times = value();
     else if (a == "--save-profile") save_profile = value();
+    else if (a == "--comm-profile") comm_profile = value();
     else if (a == "--help" || a == "-h") {
       out << kModelUsage << "\n";
       return 0;
@@ -607,6 +678,28 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   net.inter_latency_us = inter_latency.value_or(nc.inter_latency_us());
   net.algorithm = dist::parse_allreduce_algorithm(allreduce.value_or(nc.allreduce()));
   if (net.ranks_per_rack > 0 && net.inter_latency_us == 0.0) net.inter_latency_us = net.latency_us;
+  std::optional<MeasuredComm> measured;
+  std::string measured_line;
+  if (!comm_profile.empty()) {
+    measured = read_comm_profile(comm_profile);
+    const CalibratedNetwork c = calibrate_network(net, bandwidth_given, *measured);
+    net = c.spec;
+    const int n = measured->world;
+    measured_line = "comm profile: " + comm_profile + ", measured on n = " + std::to_string(n) + " ranks" +
+                    (measured->group.empty() ? "" : " (" + measured->group + ")") + ": alpha " +
+                    fmt("%.1f", measured->cost.alpha * 1e6) + " us -> " + fmt("%.2f", c.latency_us) +
+                    " us per hop (replaces --latency-us); beta " + fmt("%.4f", measured->cost.beta * 1e9) +
+                    " ms/MB -> " +
+                    (bandwidth_given ? "efficiency " + fmt("%.3f", c.efficiency) +
+                                           (c.unclamped_efficiency > c.efficiency
+                                                ? " (clamped from " + fmt("%.3g", c.unclamped_efficiency) + ")"
+                                                : std::string()) +
+                                           " of the nominal ring, links at " + fmt("%.4g", c.efficiency * 100) +
+                                           "% of their bandwidth"
+                                     : std::string("the measured ring's rate, one level")) +
+                    "; gamma " + fmt("%.1f", measured->cost.gamma * 1e6) +
+                    " us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)";
+  }
   const dist::NetworkModel network(net);
   if (at < 0) at = *std::max_element(workers.begin(), workers.end());
 
@@ -639,6 +732,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   s.dssync_cross_period = dc.dssync_cross_period();
   s.dssync_global_average_every = dc.dssync_global_average_every();
   s.dssync_rack_aware = dc.dssync_rack_size() > 0 || dc.dssync_ranks_per_rack() > 0 || dc.dssync_measure_racks();
+  if (measured) s.gamma = measured->cost.gamma;
   if (!save_profile.empty()) write_profile(profile, save_profile);
 
   // ---- Report ----
@@ -661,8 +755,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                   L.backward * 1e3, L.bytes, L.name.c_str());
     out << line;
   }
+  if (!measured_line.empty()) out << measured_line << "\n";
   out << "network: " << network.describe()
-      << (bandwidth_given && latency_given ? "" : " (defaults for what --bandwidth-gbps/--latency-us did not set)")
+      << (measured || (bandwidth_given && latency_given)
+              ? ""
+              : " (defaults for what --bandwidth-gbps/--latency-us did not set)")
       << "\n";
   out << "FUSION: buckets of " << s.bucket_cap_mb << " MB (first " << s.first_bucket_cap_mb
       << " MB); MGWFBP: merge plan per N from T(M) of the network\n";
@@ -702,7 +799,8 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   out << "\ncritical paths at N = " << at << " (forward/backward numbers are layers, allreduce numbers messages):\n";
   const auto layers = profile.layer_costs();
   const double MiB = 1024.0 * 1024.0;
-  const dist::LinearCost ring = network.allreduce(at);
+  dist::LinearCost ring = network.allreduce(at);
+  if (at > 1) ring.gamma = s.gamma;  // MG-WFBP's plan depends on it
   auto print = [&](const std::string& name, const dist::Prediction& p, const std::string& extra) {
     out << "  " << name << " " << ms(p.iteration) << extra << ": " << compact_path(p.critical_path) << "\n";
   };

@@ -9,7 +9,7 @@
 //                  [--bandwidth-gbps X] [--latency-us Y]
 //                  [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]
 //                  [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]
-//                  [--layer-times FILE.json] [--save-profile FILE.json]
+//                  [--layer-times FILE.json] [--save-profile FILE.json] [--comm-profile FILE.json]
 //
 // Profiling. Layers are the model's parameter groups (the parameters of one module, e.g.
 // "conv1.weight" and "conv1.bias"), in forward order (the reverse of the order in which their
@@ -28,6 +28,20 @@
 //    "layers": [{"name": "conv1", "forward": 1e-4, "backward": 2e-4, "bytes": 624}, ...]}
 // plus, optionally, "compress_seconds" and "decode_seconds" (CD-SGD's compressor on the whole
 // gradient; measured on this machine when absent).
+//
+// The communication profile (--comm-profile; `mintrain profile-comm` writes it, see
+// apps/profile_comm_command.h) calibrates the network with what was measured on n = "world" ranks
+// with Gloo's ring allreduce, T(M) = alpha + beta * M, and gamma:
+//   latency    per hop alpha / (2(n-1)), for every link (it replaces --latency-us and
+//              --inter-latency-us): the start-up cost that software and scheduling add, which no
+//              nominal latency describes;
+//   bandwidth  with --bandwidth-gbps (or dist.network.bandwidth_gbps): every link's bandwidth,
+//              inside and between racks, times the efficiency e = nominal ring beta at n / measured
+//              beta (the share of the nominal rate the ring achieved), e clamped to (0, 1.5];
+//              without: one level of 2(n-1)/n / beta bytes/s, the link rate the ring achieved;
+//   gamma      seconds of compute each message sent during backward costs; it goes into every
+//              S-SGD prediction with N >= 2 (a property of the host, not of N; BSP sends after
+//              backward and so never pays it; N = 1 sends nothing).
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -77,6 +91,7 @@ struct AlgorithmSettings {
   std::string compression = "NONE";
   int dssync_group_size = 2, dssync_cross_period = 1, dssync_global_average_every = 0;
   bool dssync_rack_aware = false;      // the config names the racks
+  double gamma = 0.0;  // S-SGD: seconds of compute lost per message sent during backward (N >= 2)
 };
 
 struct ScalingRow {
@@ -87,6 +102,26 @@ struct ScalingRow {
 // Predictions for each N (pure: no profiling, no measuring).
 ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
                        const AlgorithmSettings& settings, int workers);
+
+// What --comm-profile reads from a file of `mintrain profile-comm` (dist::comm_profile_json).
+struct MeasuredComm {
+  int world = 0;           // ranks it was measured on (>= 2)
+  std::string group;       // e.g. "gloo/tcp world of 4"
+  dist::LinearCost cost;   // the ring allreduce on `world` ranks: alpha, beta (> 0); gamma
+};
+// Errors name the file and what is wrong, and say how to measure a new one.
+MeasuredComm read_comm_profile(const std::string& path);
+
+// The network the measurement implies (the rules above). `nominal` is the spec from the flags,
+// the config and the defaults; `bandwidth_given`: whether its bandwidth was asked for.
+struct CalibratedNetwork {
+  dist::NetworkSpec spec;
+  double latency_us = 0.0;   // per hop, alpha / (2(n-1))
+  double efficiency = 0.0;   // e (0 when no bandwidth was given: the measured rate is used)
+  double unclamped_efficiency = 0.0;  // before the clamp to 1.5 (the output says when it applied)
+};
+CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
+                                    const MeasuredComm& measured);
 
 // The subcommand; args exclude "model". Returns the exit status (errors throw core::Error).
 int run_model_command(const std::vector<std::string>& args, std::ostream& out);

@@ -217,6 +217,7 @@ void Trainer::connect() {
   sc.profile_iters = dc.profile_iters();
   sc.alpha = dc.has_alpha() ? dc.alpha() : -1.0;
   sc.beta = dc.has_beta() ? dc.beta() : -1.0;
+  sc.gamma = dc.gamma();
   sc.grad_accumulation_steps = std::max(1, dc.grad_accumulation_steps());
   sc.dssync_group_size = dc.dssync_group_size();
   sc.dssync_schedule = dc.dssync_schedule();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -124,29 +125,44 @@ MergePlan mgwfbp_plan(const std::vector<double>& tb, const std::vector<double>& 
     tc[l] = cost.time(p[l]);
     members[l] = {l};
   }
-  // Backward starts with layer L-1 at time 0; tau_b[l] = when layer l's backward starts.
-  tau_b[L - 1] = 0.0;
-  for (int l = L - 2; l >= 0; --l) tau_b[l] = tau_b[l + 1] + tb[l + 1];
-  auto recompute_tau_c = [&] {
+  // Backward starts with layer L-1 at time 0; tau_b[l] = when layer l's backward starts: after
+  // layer l+1's backward and, when a message leaves with l+1's gradient, that message's gamma.
+  // tau_c[l] = when the message that layer l completes can start on the link.
+  auto recompute = [&] {
+    tau_b[L - 1] = 0.0;
+    for (int l = L - 2; l >= 0; --l)
+      tau_b[l] = tau_b[l + 1] + tb[l + 1] + (members[l + 1].empty() ? 0.0 : cost.gamma);
     tau_c[L - 1] = tau_b[L - 1] + tb[L - 1];
     for (int l = L - 2; l >= 0; --l) tau_c[l] = std::max(tau_c[l + 1] + tc[l + 1], tau_b[l] + tb[l]);
   };
-  recompute_tau_c();
+  recompute();
+  // Merge l into l-1: one message instead of two saves l's start-up cost alpha (and gamma).
+  auto merge = [&](int l) {
+    p[l - 1] += p[l];
+    p[l] = 0.0;
+    tc[l] = 0.0;
+    tc[l - 1] = cost.time(p[l - 1]);
+    members[l].insert(members[l].end(), members[l - 1].begin(), members[l - 1].end());
+    members[l - 1] = std::move(members[l]);
+    members[l].clear();
+    recompute();
+  };
+  auto comm_end = [&] { return tau_c[0] + tc[0]; };  // layer 0 always closes the last message
   for (int l = L - 1; l >= 1; --l) {
     const double next_ready = tau_b[l - 1] + tb[l - 1];  // when l-1's gradient is final
     const bool cannot_finish = tau_c[l] + tc[l] > next_ready;
-    const bool not_started = tau_c[l] >= next_ready;             // (a)
-    const bool started_recently = next_ready - tau_c[l] < cost.alpha;  // (b)
+    const bool not_started = tau_c[l] >= next_ready;                                // (a)
+    const bool started_recently = next_ready - tau_c[l] < cost.alpha + cost.gamma;  // (b)
     if (cannot_finish && (not_started || started_recently)) {
-      // Merge l into l-1: one message instead of two saves l's start-up cost alpha.
-      p[l - 1] += p[l];
-      p[l] = 0.0;
-      tc[l] = 0.0;
-      tc[l - 1] = cost.time(p[l - 1]);
-      members[l].insert(members[l].end(), members[l - 1].begin(), members[l - 1].end());
-      members[l - 1] = std::move(members[l]);
-      members[l].clear();
-      recompute_tau_c();
+      merge(l);
+    } else if (cost.gamma > 0) {
+      // The paper's rule looks at one pair, but with gamma a merge also brings every later
+      // gradient forward by gamma: merge too when the last message is then not predicted to
+      // end later (ties merge: fewer messages take less CPU than the model can see).
+      const double before = comm_end();
+      const auto saved = std::make_tuple(p, tc, members, tau_b, tau_c);
+      merge(l);
+      if (comm_end() > before) std::tie(p, tc, members, tau_b, tau_c) = saved;
     }
   }
   MergePlan plan;
@@ -164,11 +180,19 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
   int prev = -1;
   for (int l = 0; l < L; ++l)
     prev = dag.add("forward " + std::to_string(l), layers[l].forward, prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+  // Which message each layer's gradient completes (-1: none), for the gamma tasks.
+  std::vector<int> completes(L, -1);
+  for (size_t m = 0; m < plan.size(); ++m)
+    if (!plan[m].empty()) completes.at(plan[m].back()) = static_cast<int>(m);
   std::vector<int> backward(L);
   for (int l = L - 1; l >= 0; --l) {
     backward[l] = dag.add("backward " + std::to_string(l), layers[l].backward,
                           prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
     prev = backward[l];
+    // A message sent while backward goes on takes gamma of the compute (none after layer 0:
+    // backward is over by then, and BSP sends everything after backward).
+    if (cost.gamma > 0 && !after_backward && l > 0 && completes[l] >= 0)
+      prev = dag.add("send " + std::to_string(completes[l]) + " (CPU)", cost.gamma, {prev});
   }
   const int backward_done = prev;
   std::vector<int> update_deps = {backward_done};

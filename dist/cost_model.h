@@ -21,6 +21,14 @@ std::string schedule_name(Schedule schedule);
 struct LinearCost {
   double alpha = 0.0;  // seconds per message
   double beta = 0.0;   // seconds per byte
+  // Seconds of computation lost per message sent while backward still runs. Zero where the
+  // communication has resources of its own (a GPU's copy engines and NCCL's kernels, or a spare
+  // core per rank); on CPU ranks that share their cores (more runnable threads than cores) each
+  // message's protocol work (the communication thread's and the transport's wake-ups, system
+  // calls and copies) is taken from the training threads, so backward itself gets slower with
+  // every message: measured ~2 ms per message for 4 ranks on 2 cores (docs/PERF.md). It is what
+  // makes WFBP slower than BSP there, and what MG-WFBP's merging saves besides alpha.
+  double gamma = 0.0;
   double time(double bytes) const { return alpha + beta * bytes; }
 };
 
@@ -61,7 +69,10 @@ MergePlan bsp_plan(int layers);   // one message with everything
 MergePlan fusion_plan(const std::vector<double>& bytes, double cap_bytes, double first_cap_bytes);
 // MG-WFBP (algorithms.md section 1): walk l = L-1 .. 1 and merge l into l-1 when l's
 // communication cannot finish before l-1's gradient is ready and either (a) it has not started
-// by then or (b) it started less than alpha earlier; recompute the start times after each merge.
+// by then or (b) it started less than alpha + gamma earlier (merging saves one start-up on the
+// link and, with gamma > 0, one message's worth of stolen compute: layer l-1's gradient is then
+// ready gamma sooner); recompute the start times after each merge. With gamma = 0 this is the
+// paper's rule exactly.
 MergePlan mgwfbp_plan(const std::vector<double>& backward_seconds, const std::vector<double>& bytes,
                       const LinearCost& cost);
 
@@ -81,6 +92,8 @@ struct Prediction {
 // The DAG of one iteration under `plan`: forward 0..L-1, backward L-1..0, message m after its
 // last gradient and after message m-1 (one link, FIFO), update after every message and after
 // backward. after_backward = true makes the first message wait for all of backward (BSP).
+// A message launched while backward still runs puts a task of cost.gamma ("send m (CPU)") into
+// the backward chain right after the layer that completed it.
 Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
                              const LinearCost& cost, double update_seconds, bool after_backward);
 // The plan a schedule uses for these layers (FUSION caps in bytes).

@@ -26,6 +26,7 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
     o.profile_iters = config.profile_iters;
     o.alpha = config.alpha;
     o.beta = config.beta;
+    o.gamma = config.gamma;
     o.grad_accumulation_steps = config.grad_accumulation_steps;
     o.config_text = config.config_text;
     o.timeline = config.timeline;

@@ -22,6 +22,7 @@ struct SyncConfig {
   int profile_iters = 5;
   double alpha = -1.0;  // < 0: measure
   double beta = -1.0;
+  double gamma = 0.0;   // with alpha and beta given: compute lost per message (cost_model.h)
   int grad_accumulation_steps = 1;
   // DS-Sync (algorithm "dssync"; see dssync_synchronizer.h and DistConfig).
   int dssync_group_size = 2;

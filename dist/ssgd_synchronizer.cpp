@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "core/error.h"
+#include "dist/comm_profile.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {
@@ -88,7 +89,8 @@ SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOpti
   MT_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
            "dist.bucket_cap_mb and dist.first_bucket_cap_mb must be > 0");
   MT_CHECK(options_.profile_iters >= 1, "dist.profile_iters must be >= 1, got ", options_.profile_iters);
-  if (options_.alpha >= 0 && options_.beta >= 0) cost_ = {options_.alpha, options_.beta};
+  MT_CHECK(options_.gamma >= 0, "dist.gamma must be >= 0 seconds per message, got ", options_.gamma);
+  if (options_.alpha >= 0 && options_.beta >= 0) cost_ = {options_.alpha, options_.beta, options_.gamma};
 }
 
 void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
@@ -105,12 +107,12 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   std::vector<size_t> reverse(P);
   for (size_t i = 0; i < P; ++i) reverse[i] = P - 1 - i;
   std::vector<std::vector<size_t>> groups;
-  if (options_.schedule == Schedule::BSP) {
-    groups.push_back(reverse);
+  if (options_.schedule == Schedule::BSP || options_.schedule == Schedule::MGWFBP) {
+    groups.push_back(reverse);  // MGWFBP: until its plan exists
   } else if (options_.schedule == Schedule::FUSION) {
     hook_order_ = reverse;
     groups = compute_groups();
-  } else {  // WFBP, and MGWFBP until its plan exists
+  } else {  // WFBP
     for (size_t p : reverse) groups.push_back({p});
   }
   if (P > 0) build_buckets(groups);
@@ -120,9 +122,10 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   }
   if (options_.schedule == Schedule::MGWFBP && rank() == 0 && options_.log) {
     *options_.log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
-                  << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB"
+                  << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB, gamma " << cost_.gamma * 1e6
+                  << " us of compute per message sent during backward"
                   << (options_.alpha >= 0 ? " (from the config)" : " (fitted at start-up)")
-                  << "; profiling " << options_.profile_iters << " iterations (as WFBP meanwhile)"
+                  << "; profiling " << options_.profile_iters << " iterations (as BSP meanwhile)"
                   << std::endl;
   }
   Synchronizer::setup(model, optimizer);  // grad-ready hooks -> on_gradient_ready
@@ -161,7 +164,8 @@ void SsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param
   if (!communicate_) return;  // an earlier micro-batch: gradients just accumulate locally
   arrivals_.push_back(param_index);
   arrival_times_.push_back(Clock::now());
-  if (options_.schedule == Schedule::BSP) return;  // everything goes after backward
+  // BSP, and MG-WFBP while it profiles: everything goes after backward.
+  if (options_.schedule == Schedule::BSP || (options_.schedule == Schedule::MGWFBP && !plan_ready_)) return;
   const int b = bucket_of_.at(param_index);
   if (buckets_[b].add(param_index, param.grad())) launch(b);
   if (options_.timeline) poll_completions();
@@ -361,7 +365,7 @@ core::StateDict SsgdSynchronizer::state_dict() const {
       {"ssgd.param_numel", int64_tensor(numel)},
       {"ssgd.buckets", int64_tensor(layout)},
       {"ssgd.progress", int64_tensor({communicated_iters_, profiled_, plan_ready_ ? 1 : 0})},
-      {"ssgd.cost", float64_bits_tensor({cost_.alpha, cost_.beta})},
+      {"ssgd.cost", float64_bits_tensor({cost_.alpha, cost_.beta, cost_.gamma})},
   };
   if (!hook_order_.empty())
     state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(hook_order_.begin(), hook_order_.end())));
@@ -458,7 +462,10 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   MT_CHECK(progress[0] >= 0 && progress[1] >= 0 && (progress[2] == 0 || progress[2] == 1),
            "checkpoint entry sync.ssgd.progress holds impossible counts (", progress[0], ", ", progress[1],
            ", ", progress[2], ")");
-  const std::vector<double> cost = in.doubles("ssgd.cost", 2);
+  // alpha, beta and (since gamma exists) gamma; older checkpoints hold the first two.
+  const std::vector<double> cost = in.doubles("ssgd.cost", -1);
+  MT_CHECK(cost.size() == 2 || cost.size() == 3, "checkpoint entry sync.ssgd.cost must hold 2 or 3 values, got ",
+           cost.size());
   std::vector<size_t> hook_order;
   if (in.has("ssgd.hook_order")) {
     std::vector<bool> seen(P, false);
@@ -478,30 +485,18 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   communicated_iters_ = progress[0];
   profiled_ = static_cast<int>(progress[1]);
   plan_ready_ = progress[2] == 1;
-  cost_ = {cost[0], cost[1]};
+  cost_ = {cost[0], cost[1], cost.size() == 3 ? cost[2] : 0.0};
   hook_order_ = std::move(hook_order);
   tb_sum_ = std::move(tb_sum);
   profiled_tb_ = std::move(profiled_tb);
 }
 
 LinearCost SsgdSynchronizer::measure_cost() {
-  // Allreduces of several sizes, 1 KiB .. 4 MiB, each timed a few times after a warm-up; every
-  // rank runs the same sequence (collectives), rank 0's times feed the fit that it uses.
-  const std::vector<int64_t> sizes = {256, 2048, 16384, 131072, 524288, 1048576};
-  const int reps = 4;
-  std::vector<double> bytes, seconds;
+  // Timed allreduces of 1 KiB .. 4 MiB fit alpha and beta; gamma (the compute a message sent
+  // during backward costs when ranks share cores) is measured with a synthetic computation. Every
+  // rank runs the same collectives and ends with rank 0's numbers, so all plan alike.
   const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
-  for (int64_t n : sizes) {
-    Tensor t = Tensor::ones({n}, core::DType::Float32, device);
-    finish(group_->allreduce(t), *group_, "the start-up allreduce timing (warm-up)");
-    for (int r = 0; r < reps; ++r) {
-      const auto start = Clock::now();
-      finish(group_->allreduce(t), *group_, "the start-up allreduce timing");
-      bytes.push_back(static_cast<double>(n) * 4.0);
-      seconds.push_back(secs(Clock::now() - start));
-    }
-  }
-  return fit_linear_cost(bytes, seconds);
+  return profile_communication(*group_, device).cost;
 }
 
 void SsgdSynchronizer::prepare_eval(layers::Module& model) {

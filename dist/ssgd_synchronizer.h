@@ -8,9 +8,12 @@
 //   FUSION  gradients are packed, in backward order, into buckets of at most bucket_cap_mb (the
 //           first one first_bucket_cap_mb, so communication starts early); a bucket's allreduce
 //           starts when its last gradient arrives.
-//   MGWFBP  buckets chosen by the cost model (cost_model.h): runs as WFBP while it profiles the
-//           backward time between consecutive grad-ready hooks, then rank 0 computes the merge
-//           plan from those times and the fitted T(M) = alpha + beta*M, and broadcasts it.
+//   MGWFBP  buckets chosen by the cost model (cost_model.h): runs as BSP while it profiles the
+//           backward time between consecutive grad-ready hooks (no message is sent during those
+//           backward passes, so the times are the computation's own: a message sent meanwhile
+//           would add its gamma to them, which the plan counts separately), then rank 0 computes
+//           the merge plan from those times and the T(M) = alpha + beta*M and gamma measured at
+//           start-up, and broadcasts it.
 //
 // Collectives must be issued in the same order on every rank. The hooks fire in an order fixed
 // by the autograd graph (the engine runs ready nodes by sequence number), and every rank builds
@@ -54,6 +57,7 @@ struct SsgdOptions {
   int profile_iters = 5;              // MGWFBP: iterations profiled (after one warm-up iteration)
   double alpha = -1.0;                // MGWFBP: seconds per message; < 0 = measure at start-up
   double beta = -1.0;                 // MGWFBP: seconds per byte; < 0 = measure at start-up
+  double gamma = 0.0;                 // MGWFBP with alpha, beta given: compute lost per message
   int grad_accumulation_steps = 1;
   std::string config_text;            // must be the same on every rank (checked at setup)
   std::shared_ptr<Timeline> timeline; // optional trace

@@ -128,6 +128,47 @@ TEST(CostModel, MgwfbpFourLayersByHandAndItsGain) {
   EXPECT_DOUBLE_EQ(predict_iteration(layers, plan, cost, 0, false).comm_end, 4.0);
 }
 
+TEST(CostModel, GammaChargesEveryMessageSentDuringBackwardToTheCompute) {
+  // The two layers of PredictsBspAndWfbpByHand with gamma = 0.5 per message sent during backward.
+  std::vector<LayerCost> layers = {{1, 2, 2}, {1, 1, 2}};
+  // WFBP: backward 1 ends at 3, its message goes (link 3..6) and takes 0.5 of compute: layer 0's
+  // backward runs 3.5..5.5; its message waits for the link until 6 -> 9; update 9.5. The message
+  // that layer 0 completes is sent after backward: no gamma for it.
+  const Prediction wfbp = predict_schedule(Schedule::WFBP, layers, LinearCost{1.0, 1.0, 0.5}, 0.5, 1e9, 1e9);
+  EXPECT_DOUBLE_EQ(wfbp.backward_end, 5.5);
+  EXPECT_DOUBLE_EQ(wfbp.iteration, 9.5);
+  // gamma = 2: backward 0 runs 5..7, its message 7..10, update 10.5 = BSP; the stolen compute is
+  // now on the critical path.
+  const Prediction slow = predict_schedule(Schedule::WFBP, layers, LinearCost{1.0, 1.0, 2.0}, 0.5, 1e9, 1e9);
+  EXPECT_DOUBLE_EQ(slow.iteration, 10.5);
+  EXPECT_EQ(slow.critical_path, (std::vector<std::string>{"forward 0", "forward 1", "backward 1",
+                                                           "send 0 (CPU)", "backward 0", "allreduce 1",
+                                                           "update"}));
+  // BSP sends after backward: gamma changes nothing.
+  EXPECT_DOUBLE_EQ(predict_schedule(Schedule::BSP, layers, LinearCost{1.0, 1.0, 2.0}, 0.5, 1e9, 1e9).iteration,
+                   10.5);
+}
+
+TEST(CostModel, MgwfbpMergesMoreWhenMessagesCostCompute) {
+  // MgwfbpFourLayersByHandAndItsGain's layers (alpha 1, beta 0, tb = [1, 1, 0.5, 0.5]) with
+  // gamma = 0.6. WFBP: ready 0.5 (layer 3), sends take 0.6 each: layer 2 ready 1.6, layer 1 3.2,
+  // layer 0 4.8; messages 0.5-1.5, 1.6-2.6, 3.2-4.2, 4.8-5.8.
+  const std::vector<double> tb = {1, 1, 0.5, 0.5}, bytes = {1, 1, 1, 1};
+  const LinearCost cost{1.0, 0.0, 0.6};
+  std::vector<LayerCost> layers;
+  for (int l = 0; l < 4; ++l) layers.push_back({0.0, tb[l], bytes[l]});
+  EXPECT_DOUBLE_EQ(predict_iteration(layers, wfbp_plan(4), cost, 0, false).comm_end, 5.8);
+  // The paper's rule alone merges nothing here (every message ends before the next gradient is
+  // ready, because the sends delay the gradients). Merging l = 3 into 2 ends the last message at
+  // 5.2 instead of 5.8, then [3 2 1] 4.6, then everything in one message after backward (3.0)
+  // ends at 4.0: the plan is one message.
+  const MergePlan plan = mgwfbp_plan(tb, bytes, cost);
+  EXPECT_EQ(plan_str(plan), "[3 2 1 0]");
+  EXPECT_DOUBLE_EQ(predict_iteration(layers, plan, cost, 0, false).comm_end, 4.0);
+  // gamma = 0 keeps the paper's plan.
+  EXPECT_EQ(plan_str(mgwfbp_plan(tb, bytes, LinearCost{1.0, 0.0, 0.0})), "[3 2] [1] [0]");
+}
+
 TEST(CostModel, CriticalPathThroughComputeWhenCommunicationIsCheap) {
   // The two-layer case of PredictsBspAndWfbpByHand with 0.1 s messages: layer 0's gradient is
   // ready at 5, its message ends 5.1, update 5.6; the path runs through all the compute.

@@ -9,7 +9,7 @@
 // change a bit. With three, Gloo's ring splits a message into segments whose reductions start
 // at different ranks, so an element's summation order ((a+b)+c or (b+c)+a) depends on its
 // offset in the message: a resumed run that packs gradients differently (FUSION's initial
-// layout for one iteration, MG-WFBP profiling again as WFBP) drifts in the last bits.
+// layout for one iteration, MG-WFBP profiling again) drifts in the last bits.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -159,7 +159,8 @@ TEST(DistResume, Gloo_Dssync) { check_resume_is_exact(2, {"dist.algorithm=dssync
 
 // Before the fix: 1 of fc2's 16 bias values differed (one iteration packed differently).
 TEST(DistResume, Gloo_FusionThreeRanks) { check_resume_is_exact(3, kFusionTwoMessages, 13); }
-// Stopped after the plan (iteration 4): before the fix the resumed run sent 4 iterations as WFBP.
+// Stopped after the plan (iteration 4): before the fix the resumed run sent 4 iterations in the
+// profiling layout (then WFBP's).
 TEST(DistResume, Gloo_MgwfbpThreeRanks) { check_resume_is_exact(3, kMgwfbpOneMessage, 13); }
 // Stopped while profiling: the resumed run must finish the same profile, not start a new one.
 TEST(DistResume, Gloo_MgwfbpThreeRanksMidProfile) { check_resume_is_exact(3, kMgwfbpOneMessage, 3); }
@@ -333,7 +334,7 @@ TEST(DistResumeState, Gloo_MgwfbpPlanAndProfileAreRestored) {
     s2.setup(*model2, *opt2);
     s2.load_state_dict(mid);
     EXPECT_FALSE(s2.plan_ready());
-    EXPECT_EQ(layout(s2).size(), 6u) << "WFBP while profiling";
+    EXPECT_EQ(layout(s2).size(), 1u) << "BSP (one message) while profiling";
     train_step(s2, *model2, *opt2, 2, 1);
     EXPECT_TRUE(s2.plan_ready()) << "a fresh profile would need 3 more iterations";
     EXPECT_EQ(layout(s2), planned);

@@ -168,7 +168,37 @@ log "$(date -u '+%F %T') UTC; $NPROC ranks, $rate links, presets: $presets; $epo
 port=29610
 results=$out/results.tsv   # preset algorithm rc wall_s
 : >"$results"
+# Runs `mintrain ARGS...` as NPROC ranks, one per host of the testbed that is up; rank r's output
+# goes to LOGPREFIX$r.log. Returns the first non-zero exit status.
+run_ranks() {
+  local logprefix=$1 r p rc=0
+  shift
+  port=$((port + 1))   # a fresh port: the previous run's sockets may linger in TIME_WAIT
+  pids=()
+  for ((r = 0; r < NPROC; r++)); do
+    bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+        MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+        timeout 900 "$bin" "$@" >"$logprefix$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  pids=()
+  return $rc
+}
 for preset in $presets; do
+  # The network as the ranks see it (allreduce alpha/beta, and gamma: the compute a message
+  # takes when ranks share cores), measured on this preset's testbed for the cost model.
+  if "$bin" help 2>/dev/null | grep -q profile-comm; then
+    bash "$TESTBED" down
+    bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
+    mkdir -p "$out/comm"
+    if run_ranks "$out/comm/${preset}_rank" profile-comm --interface eth0 --out "$out/comm/$preset.json"; then
+      log "$preset: communication profiled ($(grep -E '^(alpha|gamma)' "$out/comm/${preset}_rank0.log" | tr '\n' ' '))"
+    else
+      log "$preset: profile-comm failed (see $out/comm/${preset}_rank0.log); the model uses the nominal link rate"
+      rm -f "$out/comm/$preset.json"
+    fi
+  fi
   for algo in "${algorithms[@]}"; do
     run_dir=$out/runs/$preset/$algo
     mkdir -p "$run_dir"
@@ -180,22 +210,13 @@ for preset in $presets; do
     fi
     sets=()
     for kv in $(algo_sets "$algo" "$preset"); do sets+=(--set "$kv"); done
-    port=$((port + 1))   # a fresh port: the previous run's sockets may linger in TIME_WAIT
     start=$(date +%s.%N)
-    pids=()
-    for ((r = 0; r < NPROC; r++)); do
-      bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-          MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-          timeout 900 "$bin" train "$CONFIG" "${sets[@]}" --set "model.name=$model" "${extra_sets[@]}" \
-          --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
-          --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
-          --set dist.interface=eth0 --set dist.timeout_seconds=90 --set checkpoint.every_epochs=0 \
-          --set checkpoint.dir= --output "$run_dir/out" >"$run_dir/rank$r.log" 2>&1 &
-      pids+=($!)
-    done
     rc=0
-    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-    pids=()
+    run_ranks "$run_dir/rank" train "$CONFIG" "${sets[@]}" --set "model.name=$model" "${extra_sets[@]}" \
+        --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
+        --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
+        --set dist.interface=eth0 --set dist.timeout_seconds=90 --set checkpoint.every_epochs=0 \
+        --set checkpoint.dir= --output "$run_dir/out" || rc=$?
     wall=$(echo "$(date +%s.%N) - $start" | bc)
     if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" 2>/dev/null || true; vary_pid=""; fi
     printf '%s\t%s\t%s\t%.1f\n' "$preset" "$algo" "$rc" "$wall" >>"$results"
@@ -243,8 +264,10 @@ if "$bin" model --help >/dev/null 2>&1; then
       straggler) net=(--bandwidth-gbps "$(echo "scale=6; $gbps / 10" | bc)") ;;
       contention) ;;  # the model knows no time-varying links: the full rate
     esac
+    comm_args=()
+    [[ -s $out/comm/$preset.json ]] && comm_args=(--comm-profile "$out/comm/$preset.json")
     "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
-        "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" \
+        "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" "${comm_args[@]}" \
         --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$out/model_$preset.txt" 2>&1 || {
       log "mintrain model failed for $preset (see $out/model_$preset.txt)"; continue; }
     # The row "4  BSP (eff) WFBP (eff) FUSION (eff) MGWFBP (eff) CD-SGD (eff) DS-Sync (eff)".

@@ -1,0 +1,215 @@
+#include "apps/profile_comm_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <system_error>
+
+#include "core/error.h"
+#include "core/runtime.h"
+#include "dist/rendezvous.h"
+
+namespace mt::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kProfileCommUsage =
+    "usage: mintrain launch --nproc-per-node N -- profile-comm [--out FILE.json]\n"
+    "           [--sizes 256,2048,...] [--repeats R] [--no-gamma] [--gamma-rounds K]\n"
+    "           [--gamma-messages M] [--gamma-chunk-ms X] [--interface IF]\n"
+    "           [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
+    "  every rank runs it (at least 2; the environment of `mintrain launch`, torchrun, srun or\n"
+    "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
+    "  message, default 256,2048,16384,131072,524288,1048576; --repeats each, default 4), fits\n"
+    "  T(M) = alpha + beta * M on rank 0's times, and measures gamma, the compute one message sent\n"
+    "  during computation costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms\n"
+    "  of compute; --no-gamma skips it). Rank 0 prints a table and writes the JSON to --out, which\n"
+    "  `mintrain model CONFIG --comm-profile FILE.json` reads. --interface: the network interface\n"
+    "  Gloo binds (as dist.interface for train, e.g. eth0 in a network namespace).";
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+double parse_number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  MT_CHECK(!text.empty() && *end == '\0' && std::isfinite(v), "profile-comm: ", flag, ": \"", text,
+           "\" is not a number\n", kProfileCommUsage);
+  return v;
+}
+
+int parse_count(const std::string& flag, const std::string& text, int min) {
+  const double v = parse_number(flag, text);
+  MT_CHECK(v == std::floor(v) && v >= min && v <= 1e9, "profile-comm: ", flag, ": \"", text,
+           "\" must be an integer >= ", min);
+  return static_cast<int>(v);
+}
+
+std::vector<int64_t> parse_sizes(const std::string& text) {
+  std::vector<int64_t> sizes;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long n = std::strtoll(item.c_str(), &end, 10);
+    MT_CHECK(!item.empty() && *end == '\0' && n >= 1 && n <= (1LL << 30), "profile-comm: --sizes: \"", item,
+             "\" is not a message size (float32 values, a comma-separated list of integers >= 1, e.g. "
+             "256,65536,1048576)");
+    sizes.push_back(n);
+  }
+  // The fit needs two distinct sizes; one size would give beta from nothing.
+  std::vector<int64_t> distinct = sizes;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  MT_CHECK(distinct.size() >= 2, "profile-comm: --sizes needs at least two different sizes to fit alpha and beta, got \"",
+           text, "\"");
+  return sizes;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Rank 0's file: written under a temporary name and renamed at the end, so a run that fails
+// leaves no half-written profile; opened before profiling, so a bad path fails at once.
+class ProfileFile {
+ public:
+  explicit ProfileFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+    out_.open(tmp_, std::ios::trunc);
+    MT_CHECK(out_.good(), "profile-comm: cannot write \"", path_, "\" (--out): does its folder exist?");
+  }
+  ~ProfileFile() {
+    if (out_.is_open()) {
+      out_.close();
+      std::error_code ignored;
+      fs::remove(tmp_, ignored);
+    }
+  }
+  void write(const std::string& text) {
+    out_ << text;
+    out_.close();
+    MT_CHECK(!out_.fail(), "profile-comm: writing \"", tmp_, "\" failed");
+    std::error_code ec;
+    fs::rename(tmp_, path_, ec);
+    MT_CHECK(!ec, "profile-comm: cannot rename \"", tmp_, "\" to \"", path_, "\": ", ec.message());
+  }
+
+ private:
+  std::string path_, tmp_;
+  std::ofstream out_;
+};
+
+}  // namespace
+
+std::string comm_profile_table(const dist::CommProfile& p) {
+  std::ostringstream os;
+  const double n = p.world;
+  // A ring allreduce moves 2(n-1)/n of the message over every link: the link rate that the
+  // time implies, comparable with a NIC's nominal rate.
+  const double ring_share = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+  std::map<double, std::vector<double>> by_size;
+  for (size_t i = 0; i < p.bytes.size() && i < p.seconds.size(); ++i) by_size[p.bytes[i]].push_back(p.seconds[i]);
+  os << "communication profile: " << p.group << "; rank 0's times, "
+     << (by_size.empty() ? 0 : by_size.begin()->second.size()) << " per size\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "%12s %12s %11s %11s %11s %13s %14s\n", "bytes", "floats", "median ms",
+                "min ms", "fit ms", "payload MB/s", "link Gbit/s");
+  os << line;
+  for (const auto& [bytes, times] : by_size) {
+    const double med = median(times);
+    const double fastest = *std::min_element(times.begin(), times.end());
+    const double rate = med > 0 ? bytes / med : 0.0;
+    std::snprintf(line, sizeof(line), "%12.0f %12.0f %11.3f %11.3f %11.3f %13.1f %14.3f\n", bytes, bytes / 4,
+                  med * 1e3, fastest * 1e3, p.cost.time(bytes) * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
+    os << line;
+  }
+  const double payload_rate = p.cost.beta > 0 ? 1.0 / p.cost.beta : 0.0;
+  os << "fit T(M) = alpha + beta * M: alpha " << fmt("%.1f", p.cost.alpha * 1e6) << " us, beta "
+     << fmt("%.4f", p.cost.beta * 1e9) << " ms/MB (MB = 1e6 bytes): effective allreduce bandwidth "
+     << fmt("%.1f", payload_rate / 1e6) << " MB/s of payload, a ring link rate of "
+     << fmt("%.3f", payload_rate * ring_share * 8 / 1e9) << " Gbit/s on " << p.world << " ranks\n";
+  if (p.chunk_alone_seconds > 0) {
+    os << "gamma " << fmt("%.1f", p.cost.gamma * 1e6) << " us of compute lost per message sent during "
+       << "computation (one compute chunk: " << fmt("%.3f", p.chunk_alone_seconds * 1e3) << " ms alone, "
+       << fmt("%.3f", p.chunk_with_message_seconds * 1e3) << " ms with a message after it)\n";
+  } else {
+    os << "gamma not measured (--no-gamma): 0\n";
+  }
+  return os.str();
+}
+
+int run_profile_comm_command(const std::vector<std::string>& args, std::ostream& out) {
+  dist::CommProfileOptions options;
+  std::string out_path;
+  dist::ProcessGroupOptions po;
+  po.backend = "gloo";  // the profile is taken on the CPU
+  po.timeout = std::chrono::seconds(300);
+  int threads = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      MT_CHECK(i + 1 < args.size(), "profile-comm: ", a, " needs a value\n", kProfileCommUsage);
+      return args[++i];
+    };
+    if (a == "--out") out_path = value();
+    else if (a == "--sizes") options.sizes_floats = parse_sizes(value());
+    else if (a == "--repeats") options.repeats = parse_count(a, value(), 1);
+    else if (a == "--no-gamma") options.measure_gamma = false;
+    else if (a == "--gamma-rounds") options.gamma_rounds = parse_count(a, value(), 1);
+    else if (a == "--gamma-messages") options.gamma_messages = parse_count(a, value(), 1);
+    else if (a == "--gamma-chunk-ms") {
+      const double chunk_ms = parse_number(a, value());
+      MT_CHECK(chunk_ms > 0 && chunk_ms <= 10000, "profile-comm: --gamma-chunk-ms must be in (0, 10000], got ",
+               chunk_ms);
+      options.gamma_chunk_seconds = chunk_ms * 1e-3;
+    } else if (a == "--interface") po.interface = value();
+    else if (a == "--transport") po.transport = value();
+    else if (a == "--timeout-seconds") po.timeout = std::chrono::seconds(parse_count(a, value(), 1));
+    else if (a == "--threads") threads = parse_count(a, value(), 1);
+    else if (a == "--help" || a == "-h") {
+      out << kProfileCommUsage << "\n";
+      return 0;
+    } else {
+      MT_FAIL("profile-comm: unknown argument \"", a, "\"\n", kProfileCommUsage);
+    }
+  }
+  if (threads > 0) core::set_num_threads(threads);
+
+  const dist::WorldInfo world = dist::world_from_env();
+  MT_CHECK(world.world_size >= 2, "profile-comm measures communication between ranks, but this is a single "
+           "process (no RANK/WORLD_SIZE in the environment, or WORLD_SIZE=1): run it as workers, e.g. "
+           "`mintrain launch --nproc-per-node 2 -- profile-comm --out comm.json`");
+  std::unique_ptr<ProfileFile> file;
+  if (world.rank == 0 && !out_path.empty()) file = std::make_unique<ProfileFile>(out_path);
+
+  const dist::Rendezvous r = dist::rendezvous(world, po);
+  const dist::CommProfile profile = dist::profile_communication(*r.group, core::Device::cpu(), options);
+  if (r.group->rank() != 0) return 0;  // rank 0 speaks for the job
+  out << comm_profile_table(profile);
+  if (profile.cost.beta <= 0) {
+    out << "warning: the fit found no cost per byte (beta 0): the times are dominated by noise, and "
+           "`mintrain model --comm-profile` will refuse this profile; run again with larger --sizes "
+           "(e.g. up to 4194304) or more --repeats, on a quieter machine\n";
+  }
+  if (file) {
+    file->write(dist::comm_profile_json(profile));
+    out << "wrote " << out_path << " (use it with `mintrain model CONFIG --comm-profile " << out_path << "`)\n";
+  }
+  out.flush();
+  return 0;
+}
+
+}  // namespace mt::apps

@@ -1,0 +1,166 @@
+#include "dist/comm_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "core/ops/matmul.h"
+#include "core/random.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The same float on every rank: rank 0's value, broadcast.
+double from_rank0(ProcessGroup& group, core::Device device, double value, const std::string& what) {
+  Tensor t = Tensor::full({1}, static_cast<float>(value), core::DType::Float32, device);
+  finish(group.broadcast(t, 0), group, what);
+  return static_cast<double>(t.to(core::Device::cpu()).item());
+}
+
+// Mean over the group's ranks of each value.
+std::vector<double> mean_over_ranks(ProcessGroup& group, core::Device device, const std::vector<double>& values,
+                                    const std::string& what) {
+  std::vector<float> host(values.begin(), values.end());
+  Tensor t = Tensor::from_vector(host, {static_cast<int64_t>(host.size())}).to(device);
+  finish(group.allreduce(t), group, what);
+  std::vector<double> out;
+  for (float v : t.to(core::Device::cpu()).to_vector()) out.push_back(static_cast<double>(v) / group.size());
+  return out;
+}
+
+// A fixed amount of computation on the training thread: `reps` products of 96x96 matrices, each
+// feeding the next so none can be skipped.
+class ComputeChunk {
+ public:
+  explicit ComputeChunk(int reps) : reps_(reps) {
+    core::Generator gen(7);
+    a_ = core::rand_uniform({96, 96}, -0.1f, 0.1f, gen);
+    x_ = core::rand_uniform({96, 96}, -0.1f, 0.1f, gen);
+  }
+  void run() {
+    core::NoGradGuard no_grad;
+    for (int r = 0; r < reps_; ++r) x_ = core::matmul(a_, x_);
+  }
+
+ private:
+  int reps_;
+  Tensor a_, x_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+CommProfile profile_communication(ProcessGroup& group, core::Device device, const CommProfileOptions& o) {
+  MT_CHECK(!o.sizes_floats.empty() && o.repeats >= 1, "profile_communication: need sizes and repeats >= 1");
+  CommProfile p;
+  p.world = group.size();
+  p.group = group.describe();
+  for (int64_t n : o.sizes_floats) {
+    MT_CHECK(n >= 1, "profile_communication: message sizes must be >= 1 float, got ", n);
+    Tensor t = Tensor::ones({n}, core::DType::Float32, device);
+    finish(group.allreduce(t), group, "the communication profile's allreduce (warm-up)");
+    for (int r = 0; r < o.repeats; ++r) {
+      const auto start = Clock::now();
+      finish(group.allreduce(t), group, "the communication profile's timed allreduce");
+      p.bytes.push_back(static_cast<double>(n) * 4.0);
+      p.seconds.push_back(since(start));
+    }
+  }
+  // The fit goes through each size's median: one stalled operation (a scheduler tick on a busy
+  // machine costs milliseconds) would otherwise tilt the line, even to a negative slope. Every
+  // rank fits its own times; rank 0's fit is the one everybody uses.
+  std::vector<double> size_bytes, size_medians;
+  for (size_t i = 0; i < p.bytes.size(); i += static_cast<size_t>(o.repeats)) {
+    size_bytes.push_back(p.bytes[i]);
+    size_medians.push_back(median(std::vector<double>(p.seconds.begin() + static_cast<std::ptrdiff_t>(i),
+                                                      p.seconds.begin() + static_cast<std::ptrdiff_t>(i) + o.repeats)));
+  }
+  const LinearCost mine = fit_linear_cost(size_bytes, size_medians);
+  p.cost.alpha = from_rank0(group, device, mine.alpha, "sharing the fitted alpha");
+  p.cost.beta = from_rank0(group, device, mine.beta * 1e9, "sharing the fitted beta") * 1e-9;
+  // A GPU computes on its own while the host talks to the network: no compute is lost there.
+  if (!o.measure_gamma || device.is_cuda() || group.size() == 1) return p;
+
+  MT_CHECK(o.gamma_messages >= 1 && o.gamma_rounds >= 1 && o.gamma_chunk_seconds > 0,
+           "profile_communication: gamma needs messages, rounds and a chunk length > 0");
+  // Calibrate one chunk on every rank at once (the contention of training), agree on rank 0's.
+  int reps = 1;
+  {
+    ComputeChunk probe(8);
+    probe.run();  // warm-up
+    group.barrier();
+    const auto start = Clock::now();
+    probe.run();
+    const double per_rep = std::max(since(start) / 8, 1e-7);
+    reps = static_cast<int>(std::lround(from_rank0(group, device, std::ceil(o.gamma_chunk_seconds / per_rep),
+                                                   "sharing the compute chunk's size")));
+    reps = std::clamp(reps, 1, 1 << 20);
+  }
+  ComputeChunk chunk(reps);
+  Tensor message = Tensor::ones({o.gamma_message_floats}, core::DType::Float32, device);
+  struct Round {
+    double gamma, alone_chunk, with_chunk;
+  };
+  std::vector<Round> rounds;
+  for (int round = 0; round < o.gamma_rounds; ++round) {
+    group.barrier();
+    auto start = Clock::now();
+    for (int k = 0; k < o.gamma_messages; ++k) chunk.run();
+    const double alone = since(start);
+
+    group.barrier();
+    std::vector<std::shared_ptr<Work>> works;
+    start = Clock::now();
+    for (int k = 0; k < o.gamma_messages; ++k) {
+      chunk.run();
+      works.push_back(group.allreduce(message));  // in place on one buffer: the sum is not used
+    }
+    const double with = since(start);
+    for (auto& w : works) finish(w, group, "the communication profile's message during compute");
+
+    const auto means = mean_over_ranks(group, device, {alone, with}, "averaging the compute timings");
+    rounds.push_back({std::max(0.0, (means[1] - means[0]) / o.gamma_messages), means[0] / o.gamma_messages,
+                      means[1] / o.gamma_messages});
+  }
+  // The median round, reported whole so its chunk times explain its gamma.
+  std::sort(rounds.begin(), rounds.end(), [](const Round& a, const Round& b) { return a.gamma < b.gamma; });
+  const Round& mid = rounds[rounds.size() / 2];
+  p.cost.gamma = mid.gamma;
+  p.chunk_alone_seconds = mid.alone_chunk;
+  p.chunk_with_message_seconds = mid.with_chunk;
+  return p;
+}
+
+std::string comm_profile_json(const CommProfile& p) {
+  std::ostringstream os;
+  os.precision(9);
+  std::string group;
+  for (char c : p.group) {
+    if (c == '"' || c == '\\') group += '\\';
+    group += c;
+  }
+  os << "{\n  \"world\": " << p.world << ",\n  \"group\": \"" << group << "\",\n  \"alpha_s\": " << p.cost.alpha
+     << ",\n  \"beta_s_per_byte\": " << p.cost.beta << ",\n  \"gamma_s\": " << p.cost.gamma
+     << ",\n  \"chunk_alone_s\": " << p.chunk_alone_seconds
+     << ",\n  \"chunk_with_message_s\": " << p.chunk_with_message_seconds << ",\n  \"bytes\": [";
+  for (size_t i = 0; i < p.bytes.size(); ++i) os << (i ? ", " : "") << p.bytes[i];
+  os << "],\n  \"seconds\": [";
+  for (size_t i = 0; i < p.seconds.size(); ++i) os << (i ? ", " : "") << p.seconds[i];
+  os << "]\n}\n";
+  return os.str();
+}
+
+}  // namespace mt::dist

@@ -1,0 +1,52 @@
+// Measuring the communication side of the cost model on the machine and network at hand
+// (algorithms.md section 5): T(M) = alpha + beta * M fitted on timed allreduces of several
+// sizes, and gamma, the compute a message takes from the training thread when it is sent while
+// computation goes on (cost_model.h explains why that matters for ranks that share cores).
+//
+// gamma is measured the way training meets it: every rank computes the same fixed work (a chain
+// of matrix products, cut into `gamma_messages` chunks) twice, once alone and once sending one
+// small allreduce after each chunk, as backward hooks do; gamma = (time with - time alone) /
+// messages, averaged over the ranks, the median of `gamma_rounds` rounds, and 0 when the
+// difference is within noise (it is never negative). All ranks run it at once, so ranks that
+// share cores see the same contention as in training.
+//
+// Collective: every rank of the group calls profile_communication with the same options.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "dist/cost_model.h"
+#include "dist/process_group.h"
+
+namespace mt::dist {
+
+struct CommProfileOptions {
+  std::vector<int64_t> sizes_floats = {256, 2048, 16384, 131072, 524288, 1048576};
+  int repeats = 4;  // timed allreduces per size (after one warm-up)
+  bool measure_gamma = true;
+  int gamma_messages = 16;             // chunks of compute, one message after each
+  double gamma_chunk_seconds = 0.004;  // target length of one chunk, computing alone
+  int gamma_rounds = 3;
+  int64_t gamma_message_floats = 1024;  // small: gamma is the per-message part
+};
+
+struct CommProfile {
+  int world = 1;
+  std::string group;               // the group's description ("gloo/tcp world of 4")
+  std::vector<double> bytes;       // every timed allreduce: its size ...
+  std::vector<double> seconds;     // ... and rank 0's time for it
+  LinearCost cost;                 // alpha, beta fitted on them; gamma measured (0 if not)
+  double chunk_alone_seconds = 0;  // one compute chunk, alone (mean over ranks)
+  double chunk_with_message_seconds = 0;  // one chunk followed by a message send
+};
+
+CommProfile profile_communication(ProcessGroup& group, core::Device device,
+                                  const CommProfileOptions& options = {});
+
+// A small JSON document: {"world": 4, "group": "...", "alpha_s": ..., "beta_s_per_byte": ...,
+// "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "bytes": [...], "seconds": [...]}.
+// (`mintrain model --comm-profile` reads it back with the JSON reader of apps/model_command.cpp.)
+std::string comm_profile_json(const CommProfile& profile);
+
+}  // namespace mt::dist

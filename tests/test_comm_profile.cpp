@@ -1,0 +1,283 @@
+// The communication profile end to end: dist::profile_communication on a real two-rank Gloo
+// world, `mintrain profile-comm` as launched workers, and `mintrain model --comm-profile`
+// turning a profile into the network of its predictions (latency, bandwidth efficiency, gamma).
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "apps/model_command.h"
+#include "apps/profile_comm_command.h"
+#include "core/tensor.h"
+#include "dist/comm_profile.h"
+#include "dist/network_model.h"
+#include "support/multiprocess.h"
+#include "support/test_helpers.h"
+
+namespace {
+
+using mt::testing::contains;
+using mt::testing::error_of;
+using mt::testing::write_file;
+
+const std::string kMlpConfig = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+
+// Few, so the whole file runs in seconds on two busy cores; far apart (1 KB to 16 MB), so that
+// on a loaded machine the cost per byte still stands out of the scheduling noise.
+mt::dist::CommProfileOptions quick_options() {
+  mt::dist::CommProfileOptions o;
+  o.sizes_floats = {256, 1 << 20, 1 << 22};
+  o.repeats = 3;
+  o.gamma_messages = 4;
+  o.gamma_rounds = 2;
+  o.gamma_chunk_seconds = 0.002;
+  return o;
+}
+
+// Two layers with small gradients (1000 bytes each): compute-bound, so gamma shows in WFBP.
+std::string write_small_layers(const std::string& dir) {
+  const std::string path = dir + "/layers.json";
+  write_file(path, R"({"model": "hand", "batch_size": 32, "update_seconds": 0.0005,
+    "buffer_bytes": 0, "compress_seconds": 0.0002, "decode_seconds": 0.0001,
+    "layers": [{"name": "a", "forward": 0.001, "backward": 0.002, "bytes": 1000},
+               {"name": "b", "forward": 0.001, "backward": 0.001, "bytes": 1000}]})");
+  return path;
+}
+
+std::string write_comm_profile(const std::string& path, int world, double alpha, double beta, double gamma) {
+  std::ostringstream os;
+  os.precision(12);
+  os << "{\"world\": " << world << ", \"group\": \"gloo/tcp world of " << world << "\", \"alpha_s\": " << alpha
+     << ", \"beta_s_per_byte\": " << beta << ", \"gamma_s\": " << gamma
+     << ", \"chunk_alone_s\": 0.004, \"chunk_with_message_s\": 0.005, \"bytes\": [1024, 4096], "
+        "\"seconds\": [0.001, 0.002]}";
+  write_file(path, os.str());
+  return path;
+}
+
+std::string run_model(const std::vector<std::string>& args) {
+  std::ostringstream out;
+  EXPECT_EQ(mt::apps::run_model_command(args, out), 0);
+  return out.str();
+}
+
+// The row of N in the prediction table, e.g. "     4     54.100 ( 10%) ...".
+std::string table_row(const std::string& out, int workers) {
+  std::istringstream in(out.substr(out.find("milliseconds per iteration")));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    int n = 0;
+    if (fields >> n && n == workers && line.find('%') != std::string::npos) return line;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(CommProfile, MeasuresATwoRankGlooWorld) {
+  const std::string dir = mt::testing::make_temp_dir("mt_comm_profile");
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& c) {
+    const mt::dist::CommProfileOptions o = quick_options();
+    const mt::dist::CommProfile p = mt::dist::profile_communication(*c.group, mt::core::Device::cpu(), o);
+    EXPECT_EQ(p.world, 2);
+    ASSERT_EQ(p.bytes.size(), o.sizes_floats.size() * o.repeats);
+    ASSERT_EQ(p.seconds.size(), p.bytes.size());
+    EXPECT_EQ(p.bytes.front(), 256 * 4.0);
+    EXPECT_EQ(p.bytes.back(), (1 << 22) * 4.0);
+    for (double s : p.seconds) EXPECT_TRUE(std::isfinite(s) && s > 0) << s;
+    EXPECT_GE(p.cost.alpha, 0.0);
+    EXPECT_GT(p.cost.beta, 0.0);
+    EXPECT_TRUE(std::isfinite(p.cost.gamma) && p.cost.gamma >= 0) << p.cost.gamma;
+    EXPECT_GT(p.chunk_alone_seconds, 0.0);  // gamma was measured, not skipped
+    // Every rank uses rank 0's fit: the sum over the ranks is twice each rank's own value.
+    auto both = mt::core::Tensor::from_vector(
+        std::vector<float>{static_cast<float>(p.cost.alpha * 1e6), static_cast<float>(p.cost.beta * 1e9)}, {2});
+    const std::vector<float> mine = both.to_vector();
+    c.group->allreduce(both)->wait();
+    const std::vector<float> sum = both.to_vector();
+    EXPECT_FLOAT_EQ(sum[0], 2 * mine[0]);
+    EXPECT_FLOAT_EQ(sum[1], 2 * mine[1]);
+
+    if (c.rank == 0) {
+      // The JSON reads back through `mintrain model`'s reader.
+      const std::string path = dir + "/measured.json";
+      write_file(path, mt::dist::comm_profile_json(p));
+      const mt::apps::MeasuredComm m = mt::apps::read_comm_profile(path);
+      EXPECT_EQ(m.world, 2);
+      EXPECT_NEAR(m.cost.alpha, p.cost.alpha, 1e-8 * std::max(1.0, p.cost.alpha));
+      EXPECT_NEAR(m.cost.beta, p.cost.beta, 1e-8 * p.cost.beta);
+      EXPECT_NEAR(m.cost.gamma, p.cost.gamma, 1e-8);
+      EXPECT_EQ(m.group, p.group);
+      const std::string table = mt::apps::comm_profile_table(p);
+      EXPECT_TRUE(contains(table, "fit T(M) = alpha + beta * M"));
+      EXPECT_TRUE(contains(table, "16777216"));  // the largest size's row
+      EXPECT_TRUE(contains(table, "gamma "));
+    }
+  }).ok_or_report());
+}
+
+// `mintrain profile-comm` as two workers of a launcher (the torchrun variables), then the file it
+// wrote drives `mintrain model`.
+TEST(CommProfile, CommandWritesAProfileTheModelReads) {
+  const std::string dir = mt::testing::make_temp_dir("mt_comm_profile_cmd");
+  const std::string path = dir + "/comm.json";
+  mt::testing::MultiprocessOptions mo;
+  mo.create_store = false;  // the command does its own rendezvous
+  mo.create_group = false;
+  EXPECT_TRUE(mt::testing::run_ranks(
+                  2,
+                  [&](mt::testing::RankContext& c) {
+                    ::setenv("RANK", std::to_string(c.rank).c_str(), 1);
+                    ::setenv("WORLD_SIZE", "2", 1);
+                    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+                    ::setenv("MASTER_PORT", std::to_string(c.port).c_str(), 1);
+                    std::ostringstream out;
+                    EXPECT_EQ(mt::apps::run_profile_comm_command(
+                                  {"--out", path, "--sizes", "256,4194304", "--repeats", "2", "--gamma-rounds", "1",
+                                   "--gamma-messages", "4", "--gamma-chunk-ms", "2", "--timeout-seconds", "20"},
+                                  out),
+                              0);
+                    if (c.rank == 0) {
+                      EXPECT_TRUE(contains(out.str(), "communication profile: gloo"));
+                      EXPECT_TRUE(contains(out.str(), "wrote " + path));
+                    } else {
+                      EXPECT_EQ(out.str(), "");  // rank 0 speaks for the job
+                    }
+                  },
+                  mo)
+                  .ok_or_report());
+  ASSERT_TRUE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const mt::apps::MeasuredComm m = mt::apps::read_comm_profile(path);
+  EXPECT_EQ(m.world, 2);
+  EXPECT_GT(m.cost.beta, 0.0);
+  const std::string out = run_model({kMlpConfig, "--layer-times", write_small_layers(dir), "--workers", "1,2",
+                                     "--comm-profile", path});
+  EXPECT_TRUE(contains(out, "comm profile: " + path + ", measured on n = 2 ranks"));
+}
+
+TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
+  const std::string dir = mt::testing::make_temp_dir("mt_comm_profile_model");
+  const std::string layers = write_small_layers(dir);
+  // Measured on 4 ranks: alpha 600 us (6 hops: 100 us each), beta 2.4e-8 s/B. The nominal ring
+  // of 1 Gbit/s links on 4 ranks: 2*3/4 / 1.25e8 = 1.2e-8 s/B, so efficiency 0.5: 0.5 Gbit/s.
+  const std::string no_gamma = write_comm_profile(dir + "/g0.json", 4, 600e-6, 2.4e-8, 0.0);
+  const std::string with_gamma = write_comm_profile(dir + "/g1.json", 4, 600e-6, 2.4e-8, 0.001);
+
+  mt::dist::NetworkSpec nominal;
+  nominal.bandwidth_gbps = 1;
+  nominal.latency_us = 50;
+  const mt::apps::CalibratedNetwork c = mt::apps::calibrate_network(nominal, true, mt::apps::read_comm_profile(no_gamma));
+  EXPECT_NEAR(c.efficiency, 0.5, 1e-12);
+  EXPECT_NEAR(c.latency_us, 100.0, 1e-9);
+  EXPECT_NEAR(c.spec.bandwidth_gbps, 0.5, 1e-12);
+  EXPECT_NEAR(c.spec.latency_us, 100.0, 1e-9);
+  // At n = world the calibrated ring is the measurement; at 8 it follows the ring's formula.
+  const mt::dist::NetworkModel net(c.spec);
+  EXPECT_NEAR(net.allreduce(4).alpha, 600e-6, 1e-15);
+  EXPECT_NEAR(net.allreduce(4).beta, 2.4e-8, 1e-20);
+  EXPECT_NEAR(net.allreduce(8).alpha, 14 * 100e-6, 1e-15);
+  EXPECT_NEAR(net.allreduce(8).beta, 2.0 * 7 / 8 / (0.5e9 / 8), 1e-20);
+  // Without a bandwidth: the measured ring's link rate, 2*3/4 / 2.4e-8 B/s = 0.5 Gbit/s, one level.
+  mt::dist::NetworkSpec racks = nominal;
+  racks.ranks_per_rack = 2;
+  racks.inter_bandwidth_gbps = 0.1;
+  const auto plain = mt::apps::calibrate_network(nominal, false, mt::apps::read_comm_profile(no_gamma));
+  EXPECT_NEAR(plain.spec.bandwidth_gbps, 0.5, 1e-12);
+  EXPECT_EQ(plain.efficiency, 0.0);
+  // With racks, every level is scaled (the ring at 4 crosses the 0.1 Gbit/s uplink: nominal beta
+  // 1.5 / 1.25e7 = 1.2e-7, e = 5, clamped to 1.5).
+  const auto scaled = mt::apps::calibrate_network(racks, true, mt::apps::read_comm_profile(no_gamma));
+  EXPECT_DOUBLE_EQ(scaled.efficiency, 1.5);
+  EXPECT_NEAR(scaled.unclamped_efficiency, 5.0, 1e-12);
+  EXPECT_NEAR(scaled.spec.inter_bandwidth_gbps, 0.15, 1e-12);
+  EXPECT_NEAR(scaled.spec.inter_latency_us, 100.0, 1e-9);
+  EXPECT_TRUE(contains(error_of([&] { mt::apps::calibrate_network(racks, false, mt::apps::read_comm_profile(no_gamma)); }),
+                       "--bandwidth-gbps"));
+
+  // The command: at N = 4, T(M) = 600 us + 2.4e-8 M. BSP: 5 ms + T(2000) + 0.5 = 6.148 ms.
+  // WFBP: layer b done at 3 ms, its message 3..3.624; layer a done at 5 ms (+ gamma: b's message
+  // was sent during backward), its message then 0.624 ms, update 0.5: 6.124 ms, 7.124 with gamma 1 ms.
+  const std::vector<std::string> base = {kMlpConfig, "--layer-times", layers, "--workers", "1,4",
+                                         "--bandwidth-gbps", "1", "--latency-us", "50"};
+  auto with = [&](const std::string& profile) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--comm-profile", profile});
+    return run_model(args);
+  };
+  const std::string out0 = with(no_gamma), out1 = with(with_gamma);
+  EXPECT_TRUE(contains(out0, "efficiency 0.500"));
+  EXPECT_TRUE(contains(out0, "100.00 us per hop"));
+  EXPECT_TRUE(contains(out1, "gamma 1000.0 us per message"));
+  const std::string row0 = table_row(out0, 4), row1 = table_row(out1, 4);
+  EXPECT_TRUE(contains(row0, "6.148 (")) << row0;  // BSP
+  EXPECT_TRUE(contains(row1, "6.148 (")) << row1;  // BSP never pays gamma
+  EXPECT_TRUE(contains(row0, "6.124 (")) << row0;  // WFBP
+  EXPECT_TRUE(contains(row1, "7.124 (")) << row1;  // WFBP pays one message's gamma
+  EXPECT_FALSE(contains(row1, "6.124 ("));
+  // One worker sends nothing: no gamma.
+  EXPECT_EQ(table_row(out0, 1), table_row(out1, 1));
+  EXPECT_TRUE(contains(out1, "backward 1 > send 0 (CPU) > backward 0"));  // the critical path at N = 4
+
+  // Without --bandwidth-gbps the measured rate is used: at n = world the same predictions.
+  const std::string bare = run_model({kMlpConfig, "--layer-times", layers, "--workers", "1,4", "--comm-profile",
+                                      with_gamma});
+  EXPECT_EQ(table_row(bare, 4), row1);
+  EXPECT_TRUE(contains(bare, "the measured ring's rate"));
+}
+
+TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
+  const std::string dir = mt::testing::make_temp_dir("mt_comm_profile_bad");
+  const std::string layers = write_small_layers(dir);
+  auto model_error = [&](const std::string& profile) {
+    return error_of([&] {
+      std::ostringstream out;
+      mt::apps::run_model_command({kMlpConfig, "--layer-times", layers, "--comm-profile", profile}, out);
+    });
+  };
+  const std::string missing = dir + "/nothing.json";
+  std::string e = model_error(missing);
+  EXPECT_TRUE(contains(e, "cannot read the communication profile \"" + missing + "\""));
+  EXPECT_TRUE(contains(e, "profile-comm --out"));
+
+  const std::string corrupt = dir + "/corrupt.json";
+  write_file(corrupt, R"({"world": 2, "alpha_s": )");
+  e = model_error(corrupt);
+  EXPECT_TRUE(contains(e, corrupt + ": invalid JSON"));
+  EXPECT_TRUE(contains(e, "profile-comm --out"));
+
+  e = model_error(write_comm_profile(dir + "/one.json", 1, 1e-4, 1e-8, 0));
+  EXPECT_TRUE(contains(e, "\"world\" is 1"));
+  EXPECT_TRUE(contains(e, "at least 2 ranks"));
+
+  e = model_error(write_comm_profile(dir + "/flat.json", 2, 1e-4, 0, 0));
+  EXPECT_TRUE(contains(e, "\"beta_s_per_byte\" must be > 0"));
+
+  const std::string no_gamma = dir + "/no_gamma.json";
+  write_file(no_gamma, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8})");
+  EXPECT_TRUE(contains(model_error(no_gamma), "missing \"gamma_s\""));
+
+  // profile-comm itself: a single process, and malformed flags.
+  for (const char* v : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE"})
+    ::unsetenv(v);
+  auto command_error = [&](const std::vector<std::string>& args) {
+    return error_of([&] {
+      std::ostringstream out;
+      mt::apps::run_profile_comm_command(args, out);
+    });
+  };
+  e = command_error({"--out", dir + "/x.json"});
+  EXPECT_TRUE(contains(e, "single process"));
+  EXPECT_TRUE(contains(e, "mintrain launch --nproc-per-node 2 -- profile-comm"));
+  EXPECT_TRUE(contains(command_error({"--sizes", "256,256"}), "two different sizes"));
+  EXPECT_TRUE(contains(command_error({"--sizes", "256,x"}), "\"x\""));
+  EXPECT_TRUE(contains(command_error({"--frobnicate"}), "--frobnicate"));
+  EXPECT_TRUE(contains(command_error({"--repeats"}), "--repeats needs a value"));
+}
