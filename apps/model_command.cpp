@@ -170,12 +170,6 @@ double number_field(const Json& obj, const std::string& key, const std::string& 
 
 // ---- Measuring ----
 
-// The module that owns a parameter: "features.0.weight" -> "features.0".
-std::string owner_of(const std::string& param_name) {
-  const size_t dot = param_name.rfind('.');
-  return dot == std::string::npos ? param_name : param_name.substr(0, dot);
-}
-
 // Wait for the device so that a timestamp means "done", not "launched" (CUDA is asynchronous).
 void wait_for(const core::Tensor& t) {
   if (t.defined() && t.is_cuda() && t.numel() > 0) (void)t.reshape({-1}).narrow(0, 0, 1).item();
@@ -405,14 +399,16 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
     update_s += secs(t3 - t2);
   }
 
-  // Layers: parameters grouped by module, ordered by when their gradient completed (the last
-  // of their parameters' hooks), latest first = forward order. Unused ones (no hook) go first.
+  // "Layers" of the DAG: one per parameter tensor, because that is the unit S-SGD sends (WFBP
+  // one message per tensor, FUSION and MG-WFBP merge tensors): grouping a module's weight and
+  // bias would halve WFBP's messages in the prediction. Ordered by when their gradient
+  // completed, latest first = forward order. Unused ones (no hook) go first.
   std::vector<std::string> names;
   std::map<std::string, size_t> index_of;
   ModelProfile prof;
   std::vector<int> completes_at;
   for (size_t i = 0; i < params.size(); ++i) {
-    const std::string owner = owner_of(params[i].first);
+    const std::string& owner = params[i].first;
     auto [it, fresh] = index_of.emplace(owner, prof.layers.size());
     if (fresh) {
       prof.layers.push_back({owner, 0.0, 0.0, 0.0});

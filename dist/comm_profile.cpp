@@ -111,10 +111,7 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   }
   ComputeChunk chunk(reps);
   Tensor message = Tensor::ones({o.gamma_message_floats}, core::DType::Float32, device);
-  struct Round {
-    double gamma, alone_chunk, with_chunk;
-  };
-  std::vector<Round> rounds;
+  std::vector<double> alone_chunks, with_chunks;
   for (int round = 0; round < o.gamma_rounds; ++round) {
     group.barrier();
     auto start = Clock::now();
@@ -132,15 +129,14 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
     for (auto& w : works) finish(w, group, "the communication profile's message during compute");
 
     const auto means = mean_over_ranks(group, device, {alone, with}, "averaging the compute timings");
-    rounds.push_back({std::max(0.0, (means[1] - means[0]) / o.gamma_messages), means[0] / o.gamma_messages,
-                      means[1] / o.gamma_messages});
+    alone_chunks.push_back(means[0] / o.gamma_messages);
+    with_chunks.push_back(means[1] / o.gamma_messages);
   }
-  // The median round, reported whole so its chunk times explain its gamma.
-  std::sort(rounds.begin(), rounds.end(), [](const Round& a, const Round& b) { return a.gamma < b.gamma; });
-  const Round& mid = rounds[rounds.size() / 2];
-  p.cost.gamma = mid.gamma;
-  p.chunk_alone_seconds = mid.alone_chunk;
-  p.chunk_with_message_seconds = mid.with_chunk;
+  // Medians of each kind over the rounds (a round disturbed by something else on the machine
+  // drops out of both), and gamma from those same two numbers, so the report explains itself.
+  p.chunk_alone_seconds = median(alone_chunks);
+  p.chunk_with_message_seconds = median(with_chunks);
+  p.cost.gamma = std::max(0.0, p.chunk_with_message_seconds - p.chunk_alone_seconds);
   return p;
 }
 

@@ -5,10 +5,10 @@
 //
 // gamma is measured the way training meets it: every rank computes the same fixed work (a chain
 // of matrix products, cut into `gamma_messages` chunks) twice, once alone and once sending one
-// small allreduce after each chunk, as backward hooks do; gamma = (time with - time alone) /
-// messages, averaged over the ranks, the median of `gamma_rounds` rounds, and 0 when the
-// difference is within noise (it is never negative). All ranks run it at once, so ranks that
-// share cores see the same contention as in training.
+// small allreduce after each chunk, as backward hooks do. Per round each rank's two times are
+// averaged over the ranks; gamma = median chunk time with a message - median chunk time alone
+// over `gamma_rounds` rounds, never negative (noise can make the difference so). All ranks run
+// it at once, so ranks that share cores see the same contention as in training.
 //
 // Collective: every rank of the group calls profile_communication with the same options.
 #pragma once
@@ -25,10 +25,10 @@ struct CommProfileOptions {
   std::vector<int64_t> sizes_floats = {256, 2048, 16384, 131072, 524288, 1048576};
   int repeats = 4;  // timed allreduces per size (after one warm-up)
   bool measure_gamma = true;
-  int gamma_messages = 16;             // chunks of compute, one message after each
+  int gamma_messages = 24;             // chunks of compute, one message after each
   double gamma_chunk_seconds = 0.004;  // target length of one chunk, computing alone
-  int gamma_rounds = 3;
-  int64_t gamma_message_floats = 1024;  // small: gamma is the per-message part
+  int gamma_rounds = 5;
+  int64_t gamma_message_floats = 4096;  // 16 KB, a typical layer's gradient: the per-message part
 };
 
 struct CommProfile {

@@ -30,19 +30,25 @@ std::string schedule_name(Schedule schedule) {
 LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<double>& seconds) {
   MT_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2,
            "fit_linear_cost needs at least two (size, time) measurements, got ", bytes.size());
-  const double n = static_cast<double>(bytes.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Weighted normal equations with weights 1 / seconds^2. Sizes are scaled to MB first so the
+  // sums stay well inside double precision.
+  constexpr double kScale = 1e-6;
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    sx += bytes[i];
-    sy += seconds[i];
-    sxx += bytes[i] * bytes[i];
-    sxy += bytes[i] * seconds[i];
+    MT_CHECK(seconds[i] > 0, "fit_linear_cost: measured times must be > 0, got ", seconds[i]);
+    const double w = 1.0 / (seconds[i] * seconds[i]);
+    const double x = bytes[i] * kScale;
+    sw += w;
+    sx += w * x;
+    sy += w * seconds[i];
+    sxx += w * x * x;
+    sxy += w * x * seconds[i];
   }
-  const double det = n * sxx - sx * sx;
-  MT_CHECK(det > 0, "fit_linear_cost needs at least two distinct message sizes");
+  const double det = sw * sxx - sx * sx;
+  MT_CHECK(det > 1e-12 * sw * sxx, "fit_linear_cost needs at least two distinct message sizes");
   LinearCost c;
-  c.beta = std::max(0.0, (n * sxy - sx * sy) / det);
-  c.alpha = std::max(0.0, (sy - c.beta * sx) / n);
+  c.beta = std::max(0.0, (sw * sxy - sx * sy) / det) * kScale;
+  c.alpha = std::max(0.0, (sy - c.beta / kScale * sx) / sw);
   return c;
 }
 

@@ -32,8 +32,11 @@ struct LinearCost {
   double time(double bytes) const { return alpha + beta * bytes; }
 };
 
-// Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes). alpha is
-// clamped at 0: a negative start-up cost is noise, and MG-WFBP's rule (b) needs alpha >= 0.
+// Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes), in relative
+// error (each residual divided by its time): every size counts alike, where plain least squares
+// lets the largest messages decide alpha alone (a 4 MB message's noise outweighs a 4 KB
+// message's whole time). alpha is clamped at 0: a negative start-up cost is noise, and MG-WFBP's
+// rule (b) needs alpha >= 0. Times must be > 0.
 LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 // A DAG of timed tasks. Tasks are added in a topological order (every dependency already

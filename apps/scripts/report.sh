@@ -164,6 +164,38 @@ log() { echo "report: $*" | tee -a "$out/report.log"; }
 log "$(date -u '+%F %T') UTC; $NPROC ranks, $rate links, presets: $presets; $epochs epochs x $limit iterations;" \
     "binary $bin"
 
+# ---- the model's layer times, before the runs (they pick the sizes the network is profiled at) --
+have_model=0
+comm_sizes=""
+if "$bin" model --help >/dev/null 2>&1; then
+  have_model=1
+  # Profile under the testbed's core sharing: the ranks of a run share this machine's cores, so
+  # NPROC profilers run at once and rank 0's layer times feed every prediction (a profile of
+  # one process alone would be NPROC/cores times too fast when NPROC exceeds the cores).
+  prof_pids=()
+  for ((r = 0; r < NPROC; r++)); do
+    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
+        "${extra_sets[@]}" --workers 1 --save-profile "$out/profile_rank$r.txt" >"$out/profile_rank$r.log" 2>&1 &
+    prof_pids+=($!)
+  done
+  prof_ok=1
+  for p in "${prof_pids[@]}"; do wait "$p" || prof_ok=0; done
+  profile_args=()
+  if ((prof_ok)); then
+    profile_args=(--layer-times "$out/profile_rank0.txt")
+  else
+    log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
+  fi
+  # Allreduce sizes for profile-comm: x4 steps from 256 floats to twice the whole gradient, so
+  # alpha/beta are fitted where this model's messages are (shaped links are not linear in
+  # size: tbf lets a 10 ms burst through at full speed).
+  grad_mb=$(grep -oE 'gradients [0-9.]+ MB' "$out/profile_rank0.log" 2>/dev/null | awk '{print $2}' || true)
+  if [[ -n $grad_mb ]]; then
+    comm_sizes=$(awk -v mb="$grad_mb" 'BEGIN { top = 2 * mb * 262144; s = 256; out = s
+      while (s < top) { s *= 4; out = out "," s }; print out }')
+  fi
+fi
+
 # ---- the runs ---------------------------------------------------------------------------------
 port=29610
 results=$out/results.tsv   # preset algorithm rc wall_s
@@ -192,8 +224,11 @@ for preset in $presets; do
     bash "$TESTBED" down
     bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
     mkdir -p "$out/comm"
-    if run_ranks "$out/comm/${preset}_rank" profile-comm --interface eth0 --out "$out/comm/$preset.json"; then
-      log "$preset: communication profiled ($(grep -E '^(alpha|gamma)' "$out/comm/${preset}_rank0.log" | tr '\n' ' '))"
+    size_args=()
+    [[ -n $comm_sizes ]] && size_args=(--sizes "$comm_sizes")
+    if run_ranks "$out/comm/${preset}_rank" profile-comm --interface eth0 "${size_args[@]}" \
+        --out "$out/comm/$preset.json"; then
+      log "$preset: communication profiled: $(grep -E '^(fit T|gamma)' "$out/comm/${preset}_rank0.log" | cut -c1-110 | tr '\n' ' ')"
     else
       log "$preset: profile-comm failed (see $out/comm/${preset}_rank0.log); the model uses the nominal link rate"
       rm -f "$out/comm/$preset.json"
@@ -233,27 +268,8 @@ bash "$TESTBED" down
 # ---- the cost model's predictions, when this binary has `mintrain model` ----------------------
 predicted=$out/predicted.tsv   # preset algorithm predicted_ms
 : >"$predicted"
-have_model=0
-if "$bin" model --help >/dev/null 2>&1; then
-  have_model=1
+if ((have_model)); then
   gbps=$(echo "scale=6; $rate_bits / 1000000000" | bc)
-  # Profile under the testbed's core sharing: the ranks of a run share this machine's cores, so
-  # NPROC profilers run at once and rank 0's layer times feed every prediction (a profile of
-  # one process alone would be NPROC/cores times too fast when NPROC exceeds the cores).
-  prof_pids=()
-  for ((r = 0; r < NPROC; r++)); do
-    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
-        "${extra_sets[@]}" --workers 1 --save-profile "$out/profile_rank$r.txt" >"$out/profile_rank$r.log" 2>&1 &
-    prof_pids+=($!)
-  done
-  prof_ok=1
-  for p in "${prof_pids[@]}"; do wait "$p" || prof_ok=0; done
-  profile_args=()
-  if ((prof_ok)); then
-    profile_args=(--layer-times "$out/profile_rank0.txt")
-  else
-    log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
-  fi
   for preset in $presets; do
     dssync_sets=()
     for kv in $(algo_sets dssync "$preset"); do dssync_sets+=(--set "$kv"); done
