@@ -24,9 +24,11 @@ struct Result {
   std::string out;  // stdout and stderr
 };
 
-Result sh(const std::string& cmd) {
+// ctest runs these tests in parallel: a test that brings a testbed up and one that tears down
+// must not share a prefix, or the teardown removes the other's namespaces mid-test.
+Result sh(const std::string& cmd, const std::string& prefix = "mt-test") {
   Result r;
-  FILE* p = ::popen(("MT_TESTBED_PREFIX=mt-test " + cmd + " 2>&1").c_str(), "r");
+  FILE* p = ::popen(("MT_TESTBED_PREFIX=" + prefix + " " + cmd + " 2>&1").c_str(), "r");
   if (!p) return r;
   char buf[4096];
   size_t n;
@@ -36,7 +38,9 @@ Result sh(const std::string& cmd) {
   return r;
 }
 
-Result testbed(const std::string& args) { return sh("bash " + kScript + " " + args); }
+Result testbed(const std::string& args, const std::string& prefix = "mt-test") {
+  return sh("bash " + kScript + " " + args, prefix);
+}
 
 bool netns_usable() {
   return ::geteuid() == 0 && sh("ip netns list >/dev/null").rc == 0;
@@ -148,7 +152,7 @@ TEST(TestbedScript, ReportSaysWhenNotRoot) {
 
 TEST(TestbedScript, DownIsSafeWhenNothingExists) {
   if (!netns_usable()) GTEST_SKIP() << "needs root and ip netns";
-  const Result a = testbed("down"), b = testbed("down");
+  const Result a = testbed("down", "mt-tdown"), b = testbed("down", "mt-tdown");
   EXPECT_EQ(a.rc, 0) << a.out;
   EXPECT_EQ(b.rc, 0) << b.out;
 }
