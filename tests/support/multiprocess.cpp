@@ -65,12 +65,14 @@ class FailureCollector : public ::testing::EmptyTestEventListener {
     if (store) {
       store->set("multiprocess/done/" + std::to_string(rank), {1});
       if (rank == 0) {
-        std::vector<std::string> keys;
-        for (int r = 1; r < n; ++r) keys.push_back("multiprocess/done/" + std::to_string(r));
-        try {
-          store->wait(keys);
-        } catch (const std::exception&) {
-          // A rank that exits on purpose never says done; nothing more to wait for.
+        // One key at a time: a rank that exits on purpose never says done, and its timeout
+        // must not end the wait for the others (a slower survivor would then find the store
+        // gone: "connection closed by peer" under a loaded CI).
+        for (int r = 1; r < n; ++r) {
+          try {
+            store->wait({"multiprocess/done/" + std::to_string(r)});
+          } catch (const std::exception&) {
+          }
         }
       }
     }
