@@ -13,37 +13,19 @@
 #include "dist/compressor.h"
 #include "dist/error_feedback.h"
 #include "dist/gradient_exchange.h"
+#include "support/compression_helpers.h"
 #include "support/multiprocess.h"
+#include "support/test_helpers.h"
 
 using namespace mt;
 using core::Tensor;
 
 namespace {
 
-Tensor random_vector(int64_t n, uint64_t seed, float scale = 1.0f) {
-  core::Generator gen(seed);
-  Tensor t = Tensor::empty({n});
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = (gen.uniform() * 2.0f - 1.0f) * scale;
-  return t;
-}
-
-dist::CompressionOptions opts(const std::string& type, double tau = 0.5, double ratio = 0.1) {
-  dist::CompressionOptions o;
-  o.type = type;
-  o.tau = tau;
-  o.topk_ratio = ratio;
-  return o;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mt::testing::error_of;
+using mt::testing::random_vector;
+// A short name for the many call sites below (defaults: tau 0.5, TOPK ratio 0.1).
+const auto opts = [](const auto&... args) { return mt::testing::compression_options(args...); };
 
 }  // namespace
 

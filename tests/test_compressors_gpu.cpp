@@ -21,6 +21,7 @@
 #include "core/tensor.h"
 #include "dist/compressor.h"
 #include "dist/error_feedback.h"
+#include "support/compression_helpers.h"
 #include "support/gradcheck.h"
 
 using namespace mt;
@@ -31,13 +32,9 @@ namespace {
 
 const std::vector<int64_t> kSizes = {1, 2, 15, 16, 17, 31, 32, 33, 1000, 8191, 8192, 8193, 65537, 3000001};
 
-Tensor random_vector(int64_t n, uint64_t seed, float scale = 1.0f) {
-  core::Generator gen(seed);
-  Tensor t = Tensor::empty({n});
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < n; ++i) p[i] = (gen.uniform() * 2.0f - 1.0f) * scale;
-  return t;
-}
+using mt::testing::random_vector;
+// A short name for the many call sites below (defaults: tau 0.5, TOPK ratio 0.1).
+const auto opts = [](const auto&... args) { return mt::testing::compression_options(args...); };
 
 // Values that stress FP16 rounding (ties, subnormals, overflow, signed zero, Inf, NaN), spread
 // over a random vector.
@@ -76,14 +73,6 @@ std::vector<std::pair<int32_t, uint32_t>> topk_pairs(const std::vector<uint8_t>&
   }
   std::sort(pairs.begin(), pairs.end());
   return pairs;
-}
-
-dist::CompressionOptions opts(const std::string& type, double tau = 0.5, double ratio = 0.01) {
-  dist::CompressionOptions o;
-  o.type = type;
-  o.tau = tau;
-  o.topk_ratio = ratio;
-  return o;
 }
 
 // Compressor configurations exercised everywhere.
