@@ -16,6 +16,7 @@
 #include "apps/task.h"
 #include "apps/trainer.h"
 #include "core/error.h"
+#include "core/json_escape.h"
 #include "core/random.h"
 #include "dist/compressor.h"
 #include "dist/error_feedback.h"
@@ -77,6 +78,16 @@ class JsonParser {
   void expect(char c) {
     if (!eat(c)) fail(std::string("expected '") + c + "'");
   }
+  // The 4 hex digits after \u; only ASCII (what core::json_escape writes for control characters).
+  char ascii_escape() {
+    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
+    const std::string hex = s_.substr(pos_, 4);
+    char* end = nullptr;
+    const long code = std::strtol(hex.c_str(), &end, 16);
+    if (*end != '\0' || code < 0 || code >= 0x80) fail("unsupported \\u escape \\u" + hex + " (ASCII only)");
+    pos_ += 4;
+    return static_cast<char>(code);
+  }
   std::string string_literal() {
     expect('"');
     std::string out;
@@ -89,6 +100,7 @@ class JsonParser {
           case 'n': c = '\n'; break;
           case 't': c = '\t'; break;
           case '"': case '\\': case '/': c = e; break;
+          case 'u': c = ascii_escape(); break;
           default: fail(std::string("unsupported escape \\") + e);
         }
       }
@@ -145,15 +157,6 @@ class JsonParser {
   std::string source_;
   size_t pos_ = 0;
 };
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
 
 double number_field(const Json& obj, const std::string& key, const std::string& where, bool required,
                     double fallback = 0.0) {
@@ -451,7 +454,7 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
 void write_profile(const ModelProfile& p, const std::string& path) {
   std::ofstream out(path);
   MT_CHECK(out.good(), "cannot write the profile to \"", path, "\"");
-  out << "{\n  \"model\": \"" << json_escape(p.model) << "\", \"device\": \"" << json_escape(p.device)
+  out << "{\n  \"model\": \"" << core::json_escape(p.model) << "\", \"device\": \"" << core::json_escape(p.device)
       << "\", \"batch_size\": " << p.batch_size << ", \"iterations\": " << p.iterations << ",\n"
       << "  \"update_seconds\": " << fmt("%.9g", p.update_seconds)
       << ", \"buffer_bytes\": " << fmt("%.0f", p.buffer_bytes);
@@ -460,7 +463,7 @@ void write_profile(const ModelProfile& p, const std::string& path) {
   out << ",\n  \"layers\": [\n";
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const auto& l = p.layers[i];
-    out << "    {\"name\": \"" << json_escape(l.name) << "\", \"forward\": " << fmt("%.9g", l.forward)
+    out << "    {\"name\": \"" << core::json_escape(l.name) << "\", \"forward\": " << fmt("%.9g", l.forward)
         << ", \"backward\": " << fmt("%.9g", l.backward) << ", \"bytes\": " << fmt("%.0f", l.bytes)
         << "}" << (i + 1 < p.layers.size() ? "," : "") << "\n";
   }

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <ostream>
 #include <sstream>
@@ -78,11 +77,6 @@ std::vector<int64_t> parse_sizes(const std::string& text) {
   return sizes;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 // Rank 0's file: written under a temporary name and renamed at the end, so a run that fails
 // leaves no half-written profile; opened before profiling, so a bad path fails at once.
 class ProfileFile {
@@ -120,17 +114,17 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   // A ring allreduce moves 2(n-1)/n of the message over every link: the link rate that the
   // time implies, comparable with a NIC's nominal rate.
   const double ring_share = n > 1 ? 2.0 * (n - 1) / n : 1.0;
-  std::map<double, std::vector<double>> by_size;
-  for (size_t i = 0; i < p.bytes.size() && i < p.seconds.size(); ++i) by_size[p.bytes[i]].push_back(p.seconds[i]);
   os << "communication profile: " << p.group << "; rank 0's times, "
-     << (by_size.empty() ? 0 : by_size.begin()->second.size()) << " per size\n";
+     << (p.size_bytes.empty() ? 0 : p.bytes.size() / p.size_bytes.size()) << " per size\n";
   char line[256];
   std::snprintf(line, sizeof(line), "%12s %12s %11s %11s %11s %13s %14s\n", "bytes", "floats", "median ms",
                 "min ms", "fit ms", "payload MB/s", "link Gbit/s");
   os << line;
-  for (const auto& [bytes, times] : by_size) {
-    const double med = median(times);
-    const double fastest = *std::min_element(times.begin(), times.end());
+  for (size_t s = 0; s < p.size_bytes.size(); ++s) {
+    const double bytes = p.size_bytes[s], med = p.size_median_seconds[s];
+    double fastest = med;
+    for (size_t i = 0; i < p.bytes.size(); ++i)
+      if (p.bytes[i] == bytes) fastest = std::min(fastest, p.seconds[i]);
     const double rate = med > 0 ? bytes / med : 0.0;
     std::snprintf(line, sizeof(line), "%12.0f %12.0f %11.3f %11.3f %11.3f %13.1f %14.3f\n", bytes, bytes / 4,
                   med * 1e3, fastest * 1e3, p.cost.time(bytes) * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/json_escape.h"
 #include "core/ops/matmul.h"
 #include "core/random.h"
 #include "dist/replicas.h"
@@ -82,13 +83,12 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   // The fit goes through each size's median: one stalled operation (a scheduler tick on a busy
   // machine costs milliseconds) would otherwise tilt the line, even to a negative slope. Every
   // rank fits its own times; rank 0's fit is the one everybody uses.
-  std::vector<double> size_bytes, size_medians;
   for (size_t i = 0; i < p.bytes.size(); i += static_cast<size_t>(o.repeats)) {
-    size_bytes.push_back(p.bytes[i]);
-    size_medians.push_back(median(std::vector<double>(p.seconds.begin() + static_cast<std::ptrdiff_t>(i),
-                                                      p.seconds.begin() + static_cast<std::ptrdiff_t>(i) + o.repeats)));
+    const auto first = p.seconds.begin() + static_cast<std::ptrdiff_t>(i);
+    p.size_bytes.push_back(p.bytes[i]);
+    p.size_median_seconds.push_back(median(std::vector<double>(first, first + o.repeats)));
   }
-  const LinearCost mine = fit_linear_cost(size_bytes, size_medians);
+  const LinearCost mine = fit_linear_cost(p.size_bytes, p.size_median_seconds);
   p.cost.alpha = from_rank0(group, device, mine.alpha, "sharing the fitted alpha");
   p.cost.beta = from_rank0(group, device, mine.beta * 1e9, "sharing the fitted beta") * 1e-9;
   // A GPU computes on its own while the host talks to the network: no compute is lost there.
@@ -143,12 +143,8 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
 std::string comm_profile_json(const CommProfile& p) {
   std::ostringstream os;
   os.precision(9);
-  std::string group;
-  for (char c : p.group) {
-    if (c == '"' || c == '\\') group += '\\';
-    group += c;
-  }
-  os << "{\n  \"world\": " << p.world << ",\n  \"group\": \"" << group << "\",\n  \"alpha_s\": " << p.cost.alpha
+  os << "{\n  \"world\": " << p.world << ",\n  \"group\": \"" << core::json_escape(p.group)
+     << "\",\n  \"alpha_s\": " << p.cost.alpha
      << ",\n  \"beta_s_per_byte\": " << p.cost.beta << ",\n  \"gamma_s\": " << p.cost.gamma
      << ",\n  \"chunk_alone_s\": " << p.chunk_alone_seconds
      << ",\n  \"chunk_with_message_s\": " << p.chunk_with_message_seconds << ",\n  \"bytes\": [";

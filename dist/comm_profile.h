@@ -36,6 +36,8 @@ struct CommProfile {
   std::string group;               // the group's description ("gloo/tcp world of 4")
   std::vector<double> bytes;       // every timed allreduce: its size ...
   std::vector<double> seconds;     // ... and rank 0's time for it
+  std::vector<double> size_bytes;           // each size once ...
+  std::vector<double> size_median_seconds;  // ... and the median of its times (what the fit used)
   LinearCost cost;                 // alpha, beta fitted on them; gamma measured (0 if not)
   double chunk_alone_seconds = 0;  // one compute chunk, alone (mean over ranks)
   double chunk_with_message_seconds = 0;  // one chunk followed by a message send

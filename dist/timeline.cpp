@@ -5,22 +5,13 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_escape.h"
 
 namespace mt::dist {
 namespace {
 
 double micros(Timeline::Clock::time_point t) {
   return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -76,7 +67,7 @@ std::string Timeline::write() const {
     for (const Event& e : events_) {
       std::snprintf(buf, sizeof(buf), ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,",
                     rank_, static_cast<int>(e.lane), e.ts_us, e.dur_us);
-      out << buf << "\"name\":\"" << json_escape(e.name) << "\"";
+      out << buf << "\"name\":\"" << core::json_escape(e.name) << "\"";
       if (!e.args.empty()) out << ",\"args\":" << e.args;
       out << "}";
     }

@@ -366,6 +366,23 @@ TEST(ModelCommand, ProfilesTheMlpForReal) {
   EXPECT_EQ(again.substr(again.find("milliseconds per iteration")), out.substr(out.find("milliseconds per iteration")));
 }
 
+TEST(ModelCommand, ProfileNamesWithQuotesAndControlCharactersRoundTrip) {
+  // core::json_escape writes them; the model's JSON reader reads them back unchanged.
+  mt::apps::ModelProfile prof;
+  prof.model = "say \"hi\"\\ there";
+  prof.device = "cpu";
+  prof.layers.push_back({"a\nb\tc\x01" "d", 1e-3, 2e-3, 64.0});  // \x01 then d
+  const std::string path = (temp_dir() / "escaped_profile.json").string();
+  mt::apps::write_profile(prof, path);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(has(text, "a\\nb\\tc\\u0001d")) << text;  // no raw control character in the file
+  const mt::apps::ModelProfile back = mt::apps::read_profile(path);
+  EXPECT_EQ(back.model, prof.model);
+  ASSERT_EQ(back.layers.size(), 1u);
+  EXPECT_EQ(back.layers[0].name, prof.layers[0].name);
+}
+
 TEST(ModelCommand, ErrorsNameTheProblem) {
   std::ostringstream out;
   auto message = [&](const std::vector<std::string>& args) -> std::string {
