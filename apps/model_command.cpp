@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/json_escape.h"
 #include "core/random.h"
+#include "dist/comm_profile.h"
 #include "dist/compressor.h"
 #include "dist/error_feedback.h"
 #include "dist/rendezvous.h"
@@ -297,7 +298,8 @@ const char* kModelUsage =
     "    by the efficiency e = (the nominal ring's beta at n) / (measured beta), e in (0, 1.5];\n"
     "    without, one level at the measured rate 2(n-1)/n / beta. gamma, the compute each message\n"
     "    sent during backward costs, goes into WFBP, FUSION and MGWFBP at every N >= 2 (BSP sends\n"
-    "    after backward and never pays it).";
+    "    after backward and never pays it). At N = n, an allreduce costs what the profile measured\n"
+    "    for that size (the mean, interpolated between the measured sizes), not the fitted line.";
 
 }  // namespace
 
@@ -529,6 +531,22 @@ MeasuredComm read_comm_profile(const std::string& path) {
     MT_CHECK(m.cost.beta > 0, path, ": \"beta_s_per_byte\" must be > 0 (the fit found no cost per byte: "
              "the sizes were too small or too close together)");
     m.cost.gamma = number_field(root, "gamma_s", path, true);
+    // The timed allreduces, when the file has them: their means per size are the measured curve.
+    const Json* bytes = root.get("bytes");
+    const Json* seconds = root.get("seconds");
+    if (bytes && seconds && bytes->kind == Json::Array && seconds->kind == Json::Array && !bytes->items.empty()) {
+      MT_CHECK(bytes->items.size() == seconds->items.size(), path, ": \"bytes\" has ", bytes->items.size(),
+               " entries but \"seconds\" ", seconds->items.size());
+      std::vector<double> b, t, size_bytes, size_means;
+      for (size_t i = 0; i < bytes->items.size(); ++i) {
+        MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number, path,
+                 ": \"bytes\" and \"seconds\" must hold numbers");
+        b.push_back(bytes->items[i].number);
+        t.push_back(seconds->items[i].number);
+      }
+      dist::mean_per_size(b, t, size_bytes, size_means);
+      dist::set_measured_curve(m.cost, size_bytes, size_means);
+    }
   } catch (const core::Error& e) {
     MT_FAIL(e.what(), remedy);
   }
@@ -568,14 +586,21 @@ CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandw
 
 // ---- Prediction ----
 
+dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n) {
+  dist::LinearCost ring = network.allreduce(n);
+  if (n > 1) ring.gamma = s.gamma;
+  if (n > 1 && n == s.measured_world && !s.measured_bytes.empty())
+    dist::set_measured_curve(ring, s.measured_bytes, s.measured_seconds);
+  return ring;
+}
+
 ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
                        const AlgorithmSettings& s, int n) {
   MT_CHECK(n >= 1, "worker count must be >= 1, got ", n);
   const std::vector<dist::LayerCost> layers = profile.layer_costs();
   const double u = profile.update_seconds;
   const double MiB = 1024.0 * 1024.0;
-  dist::LinearCost ring = network.allreduce(n);
-  if (n > 1) ring.gamma = s.gamma;
+  const dist::LinearCost ring = ring_cost(network, s, n);
   ScalingRow row;
   row.workers = n;
   auto ssgd = [&](dist::Schedule schedule) {
@@ -697,7 +722,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                                            "% of their bandwidth"
                                      : std::string("the measured ring's rate, one level")) +
                     "; gamma " + fmt("%.1f", measured->cost.gamma * 1e6) +
-                    " us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)";
+                    " us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)" +
+                    (measured->cost.measured_bytes.empty()
+                         ? std::string()
+                         : "; at N = " + std::to_string(n) + " an allreduce takes the measured time of its size (" +
+                               std::to_string(measured->cost.measured_bytes.size()) + " sizes, interpolated)");
   }
   const dist::NetworkModel network(net);
   if (at < 0) at = *std::max_element(workers.begin(), workers.end());
@@ -731,7 +760,12 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   s.dssync_cross_period = dc.dssync_cross_period();
   s.dssync_global_average_every = dc.dssync_global_average_every();
   s.dssync_rack_aware = dc.dssync_rack_size() > 0 || dc.dssync_ranks_per_rack() > 0 || dc.dssync_measure_racks();
-  if (measured) s.gamma = measured->cost.gamma;
+  if (measured) {
+    s.gamma = measured->cost.gamma;
+    s.measured_world = measured->world;
+    s.measured_bytes = measured->cost.measured_bytes;
+    s.measured_seconds = measured->cost.measured_seconds;
+  }
   if (!save_profile.empty()) write_profile(profile, save_profile);
 
   // ---- Report ----
@@ -798,8 +832,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   out << "\ncritical paths at N = " << at << " (forward/backward numbers are layers, allreduce numbers messages):\n";
   const auto layers = profile.layer_costs();
   const double MiB = 1024.0 * 1024.0;
-  dist::LinearCost ring = network.allreduce(at);
-  if (at > 1) ring.gamma = s.gamma;  // MG-WFBP's plan depends on it
+  const dist::LinearCost ring = ring_cost(network, s, at);  // MG-WFBP's plan depends on all of it
   auto print = [&](const std::string& name, const dist::Prediction& p, const std::string& extra) {
     out << "  " << name << " " << ms(p.iteration) << extra << ": " << compact_path(p.critical_path) << "\n";
   };

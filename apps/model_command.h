@@ -92,7 +92,15 @@ struct AlgorithmSettings {
   int dssync_group_size = 2, dssync_cross_period = 1, dssync_global_average_every = 0;
   bool dssync_rack_aware = false;      // the config names the racks
   double gamma = 0.0;  // S-SGD: seconds of compute lost per message sent during backward (N >= 2)
+  // The allreduce times measured by profile-comm on `measured_world` ranks (mean per size): at
+  // that N the ring's cost follows them instead of the line (dist::LinearCost).
+  int measured_world = 0;
+  std::vector<double> measured_bytes, measured_seconds;
 };
+
+// The ring allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curve at
+// the N it was measured on.
+dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n);
 
 struct ScalingRow {
   int workers = 1;
@@ -107,7 +115,8 @@ ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& ne
 struct MeasuredComm {
   int world = 0;           // ranks it was measured on (>= 2)
   std::string group;       // e.g. "gloo/tcp world of 4"
-  dist::LinearCost cost;   // the ring allreduce on `world` ranks: alpha, beta (> 0); gamma
+  dist::LinearCost cost;   // the ring allreduce on `world` ranks: alpha, beta (> 0); gamma; and
+                           // the mean time per size of "bytes"/"seconds" as its measured curve
 };
 // Errors name the file and what is wrong, and say how to measure a new one.
 MeasuredComm read_comm_profile(const std::string& path);

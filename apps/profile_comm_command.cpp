@@ -23,15 +23,17 @@ namespace fs = std::filesystem;
 
 const char* kProfileCommUsage =
     "usage: mintrain launch --nproc-per-node N -- profile-comm [--out FILE.json]\n"
-    "           [--sizes 256,2048,...] [--repeats R] [--no-gamma] [--gamma-rounds K]\n"
-    "           [--gamma-messages M] [--gamma-chunk-ms X] [--interface IF]\n"
-    "           [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
+    "           [--sizes 256,2048,...] [--repeats R] [--seconds-per-size S] [--max-repeats R]\n"
+    "           [--no-gamma] [--gamma-rounds K] [--gamma-messages M] [--gamma-chunk-ms X]\n"
+    "           [--interface IF] [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
     "  every rank runs it (at least 2; the environment of `mintrain launch`, torchrun, srun or\n"
     "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
-    "  message, default 256,2048,16384,131072,524288,1048576; --repeats each, default 4), fits\n"
-    "  T(M) = alpha + beta * M on rank 0's times, and measures gamma, the compute one message sent\n"
-    "  during computation costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms\n"
-    "  of compute; --no-gamma skips it). Rank 0 prints a table and writes the JSON to --out, which\n"
+    "  message, default 256,2048,16384,131072,524288,1048576), each at least --repeats times\n"
+    "  (default 4) and more until they add up to --seconds-per-size (default 0.3; 0: exactly\n"
+    "  --repeats) but at most --max-repeats (default 64), fits T(M) = alpha + beta * M on rank 0's\n"
+    "  mean time per size, and measures gamma, the compute one message sent during computation\n"
+    "  costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms of compute;\n"
+    "  --no-gamma skips it). Rank 0 prints a table and writes the JSON to --out, which\n"
     "  `mintrain model CONFIG --comm-profile FILE.json` reads. --interface: the network interface\n"
     "  Gloo binds (as dist.interface for train, e.g. eth0 in a network namespace).";
 
@@ -114,20 +116,21 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   // A ring allreduce moves 2(n-1)/n of the message over every link: the link rate that the
   // time implies, comparable with a NIC's nominal rate.
   const double ring_share = n > 1 ? 2.0 * (n - 1) / n : 1.0;
-  os << "communication profile: " << p.group << "; rank 0's times, "
-     << (p.size_bytes.empty() ? 0 : p.bytes.size() / p.size_bytes.size()) << " per size\n";
+  os << "communication profile: " << p.group << "; rank 0's times, " << p.bytes.size() << " in all over "
+     << p.size_bytes.size() << " sizes\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%12s %12s %11s %11s %11s %13s %14s\n", "bytes", "floats", "median ms",
+  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s\n", "bytes", "floats", "runs", "mean ms",
                 "min ms", "fit ms", "payload MB/s", "link Gbit/s");
   os << line;
   for (size_t s = 0; s < p.size_bytes.size(); ++s) {
-    const double bytes = p.size_bytes[s], med = p.size_median_seconds[s];
-    double fastest = med;
+    const double bytes = p.size_bytes[s], mean = p.size_mean_seconds[s];
+    double fastest = mean;
+    int runs = 0;
     for (size_t i = 0; i < p.bytes.size(); ++i)
-      if (p.bytes[i] == bytes) fastest = std::min(fastest, p.seconds[i]);
-    const double rate = med > 0 ? bytes / med : 0.0;
-    std::snprintf(line, sizeof(line), "%12.0f %12.0f %11.3f %11.3f %11.3f %13.1f %14.3f\n", bytes, bytes / 4,
-                  med * 1e3, fastest * 1e3, p.cost.time(bytes) * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
+      if (p.bytes[i] == bytes) fastest = std::min(fastest, p.seconds[i]), ++runs;
+    const double rate = mean > 0 ? bytes / mean : 0.0;
+    std::snprintf(line, sizeof(line), "%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f\n", bytes, bytes / 4,
+                  runs, mean * 1e3, fastest * 1e3, p.cost.time(bytes) * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
     os << line;
   }
   const double payload_rate = p.cost.beta > 0 ? 1.0 / p.cost.beta : 0.0;
@@ -161,6 +164,11 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
     if (a == "--out") out_path = value();
     else if (a == "--sizes") options.sizes_floats = parse_sizes(value());
     else if (a == "--repeats") options.repeats = parse_count(a, value(), 1);
+    else if (a == "--seconds-per-size") {
+      options.seconds_per_size = parse_number(a, value());
+      MT_CHECK(options.seconds_per_size >= 0 && options.seconds_per_size <= 600,
+               "profile-comm: --seconds-per-size must be in [0, 600], got ", options.seconds_per_size);
+    } else if (a == "--max-repeats") options.max_repeats = parse_count(a, value(), 1);
     else if (a == "--no-gamma") options.measure_gamma = false;
     else if (a == "--gamma-rounds") options.gamma_rounds = parse_count(a, value(), 1);
     else if (a == "--gamma-messages") options.gamma_messages = parse_count(a, value(), 1);

@@ -65,32 +65,52 @@ double median(std::vector<double> v) {
 }  // namespace
 
 CommProfile profile_communication(ProcessGroup& group, core::Device device, const CommProfileOptions& o) {
-  MT_CHECK(!o.sizes_floats.empty() && o.repeats >= 1, "profile_communication: need sizes and repeats >= 1");
+  MT_CHECK(!o.sizes_floats.empty() && o.repeats >= 1 && o.seconds_per_size >= 0,
+           "profile_communication: need sizes, repeats >= 1 and seconds_per_size >= 0");
   CommProfile p;
   p.world = group.size();
   p.group = group.describe();
-  for (int64_t n : o.sizes_floats) {
+  for (size_t s = 0; s < o.sizes_floats.size(); ++s) {
+    const int64_t n = o.sizes_floats[s];
     MT_CHECK(n >= 1, "profile_communication: message sizes must be >= 1 float, got ", n);
     Tensor t = Tensor::ones({n}, core::DType::Float32, device);
-    finish(group.allreduce(t), group, "the communication profile's allreduce (warm-up)");
-    for (int r = 0; r < o.repeats; ++r) {
-      const auto start = Clock::now();
-      finish(group.allreduce(t), group, "the communication profile's timed allreduce");
-      p.bytes.push_back(static_cast<double>(n) * 4.0);
-      p.seconds.push_back(since(start));
+    // Warm-up: the first operations after connecting are slow (ranks still arriving, buffers
+    // being registered); the first size gets several.
+    for (int w = 0; w < (s == 0 ? 8 : 1); ++w)
+      finish(group.allreduce(t), group, "the communication profile's allreduce (warm-up)");
+    std::vector<double> mine;
+    auto timed = [&](int count) {
+      for (int r = 0; r < count; ++r) {
+        const auto start = Clock::now();
+        finish(group.allreduce(t), group, "the communication profile's timed allreduce");
+        mine.push_back(since(start));
+        p.bytes.push_back(static_cast<double>(n) * 4.0);
+        p.seconds.push_back(mine.back());
+      }
+    };
+    timed(o.repeats);
+    if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) {
+      // How many more fill seconds_per_size, from rank 0's typical (median) time so far: one
+      // stall among the first few must not cut the count. Everyone runs rank 0's count.
+      const double per_op = std::max(median(mine), 1e-6);
+      const double wanted = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_op));
+      timed(static_cast<int>(std::lround(
+          from_rank0(group, device, std::max(0.0, wanted - o.repeats), "sharing the number of repeats"))));
     }
   }
-  // The fit goes through each size's median: one stalled operation (a scheduler tick on a busy
-  // machine costs milliseconds) would otherwise tilt the line, even to a negative slope. Every
-  // rank fits its own times; rank 0's fit is the one everybody uses.
-  for (size_t i = 0; i < p.bytes.size(); i += static_cast<size_t>(o.repeats)) {
-    const auto first = p.seconds.begin() + static_cast<std::ptrdiff_t>(i);
-    p.size_bytes.push_back(p.bytes[i]);
-    p.size_median_seconds.push_back(median(std::vector<double>(first, first + o.repeats)));
-  }
-  const LinearCost mine = fit_linear_cost(p.size_bytes, p.size_median_seconds);
+  // Every rank fits its own means; rank 0's fit is the one everybody uses.
+  mean_per_size(p.bytes, p.seconds, p.size_bytes, p.size_mean_seconds);
+  const LinearCost mine = fit_linear_cost(p.size_bytes, p.size_mean_seconds);
   p.cost.alpha = from_rank0(group, device, mine.alpha, "sharing the fitted alpha");
   p.cost.beta = from_rank0(group, device, mine.beta * 1e9, "sharing the fitted beta") * 1e-9;
+  // The measured curve itself (cost_model.h), rank 0's too: the same sizes on every rank.
+  {
+    std::vector<float> means(p.size_mean_seconds.begin(), p.size_mean_seconds.end());
+    Tensor t = Tensor::from_vector(means, {static_cast<int64_t>(means.size())}).to(device);
+    finish(group.broadcast(t, 0), group, "sharing the measured allreduce times");
+    const std::vector<float> shared = t.to(core::Device::cpu()).to_vector();
+    set_measured_curve(p.cost, p.size_bytes, std::vector<double>(shared.begin(), shared.end()));
+  }
   // A GPU computes on its own while the host talks to the network: no compute is lost there.
   if (!o.measure_gamma || device.is_cuda() || group.size() == 1) return p;
 
@@ -102,9 +122,14 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
     ComputeChunk probe(8);
     probe.run();  // warm-up
     group.barrier();
-    const auto start = Clock::now();
-    probe.run();
-    const double per_rep = std::max(since(start) / 8, 1e-7);
+    // The median of several probes: one preempted probe would make the chunks far too short.
+    std::vector<double> probes;
+    for (int k = 0; k < 9; ++k) {
+      const auto start = Clock::now();
+      probe.run();
+      probes.push_back(since(start) / 8);
+    }
+    const double per_rep = std::max(median(probes), 1e-7);
     reps = static_cast<int>(std::lround(from_rank0(group, device, std::ceil(o.gamma_chunk_seconds / per_rep),
                                                    "sharing the compute chunk's size")));
     reps = std::clamp(reps, 1, 1 << 20);
@@ -138,6 +163,25 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   p.chunk_with_message_seconds = median(with_chunks);
   p.cost.gamma = std::max(0.0, p.chunk_with_message_seconds - p.chunk_alone_seconds);
   return p;
+}
+
+void mean_per_size(const std::vector<double>& bytes, const std::vector<double>& seconds,
+                   std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds) {
+  MT_CHECK(bytes.size() == seconds.size(), "mean_per_size: ", bytes.size(), " sizes but ", seconds.size(), " times");
+  size_bytes.clear();
+  size_mean_seconds.clear();
+  std::vector<int> counts;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const size_t k = static_cast<size_t>(std::find(size_bytes.begin(), size_bytes.end(), bytes[i]) - size_bytes.begin());
+    if (k == size_bytes.size()) {
+      size_bytes.push_back(bytes[i]);
+      size_mean_seconds.push_back(0);
+      counts.push_back(0);
+    }
+    size_mean_seconds[k] += seconds[i];
+    ++counts[k];
+  }
+  for (size_t k = 0; k < size_bytes.size(); ++k) size_mean_seconds[k] /= counts[k];
 }
 
 std::string comm_profile_json(const CommProfile& p) {

@@ -1,6 +1,6 @@
 // Measuring the communication side of the cost model on the machine and network at hand
-// (algorithms.md section 5): T(M) = alpha + beta * M fitted on timed allreduces of several
-// sizes, and gamma, the compute a message takes from the training thread when it is sent while
+// (algorithms.md section 5): T(M) = alpha + beta * M fitted on the mean time of each of several
+// allreduce sizes, and gamma, the compute a message takes from the training thread when it is sent while
 // computation goes on (cost_model.h explains why that matters for ranks that share cores).
 //
 // gamma is measured the way training meets it: every rank computes the same fixed work (a chain
@@ -9,6 +9,14 @@
 // averaged over the ranks; gamma = median chunk time with a message - median chunk time alone
 // over `gamma_rounds` rounds, never negative (noise can make the difference so). All ranks run
 // it at once, so ranks that share cores see the same contention as in training.
+//
+// Why the mean and many repeats: an iteration sends many messages, so what it costs is the sum of
+// their times, whose expectation is the sum of the means. Where ranks share cores, small
+// operations have a heavy tail (a woken thread waits one or two scheduler ticks: 4 ranks on 2
+// cores, 256 floats: fastest 1.3 ms, median 7 ms, slowest 26 ms in one run of 40). The median of a
+// few repeats saw a lucky 2.6 ms there and the model predicted WFBP 35% fast; so every size is
+// repeated until its timed operations add up to `seconds_per_size` (between `repeats` and
+// `max_repeats` times; rank 0 decides the count from its first times, so all ranks agree).
 //
 // Collective: every rank of the group calls profile_communication with the same options.
 #pragma once
@@ -23,7 +31,9 @@ namespace mt::dist {
 
 struct CommProfileOptions {
   std::vector<int64_t> sizes_floats = {256, 2048, 16384, 131072, 524288, 1048576};
-  int repeats = 4;  // timed allreduces per size (after one warm-up)
+  int repeats = 4;                // at least this many timed allreduces per size (after a warm-up) ...
+  double seconds_per_size = 0.3;  // ... and more, until they add up to about this long ...
+  int max_repeats = 64;           // ... but not more than this (0 seconds: exactly `repeats`)
   bool measure_gamma = true;
   int gamma_messages = 24;             // chunks of compute, one message after each
   double gamma_chunk_seconds = 0.004;  // target length of one chunk, computing alone
@@ -36,15 +46,20 @@ struct CommProfile {
   std::string group;               // the group's description ("gloo/tcp world of 4")
   std::vector<double> bytes;       // every timed allreduce: its size ...
   std::vector<double> seconds;     // ... and rank 0's time for it
-  std::vector<double> size_bytes;           // each size once ...
-  std::vector<double> size_median_seconds;  // ... and the median of its times (what the fit used)
-  LinearCost cost;                 // alpha, beta fitted on them; gamma measured (0 if not)
+  std::vector<double> size_bytes;         // each size once ...
+  std::vector<double> size_mean_seconds;  // ... and the mean of its times (what the fit used)
+  LinearCost cost;  // alpha, beta fitted on them, and rank 0's means as its measured curve; gamma
   double chunk_alone_seconds = 0;  // one compute chunk, alone (mean over ranks)
   double chunk_with_message_seconds = 0;  // one chunk followed by a message send
 };
 
 CommProfile profile_communication(ProcessGroup& group, core::Device device,
                                   const CommProfileOptions& options = {});
+
+// The mean time of each distinct size in (bytes, seconds), sizes in order of first appearance:
+// what the fit of alpha and beta goes through.
+void mean_per_size(const std::vector<double>& bytes, const std::vector<double>& seconds,
+                   std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds);
 
 // A small JSON document: {"world": 4, "group": "...", "alpha_s": ..., "beta_s_per_byte": ...,
 // "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "bytes": [...], "seconds": [...]}.

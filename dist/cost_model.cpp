@@ -1,6 +1,7 @@
 #include "dist/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <tuple>
 
@@ -25,6 +26,36 @@ std::string schedule_name(Schedule schedule) {
     case Schedule::MGWFBP: return "MGWFBP";
   }
   return "?";
+}
+
+double LinearCost::time(double bytes) const {
+  const size_t k = measured_bytes.size();
+  if (k == 0) return alpha + beta * bytes;
+  if (bytes <= measured_bytes.front()) return measured_seconds.front();
+  if (bytes >= measured_bytes.back()) return measured_seconds.back() + beta * (bytes - measured_bytes.back());
+  const size_t hi = static_cast<size_t>(
+      std::upper_bound(measured_bytes.begin(), measured_bytes.end(), bytes) - measured_bytes.begin());
+  const double b0 = measured_bytes[hi - 1], b1 = measured_bytes[hi];
+  const double t0 = measured_seconds[hi - 1], t1 = measured_seconds[hi];
+  return t0 + (t1 - t0) * (bytes - b0) / (b1 - b0);
+}
+
+void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector<double> seconds) {
+  MT_CHECK(bytes.size() == seconds.size(), "a measured allreduce curve needs one time per size: ", bytes.size(),
+           " sizes, ", seconds.size(), " times");
+  std::vector<size_t> order(bytes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] < bytes[b]; });
+  cost.measured_bytes.clear();
+  cost.measured_seconds.clear();
+  for (size_t i : order) {
+    MT_CHECK(bytes[i] > 0 && seconds[i] > 0 && std::isfinite(seconds[i]),
+             "a measured allreduce curve needs sizes and times > 0, got ", bytes[i], " bytes in ", seconds[i], " s");
+    MT_CHECK(cost.measured_bytes.empty() || bytes[i] > cost.measured_bytes.back(),
+             "a measured allreduce curve has the size ", bytes[i], " twice");
+    cost.measured_bytes.push_back(bytes[i]);
+    cost.measured_seconds.push_back(seconds[i]);
+  }
 }
 
 LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<double>& seconds) {

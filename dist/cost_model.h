@@ -19,6 +19,10 @@ Schedule parse_schedule(const std::string& name);  // "BSP", "WFBP", "FUSION", "
 std::string schedule_name(Schedule schedule);
 
 struct LinearCost {
+  LinearCost() = default;
+  LinearCost(double alpha_s, double beta_s_per_byte, double gamma_s = 0.0)
+      : alpha(alpha_s), beta(beta_s_per_byte), gamma(gamma_s) {}
+
   double alpha = 0.0;  // seconds per message
   double beta = 0.0;   // seconds per byte
   // Seconds of computation lost per message sent while backward still runs. Zero where the
@@ -29,7 +33,16 @@ struct LinearCost {
   // every message: measured ~2 ms per message for 4 ranks on 2 cores (docs/PERF.md). It is what
   // makes WFBP slower than BSP there, and what MG-WFBP's merging saves besides alpha.
   double gamma = 0.0;
-  double time(double bytes) const { return alpha + beta * bytes; }
+  // Optional: the mean times measured for allreduces of some sizes on the very group this cost
+  // describes (ascending sizes, CommProfile's per-size means). Where present, time() follows
+  // them, interpolating linearly between neighbouring sizes, holding the smallest size's time
+  // below it and continuing with slope beta above the largest. Real links are not a straight
+  // line in size (tbf lets a 10 ms burst through at full speed: on 100 Mbit/s links 256 KiB took
+  // 33 ms, 4 MiB 560 ms, and the best line missed the large sizes by 11-18%); at the scale it was
+  // measured on, the measurement is the better model. alpha and beta stay the model for other
+  // scales (NetworkModel) and for MG-WFBP's rule (b).
+  std::vector<double> measured_bytes, measured_seconds;
+  double time(double bytes) const;
 };
 
 // Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes), in relative
@@ -38,6 +51,10 @@ struct LinearCost {
 // message's whole time). alpha is clamped at 0: a negative start-up cost is noise, and MG-WFBP's
 // rule (b) needs alpha >= 0. Times must be > 0.
 LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+// Attaches a measured curve to `cost` (any order of sizes; sorted here). Sizes and times must be
+// > 0 and the sizes distinct.
+void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector<double> seconds);
 
 // A DAG of timed tasks. Tasks are added in a topological order (every dependency already
 // added), so the longest path is one pass over them.

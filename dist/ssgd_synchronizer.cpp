@@ -371,6 +371,11 @@ core::StateDict SsgdSynchronizer::state_dict() const {
     state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(hook_order_.begin(), hook_order_.end())));
   if (!tb_sum_.empty()) state.emplace_back("ssgd.backward_sums", float64_bits_tensor(tb_sum_));
   if (!profiled_tb_.empty()) state.emplace_back("ssgd.backward_means", float64_bits_tensor(profiled_tb_));
+  if (!cost_.measured_bytes.empty()) {  // the measured curve: sizes, then their times
+    std::vector<double> curve = cost_.measured_bytes;
+    curve.insert(curve.end(), cost_.measured_seconds.begin(), cost_.measured_seconds.end());
+    state.emplace_back("ssgd.cost_curve", float64_bits_tensor(curve));
+  }
   return state;
 }
 
@@ -466,6 +471,15 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   const std::vector<double> cost = in.doubles("ssgd.cost", -1);
   MT_CHECK(cost.size() == 2 || cost.size() == 3, "checkpoint entry sync.ssgd.cost must hold 2 or 3 values, got ",
            cost.size());
+  LinearCost restored{cost[0], cost[1], cost.size() == 3 ? cost[2] : 0.0};
+  if (in.has("ssgd.cost_curve")) {
+    const std::vector<double> curve = in.doubles("ssgd.cost_curve", -1);
+    const size_t k = curve.size() / 2;
+    MT_CHECK(curve.size() % 2 == 0 && k >= 1, "checkpoint entry sync.ssgd.cost_curve must hold sizes and their times "
+             "(an even count), got ", curve.size(), " values");
+    set_measured_curve(restored, {curve.begin(), curve.begin() + static_cast<std::ptrdiff_t>(k)},
+                       {curve.begin() + static_cast<std::ptrdiff_t>(k), curve.end()});
+  }
   std::vector<size_t> hook_order;
   if (in.has("ssgd.hook_order")) {
     std::vector<bool> seen(P, false);
@@ -485,16 +499,17 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   communicated_iters_ = progress[0];
   profiled_ = static_cast<int>(progress[1]);
   plan_ready_ = progress[2] == 1;
-  cost_ = {cost[0], cost[1], cost.size() == 3 ? cost[2] : 0.0};
+  cost_ = std::move(restored);
   hook_order_ = std::move(hook_order);
   tb_sum_ = std::move(tb_sum);
   profiled_tb_ = std::move(profiled_tb);
 }
 
 LinearCost SsgdSynchronizer::measure_cost() {
-  // Timed allreduces of 1 KiB .. 4 MiB fit alpha and beta; gamma (the compute a message sent
-  // during backward costs when ranks share cores) is measured with a synthetic computation. Every
-  // rank runs the same collectives and ends with rank 0's numbers, so all plan alike.
+  // Timed allreduces of 1 KiB .. 4 MiB give the measured curve and fit alpha and beta; gamma
+  // (the compute a message sent during backward costs when ranks share cores) is measured with a
+  // synthetic computation. Every rank runs the same collectives and ends with rank 0's numbers,
+  // so all plan alike.
   const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
   return profile_communication(*group_, device).cost;
 }

@@ -33,6 +33,7 @@ mt::dist::CommProfileOptions quick_options() {
   mt::dist::CommProfileOptions o;
   o.sizes_floats = {256, 1 << 20, 1 << 22};
   o.repeats = 3;
+  o.seconds_per_size = 0;  // exactly `repeats` per size
   o.gamma_messages = 4;
   o.gamma_rounds = 2;
   o.gamma_chunk_seconds = 0.002;
@@ -49,13 +50,17 @@ std::string write_small_layers(const std::string& dir) {
   return path;
 }
 
-std::string write_comm_profile(const std::string& path, int world, double alpha, double beta, double gamma) {
+// The timed allreduces it lists are of 1000 and 2000 bytes (the messages of write_small_layers'
+// model), at the line's times unless `measured` gives others (the measured curve, at N = world).
+std::string write_comm_profile(const std::string& path, int world, double alpha, double beta, double gamma,
+                               std::vector<double> measured = {}) {
+  if (measured.empty()) measured = {alpha + beta * 1000, alpha + beta * 2000};
   std::ostringstream os;
   os.precision(12);
   os << "{\"world\": " << world << ", \"group\": \"gloo/tcp world of " << world << "\", \"alpha_s\": " << alpha
      << ", \"beta_s_per_byte\": " << beta << ", \"gamma_s\": " << gamma
-     << ", \"chunk_alone_s\": 0.004, \"chunk_with_message_s\": 0.005, \"bytes\": [1024, 4096], "
-        "\"seconds\": [0.001, 0.002]}";
+     << ", \"chunk_alone_s\": 0.004, \"chunk_with_message_s\": 0.005, \"bytes\": [2000, 1000, 2000], "
+     << "\"seconds\": [" << measured[1] * 0.5 << ", " << measured[0] << ", " << measured[1] * 1.5 << "]}";
   write_file(path, os.str());
   return path;
 }
@@ -103,6 +108,15 @@ TEST(CommProfile, MeasuresATwoRankGlooWorld) {
     const std::vector<float> sum = both.to_vector();
     EXPECT_FLOAT_EQ(sum[0], 2 * mine[0]);
     EXPECT_FLOAT_EQ(sum[1], 2 * mine[1]);
+    // ... and rank 0's measured curve: one mean per size, in ascending order.
+    ASSERT_EQ(p.cost.measured_bytes.size(), o.sizes_floats.size());
+    EXPECT_EQ(p.cost.measured_bytes.front(), 256 * 4.0);
+    auto curve = mt::core::Tensor::from_vector(
+        std::vector<float>(p.cost.measured_seconds.begin(), p.cost.measured_seconds.end()),
+        {static_cast<int64_t>(p.cost.measured_seconds.size())});
+    const std::vector<float> own_curve = curve.to_vector();
+    c.group->allreduce(curve)->wait();
+    for (size_t k = 0; k < own_curve.size(); ++k) EXPECT_FLOAT_EQ(curve.to_vector()[k], 2 * own_curve[k]);
 
     if (c.rank == 0) {
       // The JSON reads back through `mintrain model`'s reader.
@@ -124,6 +138,52 @@ TEST(CommProfile, MeasuresATwoRankGlooWorld) {
 
 // `mintrain profile-comm` as two workers of a launcher (the torchrun variables), then the file it
 // wrote drives `mintrain model`.
+// Sizes that are quick get more repeats, up to seconds_per_size and max_repeats, and every rank
+// runs the same number (a collective count: rank 0's decision).
+TEST(CommProfile, RepeatsQuickSizesUntilTheyFillTheirTimeAndAllRanksAgree) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& c) {
+    mt::dist::CommProfileOptions o;
+    o.sizes_floats = {64, 1 << 20};
+    o.repeats = 2;
+    o.seconds_per_size = 0.05;
+    o.max_repeats = 12;
+    o.measure_gamma = false;
+    const mt::dist::CommProfile p = mt::dist::profile_communication(*c.group, mt::core::Device::cpu(), o);
+    ASSERT_EQ(p.size_bytes.size(), 2u);
+    int runs[2] = {0, 0};
+    double sums[2] = {0, 0};
+    for (size_t i = 0; i < p.bytes.size(); ++i) {
+      const int k = p.bytes[i] == p.size_bytes[0] ? 0 : 1;
+      ++runs[k];
+      sums[k] += p.seconds[i];
+    }
+    // 64 floats take far less than 50 ms / 12 even on two busy cores: the cap decides.
+    EXPECT_EQ(runs[0], 12);
+    EXPECT_GE(runs[1], 2);
+    EXPECT_LE(runs[1], 12);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(p.size_mean_seconds[k], sums[k] / runs[k], 1e-12);
+    auto count = mt::core::Tensor::from_vector(std::vector<float>{static_cast<float>(p.bytes.size())}, {1});
+    c.group->allreduce(count)->wait();
+    EXPECT_FLOAT_EQ(count.item(), 2.0f * static_cast<float>(p.bytes.size()));
+  }).ok_or_report());
+}
+
+// The fit goes through the mean of each size, heavy tail included: an iteration pays for the
+// sum of its messages, so one stall in five counts for a fifth.
+TEST(CommProfile, MeanPerSizeKeepsTheTailAndTheOrderOfSizes) {
+  std::vector<double> sizes, means;
+  mt::dist::mean_per_size({4096, 1024, 4096, 1024, 1024, 1024, 1024}, {0.004, 0.001, 0.006, 0.001, 0.001, 0.001, 0.011},
+                          sizes, means);
+  ASSERT_EQ(sizes, (std::vector<double>{4096, 1024}));
+  EXPECT_NEAR(means[0], 0.005, 1e-15);
+  EXPECT_NEAR(means[1], 0.003, 1e-15);  // the median would say 0.001
+  EXPECT_TRUE(contains(error_of([] {
+                         std::vector<double> a, b;
+                         mt::dist::mean_per_size({1, 2}, {0.1}, a, b);
+                       }),
+                       "2 sizes but 1 times"));
+}
+
 TEST(CommProfile, CommandWritesAProfileTheModelReads) {
   const std::string dir = mt::testing::make_temp_dir("mt_comm_profile_cmd");
   const std::string path = dir + "/comm.json";
@@ -139,7 +199,7 @@ TEST(CommProfile, CommandWritesAProfileTheModelReads) {
                     ::setenv("MASTER_PORT", std::to_string(c.port).c_str(), 1);
                     std::ostringstream out;
                     EXPECT_EQ(mt::apps::run_profile_comm_command(
-                                  {"--out", path, "--sizes", "256,4194304", "--repeats", "2", "--gamma-rounds", "1",
+                                  {"--out", path, "--sizes", "256,4194304", "--repeats", "2", "--seconds-per-size", "0.05", "--gamma-rounds", "1",
                                    "--gamma-messages", "4", "--gamma-chunk-ms", "2", "--timeout-seconds", "20"},
                                   out),
                               0);
@@ -230,6 +290,23 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
                                       with_gamma});
   EXPECT_EQ(table_row(bare, 4), row1);
   EXPECT_TRUE(contains(bare, "the measured ring's rate"));
+
+  // Measured times off the line: at N = 4 the allreduces take them (BSP: 5 + 5 + 0.5 = 10.5 ms;
+  // WFBP: b's message 3..6, a's 6..9, update: 9.5 ms), at N = 8 the line still decides.
+  const std::string curved = write_comm_profile(dir + "/curve.json", 4, 600e-6, 2.4e-8, 0.0, {0.003, 0.005});
+  const mt::apps::MeasuredComm mc = mt::apps::read_comm_profile(curved);
+  ASSERT_EQ(mc.cost.measured_bytes, (std::vector<double>{1000, 2000}));  // sorted, one mean per size
+  EXPECT_NEAR(mc.cost.measured_seconds[1], 0.005, 1e-12);
+  std::vector<std::string> args = base;
+  args[4] = "1,4,8";  // --workers
+  args.insert(args.end(), {"--comm-profile", curved});
+  const std::string out_curve = run_model(args);
+  const std::string row_curve = table_row(out_curve, 4);
+  EXPECT_TRUE(contains(row_curve, "10.500 (")) << row_curve;
+  EXPECT_TRUE(contains(row_curve, "9.500 (")) << row_curve;
+  EXPECT_TRUE(contains(out_curve, "an allreduce takes the measured time of its size (2 sizes"));
+  args.back() = no_gamma;  // the same line, with the line's times as its curve
+  EXPECT_EQ(table_row(run_model(args), 8), table_row(out_curve, 8));
 }
 
 TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
@@ -280,4 +357,5 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
   EXPECT_TRUE(contains(command_error({"--sizes", "256,x"}), "\"x\""));
   EXPECT_TRUE(contains(command_error({"--frobnicate"}), "--frobnicate"));
   EXPECT_TRUE(contains(command_error({"--repeats"}), "--repeats needs a value"));
+  EXPECT_TRUE(contains(command_error({"--seconds-per-size", "-1"}), "--seconds-per-size must be in [0, 600]"));
 }

@@ -12,8 +12,11 @@
 #include "core/error.h"
 #include "dist/cost_model.h"
 #include "dist/network_model.h"
+#include "support/test_helpers.h"
 
 using namespace mt::dist;
+using mt::testing::contains;
+using mt::testing::error_of;
 
 TEST(CostModel, FitRecoversAlphaBetaFromSyntheticTimings) {
   // t = 50 us + 1 ns/byte, with +-1% alternating noise.
@@ -48,6 +51,24 @@ TEST(CostModel, FitWeighsEverySizeAlike) {
   EXPECT_NEAR(c.alpha, 1e-3, 0.02e-3);
   EXPECT_NEAR(c.beta, 1e-9, 0.05e-9);
   EXPECT_THROW(fit_linear_cost({1e3, 1e4}, {1e-3, 0.0}), mt::core::Error);  // a zero time
+}
+
+TEST(CostModel, MeasuredCurveBeatsTheLineWhereItWasMeasured) {
+  LinearCost c{1e-3, 1e-9, 0.0};
+  EXPECT_DOUBLE_EQ(c.time(1e6), 2e-3);  // no curve: the line
+  // Given in any order; a tbf-like curve: 64 KB quick (burst), 1 MB at the link's rate.
+  set_measured_curve(c, {1e6, 1e3, 64e3}, {4e-3, 1.5e-3, 1.6e-3});
+  EXPECT_EQ(c.measured_bytes, (std::vector<double>{1e3, 64e3, 1e6}));
+  EXPECT_DOUBLE_EQ(c.time(1e3), 1.5e-3);                                   // a measured size
+  EXPECT_DOUBLE_EQ(c.time(100), 1.5e-3);                                   // below: the smallest's time
+  EXPECT_NEAR(c.time(32.5e3), 1.55e-3, 1e-15);                             // halfway between 1 KB and 64 KB
+  EXPECT_NEAR(c.time(532e3), 1.6e-3 + 0.5 * 2.4e-3, 1e-15);                // halfway between 64 KB and 1 MB
+  EXPECT_NEAR(c.time(3e6), 4e-3 + 1e-9 * 2e6, 1e-15);                      // above: slope beta
+  EXPECT_DOUBLE_EQ(c.alpha, 1e-3);  // the line stays for other scales and MG-WFBP's rule (b)
+  // Bad curves are errors that say so.
+  EXPECT_TRUE(contains(error_of([&] { set_measured_curve(c, {1e3, 1e3}, {1e-3, 2e-3}); }), "twice"));
+  EXPECT_TRUE(contains(error_of([&] { set_measured_curve(c, {1e3}, {0.0}); }), "> 0"));
+  EXPECT_TRUE(contains(error_of([&] { set_measured_curve(c, {1e3, 2e3}, {1e-3}); }), "one time per size"));
 }
 
 TEST(CostModel, DagCriticalPath) {

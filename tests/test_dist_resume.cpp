@@ -11,6 +11,8 @@
 // offset in the message: a resumed run that packs gradients differently (FUSION's initial
 // layout for one iteration, MG-WFBP profiling again) drifts in the last bits.
 #include <gtest/gtest.h>
+
+#include <bit>
 #include <unistd.h>
 
 #include <cmath>
@@ -325,6 +327,34 @@ TEST(DistResumeState, Gloo_MgwfbpPlanAndProfileAreRestored) {
     EXPECT_TRUE(s.plan_ready());
     EXPECT_EQ(layout(s), planned);
     EXPECT_EQ(s.profiled_backward().size(), 6u);
+
+    // A measured allreduce curve (profile_communication's, when alpha/beta are not configured)
+    // travels with the cost: doubles as their bits, sizes then times.
+    auto bits = [](const std::vector<double>& values) {
+      std::vector<int64_t> out;
+      for (double v : values) out.push_back(std::bit_cast<int64_t>(v));
+      return core::Tensor::from_vector(out, {static_cast<int64_t>(out.size())});
+    };
+    core::StateDict with_curve = after;
+    with_curve.emplace_back("ssgd.cost_curve", bits({1024, 4096, 0.001, 0.0025}));
+    dist::SsgdSynchronizer s3(ctx.group, o);
+    s3.setup(*model, *opt);
+    s3.load_state_dict(with_curve);
+    EXPECT_EQ(s3.cost().measured_bytes, (std::vector<double>{1024, 4096}));
+    EXPECT_EQ(s3.cost().measured_seconds, (std::vector<double>{0.001, 0.0025}));
+    auto int64s = [](const core::Tensor& t) {
+      const core::Tensor c = t.contiguous();
+      return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
+    };
+    bool saved = false;
+    for (const auto& [name, t] : s3.state_dict())
+      if (name == "ssgd.cost_curve") saved = int64s(t) == int64s(bits({1024, 4096, 0.001, 0.0025}));
+    EXPECT_TRUE(saved) << "the curve is saved again, unchanged";
+    core::StateDict odd = after;
+    odd.emplace_back("ssgd.cost_curve", bits({1024, 4096, 0.001}));
+    dist::SsgdSynchronizer s4(ctx.group, o);
+    s4.setup(*model, *opt);
+    EXPECT_TRUE(contains(error_of([&] { s4.load_state_dict(odd); }), "sync.ssgd.cost_curve"));
 
     // Mid-profile (warm-up + 1 of 2): one more iteration completes the profile and makes the plan.
     const core::StateDict mid = trained_state(ctx.group, o, 2);
