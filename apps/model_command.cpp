@@ -531,7 +531,8 @@ MeasuredComm read_comm_profile(const std::string& path) {
     MT_CHECK(m.cost.beta > 0, path, ": \"beta_s_per_byte\" must be > 0 (the fit found no cost per byte: "
              "the sizes were too small or too close together)");
     m.cost.gamma = number_field(root, "gamma_s", path, true);
-    // The timed allreduces, when the file has them: their means per size are the measured curve.
+    // The timed allreduces, when the file has them: their (trimmed) means per size are the
+    // measured curve.
     const Json* bytes = root.get("bytes");
     const Json* seconds = root.get("seconds");
     if (bytes && seconds && bytes->kind == Json::Array && seconds->kind == Json::Array && !bytes->items.empty()) {
@@ -544,7 +545,7 @@ MeasuredComm read_comm_profile(const std::string& path) {
         b.push_back(bytes->items[i].number);
         t.push_back(seconds->items[i].number);
       }
-      dist::mean_per_size(b, t, size_bytes, size_means);
+      dist::trimmed_mean_per_size(b, t, size_bytes, size_means);
       dist::set_measured_curve(m.cost, size_bytes, size_means);
     }
   } catch (const core::Error& e) {
@@ -586,6 +587,9 @@ CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandw
 
 // ---- Prediction ----
 
+namespace {
+// The ring allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curve at
+// the N it was measured on.
 dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n) {
   dist::LinearCost ring = network.allreduce(n);
   if (n > 1) ring.gamma = s.gamma;
@@ -593,6 +597,7 @@ dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSet
     dist::set_measured_curve(ring, s.measured_bytes, s.measured_seconds);
   return ring;
 }
+}  // namespace
 
 ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
                        const AlgorithmSettings& s, int n) {

@@ -98,9 +98,6 @@ struct AlgorithmSettings {
   std::vector<double> measured_bytes, measured_seconds;
 };
 
-// The ring allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curve at
-// the N it was measured on.
-dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n);
 
 struct ScalingRow {
   int workers = 1;

@@ -119,7 +119,7 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   os << "communication profile: " << p.group << "; rank 0's times, " << p.bytes.size() << " in all over "
      << p.size_bytes.size() << " sizes\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s\n", "bytes", "floats", "runs", "mean ms",
+  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s\n", "bytes", "floats", "runs", "mean* ms",
                 "min ms", "fit ms", "payload MB/s", "link Gbit/s");
   os << line;
   for (size_t s = 0; s < p.size_bytes.size(); ++s) {
@@ -130,10 +130,12 @@ std::string comm_profile_table(const dist::CommProfile& p) {
       if (p.bytes[i] == bytes) fastest = std::min(fastest, p.seconds[i]), ++runs;
     const double rate = mean > 0 ? bytes / mean : 0.0;
     std::snprintf(line, sizeof(line), "%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f\n", bytes, bytes / 4,
-                  runs, mean * 1e3, fastest * 1e3, p.cost.time(bytes) * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
+                  runs, mean * 1e3, fastest * 1e3, (p.cost.alpha + p.cost.beta * bytes) * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
     os << line;
   }
   const double payload_rate = p.cost.beta > 0 ? 1.0 / p.cost.beta : 0.0;
+  os << "mean*: without the fastest and slowest 10% of the runs; `mintrain model` uses these times for\n"
+        "allreduces on " << p.world << " ranks and the fit (\"fit ms\") to scale to other counts\n";
   os << "fit T(M) = alpha + beta * M: alpha " << fmt("%.1f", p.cost.alpha * 1e6) << " us, beta "
      << fmt("%.4f", p.cost.beta * 1e9) << " ms/MB (MB = 1e6 bytes): effective allreduce bandwidth "
      << fmt("%.1f", payload_rate / 1e6) << " MB/s of payload, a ring link rate of "

@@ -99,7 +99,7 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
     }
   }
   // Every rank fits its own means; rank 0's fit is the one everybody uses.
-  mean_per_size(p.bytes, p.seconds, p.size_bytes, p.size_mean_seconds);
+  trimmed_mean_per_size(p.bytes, p.seconds, p.size_bytes, p.size_mean_seconds);
   const LinearCost mine = fit_linear_cost(p.size_bytes, p.size_mean_seconds);
   p.cost.alpha = from_rank0(group, device, mine.alpha, "sharing the fitted alpha");
   p.cost.beta = from_rank0(group, device, mine.beta * 1e9, "sharing the fitted beta") * 1e-9;
@@ -165,23 +165,28 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   return p;
 }
 
-void mean_per_size(const std::vector<double>& bytes, const std::vector<double>& seconds,
-                   std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds) {
-  MT_CHECK(bytes.size() == seconds.size(), "mean_per_size: ", bytes.size(), " sizes but ", seconds.size(), " times");
+void trimmed_mean_per_size(const std::vector<double>& bytes, const std::vector<double>& seconds,
+                           std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds) {
+  MT_CHECK(bytes.size() == seconds.size(), "trimmed_mean_per_size: ", bytes.size(), " sizes but ", seconds.size(),
+           " times");
   size_bytes.clear();
   size_mean_seconds.clear();
-  std::vector<int> counts;
+  std::vector<std::vector<double>> times;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const size_t k = static_cast<size_t>(std::find(size_bytes.begin(), size_bytes.end(), bytes[i]) - size_bytes.begin());
     if (k == size_bytes.size()) {
       size_bytes.push_back(bytes[i]);
-      size_mean_seconds.push_back(0);
-      counts.push_back(0);
+      times.emplace_back();
     }
-    size_mean_seconds[k] += seconds[i];
-    ++counts[k];
+    times[k].push_back(seconds[i]);
   }
-  for (size_t k = 0; k < size_bytes.size(); ++k) size_mean_seconds[k] /= counts[k];
+  for (std::vector<double>& t : times) {
+    std::sort(t.begin(), t.end());
+    const size_t cut = t.size() / 10;  // 10% off each end
+    double sum = 0;
+    for (size_t i = cut; i < t.size() - cut; ++i) sum += t[i];
+    size_mean_seconds.push_back(sum / static_cast<double>(t.size() - 2 * cut));
+  }
 }
 
 std::string comm_profile_json(const CommProfile& p) {

@@ -10,13 +10,17 @@
 // over `gamma_rounds` rounds, never negative (noise can make the difference so). All ranks run
 // it at once, so ranks that share cores see the same contention as in training.
 //
-// Why the mean and many repeats: an iteration sends many messages, so what it costs is the sum of
+// Why a mean and many repeats: an iteration sends many messages, so what it costs is the sum of
 // their times, whose expectation is the sum of the means. Where ranks share cores, small
 // operations have a heavy tail (a woken thread waits one or two scheduler ticks: 4 ranks on 2
 // cores, 256 floats: fastest 1.3 ms, median 7 ms, slowest 26 ms in one run of 40). The median of a
 // few repeats saw a lucky 2.6 ms there and the model predicted WFBP 35% fast; so every size is
 // repeated until its timed operations add up to `seconds_per_size` (between `repeats` and
 // `max_repeats` times; rank 0 decides the count from its first times, so all ranks agree).
+// Why trimmed (the top and bottom 10% dropped): on shaped links a few operations in fifty stall
+// for hundreds of milliseconds (a TCP retransmission timeout: 4 KiB on two racks, 48 runs, the
+// last four 127-418 ms), which made one size's plain mean 3-6x its neighbours' and the model
+// predict WFBP 40% slow; the common tail of scheduler ticks stays in.
 //
 // Collective: every rank of the group calls profile_communication with the same options.
 #pragma once
@@ -47,7 +51,7 @@ struct CommProfile {
   std::vector<double> bytes;       // every timed allreduce: its size ...
   std::vector<double> seconds;     // ... and rank 0's time for it
   std::vector<double> size_bytes;         // each size once ...
-  std::vector<double> size_mean_seconds;  // ... and the mean of its times (what the fit used)
+  std::vector<double> size_mean_seconds;  // ... and the 10% trimmed mean of its times (what the fit used)
   LinearCost cost;  // alpha, beta fitted on them, and rank 0's means as its measured curve; gamma
   double chunk_alone_seconds = 0;  // one compute chunk, alone (mean over ranks)
   double chunk_with_message_seconds = 0;  // one chunk followed by a message send
@@ -56,10 +60,11 @@ struct CommProfile {
 CommProfile profile_communication(ProcessGroup& group, core::Device device,
                                   const CommProfileOptions& options = {});
 
-// The mean time of each distinct size in (bytes, seconds), sizes in order of first appearance:
-// what the fit of alpha and beta goes through.
-void mean_per_size(const std::vector<double>& bytes, const std::vector<double>& seconds,
-                   std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds);
+// The mean time of each distinct size in (bytes, seconds), after dropping its fastest and
+// slowest 10% (none below 10 times), sizes in order of first appearance: what the fit of alpha
+// and beta goes through.
+void trimmed_mean_per_size(const std::vector<double>& bytes, const std::vector<double>& seconds,
+                           std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds);
 
 // A small JSON document: {"world": 4, "group": "...", "alpha_s": ..., "beta_s_per_byte": ...,
 // "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "bytes": [...], "seconds": [...]}.
