@@ -540,8 +540,9 @@ MeasuredComm read_comm_profile(const std::string& path) {
                " entries but \"seconds\" ", seconds->items.size());
       std::vector<double> b, t, size_bytes, size_means;
       for (size_t i = 0; i < bytes->items.size(); ++i) {
-        MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number, path,
-                 ": \"bytes\" and \"seconds\" must hold numbers");
+        MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number &&
+                     bytes->items[i].number > 0 && seconds->items[i].number > 0,
+                 path, ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry ", i, ")");
         b.push_back(bytes->items[i].number);
         t.push_back(seconds->items[i].number);
       }

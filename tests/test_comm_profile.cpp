@@ -348,6 +348,16 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
   write_file(no_gamma, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8})");
   EXPECT_TRUE(contains(model_error(no_gamma), "missing \"gamma_s\""));
 
+  // The timed allreduces behind the measured curve: as many times as sizes, all > 0.
+  const std::string uneven = dir + "/uneven.json";
+  write_file(uneven, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8, "gamma_s": 0,
+                         "bytes": [1024, 4096], "seconds": [0.001]})");
+  EXPECT_TRUE(contains(model_error(uneven), uneven + ": \"bytes\" has 2 entries but \"seconds\" 1"));
+  const std::string zero = dir + "/zero.json";
+  write_file(zero, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8, "gamma_s": 0,
+                       "bytes": [1024, 4096], "seconds": [0.001, 0]})");
+  EXPECT_TRUE(contains(model_error(zero), zero + ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry 1)"));
+
   // profile-comm itself: a single process, and malformed flags.
   for (const char* v : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
                         "OMPI_COMM_WORLD_SIZE"})
