@@ -23,7 +23,8 @@
 # --out      output folder (default runs/report; emptied first): report.md, *.png, the plot data
 #            (*.dat), runs/<preset>/<algorithm>/rank<r>.log (every rank's output) and out/ (rank 0's
 #            metrics.jsonl and resolved config; only rank 0 writes them)
-# --bin      the mintrain binary (default $MT_BIN or build/report/apps/mintrain)
+# --bin      the mintrain binary to use as it is (default $MT_BIN; without either, the script
+#            builds build/release/apps/mintrain first, so the report never runs a stale binary)
 # --rate     host link rate, tc units (default 100mbit)
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
@@ -48,7 +49,7 @@ cd "$(dirname "$0")/../.."
 args_given="$*"
 quick=0
 out=runs/report
-bin=${MT_BIN:-build/report/apps/mintrain}
+bin=${MT_BIN:-}
 rate=100mbit
 presets="flat two_racks straggler"
 algorithm_list="ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync"
@@ -82,8 +83,21 @@ done
 [[ $(id -u) -eq 0 ]] || {
   echo "report.sh: must run as root (it builds network namespaces with veth links and tc); try: sudo bash $0 $*" >&2
   exit 1; }
+if [[ -z $bin ]]; then
+  # An incremental build of the one target (the first one configures; apps/scripts/install_deps.sh
+  # installs what it needs): the report always measures the checkout it is run from.
+  bin=build/release/apps/mintrain
+  echo "report.sh: building $bin (--bin PATH or MT_BIN uses another binary as it is)" >&2
+  build_log=$(mktemp)
+  { cmake --preset release && cmake --build --preset release --target mintrain -j"$(nproc)"; } >"$build_log" 2>&1 || {
+    tail -20 "$build_log" >&2
+    echo "report.sh: building mintrain failed (above: the end of its output); fix it or pass --bin PATH" >&2
+    rm -f "$build_log"
+    exit 2; }
+  rm -f "$build_log"
+fi
 [[ -x $bin ]] || {
-  echo "report.sh: no mintrain binary at '$bin'; build it (cmake --build build/report --target mintrain) or pass --bin PATH" >&2
+  echo "report.sh: no mintrain binary at '$bin'; build it (bash apps/scripts/build.sh) or pass another --bin PATH" >&2
   exit 2; }
 command -v gnuplot >/dev/null || {
   echo "report.sh: gnuplot not found; install it (Debian: apt-get install gnuplot-nox)" >&2; exit 2; }
