@@ -1,7 +1,8 @@
 // Measuring the communication side of the cost model on the machine and network at hand
-// (algorithms.md section 5): T(M) = alpha + beta * M fitted on the mean time of each of several
-// allreduce sizes, and gamma, the compute a message takes from the training thread when it is sent while
-// computation goes on (cost_model.h explains why that matters for ranks that share cores).
+// (algorithms.md section 5): the (trimmed) mean time of allreduces of several sizes, kept as the
+// cost's measured curve and fitted by T(M) = alpha + beta * M, and gamma, the compute a message
+// takes from the training thread when it is sent while computation goes on (cost_model.h
+// explains why that matters for ranks that share cores).
 //
 // gamma is measured the way training meets it: every rank computes the same fixed work (a chain
 // of matrix products, cut into `gamma_messages` chunks) twice, once alone and once sending one
