@@ -98,7 +98,6 @@ struct AlgorithmSettings {
   std::vector<double> measured_bytes, measured_seconds;
 };
 
-
 struct ScalingRow {
   int workers = 1;
   dist::Prediction bsp, wfbp, fusion, mgwfbp, cdsgd, dssync;

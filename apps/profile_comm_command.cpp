@@ -129,8 +129,9 @@ std::string comm_profile_table(const dist::CommProfile& p) {
     for (size_t i = 0; i < p.bytes.size(); ++i)
       if (p.bytes[i] == bytes) fastest = std::min(fastest, p.seconds[i]), ++runs;
     const double rate = mean > 0 ? bytes / mean : 0.0;
+    const double line_seconds = p.cost.alpha + p.cost.beta * bytes;  // the fit, not the curve
     std::snprintf(line, sizeof(line), "%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f\n", bytes, bytes / 4,
-                  runs, mean * 1e3, fastest * 1e3, (p.cost.alpha + p.cost.beta * bytes) * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
+                  runs, mean * 1e3, fastest * 1e3, line_seconds * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
     os << line;
   }
   const double payload_rate = p.cost.beta > 0 ? 1.0 / p.cost.beta : 0.0;

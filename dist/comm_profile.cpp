@@ -98,12 +98,9 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
           from_rank0(group, device, std::max(0.0, wanted - o.repeats), "sharing the number of repeats"))));
     }
   }
-  // Every rank fits its own means; rank 0's fit is the one everybody uses.
+  // Rank 0's means are everybody's: broadcast once, they are the cost's measured curve
+  // (cost_model.h) and every rank fits the same line through them, so all plan alike.
   trimmed_mean_per_size(p.bytes, p.seconds, p.size_bytes, p.size_mean_seconds);
-  const LinearCost mine = fit_linear_cost(p.size_bytes, p.size_mean_seconds);
-  p.cost.alpha = from_rank0(group, device, mine.alpha, "sharing the fitted alpha");
-  p.cost.beta = from_rank0(group, device, mine.beta * 1e9, "sharing the fitted beta") * 1e-9;
-  // The measured curve itself (cost_model.h), rank 0's too: the same sizes on every rank.
   {
     std::vector<float> means(p.size_mean_seconds.begin(), p.size_mean_seconds.end());
     Tensor t = Tensor::from_vector(means, {static_cast<int64_t>(means.size())}).to(device);
@@ -111,6 +108,9 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
     const std::vector<float> shared = t.to(core::Device::cpu()).to_vector();
     set_measured_curve(p.cost, p.size_bytes, std::vector<double>(shared.begin(), shared.end()));
   }
+  const LinearCost line = fit_linear_cost(p.cost.measured_bytes, p.cost.measured_seconds);
+  p.cost.alpha = line.alpha;
+  p.cost.beta = line.beta;
   // A GPU computes on its own while the host talks to the network: no compute is lost there.
   if (!o.measure_gamma || device.is_cuda() || group.size() == 1) return p;
 

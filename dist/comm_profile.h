@@ -52,8 +52,8 @@ struct CommProfile {
   std::vector<double> bytes;       // every timed allreduce: its size ...
   std::vector<double> seconds;     // ... and rank 0's time for it
   std::vector<double> size_bytes;         // each size once ...
-  std::vector<double> size_mean_seconds;  // ... and the 10% trimmed mean of its times (what the fit used)
-  LinearCost cost;  // alpha, beta fitted on them, and rank 0's means as its measured curve; gamma
+  std::vector<double> size_mean_seconds;  // ... and the 10% trimmed mean of this rank's times
+  LinearCost cost;  // rank 0's means as its measured curve, alpha and beta fitted on them; gamma
   double chunk_alone_seconds = 0;  // one compute chunk, alone (mean over ranks)
   double chunk_with_message_seconds = 0;  // one chunk followed by a message send
 };
