@@ -509,6 +509,51 @@ ModelProfile read_profile(const std::string& path) {
 
 // ---- The communication profile ----
 
+namespace {
+// profile-comm's "dssync" object (dist::dssync_comm_profile_json).
+dist::DsSyncCommProfile read_dssync_patterns(const Json& d, const std::string& path) {
+  const std::string where = path + ": \"dssync\"";
+  MT_CHECK(d.kind == Json::Object, where, " must be an object with \"group_size\", \"ranks_per_rack\" and "
+           "\"patterns\"");
+  dist::DsSyncCommProfile p;
+  const double g = number_field(d, "group_size", where, true);
+  const double rack = number_field(d, "ranks_per_rack", where, true);
+  MT_CHECK(g == std::floor(g) && g >= 2 && rack == std::floor(rack), where, ": \"group_size\" must be an integer "
+           ">= 2 and \"ranks_per_rack\" an integer >= 0, got ", g, " and ", rack);
+  p.group_size = static_cast<int>(g);
+  p.ranks_per_rack = static_cast<int>(rack);
+  const Json* patterns = d.get("patterns");
+  MT_CHECK(patterns && patterns->kind == Json::Array && !patterns->items.empty(), where,
+           ": \"patterns\" must be a non-empty array");
+  for (size_t k = 0; k < patterns->items.size(); ++k) {
+    const Json& e = patterns->items[k];
+    const std::string at = where + ".patterns[" + std::to_string(k) + "]";
+    MT_CHECK(e.kind == Json::Object, at, " must be an object");
+    dist::GroupPatternTimes t;
+    const Json* crosses = e.get("crosses_racks");
+    MT_CHECK(crosses && crosses->kind == Json::Bool, at, ": \"crosses_racks\" must be true or false");
+    t.crosses_racks = crosses->number != 0;
+    const Json* bytes = e.get("bytes");
+    const Json* seconds = e.get("seconds");
+    MT_CHECK(bytes && seconds && bytes->kind == Json::Array && seconds->kind == Json::Array &&
+                 !bytes->items.empty() && bytes->items.size() == seconds->items.size(),
+             at, ": \"bytes\" and \"seconds\" must be arrays of the same non-zero length");
+    for (size_t i = 0; i < bytes->items.size(); ++i) {
+      MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number &&
+                   bytes->items[i].number > 0 && seconds->items[i].number > 0,
+               at, ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry ", i, ")");
+      t.size_bytes.push_back(bytes->items[i].number);
+      t.size_seconds.push_back(seconds->items[i].number);
+    }
+    // The curves are checked as curves (distinct sizes) once, here, not at every N.
+    dist::LinearCost check;
+    dist::set_measured_curve(check, t.size_bytes, t.size_seconds);
+    p.patterns.push_back(std::move(t));
+  }
+  return p;
+}
+}  // namespace
+
 MeasuredComm read_comm_profile(const std::string& path) {
   const std::string remedy = "; measure one with `mintrain launch --nproc-per-node N -- profile-comm --out " +
                              path + "` (N >= 2 ranks placed like the job you model)";
@@ -549,6 +594,7 @@ MeasuredComm read_comm_profile(const std::string& path) {
       dist::trimmed_mean_per_size(b, t, size_bytes, size_means);
       dist::set_measured_curve(m.cost, size_bytes, size_means);
     }
+    if (const Json* d = root.get("dssync")) m.dssync = read_dssync_patterns(*d, path);
   } catch (const core::Error& e) {
     MT_FAIL(e.what(), remedy);
   }
@@ -600,6 +646,13 @@ dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSet
 }
 }  // namespace
 
+bool dssync_measured_at(const AlgorithmSettings& s, int n, int ranks_per_rack) {
+  const dist::DsSyncCommProfile& m = s.dssync_measured;
+  const int rack = ranks_per_rack > 0 && ranks_per_rack < n ? ranks_per_rack : 0;
+  return m.group_size > 0 && n == s.measured_world && m.group_size == std::min(s.dssync_group_size, n) &&
+         m.ranks_per_rack == rack;
+}
+
 ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
                        const AlgorithmSettings& s, int n) {
   MT_CHECK(n >= 1, "worker count must be >= 1, got ", n);
@@ -637,9 +690,20 @@ ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& ne
   const double model_bytes = grad_bytes + profile.buffer_bytes;
   const int g = std::min(s.dssync_group_size, n);
   const int rack = network.spec().ranks_per_rack;
-  d.in_rack = network.group_allreduce(g, false).time(model_bytes);
+  dist::LinearCost in_rack = network.group_allreduce(g, false);
   // In a crossing phase every rank of a rack is in a crossing group: rack-many rings share the uplink.
-  d.cross_rack = network.group_allreduce(g, true, std::max(1, std::min(rack, n))).time(model_bytes);
+  dist::LinearCost cross_rack = network.group_allreduce(g, true, std::max(1, std::min(rack, n)));
+  if (dssync_measured_at(s, n, rack)) {
+    // Timed on this network as DS-Sync runs them: all groups at once (the lines stay the slope
+    // above the largest size measured).
+    std::vector<double> bytes, seconds;
+    if (dist::dssync_pattern_curve(s.dssync_measured, false, bytes, seconds))
+      dist::set_measured_curve(in_rack, bytes, seconds);
+    if (dist::dssync_pattern_curve(s.dssync_measured, true, bytes, seconds))
+      dist::set_measured_curve(cross_rack, bytes, seconds);
+  }
+  d.in_rack = in_rack.time(model_bytes);
+  d.cross_rack = cross_rack.time(model_bytes);
   d.world = ring.time(model_bytes);
   d.world_every = s.dssync_global_average_every;
   d.cross_fraction = n == 1 ? 0.0
@@ -771,6 +835,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     s.measured_world = measured->world;
     s.measured_bytes = measured->cost.measured_bytes;
     s.measured_seconds = measured->cost.measured_seconds;
+    s.dssync_measured = measured->dssync;
   }
   if (!save_profile.empty()) write_profile(profile, save_profile);
 
@@ -795,6 +860,20 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     out << line;
   }
   if (!measured_line.empty()) out << measured_line << "\n";
+  if (measured && s.dssync_measured.group_size > 0) {
+    const dist::DsSyncCommProfile& d = s.dssync_measured;
+    const std::string what = "groups of " + std::to_string(d.group_size) +
+                             (d.ranks_per_rack > 0 ? ", racks of " + std::to_string(d.ranks_per_rack) : std::string());
+    out << "comm profile, DS-Sync: " << d.patterns.size() << " partitions timed with all groups at once (" << what
+        << ")"
+        << (dssync_measured_at(s, s.measured_world, network.spec().ranks_per_rack)
+                ? ": at N = " + std::to_string(s.measured_world) + " a group average takes their measured time"
+                : ": not used, the model's DS-Sync has groups of " + std::to_string(s.dssync_group_size) +
+                      (network.spec().ranks_per_rack > 0
+                           ? ", racks of " + std::to_string(network.spec().ranks_per_rack)
+                           : std::string(", one rack")))
+        << "\n";
+  }
   out << "network: " << network.describe()
       << (measured || (bandwidth_given && latency_given)
               ? ""

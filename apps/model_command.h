@@ -50,6 +50,7 @@
 
 #include "apps/config.h"
 #include "dist/cost_model.h"
+#include "dist/dssync_comm_profile.h"
 #include "dist/network_model.h"
 
 namespace mt::apps {
@@ -96,12 +97,20 @@ struct AlgorithmSettings {
   // that N the ring's cost follows them instead of the line (dist::LinearCost).
   int measured_world = 0;
   std::vector<double> measured_bytes, measured_seconds;
+  // DS-Sync's group averages as profile-comm --dssync-group-size timed them on measured_world
+  // ranks (dist/dssync_comm_profile.h): at that N, with the same group size and racks, a
+  // group average costs these curves' time instead of the network model's.
+  dist::DsSyncCommProfile dssync_measured;
 };
 
 struct ScalingRow {
   int workers = 1;
   dist::Prediction bsp, wfbp, fusion, mgwfbp, cdsgd, dssync;
 };
+
+// Whether DS-Sync's measured group times apply at n workers with racks of ranks_per_rack (0:
+// none): measured on n ranks, for the configured group size and the same racks.
+bool dssync_measured_at(const AlgorithmSettings& settings, int n, int ranks_per_rack);
 
 // Predictions for each N (pure: no profiling, no measuring).
 ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
@@ -113,6 +122,8 @@ struct MeasuredComm {
   std::string group;       // e.g. "gloo/tcp world of 4"
   dist::LinearCost cost;   // the ring allreduce on `world` ranks: alpha, beta (> 0); gamma; and
                            // the mean time per size of "bytes"/"seconds" as its measured curve
+  dist::DsSyncCommProfile dssync;  // "dssync", when present (group_size 0: absent); partitions
+                                   // are not read back, only which ones cross racks
 };
 // Errors name the file and what is wrong, and say how to measure a new one.
 MeasuredComm read_comm_profile(const std::string& path);

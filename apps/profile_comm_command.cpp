@@ -25,6 +25,7 @@ const char* kProfileCommUsage =
     "usage: mintrain launch --nproc-per-node N -- profile-comm [--out FILE.json]\n"
     "           [--sizes 256,2048,...] [--repeats R] [--seconds-per-size S] [--max-repeats R]\n"
     "           [--no-gamma] [--gamma-rounds K] [--gamma-messages M] [--gamma-chunk-ms X]\n"
+    "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]]\n"
     "           [--interface IF] [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
     "  every rank runs it (at least 2; the environment of `mintrain launch`, torchrun, srun or\n"
     "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
@@ -33,7 +34,10 @@ const char* kProfileCommUsage =
     "  --repeats) but at most --max-repeats (default 64), fits T(M) = alpha + beta * M on rank 0's\n"
     "  mean time per size, and measures gamma, the compute one message sent during computation\n"
     "  costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms of compute;\n"
-    "  --no-gamma skips it). Rank 0 prints a table and writes the JSON to --out, which\n"
+    "  --no-gamma skips it). --dssync-group-size also times DS-Sync's group averages as training\n"
+    "  runs them: every partition of its schedule for groups of G (with racks of R consecutive\n"
+    "  ranks: the in-rack and the crossing ones), all groups at once, at --dssync-sizes (default:\n"
+    "  --sizes; give sizes near the model's parameter count). Rank 0 prints a table and writes the JSON to --out, which\n"
     "  `mintrain model CONFIG --comm-profile FILE.json` reads. --interface: the network interface\n"
     "  Gloo binds (as dist.interface for train, e.g. eth0 in a network namespace).";
 
@@ -148,6 +152,23 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   } else {
     os << "gamma not measured (--no-gamma): 0\n";
   }
+  if (p.dssync.group_size > 0 && !p.dssync.patterns.empty()) {
+    const dist::DsSyncCommProfile& d = p.dssync;
+    os << "DS-Sync groups of " << d.group_size
+       << (d.ranks_per_rack > 0 ? " in racks of " + std::to_string(d.ranks_per_rack) + " ranks" : std::string())
+       << ", all groups of a partition at once: the slowest group's mean* ms\n";
+    std::snprintf(line, sizeof(line), "%-40s %-8s", "partition", "racks");
+    os << line;
+    for (double b : d.patterns[0].size_bytes) os << fmt(" %12.0f", b);
+    os << "  (bytes)\n";
+    for (const dist::GroupPatternTimes& g : d.patterns) {
+      std::snprintf(line, sizeof(line), "%-40s %-8s", dist::partition_str(g.partition).c_str(),
+                    g.crosses_racks ? "crosses" : "inside");
+      os << line;
+      for (double t : g.size_seconds) os << fmt(" %12.3f", t * 1e3);
+      os << "\n";
+    }
+  }
   return os.str();
 }
 
@@ -158,6 +179,8 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
   po.backend = "gloo";  // the profile is taken on the CPU
   po.timeout = std::chrono::seconds(300);
   int threads = 0;
+  int dssync_group_size = 0, dssync_ranks_per_rack = 0;
+  std::vector<int64_t> dssync_sizes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string& {
@@ -180,7 +203,10 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
       MT_CHECK(chunk_ms > 0 && chunk_ms <= 10000, "profile-comm: --gamma-chunk-ms must be in (0, 10000], got ",
                chunk_ms);
       options.gamma_chunk_seconds = chunk_ms * 1e-3;
-    } else if (a == "--interface") po.interface = value();
+    } else if (a == "--dssync-group-size") dssync_group_size = parse_count(a, value(), 2);
+    else if (a == "--dssync-ranks-per-rack") dssync_ranks_per_rack = parse_count(a, value(), 1);
+    else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(value());
+    else if (a == "--interface") po.interface = value();
     else if (a == "--transport") po.transport = value();
     else if (a == "--timeout-seconds") po.timeout = std::chrono::seconds(parse_count(a, value(), 1));
     else if (a == "--threads") threads = parse_count(a, value(), 1);
@@ -192,16 +218,29 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
     }
   }
   if (threads > 0) core::set_num_threads(threads);
+  MT_CHECK(dssync_group_size > 0 || (dssync_ranks_per_rack == 0 && dssync_sizes.empty()),
+           "profile-comm: --dssync-ranks-per-rack and --dssync-sizes describe DS-Sync's groups; give "
+           "--dssync-group-size too");
 
   const dist::WorldInfo world = dist::world_from_env();
   MT_CHECK(world.world_size >= 2, "profile-comm measures communication between ranks, but this is a single "
            "process (no RANK/WORLD_SIZE in the environment, or WORLD_SIZE=1): run it as workers, e.g. "
            "`mintrain launch --nproc-per-node 2 -- profile-comm --out comm.json`");
+  MT_CHECK(dssync_group_size <= world.world_size, "profile-comm: --dssync-group-size ", dssync_group_size,
+           " is larger than the ", world.world_size, " ranks");
+  MT_CHECK(dssync_ranks_per_rack < world.world_size, "profile-comm: --dssync-ranks-per-rack ", dssync_ranks_per_rack,
+           " puts all ", world.world_size, " ranks in one rack; leave it out for one rack");
   std::unique_ptr<ProfileFile> file;
   if (world.rank == 0 && !out_path.empty()) file = std::make_unique<ProfileFile>(out_path);
 
   const dist::Rendezvous r = dist::rendezvous(world, po);
-  const dist::CommProfile profile = dist::profile_communication(*r.group, core::Device::cpu(), options);
+  dist::CommProfile profile = dist::profile_communication(*r.group, core::Device::cpu(), options);
+  if (dssync_group_size > 0) {
+    dist::CommProfileOptions group_options = options;
+    if (!dssync_sizes.empty()) group_options.sizes_floats = dssync_sizes;
+    profile.dssync = dist::profile_dssync_groups(*r.group, core::Device::cpu(), dssync_group_size,
+                                                 dssync_ranks_per_rack, group_options);
+  }
   if (r.group->rank() != 0) return 0;  // rank 0 speaks for the job
   out << comm_profile_table(profile);
   if (profile.cost.beta <= 0) {

@@ -64,6 +64,35 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, core::Device device, int64_t floats,
+                                    int warmups, const CommProfileOptions& o) {
+  MT_CHECK(floats >= 1, "profile_communication: message sizes must be >= 1 float, got ", floats);
+  std::vector<double> mine;
+  Tensor t;
+  if (timed) {
+    t = Tensor::ones({floats}, core::DType::Float32, device);
+    for (int w = 0; w < warmups; ++w) finish(timed->allreduce(t), *timed, "the communication profile's allreduce (warm-up)");
+  }
+  auto run = [&](int count) {
+    if (!timed) return;
+    for (int r = 0; r < count; ++r) {
+      const auto start = Clock::now();
+      finish(timed->allreduce(t), *timed, "the communication profile's timed allreduce");
+      mine.push_back(since(start));
+    }
+  };
+  run(o.repeats);
+  if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) {
+    // How many more fill seconds_per_size, from rank 0's typical (median) time so far: one
+    // stall among the first few must not cut the count. Everyone runs rank 0's count.
+    const double per_op = std::max(median(mine), 1e-6);
+    const double wanted = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_op));
+    run(static_cast<int>(std::lround(
+        from_rank0(agree, device, std::max(0.0, wanted - o.repeats), "sharing the number of repeats"))));
+  }
+  return mine;
+}
+
 CommProfile profile_communication(ProcessGroup& group, core::Device device, const CommProfileOptions& o) {
   MT_CHECK(!o.sizes_floats.empty() && o.repeats >= 1 && o.seconds_per_size >= 0,
            "profile_communication: need sizes, repeats >= 1 and seconds_per_size >= 0");
@@ -72,30 +101,11 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   p.group = group.describe();
   for (size_t s = 0; s < o.sizes_floats.size(); ++s) {
     const int64_t n = o.sizes_floats[s];
-    MT_CHECK(n >= 1, "profile_communication: message sizes must be >= 1 float, got ", n);
-    Tensor t = Tensor::ones({n}, core::DType::Float32, device);
-    // Warm-up: the first operations after connecting are slow (ranks still arriving, buffers
-    // being registered); the first size gets several.
-    for (int w = 0; w < (s == 0 ? 8 : 1); ++w)
-      finish(group.allreduce(t), group, "the communication profile's allreduce (warm-up)");
-    std::vector<double> mine;
-    auto timed = [&](int count) {
-      for (int r = 0; r < count; ++r) {
-        const auto start = Clock::now();
-        finish(group.allreduce(t), group, "the communication profile's timed allreduce");
-        mine.push_back(since(start));
-        p.bytes.push_back(static_cast<double>(n) * 4.0);
-        p.seconds.push_back(mine.back());
-      }
-    };
-    timed(o.repeats);
-    if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) {
-      // How many more fill seconds_per_size, from rank 0's typical (median) time so far: one
-      // stall among the first few must not cut the count. Everyone runs rank 0's count.
-      const double per_op = std::max(median(mine), 1e-6);
-      const double wanted = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_op));
-      timed(static_cast<int>(std::lround(
-          from_rank0(group, device, std::max(0.0, wanted - o.repeats), "sharing the number of repeats"))));
+    // The first operations after connecting are slow (ranks still arriving, buffers being
+    // registered): the first size gets several warm-ups.
+    for (double t : time_allreduces(&group, group, device, n, s == 0 ? 8 : 1, o)) {
+      p.bytes.push_back(static_cast<double>(n) * 4.0);
+      p.seconds.push_back(t);
     }
   }
   // Rank 0's means are everybody's: broadcast once, they are the cost's measured curve
@@ -200,7 +210,9 @@ std::string comm_profile_json(const CommProfile& p) {
   for (size_t i = 0; i < p.bytes.size(); ++i) os << (i ? ", " : "") << p.bytes[i];
   os << "],\n  \"seconds\": [";
   for (size_t i = 0; i < p.seconds.size(); ++i) os << (i ? ", " : "") << p.seconds[i];
-  os << "]\n}\n";
+  os << "]";
+  if (p.dssync.group_size > 0) os << ",\n  \"dssync\": " << dssync_comm_profile_json(p.dssync, "  ");
+  os << "\n}\n";
   return os.str();
 }
 

@@ -30,6 +30,7 @@
 
 #include "core/device.h"
 #include "dist/cost_model.h"
+#include "dist/dssync_comm_profile.h"
 #include "dist/process_group.h"
 
 namespace mt::dist {
@@ -56,10 +57,20 @@ struct CommProfile {
   LinearCost cost;  // rank 0's means as its measured curve, alpha and beta fitted on them; gamma
   double chunk_alone_seconds = 0;  // one compute chunk, alone (mean over ranks)
   double chunk_with_message_seconds = 0;  // one chunk followed by a message send
+  DsSyncCommProfile dssync;  // DS-Sync's group patterns, when measured (group_size > 0)
 };
 
 CommProfile profile_communication(ProcessGroup& group, core::Device device,
                                   const CommProfileOptions& options = {});
+
+// The timed part of one size: `floats`-value allreduces on `timed` (after `warmups` untimed
+// ones), at least options.repeats and more until they add up to options.seconds_per_size (at
+// most options.max_repeats); the count beyond options.repeats is rank 0 of `agree`'s, so every
+// rank of `agree` (which holds `timed`) runs alike. This rank's times, in order. timed = null: a
+// rank with nothing to time this round, which still takes part in agreeing (DS-Sync's patterns,
+// where a rank may sit alone).
+std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, core::Device device, int64_t floats,
+                                    int warmups, const CommProfileOptions& options);
 
 // The mean time of each distinct size in (bytes, seconds), after dropping its fastest and
 // slowest 10% (none below 10 times), sizes in order of first appearance: what the fit of alpha
@@ -68,7 +79,8 @@ void trimmed_mean_per_size(const std::vector<double>& bytes, const std::vector<d
                            std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds);
 
 // A small JSON document: {"world": 4, "group": "...", "alpha_s": ..., "beta_s_per_byte": ...,
-// "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "bytes": [...], "seconds": [...]}.
+// "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "bytes": [...], "seconds": [...]},
+// and "dssync": {...} (dssync_comm_profile_json) when the group patterns were measured.
 // (`mintrain model --comm-profile` reads it back with the JSON reader of apps/model_command.cpp.)
 std::string comm_profile_json(const CommProfile& profile);
 

@@ -1,0 +1,68 @@
+// DS-Sync's communication measured the way it runs (algorithms.md sections 3 and 5): all groups
+// of one partition average at the same time, so what an iteration pays is the slowest of
+// several concurrent allreduces that may share links, not one ring's time.
+//
+// Why not derive it from the world ring's profile: on the two-rack testbed (8 ranks, groups of
+// 2, racks of 4 joined by one 25 Mbit/s link), a crossing iteration sends four pair allreduces
+// through the one slow link at once. Their TCP flows overflow its queue (the link's shaper
+// dropped ~6% of the packets) and retransmission timeouts, not the fair share of the rate, set
+// the time: the model that shared the ring's measured rate among the four predicted DS-Sync at
+// 0.56 of the measured time (docs/PERF.md). A ring of all ranks, one flow per direction on
+// that link, never shows it. Likewise, at 8 ranks on 2 cores the start-up time of a pair's
+// allreduce is set by the scheduler, not by the ring's 14 steps scaled down to 2.
+//
+// So every partition of the DS-Sync schedule (dssync_schedule.h: groups of `group_size`, racks
+// of `ranks_per_rack` with their crossing phases) is timed as training runs it: each rank
+// allreduces within its group of that partition, all groups at once, at each size; a partition's
+// time per size is the slowest group's 10%-trimmed mean (the next partition's groups mix ranks of
+// all of them, so the slowest one holds everyone back). `mintrain model` averages the partitions
+// that stay inside racks and those that cross, as the schedule uses them in turn.
+//
+// Collective: every rank of `world` calls it with the same arguments.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "dist/dssync_schedule.h"
+#include "dist/process_group.h"
+
+namespace mt::dist {
+
+struct CommProfileOptions;  // comm_profile.h, which holds a DsSyncCommProfile
+
+struct GroupPatternTimes {
+  Partition partition;
+  bool crosses_racks = false;
+  std::vector<double> size_bytes;    // ascending
+  std::vector<double> size_seconds;  // the slowest group's trimmed mean at each size
+};
+
+struct DsSyncCommProfile {
+  int group_size = 0;      // 0: not measured
+  int ranks_per_rack = 0;  // 0: one rack
+  std::vector<GroupPatternTimes> patterns;  // every distinct partition of the schedule
+};
+
+// The rack of each of `world` ranks for racks of `ranks_per_rack` consecutive ranks (0: one rack,
+// empty), as dist.dssync_ranks_per_rack assigns them.
+std::vector<int> racks_of_consecutive(int world, int ranks_per_rack);
+
+// Times every partition of the butterfly DS-Sync schedule for `group_size` and the racks (with
+// racks, the in-rack partitions and the crossing ones) at options.sizes_floats, with the repeat
+// rules of CommProfileOptions.
+DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device, int group_size,
+                                        int ranks_per_rack, const CommProfileOptions& options);
+
+// The mean over the partitions that cross racks (crossing = true) or stay inside (false) of
+// their times per size, as a measured curve (sizes ascending). False when there is none of that
+// kind.
+bool dssync_pattern_curve(const DsSyncCommProfile& profile, bool crossing, std::vector<double>& bytes,
+                          std::vector<double>& seconds);
+
+// The JSON value written under "dssync" in comm_profile_json:
+// {"group_size": g, "ranks_per_rack": r, "patterns": [{"partition": "{0,1}{2,3}", "crosses_racks":
+// false, "bytes": [...], "seconds": [...]}, ...]}
+std::string dssync_comm_profile_json(const DsSyncCommProfile& profile, const std::string& indent);
+
+}  // namespace mt::dist
