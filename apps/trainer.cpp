@@ -1,5 +1,6 @@
 #include "apps/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// Stop votes (Trainer::stop_vote): about one a second, and at least one every 100 iterations.
+constexpr double kStopVoteSeconds = 1.0;
+constexpr int64_t kMaxStopVoteInterval = 100;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -364,13 +369,31 @@ bool Trainer::agree_to_stop(bool local) {
 
 bool Trainer::stop_vote(bool local) {
   if (!control_) return agree_to_stop(local);
+  stop_asked_ = stop_asked_ || local;
+  if (--checks_to_next_vote_ > 0) return false;
   bool stop = false;
+  int64_t next = 1;  // no vote counted yet: the next check votes again (and times an iteration)
   if (stop_vote_work_) {
-    dist::finish(stop_vote_work_, *control_, "agreeing whether to stop (the previous iteration's vote)");
-    stop = stop_vote_.item() > 0.0f;
+    dist::finish(stop_vote_work_, *control_, "agreeing whether to stop (the previous vote)");
+    const std::vector<float> votes = stop_vote_.to_vector();
+    stop = votes[0] > 0.0f;
+    next = std::clamp<int64_t>(std::llround(votes[1]), 1, kMaxStopVoteInterval);
   }
-  stop_vote_ = core::Tensor::full({1}, local ? 1.0 : 0.0);
+  float proposal = 0.0f;
+  if (group_->rank() == 0) {
+    // About kStopVoteSeconds of iterations, from the iterations since the last vote.
+    const auto now = Clock::now();
+    const double per_iteration =
+        stop_vote_work_ ? std::chrono::duration<double>(now - last_vote_).count() / vote_interval_ : 0.0;
+    proposal = per_iteration > 0 ? static_cast<float>(std::clamp<double>(
+                                       std::ceil(kStopVoteSeconds / per_iteration), 1, kMaxStopVoteInterval))
+                                 : 1.0f;
+    last_vote_ = now;
+  }
+  stop_vote_ = core::Tensor::from_vector(std::vector<float>{stop_asked_ ? 1.0f : 0.0f, proposal}, {2});
   stop_vote_work_ = control_->allreduce(stop_vote_);
+  stop_asked_ = false;
+  vote_interval_ = checks_to_next_vote_ = next;
   return stop;
 }
 

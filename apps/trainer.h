@@ -26,6 +26,7 @@
 // exact data position, so a resumed run continues bit for bit like an uninterrupted one.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <iosfwd>
@@ -121,11 +122,16 @@ class Trainer {
   // signal reaches the ranks at different moments), so the ranks agree with one tiny
   // collective: any rank asking to stop stops them all.
   bool agree_to_stop(bool local);
-  // The per-iteration stop check: the same agreement, but on its own communicator and one
-  // iteration late (the vote cast now is counted at the next check), so it never waits behind
-  // a gradient exchange still in flight (CD-SGD overlaps the next iteration with it; a vote
-  // queued behind it on the world group would serialize the two). Gloo runs; NCCL runs and
-  // one process fall back to agree_to_stop.
+  // The per-iteration stop check: the same agreement, but on its own communicator and late
+  // (a vote is counted at the next vote), so it never waits behind a gradient exchange still in
+  // flight (CD-SGD overlaps the next iteration with it; a vote queued behind it on the world
+  // group would serialize the two). Votes are taken about once every kStopVoteSeconds, not
+  // every iteration: each is an allreduce of the whole world, and on a slow shared link (DS-Sync
+  // on two racks, whose groups fill the uplink) its every hop waits in the link's queue, which
+  // made 8-rank DS-Sync iterations 25% slower (docs/PERF.md). Rank 0 proposes the interval in
+  // iterations with each vote, so every rank votes at the same iterations; a stop asked for is
+  // honoured within about two intervals. Gloo runs; NCCL runs and one process fall back to
+  // agree_to_stop.
   bool stop_vote(bool local);
   void drain_stop_vote();  // waits for the vote in flight (before train() returns)
   // Whether the step just taken counts as bad (NaN/Inf gradients that loss scaling does not
@@ -148,8 +154,12 @@ class Trainer {
   std::shared_ptr<dist::Timeline> timeline_;   // dist.timeline_file (null: off)
   std::unique_ptr<dist::Synchronizer> sync_;
   std::shared_ptr<dist::ProcessGroup> control_;  // stop votes (stop_vote); null: none
-  core::Tensor stop_vote_;
+  core::Tensor stop_vote_;  // {any rank asks to stop, rank 0's proposed interval} (summed)
   std::shared_ptr<dist::Work> stop_vote_work_;
+  int64_t checks_to_next_vote_ = 0;  // stop_vote calls until the next vote (agreed by all ranks)
+  int64_t vote_interval_ = 1;        // the interval the last vote set
+  bool stop_asked_ = false;          // a local stop request not voted yet
+  std::chrono::steady_clock::time_point last_vote_;  // rank 0: when the last vote was cast
   int accumulation_ = 1;                       // micro-batches per optimizer step
   std::unique_ptr<CheckpointDir> checkpoints_;
   std::ofstream metrics_;

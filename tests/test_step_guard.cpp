@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -181,6 +182,43 @@ TEST(TrainerStop, OneRankAskingStopsAllRanks) {
     if (ctx.rank == 0) {
       EXPECT_FALSE(r.last_checkpoint.empty());
     }
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+// Votes are taken about once a second (rank 0 sets the interval in iterations), so a stop asked
+// for in the middle of a fast run, by one rank, at any moment, must still stop every rank after
+// the same iteration and well before the run's end.
+TEST(TrainerStop, AStopAskedMidRunStopsAllRanksAtTheSameIteration) {
+  const std::string out = ::testing::TempDir() + "/stop_mid_run";
+  fs::remove_all(out);
+  auto result = testing::run_ranks(2, [&](testing::RankContext& ctx) {
+    apps::RunConfig c = apps::load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
+    c.set_output_dir(out);
+    c.set_epochs(2000);  // 64,000 iterations: minutes, unless the stop works
+    c.mutable_checkpoint()->set_every_epochs(0);
+    apps::validate_config(c);
+    std::atomic<bool> stop{false};
+    std::thread asker;
+    if (ctx.rank == 1) asker = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      stop = true;
+    });
+    std::ostringstream log;
+    apps::TrainerOptions opt;
+    opt.group = ctx.group;
+    opt.log = &log;
+    opt.stop_flag = &stop;
+    apps::Trainer t(c, opt);
+    const apps::TrainResult r = t.train();
+    if (asker.joinable()) asker.join();
+    EXPECT_TRUE(r.interrupted);
+    EXPECT_GT(r.iterations, 1);  // votes went on after the first ones
+    EXPECT_LT(r.iterations, 2000 * 32);
+    // The same iteration on both ranks (each rank is its own process: they compare by a sum).
+    auto both = core::Tensor::from_vector(std::vector<float>{static_cast<float>(r.iterations)}, {1});
+    ctx.group->allreduce(both)->wait();
+    EXPECT_EQ(both.item(), 2.0f * static_cast<float>(r.iterations));
   });
   EXPECT_TRUE(result.ok_or_report());
 }
