@@ -124,6 +124,7 @@ BATCH=$batch
 [[ " $presets " != *" two_racks "* ]] || ((NPROC % 2 == 0)) || {
   echo "report.sh: two_racks needs an even --nproc (two racks of NPROC/2)" >&2; exit 2; }
 RACK=$((NPROC / 2))
+DSSYNC_GROUP=2   # DS-Sync's group size in every run (and in its group profile)
 if ((quick)); then epochs=3 limit=60 every=10 eval_limit=2; else epochs=5 limit=300 every=20 eval_limit=5; fi
 epochs=${epochs_opt:-$epochs}
 limit=${iters_opt:-$limit}
@@ -156,7 +157,7 @@ algo_sets() {
     ssgd_two_bit) echo "dist.algorithm=ssgd dist.compression=TWO_BIT" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
-    dssync) echo "dist.algorithm=dssync dist.dssync_group_size=2"
+    dssync) echo "dist.algorithm=dssync dist.dssync_group_size=$DSSYNC_GROUP"
             [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=$RACK dist.dssync_cross_period=2" ;;
   esac
 }
@@ -181,22 +182,32 @@ log "$(date -u '+%F %T') UTC; $NPROC ranks, $rate links, presets: $presets; $epo
 # ---- the model's layer times, before the runs (they pick the sizes the network is profiled at) --
 have_model=0
 comm_sizes=""
+dssync_sizes=""
 if "$bin" model --help >/dev/null 2>&1; then
   have_model=1
   # Profile under the testbed's core sharing: the ranks of a run share this machine's cores, so
-  # NPROC profilers run at once and rank 0's layer times feed every prediction (a profile of
-  # one process alone would be NPROC/cores times too fast when NPROC exceeds the cores).
+  # NPROC profilers run at once (a profile of one process alone would be NPROC/cores times too
+  # fast when NPROC exceeds the cores), and the one with the median forward + backward time
+  # feeds every prediction: with more processes than cores, a profiler's time depends on how
+  # much of the others' start-up it overlaps (8 LeNet profilers on 2 cores measured 2 to 10 ms).
   prof_pids=()
   for ((r = 0; r < NPROC; r++)); do
     "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
-        "${extra_sets[@]}" --workers 1 --save-profile "$out/profile_rank$r.txt" >"$out/profile_rank$r.log" 2>&1 &
+        "${extra_sets[@]}" --workers 1 --profile-iters 40 --save-profile "$out/profile_rank$r.txt" \
+        >"$out/profile_rank$r.log" 2>&1 &
     prof_pids+=($!)
   done
   prof_ok=1
   for p in "${prof_pids[@]}"; do wait "$p" || prof_ok=0; done
   profile_args=()
   if ((prof_ok)); then
-    profile_args=(--layer-times "$out/profile_rank0.txt")
+    median_rank=$(for ((r = 0; r < NPROC; r++)); do
+        grep -oE '^profile: .*forward [0-9.]+ ms, backward [0-9.]+ ms' "$out/profile_rank$r.log" |
+          awk -v r="$r" '{ for (i = 1; i < NF; i++) { if ($i == "forward") f = $(i + 1); if ($i == "backward") b = $(i + 1) }
+                           print f + b, r }'
+      done | sort -g | awk '{ rank[NR] = $2 } END { print rank[int((NR + 1) / 2)] }')
+    profile_args=(--layer-times "$out/profile_rank${median_rank:-0}.txt")
+    log "layer times: profiler $median_rank of $NPROC (the median forward + backward)"
   else
     log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
   fi
@@ -207,6 +218,9 @@ if "$bin" model --help >/dev/null 2>&1; then
   if [[ -n $grad_mb ]]; then
     comm_sizes=$(awk -v mb="$grad_mb" 'BEGIN { top = 2 * mb * 262144; s = 256; out = s
       while (s < top) { s *= 4; out = out "," s }; print out }')
+    # DS-Sync averages the whole model (parameters and buffers) in one message: its groups are
+    # timed at half, once and twice the gradient's size, around that message.
+    dssync_sizes=$(awk -v mb="$grad_mb" 'BEGIN { f = mb * 262144; printf "%d,%d,%d", f / 2, f, 2 * f }')
   fi
 fi
 
@@ -240,6 +254,13 @@ for preset in $presets; do
     mkdir -p "$out/comm"
     size_args=()
     [[ -n $comm_sizes ]] && size_args=(--sizes "$comm_sizes")
+    # DS-Sync's group averages, all groups at once as it runs them (several rings may share a
+    # link, which one ring's profile never shows), for its prediction.
+    if [[ " ${algorithms[*]} " == *" dssync "* ]]; then
+      size_args+=(--dssync-group-size "$DSSYNC_GROUP")
+      [[ -n $dssync_sizes ]] && size_args+=(--dssync-sizes "$dssync_sizes")
+      [[ $preset == two_racks ]] && size_args+=(--dssync-ranks-per-rack "$RACK")
+    fi
     if run_ranks "$out/comm/${preset}_rank" profile-comm --interface eth0 "${size_args[@]}" \
         --out "$out/comm/$preset.json"; then
       log "$preset: communication profiled: $(grep -E '^(fit T|gamma)' "$out/comm/${preset}_rank0.log" | cut -c1-110 | tr '\n' ' ')"
