@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "dist/comm_profile.h"
 #include "dist/network_model.h"
+#include "support/comm_profile_commands.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"
 
@@ -26,6 +27,8 @@ namespace {
 using mt::testing::contains;
 using mt::testing::error_of;
 using mt::testing::write_file;
+using mt::testing::model_output;
+using mt::testing::profile_comm_error;
 
 const std::string kMlpConfig = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
 
@@ -65,12 +68,6 @@ std::string write_comm_profile(const std::string& path, int world, double alpha,
      << "\"seconds\": [" << measured[1] * 0.5 << ", " << measured[0] << ", " << measured[1] * 1.5 << "]}";
   write_file(path, os.str());
   return path;
-}
-
-std::string run_model(const std::vector<std::string>& args) {
-  std::ostringstream out;
-  EXPECT_EQ(mt::apps::run_model_command(args, out), 0);
-  return out.str();
 }
 
 // The row of N in the prediction table, e.g. "     4     54.100 ( 10%) ...".
@@ -225,7 +222,7 @@ TEST(CommProfile, CommandWritesAProfileTheModelReads) {
   const mt::apps::MeasuredComm m = mt::apps::read_comm_profile(path);
   EXPECT_EQ(m.world, 2);
   EXPECT_GT(m.cost.beta, 0.0);
-  const std::string out = run_model({kMlpConfig, "--layer-times", write_small_layers(dir), "--workers", "1,2",
+  const std::string out = model_output({kMlpConfig, "--layer-times", write_small_layers(dir), "--workers", "1,2",
                                      "--comm-profile", path});
   EXPECT_TRUE(contains(out, "comm profile: " + path + ", measured on n = 2 ranks"));
 }
@@ -277,7 +274,7 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   auto with = [&](const std::string& profile) {
     std::vector<std::string> args = base;
     args.insert(args.end(), {"--comm-profile", profile});
-    return run_model(args);
+    return model_output(args);
   };
   const std::string out0 = with(no_gamma), out1 = with(with_gamma);
   EXPECT_TRUE(contains(out0, "efficiency 0.500"));
@@ -294,7 +291,7 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   EXPECT_TRUE(contains(out1, "backward 1 > send 0 (CPU) > backward 0"));  // the critical path at N = 4
 
   // Without --bandwidth-gbps the measured rate is used: at n = world the same predictions.
-  const std::string bare = run_model({kMlpConfig, "--layer-times", layers, "--workers", "1,4", "--comm-profile",
+  const std::string bare = model_output({kMlpConfig, "--layer-times", layers, "--workers", "1,4", "--comm-profile",
                                       with_gamma});
   EXPECT_EQ(table_row(bare, 4), row1);
   EXPECT_TRUE(contains(bare, "the measured ring's rate"));
@@ -308,13 +305,13 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   std::vector<std::string> args = base;
   args[4] = "1,4,8";  // --workers
   args.insert(args.end(), {"--comm-profile", curved});
-  const std::string out_curve = run_model(args);
+  const std::string out_curve = model_output(args);
   const std::string row_curve = table_row(out_curve, 4);
   EXPECT_TRUE(contains(row_curve, "10.500 (")) << row_curve;
   EXPECT_TRUE(contains(row_curve, "9.500 (")) << row_curve;
   EXPECT_TRUE(contains(out_curve, "an allreduce takes the measured time of its size (2 sizes"));
   args.back() = no_gamma;  // the same line, with the line's times as its curve
-  EXPECT_EQ(table_row(run_model(args), 8), table_row(out_curve, 8));
+  EXPECT_EQ(table_row(model_output(args), 8), table_row(out_curve, 8));
 }
 
 TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
@@ -359,21 +356,12 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
   EXPECT_TRUE(contains(model_error(zero), zero + ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry 1)"));
 
   // profile-comm itself: a single process, and malformed flags.
-  for (const char* v : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
-                        "OMPI_COMM_WORLD_SIZE"})
-    ::unsetenv(v);
-  auto command_error = [&](const std::vector<std::string>& args) {
-    return error_of([&] {
-      std::ostringstream out;
-      mt::apps::run_profile_comm_command(args, out);
-    });
-  };
-  e = command_error({"--out", dir + "/x.json"});
+  e = profile_comm_error({"--out", dir + "/x.json"});
   EXPECT_TRUE(contains(e, "single process"));
   EXPECT_TRUE(contains(e, "mintrain launch --nproc-per-node 2 -- profile-comm"));
-  EXPECT_TRUE(contains(command_error({"--sizes", "256,256"}), "two different sizes"));
-  EXPECT_TRUE(contains(command_error({"--sizes", "256,x"}), "\"x\""));
-  EXPECT_TRUE(contains(command_error({"--frobnicate"}), "--frobnicate"));
-  EXPECT_TRUE(contains(command_error({"--repeats"}), "--repeats needs a value"));
-  EXPECT_TRUE(contains(command_error({"--seconds-per-size", "-1"}), "--seconds-per-size must be in [0, 600]"));
+  EXPECT_TRUE(contains(profile_comm_error({"--sizes", "256,256"}), "two different sizes"));
+  EXPECT_TRUE(contains(profile_comm_error({"--sizes", "256,x"}), "\"x\""));
+  EXPECT_TRUE(contains(profile_comm_error({"--frobnicate"}), "--frobnicate"));
+  EXPECT_TRUE(contains(profile_comm_error({"--repeats"}), "--repeats needs a value"));
+  EXPECT_TRUE(contains(profile_comm_error({"--seconds-per-size", "-1"}), "--seconds-per-size must be in [0, 600]"));
 }

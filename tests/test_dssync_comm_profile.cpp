@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "dist/comm_profile.h"
 #include "dist/dssync_comm_profile.h"
+#include "support/comm_profile_commands.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"
 
@@ -22,6 +23,8 @@ namespace {
 using mt::testing::contains;
 using mt::testing::error_of;
 using mt::testing::write_file;
+using mt::testing::model_output;
+using mt::testing::profile_comm_error;
 
 const std::string kMlpConfig = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
 
@@ -67,12 +70,6 @@ std::string write_profile(const std::string& path, int ranks_per_rack, const std
      << "}}";
   write_file(path, os.str());
   return path;
-}
-
-std::string run_model(const std::vector<std::string>& args) {
-  std::ostringstream out;
-  EXPECT_EQ(mt::apps::run_model_command(args, out), 0);
-  return out.str();
 }
 
 // The DS-Sync column (the last one) of N's row in the prediction table, in milliseconds.
@@ -177,7 +174,7 @@ TEST(DsSyncCommProfile, ModelUsesTheMeasuredGroupTimesWhereTheyApply) {
     std::vector<std::string> args = base;
     args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), {"--comm-profile", profile});
-    return run_model(args);
+    return model_output(args);
   };
   const std::string out = model(flat);
   EXPECT_NEAR(dssync_ms(out, 4), 5.5 + 6.0, 1e-3) << out;
@@ -226,16 +223,7 @@ TEST(DsSyncCommProfile, BadGroupProfilesAreErrorsThatNameTheEntry) {
   EXPECT_TRUE(contains(error_of([&] { mt::apps::read_comm_profile(one); }), "\"group_size\" must be an integer >= 2"));
 
   // profile-comm's flags.
-  for (const char* v : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
-                        "OMPI_COMM_WORLD_SIZE"})
-    ::unsetenv(v);
-  auto command_error = [&](const std::vector<std::string>& args) {
-    return error_of([&] {
-      std::ostringstream out;
-      mt::apps::run_profile_comm_command(args, out);
-    });
-  };
-  EXPECT_TRUE(contains(command_error({"--dssync-ranks-per-rack", "2"}), "give --dssync-group-size too"));
-  EXPECT_TRUE(contains(command_error({"--dssync-group-size", "1"}), "--dssync-group-size: \"1\" must be an integer >= 2"));
-  EXPECT_TRUE(contains(command_error({"--dssync-sizes", "5"}), "two different sizes"));
+  EXPECT_TRUE(contains(profile_comm_error({"--dssync-ranks-per-rack", "2"}), "give --dssync-group-size too"));
+  EXPECT_TRUE(contains(profile_comm_error({"--dssync-group-size", "1"}), "--dssync-group-size: \"1\" must be an integer >= 2"));
+  EXPECT_TRUE(contains(profile_comm_error({"--dssync-sizes", "5"}), "two different sizes"));
 }

@@ -158,6 +158,18 @@ TEST(TrainerNonFinite, SkipWarnsAndGivesUpAfterTenInARow) {
   EXPECT_NE(log.str().find("step skipped"), std::string::npos) << log.str();
 }
 
+// Trains `c` as this rank until the end or until the ranks agree to stop (`stop` asks for it).
+apps::TrainResult train_until_stopped(testing::RankContext& ctx, apps::RunConfig c, const std::atomic<bool>& stop) {
+  apps::validate_config(c);
+  std::ostringstream log;
+  apps::TrainerOptions opt;
+  opt.group = ctx.group;
+  opt.log = &log;
+  opt.stop_flag = &stop;
+  apps::Trainer t(c, opt);
+  return t.train();
+}
+
 // Rank 0 alone is asked to stop (as when a signal reaches one process first): every rank must
 // stop at the same iteration, instead of the others waiting in the next allreduce.
 TEST(TrainerStop, OneRankAskingStopsAllRanks) {
@@ -166,18 +178,12 @@ TEST(TrainerStop, OneRankAskingStopsAllRanks) {
   auto result = testing::run_ranks(2, [&](testing::RankContext& ctx) {
     apps::RunConfig c = apps::load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
     c.set_output_dir(out);
-    apps::validate_config(c);
     std::atomic<bool> stop{ctx.rank == 0};
-    std::ostringstream log;
-    apps::TrainerOptions opt;
-    opt.group = ctx.group;
-    opt.log = &log;
-    opt.stop_flag = &stop;
-    apps::Trainer t(c, opt);
-    const apps::TrainResult r = t.train();
+    const apps::TrainResult r = train_until_stopped(ctx, c, stop);
     EXPECT_TRUE(r.interrupted);
     // Both ranks after the same iteration: the vote cast before iteration 1 is counted before
-    // iteration 2 (votes are one iteration late, so they never wait behind an exchange).
+    // iteration 2 (a vote is counted at the next one, so it never waits behind an exchange, and
+    // the first interval is one iteration).
     EXPECT_EQ(r.iterations, 1);
     if (ctx.rank == 0) {
       EXPECT_FALSE(r.last_checkpoint.empty());
@@ -197,20 +203,13 @@ TEST(TrainerStop, AStopAskedMidRunStopsAllRanksAtTheSameIteration) {
     c.set_output_dir(out);
     c.set_epochs(2000);  // 64,000 iterations: minutes, unless the stop works
     c.mutable_checkpoint()->set_every_epochs(0);
-    apps::validate_config(c);
     std::atomic<bool> stop{false};
     std::thread asker;
     if (ctx.rank == 1) asker = std::thread([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       stop = true;
     });
-    std::ostringstream log;
-    apps::TrainerOptions opt;
-    opt.group = ctx.group;
-    opt.log = &log;
-    opt.stop_flag = &stop;
-    apps::Trainer t(c, opt);
-    const apps::TrainResult r = t.train();
+    const apps::TrainResult r = train_until_stopped(ctx, c, stop);
     if (asker.joinable()) asker.join();
     EXPECT_TRUE(r.interrupted);
     EXPECT_GT(r.iterations, 1);  // votes went on after the first ones
