@@ -208,6 +208,36 @@ MergePlan mgwfbp_plan(const std::vector<double>& tb, const std::vector<double>& 
   return plan;
 }
 
+MergePlan mgwfbp_best_plan(const std::vector<double>& tb, const std::vector<double>& bytes,
+                           const LinearCost& cost) {
+  MergePlan best = mgwfbp_plan(tb, bytes, cost);
+  const int L = static_cast<int>(tb.size());
+  if (L <= 1) return best;
+  std::vector<LayerCost> layers(static_cast<size_t>(L));
+  double total = 0.0, smallest = 0.0;
+  for (int l = 0; l < L; ++l) {
+    layers[l].backward = tb[l];
+    layers[l].bytes = bytes[l];
+    total += bytes[l];
+    if (bytes[l] > 0 && (smallest == 0.0 || bytes[l] < smallest)) smallest = bytes[l];
+  }
+  auto end_of = [&](const MergePlan& plan) { return predict_iteration(layers, plan, cost, 0.0, false).iteration; };
+  const double greedy = end_of(best);
+  double best_end = greedy;
+  std::vector<MergePlan> candidates = {wfbp_plan(L), bsp_plan(L)};
+  for (double cap = std::max(smallest, 1.0); cap < total; cap *= 2) candidates.push_back(fusion_plan(bytes, cap, cap));
+  for (const MergePlan& c : candidates) {
+    const double end = end_of(c);
+    // Clearly better only: within kPlanMargin the paper's plan stays (the difference is below
+    // what the profile can tell apart).
+    if (end < greedy * (1.0 - kPlanMargin) && end < best_end) {
+      best = c;
+      best_end = end;
+    }
+  }
+  return best;
+}
+
 // ---- Prediction ----
 
 Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
@@ -268,7 +298,7 @@ MergePlan plan_for(Schedule schedule, const std::vector<LayerCost>& layers, cons
     case Schedule::BSP: return bsp_plan(L);
     case Schedule::WFBP: return wfbp_plan(L);
     case Schedule::FUSION: return fusion_plan(bytes, cap_bytes, first_cap_bytes);
-    case Schedule::MGWFBP: return mgwfbp_plan(tb, bytes, cost);
+    case Schedule::MGWFBP: return mgwfbp_best_plan(tb, bytes, cost);
   }
   return {};
 }

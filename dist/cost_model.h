@@ -96,6 +96,18 @@ MergePlan fusion_plan(const std::vector<double>& bytes, double cap_bytes, double
 MergePlan mgwfbp_plan(const std::vector<double>& backward_seconds, const std::vector<double>& bytes,
                       const LinearCost& cost);
 
+// MG-WFBP as the synchronizer and `mintrain model` run it: the plan is chosen from the cost model.
+// The greedy rule above walks one pair of layers at a time, and where every layer's backward is
+// shorter than alpha + gamma (ResNet-20 on 8 CPU ranks: ~5 ms layers, 26 ms) rule (b) merges
+// everything into one message, although sending the last layers' gradients early and the rest
+// at the end is predicted faster (the model's own FUSION plan: 580 vs 684 ms; docs/PERF.md). So
+// the greedy plan is compared with WFBP, one message, and byte-capped buckets in backward order
+// (caps doubling from the smallest gradient to the whole), by the predicted end of backward and
+// communication, and another plan replaces it only when more than kPlanMargin faster.
+constexpr double kPlanMargin = 0.02;
+MergePlan mgwfbp_best_plan(const std::vector<double>& backward_seconds, const std::vector<double>& bytes,
+                           const LinearCost& cost);
+
 struct LayerCost {
   double forward = 0.0;   // seconds
   double backward = 0.0;  // seconds

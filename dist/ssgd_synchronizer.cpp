@@ -278,7 +278,7 @@ std::vector<std::vector<size_t>> SsgdSynchronizer::compute_groups() const {
   }
   MergePlan plan;
   if (options_.schedule == Schedule::MGWFBP) {
-    plan = mgwfbp_plan(tb, bytes, cost_);
+    plan = mgwfbp_best_plan(tb, bytes, cost_);
   } else {
     const double MiB = 1024.0 * 1024.0;
     plan = fusion_plan(bytes, options_.bucket_cap_mb * MiB, options_.first_bucket_cap_mb * MiB);
@@ -332,7 +332,7 @@ void SsgdSynchronizer::adopt_plan_from_rank0() {
     std::vector<double> tb, bytes;
     for (const auto& l : layers) { tb.push_back(l.backward); bytes.push_back(l.bytes); }
     const auto wfbp = predict_iteration(layers, wfbp_plan(static_cast<int>(P)), cost_, 0.0, false);
-    const auto mg = predict_iteration(layers, mgwfbp_plan(tb, bytes, cost_), cost_, 0.0, false);
+    const auto mg = predict_iteration(layers, mgwfbp_best_plan(tb, bytes, cost_), cost_, 0.0, false);
     *options_.log << "MG-WFBP plan after " << profiled_ << " profiled iterations: " << P
                   << " gradients in " << groups.size() << " messages (sizes";
     for (const auto& b : buckets_) *options_.log << " " << mb(b.bytes());

@@ -136,6 +136,29 @@ TEST(CostModel, MgwfbpMergePlanByHand) {
   EXPECT_EQ(plan_str(mgwfbp_plan({0.2, 0.2, 1}, {1, 1, 1}, LinearCost{0.01, 1.0})), "[2] [1 0]");
 }
 
+// The plan MG-WFBP runs is chosen from the model: the greedy rule's, unless a simple alternative is
+// predicted clearly faster. alpha 1.5, beta 0.1, every layer 1 s of backward; layer 3 has 10
+// bytes, the others 1. Greedy: layer 3's message (1..3.5) started 1 s < alpha before each next
+// gradient, so rule (b) merges all four into one message, ready at 4: 4 + 1.5 + 1.3 = 6.8 s. Sent
+// as [3] (1..3.5) and [2 1 0] (4 + 1.8 = 5.8 s) they end a second earlier: a byte cap of 4 or 8
+// finds that split (caps 1 and 2 give WFBP's 8.3 s and 6.8 s).
+TEST(CostModel, MgwfbpRunsTheGreedyPlanUnlessTheModelFindsAClearlyFasterOne) {
+  const LinearCost cost{1.5, 0.1};
+  const std::vector<double> tb = {1, 1, 1, 1}, bytes = {1, 1, 1, 10};
+  EXPECT_EQ(plan_str(mgwfbp_plan(tb, bytes, cost)), "[3 2 1 0]");
+  EXPECT_EQ(plan_str(mgwfbp_best_plan(tb, bytes, cost)), "[3] [2 1 0]");
+  std::vector<LayerCost> layers;
+  for (int l = 0; l < 4; ++l) layers.push_back({0, tb[l], bytes[l]});
+  EXPECT_NEAR(predict_iteration(layers, mgwfbp_plan(tb, bytes, cost), cost, 0, false).iteration, 6.8, 1e-12);
+  EXPECT_NEAR(predict_schedule(Schedule::MGWFBP, layers, cost, 0, 0, 0).iteration, 5.8, 1e-12);
+  // Where the greedy plan is the best of them, it stays (the hand cases above).
+  const LinearCost unit{1.0, 0.1};
+  for (const auto& t : std::vector<std::vector<double>>{{5, 0.1, 1}, {0.2, 0.2, 1}, {5, 5, 1}})
+    EXPECT_EQ(plan_str(mgwfbp_best_plan(t, {1, 1, 1}, unit)), plan_str(mgwfbp_plan(t, {1, 1, 1}, unit)));
+  // One layer: nothing to choose.
+  EXPECT_EQ(plan_str(mgwfbp_best_plan({1}, {4}, cost)), "[0]");
+}
+
 TEST(CostModel, ScheduleNames) {
   for (auto s : {Schedule::BSP, Schedule::WFBP, Schedule::FUSION, Schedule::MGWFBP})
     EXPECT_EQ(parse_schedule(schedule_name(s)), s);
