@@ -10,13 +10,6 @@
 
 namespace mt::dist {
 
-std::vector<int> racks_of_consecutive(int world, int ranks_per_rack) {
-  std::vector<int> rack_of;
-  if (ranks_per_rack > 0)
-    for (int r = 0; r < world; ++r) rack_of.push_back(r / ranks_per_rack);
-  return rack_of;
-}
-
 DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device, int group_size,
                                         int ranks_per_rack, const CommProfileOptions& o) {
   MT_CHECK(!o.sizes_floats.empty() && o.repeats >= 1, "DS-Sync group profile: need sizes and repeats >= 1");

@@ -44,10 +44,6 @@ struct DsSyncCommProfile {
   std::vector<GroupPatternTimes> patterns;  // every distinct partition of the schedule
 };
 
-// The rack of each of `world` ranks for racks of `ranks_per_rack` consecutive ranks (0: one rack,
-// empty), as dist.dssync_ranks_per_rack assigns them.
-std::vector<int> racks_of_consecutive(int world, int ranks_per_rack);
-
 // Times every partition of the butterfly DS-Sync schedule for `group_size` and the racks (with
 // racks, the in-rack partitions and the crossing ones) at options.sizes_floats, with the repeat
 // rules of CommProfileOptions.

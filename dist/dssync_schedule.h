@@ -44,6 +44,10 @@ struct DsSyncScheduleOptions {
 
 std::vector<std::string> dssync_schedule_types();  // "butterfly", "random"
 
+// The rack of each of `world` ranks for racks of `ranks_per_rack` consecutive ranks (0: one rack,
+// empty), as dist.dssync_ranks_per_rack assigns them.
+std::vector<int> racks_of_consecutive(int world, int ranks_per_rack);
+
 // The pure butterfly; n must be a power of g (Error otherwise). n = 1: no phase.
 std::vector<Partition> butterfly_phases(int n, int g);
 // The folded butterfly for any n >= 1 (the pure butterfly when n is a power of g).

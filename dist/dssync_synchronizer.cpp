@@ -301,10 +301,10 @@ std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGr
   o.schedule.seed = config.dssync_seed;
   o.schedule.pool_size = config.dssync_pool_size;
   o.schedule.cross_period = config.dssync_cross_period;
-  o.schedule.rack_of = config.dssync_rack;
-  if (config.dssync_ranks_per_rack > 0) {
-    for (int r = 0; r < group->size(); ++r) o.schedule.rack_of.push_back(r / config.dssync_ranks_per_rack);
-  }
+  // At most one of the two is set (checked above).
+  o.schedule.rack_of = config.dssync_ranks_per_rack > 0
+                           ? racks_of_consecutive(group->size(), config.dssync_ranks_per_rack)
+                           : config.dssync_rack;
   o.global_average_every = config.dssync_global_average_every;
   o.spread_every = config.dssync_spread_every;
   o.measure_racks = config.dssync_measure_racks;
