@@ -42,6 +42,8 @@ Result testbed(const std::string& args, const std::string& prefix = "mt-test") {
   return sh("bash " + kScript + " " + args, prefix);
 }
 
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 bool netns_usable() {
   return ::geteuid() == 0 && sh("ip netns list >/dev/null").rc == 0;
 }
@@ -110,6 +112,38 @@ TEST(TestbedScript, ContentionVariesHostZerosLinkBetweenAFifthAndTheFullRate) {
   EXPECT_NE(r.out.find("# vary 0 20000000bit 100mbit 2"), std::string::npos) << r.out;
 }
 
+// HOST_CPUS: every host gets a cgroup with a quota of that many cores (10 ms periods), `down`
+// removes them, and nothing outside our own hosts' cgroups is touched.
+TEST(TestbedScript, HostCpusGivesEveryHostAQuotaOfItsOwn) {
+  const Result r = sh("HOST_CPUS=0.5 bash " + kScript + " dry-run 2 flat 100mbit 0ms");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  if (contains(r.out, "no cpu cgroup to write")) GTEST_SKIP() << "this machine has no cpu cgroup: " << r.out;
+  const bool v1 = contains(r.out, "cpu.cfs_quota_us");
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("ip netns ", 0) == 0) continue;
+    // The rest are cgroup commands, each on one of our hosts' cgroups (v2 may enable the cpu
+    // controller for the children of the root first).
+    EXPECT_TRUE(std::regex_search(line, std::regex(R"(/sys/fs/cgroup/(cpu/)?mt-test-h[01]\b)")) ||
+                line == "echo +cpu > /sys/fs/cgroup/cgroup.subtree_control")
+        << line;
+  }
+  for (const std::string h : {"mt-test-h0", "mt-test-h1"}) {
+    const std::string dir = std::string(v1 ? "/sys/fs/cgroup/cpu/" : "/sys/fs/cgroup/") + h;
+    EXPECT_TRUE(contains(r.out, "mkdir -p " + dir + "\n")) << r.out;
+    if (v1) {
+      EXPECT_TRUE(contains(r.out, "echo 10000 > " + dir + "/cpu.cfs_period_us\n")) << r.out;
+      EXPECT_TRUE(contains(r.out, "echo 5000 > " + dir + "/cpu.cfs_quota_us\n")) << r.out;
+    } else {
+      EXPECT_TRUE(contains(r.out, "echo 5000 10000 > " + dir + "/cpu.max\n")) << r.out;
+    }
+    EXPECT_TRUE(contains(r.out, "rmdir " + dir + "\n")) << r.out;
+  }
+  // Without HOST_CPUS no cgroup is made.
+  EXPECT_FALSE(contains(testbed("dry-run 2 flat 100mbit 0ms").out, "cgroup"));
+}
+
 TEST(TestbedScript, VaryRefusesBadArguments) {
   EXPECT_EQ(testbed("vary x 10mbit 20mbit").rc, 2);
   EXPECT_EQ(testbed("vary 0 10mbit 20mbit soon").rc, 2);
@@ -121,6 +155,11 @@ TEST(TestbedScript, RefusesBadArguments) {
   EXPECT_EQ(testbed("dry-run 2 mesh").rc, 2);
   EXPECT_EQ(testbed("dry-run 2 flat 10furlongs").rc, 2);
   EXPECT_EQ(testbed("frobnicate").rc, 2);
+  for (const char* cpus : {"lots", "0", "-1", "1.5.2"}) {
+    const Result r = sh(std::string("HOST_CPUS=") + cpus + " bash " + kScript + " dry-run 2 flat");
+    EXPECT_EQ(r.rc, 2) << cpus;
+    EXPECT_TRUE(contains(r.out, "HOST_CPUS must be a number of cores > 0")) << r.out;
+  }
 }
 
 TEST(TestbedScript, SaysWhenNotRoot) {
@@ -175,6 +214,35 @@ TEST(TestbedScript, TwoHostsReachEachOtherAndDownRemovesEverything) {
   EXPECT_NE(qdisc.out.find("tbf"), std::string::npos) << qdisc.out;
   EXPECT_EQ(down.rc, 0) << down.out;
   EXPECT_EQ(sh("ip netns list | grep mt-test-").out, "");
+}
+
+// A real testbed with HOST_CPUS: `run` starts the command inside its host's cgroup, the quota is
+// what was asked, and `down` removes the cgroups with the namespaces.
+TEST(TestbedScript, HostCpusRunsCommandsInTheirHostsCgroupAndDownRemovesIt) {
+  if (!netns_usable()) GTEST_SKIP() << "needs root and ip netns";
+  const std::string prefix = "mt-tcpu";
+  std::string dir, quota_file, quota;
+  if (sh("test -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us").rc == 0) {
+    dir = "/sys/fs/cgroup/cpu/", quota_file = "cpu.cfs_quota_us", quota = "5000";
+  } else if (sh("grep -qw cpu /sys/fs/cgroup/cgroup.controllers").rc == 0) {
+    dir = "/sys/fs/cgroup/", quota_file = "cpu.max", quota = "5000 10000";
+  } else {
+    GTEST_SKIP() << "no cpu cgroup on this machine";
+  }
+  const Result up = sh("HOST_CPUS=0.5 bash " + kScript + " up 2 flat 100mbit", prefix);
+  if (up.rc != 0) {
+    testbed("down", prefix);
+    FAIL() << up.out;
+  }
+  const Result in_cgroup = testbed("run 1 -- cat /proc/self/cgroup", prefix);
+  const Result limit = sh("cat " + dir + prefix + "-h1/" + quota_file);
+  const Result down = testbed("down", prefix);
+  EXPECT_TRUE(contains(in_cgroup.out, "/" + prefix + "-h1\n")) << in_cgroup.out;
+  EXPECT_EQ(limit.out, quota + "\n");
+  EXPECT_EQ(down.rc, 0) << down.out;
+  EXPECT_NE(sh("test -e " + dir + prefix + "-h0").rc, 0);
+  EXPECT_NE(sh("test -e " + dir + prefix + "-h1").rc, 0);
+  EXPECT_EQ(sh("ip netns list | grep " + prefix + "-").out, "");
 }
 
 }  // namespace

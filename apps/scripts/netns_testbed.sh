@@ -19,6 +19,12 @@
 #               (another job's traffic taking bandwidth on host 0's link now and then; dry-run
 #               prints one round of it). `vary` runs until killed; it only works with DELAY 0ms.
 # DELAY needs the netem qdisc (absent from some kernels, e.g. our VM: then use 0ms).
+# Env HOST_CPUS (e.g. 0.5; default unset: no limit) gives every host a CPU share of its own, a
+# cgroup quota of that many cores: the emulated hosts share this machine's cores, and without
+# a quota a host whose rank waits on the network lends its core to the others, so compute time
+# would depend on what the other hosts do, which no real cluster does (and no cost model
+# predicts). `run` starts the command in its host's cgroup; `down` removes the cgroups.
+# Without a writable cpu cgroup (v1 or v2) `up` says so and goes on without the quota.
 # Env MT_TESTBED_PREFIX (default mt) names the namespaces: <prefix>-sw, <prefix>-h<i>.
 # Example: netns_testbed.sh up 4 flat 25mbit && netns_testbed.sh run 1 -- ip -br addr
 set -euo pipefail
@@ -29,7 +35,7 @@ SW=${PREFIX}-sw
 SUBNET=10.77.0
 DRY=0
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # Every command that changes the system goes through x: printed in dry-run, run otherwise.
 x() {
@@ -47,7 +53,10 @@ need_root() {
 
 host() { echo "${PREFIX}-h$1"; }
 
-# tc on one interface in namespace $1: netem delay (if any) then tbf at the rate.
+# tc on one interface in namespace $1: netem delay (if any) then tbf at the rate. The bucket holds
+# 10 ms worth of bytes: a link that idled lets that much through at the veth's speed before it
+# settles at its rate (as cloud links with burst credit do), so an allreduce after compute is
+# faster than one right after another; `mintrain profile-comm --idle-ms` measures it that way.
 shape() {
   local ns=$1 dev=$2 rate=$3 delay=$4
   local bits burst
@@ -76,6 +85,50 @@ rate_bits() {
   esac
 }
 
+# ---- per-host CPU share (HOST_CPUS) ----------------------------------------------------------
+CG_PERIOD_US=10000   # a short period: a throttled rank waits at most ~10 ms, not cgroup's 100 ms
+
+# The cpu cgroup hierarchy: "v1 DIR" (cpu controller mounted on its own) or "v2 DIR" (unified), or
+# nothing when neither is there to write.
+cg_hierarchy() {
+  if [[ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then echo "v1 /sys/fs/cgroup/cpu"
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then echo "v2 /sys/fs/cgroup"
+  fi
+}
+
+# Writes $2 into file $1 (printed in dry-run).
+xw() {
+  if ((DRY)); then echo "echo $2 > $1"; else echo "$2" >"$1"; fi
+}
+
+# Host $1's cgroup with a quota of HOST_CPUS cores.
+cg_make() {
+  local h=$1 kind dir quota
+  read -r kind dir <<<"$(cg_hierarchy)"
+  if [[ -z $kind ]]; then
+    echo "netns_testbed.sh: no cpu cgroup to write (neither /sys/fs/cgroup/cpu nor a unified" \
+         "hierarchy with the cpu controller), so the hosts share the cores without HOST_CPUS" >&2
+    return 0
+  fi
+  quota=$(awk -v c="$HOST_CPUS" -v p="$CG_PERIOD_US" 'BEGIN { printf "%d", c * p }')
+  x mkdir -p "$dir/$h"
+  if [[ $kind == v1 ]]; then
+    xw "$dir/$h/cpu.cfs_period_us" "$CG_PERIOD_US"
+    xw "$dir/$h/cpu.cfs_quota_us" "$quota"
+  else
+    grep -qw cpu "$dir/cgroup.subtree_control" 2>/dev/null || xw "$dir/cgroup.subtree_control" "+cpu"
+    xw "$dir/$h/cpu.max" "$quota $CG_PERIOD_US"
+  fi
+}
+
+# The cgroup directories of our hosts that exist.
+cg_dirs() {
+  local kind dir
+  read -r kind dir <<<"$(cg_hierarchy)"
+  [[ -n $kind ]] || return 0
+  find "$dir" -maxdepth 1 -type d -regextype egrep -regex ".*/${PREFIX}-h[0-9]+" 2>/dev/null || true
+}
+
 # A veth pair: end $2 in namespace $1, end $4 in namespace $3 (created there, never in the root ns).
 veth() {
   x ip netns exec "$1" ip link add "$2" type veth peer name "$4" netns "$3"
@@ -86,6 +139,9 @@ up() {
   local rate=${3:-1gbit} delay=${4:-0ms}
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || { echo "N must be 1..200" >&2; exit 2; }
   rate_bits "$rate" >/dev/null
+  [[ -z ${HOST_CPUS:-} || $HOST_CPUS =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] &&
+    awk -v c="${HOST_CPUS:-1}" 'BEGIN { exit !(c > 0) }' ||
+    { echo "HOST_CPUS must be a number of cores > 0, e.g. 0.5 (got '$HOST_CPUS')" >&2; exit 2; }
   case $preset in
     flat|two_racks|straggler|contention) ;;
     *) echo "unknown preset '$preset' (flat, two_racks, straggler, contention)" >&2; exit 2 ;;
@@ -135,10 +191,11 @@ up() {
     x ip netns exec "$h" ip addr add "$SUBNET.$((i + 1))/24" dev eth0
     x ip netns exec "$h" ip link set eth0 up
     x ip netns exec "$SW" ip link set "$port" master "$br" up
+    [[ -z ${HOST_CPUS:-} ]] || cg_make "$h"
     shape "$h" eth0 "$link_rate" "$delay"       # host -> switch
     shape "$SW" "$port" "$link_rate" "$delay"   # switch -> host
   done
-  ((DRY)) || echo "testbed up: $n hosts ($preset, $rate, delay $delay): $(host 0) = $SUBNET.1 .. $(host $((n - 1))) = $SUBNET.$n"
+  ((DRY)) || echo "testbed up: $n hosts ($preset, $rate, delay $delay${HOST_CPUS:+, $HOST_CPUS cores each}): $(host 0) = $SUBNET.1 .. $(host $((n - 1))) = $SUBNET.$n"
   ((DRY)) || trap - EXIT INT TERM
 }
 
@@ -153,6 +210,23 @@ down() {
   fi
   for ns in $list; do
     x ip netns del "$ns"
+  done
+  # The hosts' cgroups (HOST_CPUS), once their processes are gone: a cgroup with a process left in
+  # it cannot be removed, so a rank still exiting gets a few tries.
+  local kind dir d try
+  if ((DRY)); then
+    read -r kind dir <<<"$(cg_hierarchy)"
+    if [[ -n ${HOST_CPUS:-} && -n $kind ]]; then
+      for ((i = 0; i < ${1:-0}; i++)); do echo "rmdir $dir/$(host "$i")"; done
+    fi
+    return 0
+  fi
+  for d in $(cg_dirs); do
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+      rmdir "$d" 2>/dev/null && break
+      sleep 0.2
+    done
+    [[ ! -d $d ]] || echo "netns_testbed.sh: could not remove cgroup $d (a process is still in it)" >&2
   done
   return 0
 }
@@ -185,7 +259,13 @@ run() {
   [[ ${1:-} == -- ]] && shift
   (($#)) || { echo "usage: run I -- CMD..." >&2; exit 2; }
   need_root run
-  exec ip netns exec "$(host "$i")" "$@"
+  local h d
+  h=$(host "$i")
+  # Into the host's cgroup first (HOST_CPUS), so the command and all it starts run on its share.
+  for d in $(cg_dirs); do
+    [[ ${d##*/} == "$h" ]] && echo $$ >"$d/cgroup.procs"
+  done
+  exec ip netns exec "$h" "$@"
 }
 
 cmd=${1:-}
