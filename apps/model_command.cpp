@@ -299,7 +299,9 @@ const char* kModelUsage =
     "    without, one level at the measured rate 2(n-1)/n / beta. gamma, the compute each message\n"
     "    sent during backward costs, goes into WFBP, FUSION and MGWFBP at every N >= 2 (BSP sends\n"
     "    after backward and never pays it). At N = n, an allreduce costs what the profile measured\n"
-    "    for that size (the mean, interpolated between the measured sizes), not the fitted line.";
+    "    for that size (the mean, interpolated between the measured sizes), not the fitted line;\n"
+    "    when it was also timed after idling (profile-comm --idle-ms), a message that follows that\n"
+    "    much idle network or more takes the after-idle time, and less idle a share of the saving.";
 
 }  // namespace
 
@@ -593,6 +595,30 @@ MeasuredComm read_comm_profile(const std::string& path) {
       }
       dist::trimmed_mean_per_size(b, t, size_bytes, size_means);
       dist::set_measured_curve(m.cost, size_bytes, size_means);
+      // The same sizes timed after idling, when profile-comm --idle-ms took them.
+      const Json* idle_bytes = root.get("idle_bytes");
+      const Json* idle_seconds = root.get("idle_seconds");
+      if (idle_bytes && idle_seconds) {
+        const double idle = number_field(root, "idle_before_s", path, true);
+        MT_CHECK(idle > 0, path, ": \"idle_bytes\" and \"idle_seconds\" need \"idle_before_s\" > 0, got ", idle);
+        MT_CHECK(idle_bytes->kind == Json::Array && idle_seconds->kind == Json::Array &&
+                     idle_bytes->items.size() == idle_seconds->items.size(),
+                 path, ": \"idle_bytes\" and \"idle_seconds\" must be arrays of the same length");
+        std::vector<double> ib, it, idle_sizes, idle_means;
+        for (size_t i = 0; i < idle_bytes->items.size(); ++i) {
+          MT_CHECK(idle_bytes->items[i].kind == Json::Number && idle_seconds->items[i].kind == Json::Number &&
+                       idle_bytes->items[i].number > 0 && idle_seconds->items[i].number > 0,
+                   path, ": \"idle_bytes\" and \"idle_seconds\" must hold numbers > 0 (entry ", i, ")");
+          ib.push_back(idle_bytes->items[i].number);
+          it.push_back(idle_seconds->items[i].number);
+        }
+        dist::trimmed_mean_per_size(ib, it, idle_sizes, idle_means);
+        try {
+          dist::set_idle_curve(m.cost, idle_sizes, idle_means, idle);
+        } catch (const core::Error& e) {
+          MT_FAIL(path, ": \"idle_bytes\" must time the sizes of \"bytes\" again: ", e.what());
+        }
+      }
     }
     if (const Json* d = root.get("dssync")) m.dssync = read_dssync_patterns(*d, path);
   } catch (const core::Error& e) {
@@ -635,13 +661,16 @@ CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandw
 // ---- Prediction ----
 
 namespace {
-// The ring allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curve at
-// the N it was measured on.
+// The ring allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curves
+// (back to back and after idling) at the N they were measured on.
 dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n) {
   dist::LinearCost ring = network.allreduce(n);
   if (n > 1) ring.gamma = s.gamma;
-  if (n > 1 && n == s.measured_world && !s.measured_bytes.empty())
+  if (n > 1 && n == s.measured_world && !s.measured_bytes.empty()) {
     dist::set_measured_curve(ring, s.measured_bytes, s.measured_seconds);
+    if (!s.measured_idle_seconds.empty())
+      dist::set_idle_curve(ring, s.measured_bytes, s.measured_idle_seconds, s.measured_idle);
+  }
   return ring;
 }
 }  // namespace
@@ -796,7 +825,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                     (measured->cost.measured_bytes.empty()
                          ? std::string()
                          : "; at N = " + std::to_string(n) + " an allreduce takes the measured time of its size (" +
-                               std::to_string(measured->cost.measured_bytes.size()) + " sizes, interpolated)");
+                               std::to_string(measured->cost.measured_bytes.size()) + " sizes, interpolated" +
+                               (measured->cost.idle_measured_seconds.empty()
+                                    ? std::string(")")
+                                    : "; after " + fmt("%.1f", measured->cost.idle_measured * 1e3) +
+                                          " ms or more of idle network, the time measured after idling)"));
   }
   const dist::NetworkModel network(net);
   if (at < 0) at = *std::max_element(workers.begin(), workers.end());
@@ -835,6 +868,8 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     s.measured_world = measured->world;
     s.measured_bytes = measured->cost.measured_bytes;
     s.measured_seconds = measured->cost.measured_seconds;
+    s.measured_idle_seconds = measured->cost.idle_measured_seconds;
+    s.measured_idle = measured->cost.idle_measured;
     s.dssync_measured = measured->dssync;
   }
   if (!save_profile.empty()) write_profile(profile, save_profile);

@@ -97,6 +97,9 @@ struct AlgorithmSettings {
   // that N the ring's cost follows them instead of the line (dist::LinearCost).
   int measured_world = 0;
   std::vector<double> measured_bytes, measured_seconds;
+  // ... and after measured_idle seconds of idle network, per size (empty: not timed that way).
+  std::vector<double> measured_idle_seconds;
+  double measured_idle = 0.0;
   // DS-Sync's group averages as profile-comm --dssync-group-size timed them on measured_world
   // ranks (dist/dssync_comm_profile.h): at that N, with the same group size and racks, a
   // group average costs these curves' time instead of the network model's.

@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 const char* kProfileCommUsage =
     "usage: mintrain launch --nproc-per-node N -- profile-comm [--out FILE.json]\n"
     "           [--sizes 256,2048,...] [--repeats R] [--seconds-per-size S] [--max-repeats R]\n"
+    "           [--idle-ms X]\n"
     "           [--no-gamma] [--gamma-rounds K] [--gamma-messages M] [--gamma-chunk-ms X]\n"
     "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]]\n"
     "           [--interface IF] [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
@@ -31,7 +32,9 @@ const char* kProfileCommUsage =
     "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
     "  message, default 256,2048,16384,131072,524288,1048576), each at least --repeats times\n"
     "  (default 4) and more until they add up to --seconds-per-size (default 0.3; 0: exactly\n"
-    "  --repeats) but at most --max-repeats (default 64), fits T(M) = alpha + beta * M on rank 0's\n"
+    "  --repeats) but at most --max-repeats (default 64), each after --idle-ms of idling (default 0,\n"
+    "  back to back; training computes between its messages, and a link can be faster after\n"
+    "  idling: give about an iteration's compute), fits T(M) = alpha + beta * M on rank 0's\n"
     "  mean time per size, and measures gamma, the compute one message sent during computation\n"
     "  costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms of compute;\n"
     "  --no-gamma skips it). --dssync-group-size also times DS-Sync's group averages as training\n"
@@ -121,10 +124,14 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   // time implies, comparable with a NIC's nominal rate.
   const double ring_share = n > 1 ? 2.0 * (n - 1) / n : 1.0;
   os << "communication profile: " << p.group << "; rank 0's times, " << p.bytes.size() << " in all over "
-     << p.size_bytes.size() << " sizes\n";
+     << p.size_bytes.size() << " sizes back to back";
+  const bool idle = !p.cost.idle_measured_seconds.empty();
+  if (idle)
+    os << ", " << p.idle_bytes.size() << " more after " << fmt("%.1f", p.idle_before_seconds * 1e3) << " ms idle each";
+  os << "\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s\n", "bytes", "floats", "runs", "mean* ms",
-                "min ms", "fit ms", "payload MB/s", "link Gbit/s");
+  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s%s\n", "bytes", "floats", "runs", "mean* ms",
+                "min ms", "fit ms", "payload MB/s", "link Gbit/s", idle ? "  after idle ms" : "");
   os << line;
   for (size_t s = 0; s < p.size_bytes.size(); ++s) {
     const double bytes = p.size_bytes[s], mean = p.size_mean_seconds[s];
@@ -134,13 +141,22 @@ std::string comm_profile_table(const dist::CommProfile& p) {
       if (p.bytes[i] == bytes) fastest = std::min(fastest, p.seconds[i]), ++runs;
     const double rate = mean > 0 ? bytes / mean : 0.0;
     const double line_seconds = p.cost.alpha + p.cost.beta * bytes;  // the fit, not the curve
-    std::snprintf(line, sizeof(line), "%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f\n", bytes, bytes / 4,
+    std::snprintf(line, sizeof(line), "%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f", bytes, bytes / 4,
                   runs, mean * 1e3, fastest * 1e3, line_seconds * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
     os << line;
+    if (idle) {  // rank 0's after-idle mean of this size (the cost keeps the sizes sorted)
+      const auto& sizes = p.cost.measured_bytes;
+      const size_t k = static_cast<size_t>(std::find(sizes.begin(), sizes.end(), bytes) - sizes.begin());
+      if (k < sizes.size()) os << fmt("%15.3f", p.cost.idle_measured_seconds[k] * 1e3);
+    }
+    os << "\n";
   }
   const double payload_rate = p.cost.beta > 0 ? 1.0 / p.cost.beta : 0.0;
   os << "mean*: without the fastest and slowest 10% of the runs; `mintrain model` uses these times for\n"
         "allreduces on " << p.world << " ranks and the fit (\"fit ms\") to scale to other counts\n";
+  if (idle)
+    os << "after idle: the same mean* of allreduces that each followed the idle time; the model takes it for a\n"
+          "message that follows as much idle network or more, and between the two for less\n";
   os << "fit T(M) = alpha + beta * M: alpha " << fmt("%.1f", p.cost.alpha * 1e6) << " us, beta "
      << fmt("%.4f", p.cost.beta * 1e9) << " ms/MB (MB = 1e6 bytes): effective allreduce bandwidth "
      << fmt("%.1f", payload_rate / 1e6) << " MB/s of payload, a ring link rate of "
@@ -156,7 +172,9 @@ std::string comm_profile_table(const dist::CommProfile& p) {
     const dist::DsSyncCommProfile& d = p.dssync;
     os << "DS-Sync groups of " << d.group_size
        << (d.ranks_per_rack > 0 ? " in racks of " + std::to_string(d.ranks_per_rack) + " ranks" : std::string())
-       << ", all groups of a partition at once: the slowest group's mean* ms\n";
+       << ", all groups of a partition at once"
+       << (p.idle_before_seconds > 0 ? ", each after " + fmt("%.1f", p.idle_before_seconds * 1e3) + " ms idle" : "")
+       << ": the slowest group's mean* ms\n";
     std::snprintf(line, sizeof(line), "%-40s %-8s", "partition", "racks");
     os << line;
     for (double b : d.patterns[0].size_bytes) os << fmt(" %12.0f", b);
@@ -195,6 +213,11 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
       MT_CHECK(options.seconds_per_size >= 0 && options.seconds_per_size <= 600,
                "profile-comm: --seconds-per-size must be in [0, 600], got ", options.seconds_per_size);
     } else if (a == "--max-repeats") options.max_repeats = parse_count(a, value(), 1);
+    else if (a == "--idle-ms") {
+      const double idle_ms = parse_number(a, value());
+      MT_CHECK(idle_ms >= 0 && idle_ms <= 10000, "profile-comm: --idle-ms must be in [0, 10000], got ", idle_ms);
+      options.idle_before_seconds = idle_ms * 1e-3;
+    }
     else if (a == "--no-gamma") options.measure_gamma = false;
     else if (a == "--gamma-rounds") options.gamma_rounds = parse_count(a, value(), 1);
     else if (a == "--gamma-messages") options.gamma_messages = parse_count(a, value(), 1);

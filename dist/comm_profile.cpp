@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -74,8 +75,11 @@ std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, co
     for (int w = 0; w < warmups; ++w) finish(timed->allreduce(t), *timed, "the communication profile's allreduce (warm-up)");
   }
   auto run = [&](int count) {
-    if (!timed) return;
     for (int r = 0; r < count; ++r) {
+      if (o.idle_before_seconds > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_before_seconds));
+      if (o.start_together) agree.barrier();
+      if (!timed) continue;
       const auto start = Clock::now();
       finish(timed->allreduce(t), *timed, "the communication profile's timed allreduce");
       mine.push_back(since(start));
@@ -99,24 +103,41 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   CommProfile p;
   p.world = group.size();
   p.group = group.describe();
+  CommProfileOptions back_to_back = o;
+  back_to_back.idle_before_seconds = 0.0;
   for (size_t s = 0; s < o.sizes_floats.size(); ++s) {
     const int64_t n = o.sizes_floats[s];
     // The first operations after connecting are slow (ranks still arriving, buffers being
     // registered): the first size gets several warm-ups.
-    for (double t : time_allreduces(&group, group, device, n, s == 0 ? 8 : 1, o)) {
+    for (double t : time_allreduces(&group, group, device, n, s == 0 ? 8 : 1, back_to_back)) {
       p.bytes.push_back(static_cast<double>(n) * 4.0);
       p.seconds.push_back(t);
     }
   }
-  // Rank 0's means are everybody's: broadcast once, they are the cost's measured curve
+  std::vector<double> idle_size_bytes, idle_means;
+  if (o.idle_before_seconds > 0) {
+    p.idle_before_seconds = o.idle_before_seconds;
+    for (const int64_t n : o.sizes_floats) {
+      for (double t : time_allreduces(&group, group, device, n, 0, o)) {
+        p.idle_bytes.push_back(static_cast<double>(n) * 4.0);
+        p.idle_seconds.push_back(t);
+      }
+    }
+    trimmed_mean_per_size(p.idle_bytes, p.idle_seconds, idle_size_bytes, idle_means);
+  }
+  // Rank 0's means are everybody's: broadcast once, they are the cost's measured curves
   // (cost_model.h) and every rank fits the same line through them, so all plan alike.
   trimmed_mean_per_size(p.bytes, p.seconds, p.size_bytes, p.size_mean_seconds);
   {
     std::vector<float> means(p.size_mean_seconds.begin(), p.size_mean_seconds.end());
+    means.insert(means.end(), idle_means.begin(), idle_means.end());
     Tensor t = Tensor::from_vector(means, {static_cast<int64_t>(means.size())}).to(device);
     finish(group.broadcast(t, 0), group, "sharing the measured allreduce times");
     const std::vector<float> shared = t.to(core::Device::cpu()).to_vector();
-    set_measured_curve(p.cost, p.size_bytes, std::vector<double>(shared.begin(), shared.end()));
+    const auto mid = shared.begin() + static_cast<std::ptrdiff_t>(p.size_mean_seconds.size());
+    set_measured_curve(p.cost, p.size_bytes, std::vector<double>(shared.begin(), mid));
+    if (!idle_means.empty())
+      set_idle_curve(p.cost, idle_size_bytes, std::vector<double>(mid, shared.end()), o.idle_before_seconds);
   }
   const LinearCost line = fit_linear_cost(p.cost.measured_bytes, p.cost.measured_seconds);
   p.cost.alpha = line.alpha;
@@ -206,11 +227,19 @@ std::string comm_profile_json(const CommProfile& p) {
      << "\",\n  \"alpha_s\": " << p.cost.alpha
      << ",\n  \"beta_s_per_byte\": " << p.cost.beta << ",\n  \"gamma_s\": " << p.cost.gamma
      << ",\n  \"chunk_alone_s\": " << p.chunk_alone_seconds
-     << ",\n  \"chunk_with_message_s\": " << p.chunk_with_message_seconds << ",\n  \"bytes\": [";
-  for (size_t i = 0; i < p.bytes.size(); ++i) os << (i ? ", " : "") << p.bytes[i];
-  os << "],\n  \"seconds\": [";
-  for (size_t i = 0; i < p.seconds.size(); ++i) os << (i ? ", " : "") << p.seconds[i];
-  os << "]";
+     << ",\n  \"chunk_with_message_s\": " << p.chunk_with_message_seconds
+     << ",\n  \"idle_before_s\": " << p.idle_before_seconds;
+  auto list = [&](const char* key, const std::vector<double>& v) {
+    os << ",\n  \"" << key << "\": [";
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+    os << "]";
+  };
+  list("bytes", p.bytes);
+  list("seconds", p.seconds);
+  if (p.idle_before_seconds > 0) {
+    list("idle_bytes", p.idle_bytes);
+    list("idle_seconds", p.idle_seconds);
+  }
   if (p.dssync.group_size > 0) os << ",\n  \"dssync\": " << dssync_comm_profile_json(p.dssync, "  ");
   os << "\n}\n";
   return os.str();

@@ -40,6 +40,16 @@ struct CommProfileOptions {
   int repeats = 4;                // at least this many timed allreduces per size (after a warm-up) ...
   double seconds_per_size = 0.3;  // ... and more, until they add up to about this long ...
   int max_repeats = 64;           // ... but not more than this (0 seconds: exactly `repeats`)
+  // > 0: every size is timed a second time, each allreduce after every rank waited this long
+  // (not counted in its time). In training the network idles while the ranks compute, and a
+  // link can be faster after idling than back to back (a token bucket refills); the model
+  // takes both curves (LinearCost::time(bytes, idle)). DS-Sync's groups, whose average always
+  // follows the compute, are timed only this way.
+  double idle_before_seconds = 0.0;
+  // Every timed allreduce starts after a barrier of the `agree` group of time_allreduces: groups
+  // that time their own allreduces side by side (DS-Sync's) then contend in every repeat, as in
+  // training, instead of drifting apart and sharing a link less than training does.
+  bool start_together = false;
   bool measure_gamma = true;
   int gamma_messages = 24;             // chunks of compute, one message after each
   double gamma_chunk_seconds = 0.004;  // target length of one chunk, computing alone
@@ -54,9 +64,12 @@ struct CommProfile {
   std::vector<double> seconds;     // ... and rank 0's time for it
   std::vector<double> size_bytes;         // each size once ...
   std::vector<double> size_mean_seconds;  // ... and the 10% trimmed mean of this rank's times
-  LinearCost cost;  // rank 0's means as its measured curve, alpha and beta fitted on them; gamma
+  LinearCost cost;  // rank 0's means as its measured curve (and after-idle curve), alpha and beta
+                    // fitted on the back-to-back means; gamma
   double chunk_alone_seconds = 0;  // one compute chunk, alone (mean over ranks)
   double chunk_with_message_seconds = 0;  // one chunk followed by a message send
+  double idle_before_seconds = 0;  // > 0: the sizes were timed again after this long idle ...
+  std::vector<double> idle_bytes, idle_seconds;  // ... every one of those allreduces, as above
   DsSyncCommProfile dssync;  // DS-Sync's group patterns, when measured (group_size > 0)
 };
 
@@ -67,8 +80,8 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device,
 // ones), at least options.repeats and more until they add up to options.seconds_per_size (at
 // most options.max_repeats); the count beyond options.repeats is rank 0 of `agree`'s, so every
 // rank of `agree` (which holds `timed`) runs alike. This rank's times, in order. timed = null: a
-// rank with nothing to time this round, which still takes part in agreeing (DS-Sync's patterns,
-// where a rank may sit alone).
+// rank with nothing to time this round, which still takes part in agreeing and in the barriers
+// of options.start_together (DS-Sync's patterns, where a rank may sit alone).
 std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, core::Device device, int64_t floats,
                                     int warmups, const CommProfileOptions& options);
 

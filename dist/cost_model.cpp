@@ -28,16 +28,50 @@ std::string schedule_name(Schedule schedule) {
   return "?";
 }
 
-double LinearCost::time(double bytes) const {
-  const size_t k = measured_bytes.size();
-  if (k == 0) return alpha + beta * bytes;
-  if (bytes <= measured_bytes.front()) return measured_seconds.front();
-  if (bytes >= measured_bytes.back()) return measured_seconds.back() + beta * (bytes - measured_bytes.back());
-  const size_t hi = static_cast<size_t>(
-      std::upper_bound(measured_bytes.begin(), measured_bytes.end(), bytes) - measured_bytes.begin());
-  const double b0 = measured_bytes[hi - 1], b1 = measured_bytes[hi];
-  const double t0 = measured_seconds[hi - 1], t1 = measured_seconds[hi];
+namespace {
+
+// The curve (sizes ascending, one time each) at `bytes`: linear between neighbouring sizes, the
+// smallest size's time below it, slope `beta` above the largest.
+double on_curve(const std::vector<double>& sizes, const std::vector<double>& seconds, double beta, double bytes) {
+  if (bytes <= sizes.front()) return seconds.front();
+  if (bytes >= sizes.back()) return seconds.back() + beta * (bytes - sizes.back());
+  const size_t hi = static_cast<size_t>(std::upper_bound(sizes.begin(), sizes.end(), bytes) - sizes.begin());
+  const double b0 = sizes[hi - 1], b1 = sizes[hi];
+  const double t0 = seconds[hi - 1], t1 = seconds[hi];
   return t0 + (t1 - t0) * (bytes - b0) / (b1 - b0);
+}
+
+}  // namespace
+
+double LinearCost::time(double bytes) const {
+  if (measured_bytes.empty()) return alpha + beta * bytes;
+  return on_curve(measured_bytes, measured_seconds, beta, bytes);
+}
+
+double LinearCost::time(double bytes, double idle) const {
+  const double back_to_back = time(bytes);
+  if (idle_measured_seconds.empty() || idle <= 0) return back_to_back;
+  const double rested = on_curve(measured_bytes, idle_measured_seconds, beta, bytes);
+  return back_to_back + (rested - back_to_back) * std::min(idle / idle_measured, 1.0);
+}
+
+void set_idle_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds,
+                    double idle) {
+  MT_CHECK(idle > 0 && std::isfinite(idle), "an after-idle allreduce curve needs an idle time > 0, got ", idle);
+  MT_CHECK(bytes.size() == seconds.size() && bytes.size() == cost.measured_bytes.size(),
+           "an after-idle allreduce curve needs one time for each of the measured curve's ",
+           cost.measured_bytes.size(), " sizes, got ", bytes.size(), " sizes and ", seconds.size(), " times");
+  std::vector<double> aligned(bytes.size(), 0.0);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto at = std::find(cost.measured_bytes.begin(), cost.measured_bytes.end(), bytes[i]);
+    MT_CHECK(at != cost.measured_bytes.end(), "the after-idle allreduce curve has the size ", bytes[i],
+             ", which the measured curve has not");
+    MT_CHECK(seconds[i] > 0 && std::isfinite(seconds[i]), "an after-idle allreduce curve needs times > 0, got ",
+             seconds[i], " s for ", bytes[i], " bytes");
+    aligned[static_cast<size_t>(at - cost.measured_bytes.begin())] = seconds[i];
+  }
+  cost.idle_measured_seconds = aligned;
+  cost.idle_measured = idle;
 }
 
 void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector<double> seconds) {
@@ -48,6 +82,8 @@ void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] < bytes[b]; });
   cost.measured_bytes.clear();
   cost.measured_seconds.clear();
+  cost.idle_measured_seconds.clear();  // it belonged to the old sizes
+  cost.idle_measured = 0.0;
   for (size_t i : order) {
     MT_CHECK(bytes[i] > 0 && seconds[i] > 0 && std::isfinite(seconds[i]),
              "a measured allreduce curve needs sizes and times > 0, got ", bytes[i], " bytes in ", seconds[i], " s");
@@ -273,7 +309,12 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
     }
     if (after_backward) deps.push_back(backward_done);
     if (prev_msg >= 0) deps.push_back(prev_msg);
-    prev_msg = dag.add("allreduce " + std::to_string(m), cost.time(bytes), deps);
+    // How long the network idled before this message: since the previous one ended, or for the
+    // first, since the last message of the previous iteration (its update, then this forward...).
+    double ready = 0.0;
+    for (int d : deps) ready = std::max(ready, dag.finish(d));
+    const double idle = prev_msg >= 0 ? ready - dag.finish(prev_msg) : ready + update_seconds;
+    prev_msg = dag.add("allreduce " + std::to_string(m), cost.time(bytes, idle), deps);
     update_deps.push_back(prev_msg);
   }
   dag.add("update", update_seconds, update_deps);

@@ -42,7 +42,18 @@ struct LinearCost {
   // measured on, the measurement is the better model. alpha and beta stay the model for other
   // scales (NetworkModel) and for MG-WFBP's rule (b).
   std::vector<double> measured_bytes, measured_seconds;
+  // Optional, with the measured curve: the same sizes' mean times when every allreduce came after
+  // `idle_measured` seconds in which the network carried nothing (profile-comm --idle-ms). In
+  // training the links idle while the ranks compute, and a link can be faster after idling than
+  // back to back: a tbf link lets its bucket through at once (on the testbed, LeNet's 0.24 MB
+  // took 33 ms back to back and 30 after 3.4 ms of idling).
+  std::vector<double> idle_measured_seconds;
+  double idle_measured = 0.0;
   double time(double bytes) const;
+  // An allreduce that starts after the network idled `idle` seconds: the back-to-back time at
+  // idle 0, the after-idle curve from idle_measured on, and linear in between (a bucket refills
+  // at a steady rate). Without the after-idle curve, time(bytes).
+  double time(double bytes, double idle) const;
 };
 
 // Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes), in relative
@@ -55,6 +66,10 @@ LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<d
 // Attaches a measured curve to `cost` (any order of sizes; sorted here). Sizes and times must be
 // > 0 and the sizes distinct.
 void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector<double> seconds);
+// Attaches the after-idle curve: times for exactly the measured curve's sizes (any order), each
+// taken after `idle` seconds (> 0) of quiet network.
+void set_idle_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds,
+                    double idle);
 
 // A DAG of timed tasks. Tasks are added in a topological order (every dependency already
 // added), so the longest path is one pass over them.

@@ -4,11 +4,13 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -167,6 +169,63 @@ TEST(CommProfile, RepeatsQuickSizesUntilTheyFillTheirTimeAndAllRanksAgree) {
   }).ok_or_report());
 }
 
+// In training the network idles while a rank computes, and a link may be faster after idling (a
+// token bucket refills): idle_before_seconds times every size a second time, each allreduce after
+// that long a wait that is left out of its time, and the cost gets both curves.
+TEST(CommProfile, TimesEverySizeAgainAfterIdlingWithoutTimingTheIdle) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& c) {
+    mt::dist::CommProfileOptions o;
+    o.sizes_floats = {64, 256};
+    o.repeats = 3;
+    o.seconds_per_size = 0;  // exactly 3 each
+    o.measure_gamma = false;
+    o.idle_before_seconds = 0.25;
+    const auto start = std::chrono::steady_clock::now();
+    const mt::dist::CommProfile p = mt::dist::profile_communication(*c.group, mt::core::Device::cpu(), o);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(p.seconds.size(), 6u);       // back to back ...
+    ASSERT_EQ(p.idle_seconds.size(), 6u);  // ... and again after idling
+    EXPECT_EQ(p.idle_bytes, (std::vector<double>{256, 256, 256, 1024, 1024, 1024}));
+    EXPECT_GE(wall, 6 * 0.25);  // every allreduce of the second round waited first ...
+    for (double t : p.idle_seconds) EXPECT_LT(t, 0.25);  // ... and its time is the allreduce alone
+    EXPECT_EQ(p.idle_before_seconds, 0.25);
+    EXPECT_EQ(p.cost.idle_measured, 0.25);
+    ASSERT_EQ(p.cost.idle_measured_seconds.size(), 2u);
+    EXPECT_GT(p.cost.idle_measured_seconds[0], 0.0);
+    if (c.rank == 0) {
+      const std::string table = mt::apps::comm_profile_table(p);
+      EXPECT_TRUE(contains(table, "6 in all over 2 sizes back to back, 6 more after 250.0 ms idle each")) << table;
+      EXPECT_TRUE(contains(table, "after idle ms")) << table;
+      const std::string json = mt::dist::comm_profile_json(p);
+      EXPECT_TRUE(contains(json, "\"idle_before_s\": 0.25,")) << json;
+      EXPECT_TRUE(contains(json, "\"idle_bytes\": [256, 256, 256, 1024, 1024, 1024]")) << json;
+    }
+  }).ok_or_report());
+}
+
+// start_together: every timed allreduce begins after a barrier of the agreeing group, so a rank
+// that arrives late costs the others barrier time, not allreduce time (DS-Sync's groups time
+// their partitions that way, all contending in every repeat). Without it, the late start is in
+// the time of the rank that waited.
+TEST(CommProfile, StartTogetherKeepsALateRanksArrivalOutOfTheTimes) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& c) {
+    mt::dist::CommProfileOptions o;
+    o.repeats = 1;
+    o.seconds_per_size = 0;
+    for (const bool together : {false, true}) {
+      o.start_together = together;
+      c.group->barrier();
+      if (c.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      const std::vector<double> t = mt::dist::time_allreduces(c.group.get(), *c.group, mt::core::Device::cpu(), 64, 0, o);
+      ASSERT_EQ(t.size(), 1u);
+      if (c.rank == 0) {
+        if (together) EXPECT_LT(t[0], 0.3);
+        else EXPECT_GE(t[0], 0.3);
+      }
+    }
+  }).ok_or_report());
+}
+
 // The fit goes through the mean of each size with its tail (an iteration pays for the sum of its
 // messages, so a stall in every fifth counts for a fifth), but without the extreme tenth at each
 // end (a rare retransmission timeout of half a second would swamp fifty 2 ms operations).
@@ -204,7 +263,8 @@ TEST(CommProfile, CommandWritesAProfileTheModelReads) {
                     ::setenv("MASTER_PORT", std::to_string(c.port).c_str(), 1);
                     std::ostringstream out;
                     EXPECT_EQ(mt::apps::run_profile_comm_command(
-                                  {"--out", path, "--sizes", "256,4194304", "--repeats", "2", "--seconds-per-size", "0.05", "--gamma-rounds", "1",
+                                  {"--out", path, "--sizes", "256,4194304", "--repeats", "2", "--seconds-per-size", "0.05",
+                                   "--idle-ms", "20", "--gamma-rounds", "1",
                                    "--gamma-messages", "4", "--gamma-chunk-ms", "2", "--timeout-seconds", "20"},
                                   out),
                               0);
@@ -225,6 +285,7 @@ TEST(CommProfile, CommandWritesAProfileTheModelReads) {
   const std::string out = model_output({kMlpConfig, "--layer-times", write_small_layers(dir), "--workers", "1,2",
                                      "--comm-profile", path});
   EXPECT_TRUE(contains(out, "comm profile: " + path + ", measured on n = 2 ranks"));
+  EXPECT_TRUE(contains(out, "after 20.0 ms or more of idle network, the time measured after idling")) << out;
 }
 
 TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
@@ -354,6 +415,19 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
   write_file(zero, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8, "gamma_s": 0,
                        "bytes": [1024, 4096], "seconds": [0.001, 0]})");
   EXPECT_TRUE(contains(model_error(zero), zero + ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry 1)"));
+  // The after-idle times: with the idle time they followed, and of the same sizes.
+  const std::string no_idle = dir + "/no_idle.json";
+  write_file(no_idle, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8, "gamma_s": 0,
+                          "bytes": [1024, 4096], "seconds": [0.001, 0.002],
+                          "idle_bytes": [1024, 4096], "idle_seconds": [0.001, 0.001]})");
+  EXPECT_TRUE(contains(model_error(no_idle), no_idle + ": missing \"idle_before_s\""));
+  const std::string other_sizes = dir + "/other_sizes.json";
+  write_file(other_sizes, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8, "gamma_s": 0,
+                              "bytes": [1024, 4096], "seconds": [0.001, 0.002], "idle_before_s": 0.01,
+                              "idle_bytes": [1024, 8192], "idle_seconds": [0.001, 0.001]})");
+  e = model_error(other_sizes);
+  EXPECT_TRUE(contains(e, other_sizes + ": \"idle_bytes\" must time the sizes of \"bytes\" again")) << e;
+  EXPECT_TRUE(contains(e, "the size 8192")) << e;
 
   // profile-comm itself: a single process, and malformed flags.
   e = profile_comm_error({"--out", dir + "/x.json"});
@@ -364,4 +438,6 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
   EXPECT_TRUE(contains(profile_comm_error({"--frobnicate"}), "--frobnicate"));
   EXPECT_TRUE(contains(profile_comm_error({"--repeats"}), "--repeats needs a value"));
   EXPECT_TRUE(contains(profile_comm_error({"--seconds-per-size", "-1"}), "--seconds-per-size must be in [0, 600]"));
+  EXPECT_TRUE(contains(profile_comm_error({"--idle-ms", "-5"}), "--idle-ms must be in [0, 10000]"));
+  EXPECT_TRUE(contains(profile_comm_error({"--idle-ms", "soon"}), "--idle-ms: \"soon\" is not a number"));
 }

@@ -71,6 +71,47 @@ TEST(CostModel, MeasuredCurveBeatsTheLineWhereItWasMeasured) {
   EXPECT_TRUE(contains(error_of([&] { set_measured_curve(c, {1e3, 2e3}, {1e-3}); }), "one time per size"));
 }
 
+// The after-idle curve: a link that idled is faster (a tbf bucket refills), so a message that
+// follows idle_measured or more of quiet network takes the after-idle time, one that follows less
+// a proportional share of the saving, and one right after another the back-to-back time.
+TEST(CostModel, AfterIdleCurveByHand) {
+  LinearCost c{1e-3, 1e-9, 0.0};
+  set_measured_curve(c, {1e3, 1e6}, {2e-3, 10e-3});
+  EXPECT_DOUBLE_EQ(c.time(1e6, 5e-3), 10e-3);  // no after-idle curve: idle changes nothing
+  set_idle_curve(c, {1e6, 1e3}, {6e-3, 1e-3}, 4e-3);  // any order of sizes
+  EXPECT_DOUBLE_EQ(c.time(1e6, 0.0), 10e-3);
+  EXPECT_DOUBLE_EQ(c.time(1e6), 10e-3);
+  EXPECT_NEAR(c.time(1e6, 1e-3), 9e-3, 1e-15);  // a quarter of the idle: a quarter of the 4 ms saved
+  EXPECT_NEAR(c.time(1e6, 4e-3), 6e-3, 1e-15);
+  EXPECT_NEAR(c.time(1e6, 1.0), 6e-3, 1e-15);   // a full bucket saves no more
+  EXPECT_NEAR(c.time(1e3, 2e-3), 1.5e-3, 1e-15);
+  EXPECT_NEAR(c.time(500.5e3, 4e-3), 3.5e-3, 1e-15);  // between the sizes on the after-idle curve
+  // New measured sizes drop the old after-idle curve with them.
+  set_measured_curve(c, {1e3, 1e6}, {2e-3, 10e-3});
+  EXPECT_DOUBLE_EQ(c.time(1e6, 4e-3), 10e-3);
+  EXPECT_TRUE(contains(error_of([&] { set_idle_curve(c, {1e3}, {1e-3}, 4e-3); }), "one time for each"));
+  EXPECT_TRUE(contains(error_of([&] { set_idle_curve(c, {1e3, 2e3}, {1e-3, 1e-3}, 4e-3); }),
+                       "which the measured curve has not"));
+  EXPECT_TRUE(contains(error_of([&] { set_idle_curve(c, {1e3, 1e6}, {1e-3, 6e-3}, 0.0); }), "idle time > 0"));
+  EXPECT_TRUE(contains(error_of([&] { set_idle_curve(c, {1e3, 1e6}, {1e-3, 0.0}, 4e-3); }), "times > 0"));
+}
+
+// In the DAG: a message's idle is the time since the previous message ended, and for the first
+// one since the previous iteration's last (this forward, this backward so far, and its update).
+TEST(CostModel, MessagesAfterIdleNetworkTakeTheAfterIdleTime) {
+  std::vector<LayerCost> layers = {{1, 2, 2}, {1, 1, 2}};  // as PredictsBspAndWfbpByHand
+  LinearCost cost{1.0, 1.0};
+  set_measured_curve(cost, {2, 4}, {3, 5});         // the line's times, back to back
+  set_idle_curve(cost, {2, 4}, {1, 2}, 4.0);        // after 4 s of idle network
+  // BSP: the message is ready at 5 after 5 + 0.5 s of idle link: 2 s -> 7, update -> 7.5.
+  EXPECT_DOUBLE_EQ(predict_schedule(Schedule::BSP, layers, cost, 0.5, 1e9, 1e9).iteration, 7.5);
+  // WFBP: layer 1's message at 3 after 3.5 s idle: 3 - 2 * 3.5/4 = 1.25 -> 4.25; layer 0's at 5
+  // after 0.75 s idle: 3 - 2 * 0.75/4 = 2.625 -> 7.625; update -> 8.125.
+  const Prediction wfbp = predict_schedule(Schedule::WFBP, layers, cost, 0.5, 1e9, 1e9);
+  EXPECT_DOUBLE_EQ(wfbp.comm_end, 7.625);
+  EXPECT_DOUBLE_EQ(wfbp.iteration, 8.125);
+}
+
 TEST(CostModel, DagCriticalPath) {
   //   a(1) -> b(5) -> d(1)
   //   a(1) -> c(2) ------^      critical: a b d = 7
