@@ -30,6 +30,12 @@ DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   const int me = world.rank(), n = world.size();
+  // Every repeat starts on all groups at once. Timed back to back on their own, groups drift
+  // apart: one that finishes its repeats early leaves the shared uplink to the others, and the
+  // crossing partition of LeNet on two racks measured 263 ms where four pairs' 0.99 MB through
+  // the 25 Mbit/s link need at least 315 (training paid about 390).
+  CommProfileOptions together = o;
+  together.start_together = true;
   for (const Partition& partition : schedule.partitions()) {
     GroupPatternTimes pattern;
     pattern.partition = partition;
@@ -41,7 +47,7 @@ DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device
     std::shared_ptr<ProcessGroup> group = mine->size() >= 2 ? world.subgroup(*mine) : nullptr;
     for (size_t s = 0; s < sizes.size(); ++s) {
       // A new communicator's first operations connect it: the first size gets a few warm-ups.
-      const std::vector<double> times = time_allreduces(group.get(), world, device, sizes[s], s == 0 ? 4 : 1, o);
+      const std::vector<double> times = time_allreduces(group.get(), world, device, sizes[s], s == 0 ? 4 : 1, together);
       double mean = 0.0;
       if (!times.empty()) {
         std::vector<double> size_bytes, means;

@@ -13,8 +13,10 @@
 //
 // So every partition of the DS-Sync schedule (dssync_schedule.h: groups of `group_size`, racks
 // of `ranks_per_rack` with their crossing phases) is timed as training runs it: each rank
-// allreduces within its group of that partition, all groups at once, at each size; a partition's
-// time per size is the slowest group's 10%-trimmed mean (the next partition's groups mix ranks of
+// allreduces within its group of that partition, all groups at once (every repeat starts after a
+// barrier of the world, so the groups contend in each one as in training; the idle time of the
+// options comes before it), at each size; a partition's time per size is the slowest group's
+// 10%-trimmed mean (the next partition's groups mix ranks of
 // all of them, so the slowest one holds everyone back). `mintrain model` averages the partitions
 // that stay inside racks and those that cross, as the schedule uses them in turn.
 //
