@@ -16,7 +16,8 @@
 #
 #   bash apps/scripts/report.sh [--quick] [--out DIR] [--bin PATH] [--rate RATE] [--presets "P ..."]
 #                               [--algorithms "A ..."] [--nproc N] [--model NAME] [--batch B]
-#                               [--inter-rate RATE] [--epochs E] [--iters I] [--set KEY=VALUE]...
+#                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
+#                               [--set KEY=VALUE]...
 #
 # --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
 #            instead of 5 epochs of 300 iterations
@@ -35,6 +36,10 @@
 # --batch    per-rank batch (default 16)
 # --inter-rate  two_racks: the link between the racks (default RATE/4)
 # --epochs, --iters  epochs and training iterations per epoch (override --quick's or the defaults)
+# --host-cpus  give each emulated host a CPU quota of this many cores (default 0: none, the hosts
+#            share the cores freely). A quota keeps a rank's compute speed from depending on the
+#            other hosts' phases, but its communication threads then share its fraction of a core:
+#            WFBP and MG-WFBP slow far below what the cost model predicts (docs/PERF.md)
 # --set KEY=VALUE    a config override for every run (and the model), e.g. dist.cdsgd_k=0
 # Needs root (network namespaces), gnuplot (Debian: gnuplot-nox) and the Fashion-MNIST files in
 # /usr/share/datasets/fashion-mnist. The testbed (namespaces prefixed MT_TESTBED_PREFIX, default
@@ -59,6 +64,7 @@ nproc=4
 model=lenet5
 batch=16
 inter_rate=""
+host_cpus=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 ;;
@@ -74,7 +80,8 @@ while [[ $# -gt 0 ]]; do
     --model) model=${2:?--model needs a name}; shift ;;
     --batch) batch=${2:?--batch needs a number}; shift ;;
     --inter-rate) inter_rate=${2:?--inter-rate needs e.g. 100mbit}; shift ;;
-    -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --host-cpus) host_cpus=${2:?--host-cpus needs a number of cores}; shift ;;
+    -h|--help) sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "report.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -141,6 +148,14 @@ else
   inter_bits=$((rate_bits / 4))
 fi
 export INTER_RATE="${inter_bits}bit"   # read by the testbed's two_racks preset
+[[ -n $host_cpus ]] || host_cpus=0
+[[ $host_cpus =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] || {
+  echo "report.sh: --host-cpus must be a number of cores (0: no limit), not '$host_cpus'" >&2; exit 2; }
+if awk -v c="$host_cpus" 'BEGIN { exit !(c > 0) }'; then
+  export HOST_CPUS=$host_cpus          # read by the testbed's `up`: each host's CPU quota
+else
+  unset HOST_CPUS
+fi
 
 read -r -a algorithms <<<"$algorithm_list"
 declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]="S-SGD FUSION"
@@ -177,22 +192,25 @@ trap 'exit 130' INT TERM
 
 log() { echo "report: $*" | tee -a "$out/report.log"; }
 log "$(date -u '+%F %T') UTC; $NPROC ranks, $rate links, presets: $presets; $epochs epochs x $limit iterations;" \
-    "binary $bin"
+    "${HOST_CPUS:-unlimited} cores per host; binary $bin"
 
 # ---- the model's layer times, before the runs (they pick the sizes the network is profiled at) --
 have_model=0
 comm_sizes=""
 dssync_sizes=""
+idle_ms=""
 if "$bin" model --help >/dev/null 2>&1; then
   have_model=1
-  # Profile under the testbed's core sharing: the ranks of a run share this machine's cores, so
-  # NPROC profilers run at once (a profile of one process alone would be NPROC/cores times too
-  # fast when NPROC exceeds the cores), and the one with the median forward + backward time
-  # feeds every prediction: with more processes than cores, a profiler's time depends on how
-  # much of the others' start-up it overlaps (8 LeNet profilers on 2 cores measured 2 to 10 ms).
+  # Profile on the emulated hosts: one profiler per host, all at once, sharing the cores as the
+  # ranks will (a profile of one process alone would be NPROC/cores times too fast when NPROC
+  # exceeds the cores; with --host-cpus each on its host's quota), and the one with the median
+  # forward + backward time feeds every prediction: a profiler's time depends on how much of the
+  # others' start-up it overlaps (8 LeNet profilers on 2 cores measured 2 to 10 ms).
+  bash "$TESTBED" down
+  bash "$TESTBED" up "$NPROC" flat "$rate" 0ms >/dev/null
   prof_pids=()
   for ((r = 0; r < NPROC; r++)); do
-    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
+    bash "$TESTBED" run "$r" -- "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
         "${extra_sets[@]}" --workers 1 --profile-iters 40 --save-profile "$out/profile_rank$r.txt" \
         >"$out/profile_rank$r.log" 2>&1 &
     prof_pids+=($!)
@@ -208,12 +226,18 @@ if "$bin" model --help >/dev/null 2>&1; then
       done | sort -g | awk '{ rank[NR] = $2 } END { print rank[int((NR + 1) / 2)] }')
     profile_args=(--layer-times "$out/profile_rank${median_rank:-0}.txt")
     log "layer times: profiler $median_rank of $NPROC (the median forward + backward)"
+    # The network is profiled as training uses it: each allreduce after about an iteration's
+    # compute of idling (a tbf link that idled lets its 10 ms bucket through at once; back to
+    # back it never does). At most 50 ms: the bucket is full after 10, and longer waits would
+    # only make the profile slow.
+    idle_ms=$(grep -oE 'forward [0-9.]+ ms, backward [0-9.]+ ms' "$out/profile_rank${median_rank:-0}.log" |
+      awk '{ t = $2 + $5; printf "%.1f", (t > 50 ? 50 : t) }')
   else
     log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
   fi
   # Allreduce sizes for profile-comm: x4 steps from 256 floats to twice the whole gradient, so
   # alpha/beta are fitted where this model's messages are (shaped links are not linear in
-  # size: tbf lets a 10 ms burst through at full speed).
+  # size: tbf lets its 1 ms bucket through at the veth's speed).
   grad_mb=$(grep -oE 'gradients [0-9.]+ MB' "$out/profile_rank0.log" 2>/dev/null | awk '{print $2}' || true)
   if [[ -n $grad_mb ]]; then
     comm_sizes=$(awk -v mb="$grad_mb" 'BEGIN { top = 2 * mb * 262144; s = 256; out = s
@@ -254,6 +278,7 @@ for preset in $presets; do
     mkdir -p "$out/comm"
     size_args=()
     [[ -n $comm_sizes ]] && size_args=(--sizes "$comm_sizes")
+    [[ -n $idle_ms ]] && size_args+=(--idle-ms "$idle_ms")
     # DS-Sync's group averages, all groups at once as it runs them (several rings may share a
     # link, which one ring's profile never shows), for its prediction.
     if [[ " ${algorithms[*]} " == *" dssync "* ]]; then
