@@ -40,9 +40,9 @@ struct CommProfileOptions {
   int repeats = 4;                // at least this many timed allreduces per size (after a warm-up) ...
   double seconds_per_size = 0.3;  // ... and more, until they add up to about this long ...
   int max_repeats = 64;           // ... but not more than this (0 seconds: exactly `repeats`)
-  // > 0: every size is timed a second time, each allreduce after every rank waited this long
-  // (not counted in its time). In training the network idles while the ranks compute, and a
-  // link can be faster after idling than back to back (a token bucket refills); the model
+  // > 0: every size is timed a second time, each allreduce after every rank computed this long
+  // (not counted in its time) while the network idled, as in training between its messages; a
+  // link can be faster after idling than back to back (a token bucket refills). The model
   // takes both curves (LinearCost::time(bytes, idle)). DS-Sync's groups, whose average always
   // follows the compute, are timed only this way.
   double idle_before_seconds = 0.0;
