@@ -554,6 +554,28 @@ dist::DsSyncCommProfile read_dssync_patterns(const Json& d, const std::string& p
   }
   return p;
 }
+
+// The timed allreduces of a profile under `bytes_key` and `seconds_key` (a size and a time each,
+// > 0), as their trimmed means per size; false when the file has none.
+bool read_timed_sizes(const Json& root, const std::string& bytes_key, const std::string& seconds_key,
+                      const std::string& path, std::vector<double>& sizes, std::vector<double>& means) {
+  const Json* bytes = root.get(bytes_key);
+  const Json* seconds = root.get(seconds_key);
+  if (!bytes || !seconds || bytes->kind != Json::Array || seconds->kind != Json::Array || bytes->items.empty())
+    return false;
+  MT_CHECK(bytes->items.size() == seconds->items.size(), path, ": \"", bytes_key, "\" has ", bytes->items.size(),
+           " entries but \"", seconds_key, "\" ", seconds->items.size());
+  std::vector<double> b, t;
+  for (size_t i = 0; i < bytes->items.size(); ++i) {
+    MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number &&
+                 bytes->items[i].number > 0 && seconds->items[i].number > 0,
+             path, ": \"", bytes_key, "\" and \"", seconds_key, "\" must hold numbers > 0 (entry ", i, ")");
+    b.push_back(bytes->items[i].number);
+    t.push_back(seconds->items[i].number);
+  }
+  dist::trimmed_mean_per_size(b, t, sizes, means);
+  return true;
+}
 }  // namespace
 
 MeasuredComm read_comm_profile(const std::string& path) {
@@ -579,42 +601,15 @@ MeasuredComm read_comm_profile(const std::string& path) {
              "the sizes were too small or too close together)");
     m.cost.gamma = number_field(root, "gamma_s", path, true);
     // The timed allreduces, when the file has them: their (trimmed) means per size are the
-    // measured curve.
-    const Json* bytes = root.get("bytes");
-    const Json* seconds = root.get("seconds");
-    if (bytes && seconds && bytes->kind == Json::Array && seconds->kind == Json::Array && !bytes->items.empty()) {
-      MT_CHECK(bytes->items.size() == seconds->items.size(), path, ": \"bytes\" has ", bytes->items.size(),
-               " entries but \"seconds\" ", seconds->items.size());
-      std::vector<double> b, t, size_bytes, size_means;
-      for (size_t i = 0; i < bytes->items.size(); ++i) {
-        MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number &&
-                     bytes->items[i].number > 0 && seconds->items[i].number > 0,
-                 path, ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry ", i, ")");
-        b.push_back(bytes->items[i].number);
-        t.push_back(seconds->items[i].number);
-      }
-      dist::trimmed_mean_per_size(b, t, size_bytes, size_means);
-      dist::set_measured_curve(m.cost, size_bytes, size_means);
-      // The same sizes timed after idling, when profile-comm --idle-ms took them.
-      const Json* idle_bytes = root.get("idle_bytes");
-      const Json* idle_seconds = root.get("idle_seconds");
-      if (idle_bytes && idle_seconds) {
+    // measured curve; the same sizes timed after idling (profile-comm --idle-ms), its after-idle one.
+    std::vector<double> sizes, means;
+    if (read_timed_sizes(root, "bytes", "seconds", path, sizes, means)) {
+      dist::set_measured_curve(m.cost, sizes, means);
+      if (read_timed_sizes(root, "idle_bytes", "idle_seconds", path, sizes, means)) {
         const double idle = number_field(root, "idle_before_s", path, true);
         MT_CHECK(idle > 0, path, ": \"idle_bytes\" and \"idle_seconds\" need \"idle_before_s\" > 0, got ", idle);
-        MT_CHECK(idle_bytes->kind == Json::Array && idle_seconds->kind == Json::Array &&
-                     idle_bytes->items.size() == idle_seconds->items.size(),
-                 path, ": \"idle_bytes\" and \"idle_seconds\" must be arrays of the same length");
-        std::vector<double> ib, it, idle_sizes, idle_means;
-        for (size_t i = 0; i < idle_bytes->items.size(); ++i) {
-          MT_CHECK(idle_bytes->items[i].kind == Json::Number && idle_seconds->items[i].kind == Json::Number &&
-                       idle_bytes->items[i].number > 0 && idle_seconds->items[i].number > 0,
-                   path, ": \"idle_bytes\" and \"idle_seconds\" must hold numbers > 0 (entry ", i, ")");
-          ib.push_back(idle_bytes->items[i].number);
-          it.push_back(idle_seconds->items[i].number);
-        }
-        dist::trimmed_mean_per_size(ib, it, idle_sizes, idle_means);
         try {
-          dist::set_idle_curve(m.cost, idle_sizes, idle_means, idle);
+          dist::set_idle_curve(m.cost, sizes, means, idle);
         } catch (const core::Error& e) {
           MT_FAIL(path, ": \"idle_bytes\" must time the sizes of \"bytes\" again: ", e.what());
         }
