@@ -112,26 +112,26 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   CommProfile p;
   p.world = group.size();
   p.group = group.describe();
+  // Every size in turn, each of its timed allreduces as (bytes, seconds).
+  auto time_sizes = [&](const CommProfileOptions& options, int first_warmups, int warmups,
+                        std::vector<double>& bytes, std::vector<double>& seconds) {
+    for (size_t s = 0; s < options.sizes_floats.size(); ++s) {
+      const int64_t n = options.sizes_floats[s];
+      for (double t : time_allreduces(&group, group, device, n, s == 0 ? first_warmups : warmups, options)) {
+        bytes.push_back(static_cast<double>(n) * 4.0);
+        seconds.push_back(t);
+      }
+    }
+  };
   CommProfileOptions back_to_back = o;
   back_to_back.idle_before_seconds = 0.0;
-  for (size_t s = 0; s < o.sizes_floats.size(); ++s) {
-    const int64_t n = o.sizes_floats[s];
-    // The first operations after connecting are slow (ranks still arriving, buffers being
-    // registered): the first size gets several warm-ups.
-    for (double t : time_allreduces(&group, group, device, n, s == 0 ? 8 : 1, back_to_back)) {
-      p.bytes.push_back(static_cast<double>(n) * 4.0);
-      p.seconds.push_back(t);
-    }
-  }
+  // The first operations after connecting are slow (ranks still arriving, buffers being
+  // registered): the first size gets several warm-ups.
+  time_sizes(back_to_back, 8, 1, p.bytes, p.seconds);
   std::vector<double> idle_size_bytes, idle_means;
   if (o.idle_before_seconds > 0) {
     p.idle_before_seconds = o.idle_before_seconds;
-    for (const int64_t n : o.sizes_floats) {
-      for (double t : time_allreduces(&group, group, device, n, 0, o)) {
-        p.idle_bytes.push_back(static_cast<double>(n) * 4.0);
-        p.idle_seconds.push_back(t);
-      }
-    }
+    time_sizes(o, 0, 0, p.idle_bytes, p.idle_seconds);
     trimmed_mean_per_size(p.idle_bytes, p.idle_seconds, idle_size_bytes, idle_means);
   }
   // Rank 0's means are everybody's: broadcast once, they are the cost's measured curves
