@@ -64,7 +64,7 @@ nproc=4
 model=lenet5
 batch=16
 inter_rate=""
-host_cpus=""
+host_cpus=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 ;;
@@ -148,7 +148,6 @@ else
   inter_bits=$((rate_bits / 4))
 fi
 export INTER_RATE="${inter_bits}bit"   # read by the testbed's two_racks preset
-[[ -n $host_cpus ]] || host_cpus=0
 [[ $host_cpus =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] || {
   echo "report.sh: --host-cpus must be a number of cores (0: no limit), not '$host_cpus'" >&2; exit 2; }
 if awk -v c="$host_cpus" 'BEGIN { exit !(c > 0) }'; then
@@ -237,7 +236,7 @@ if "$bin" model --help >/dev/null 2>&1; then
   fi
   # Allreduce sizes for profile-comm: x4 steps from 256 floats to twice the whole gradient, so
   # alpha/beta are fitted where this model's messages are (shaped links are not linear in
-  # size: tbf lets its 1 ms bucket through at the veth's speed).
+  # size: tbf lets its 10 ms bucket through at the veth's speed).
   grad_mb=$(grep -oE 'gradients [0-9.]+ MB' "$out/profile_rank0.log" 2>/dev/null | awk '{print $2}' || true)
   if [[ -n $grad_mb ]]; then
     comm_sizes=$(awk -v mb="$grad_mb" 'BEGIN { top = 2 * mb * 262144; s = 256; out = s
