@@ -13,6 +13,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "apps/json_file.h"
 #include "apps/task.h"
 #include "apps/trainer.h"
 #include "core/error.h"
@@ -33,143 +34,6 @@ std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, v);
   return buf;
-}
-
-// ---- A small JSON reader for the profile file (objects, arrays, strings, numbers, literals) ----
-
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  double number = 0.0;
-  std::string text;
-  std::vector<Json> items;
-  std::map<std::string, Json> fields;
-
-  const Json* get(const std::string& key) const {
-    auto it = fields.find(key);
-    return it == fields.end() ? nullptr : &it->second;
-  }
-};
-
-class JsonParser {
- public:
-  JsonParser(const std::string& text, const std::string& source) : s_(text), source_(source) {}
-
-  Json parse() {
-    Json v = value();
-    skip_space();
-    if (pos_ != s_.size()) fail("unexpected text after the value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    MT_FAIL(source_, ": invalid JSON at byte ", pos_, ": ", what);
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  bool eat(char c) {
-    skip_space();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!eat(c)) fail(std::string("expected '") + c + "'");
-  }
-  // The 4 hex digits after \u; only ASCII (what core::json_escape writes for control characters).
-  char ascii_escape() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    const std::string hex = s_.substr(pos_, 4);
-    char* end = nullptr;
-    const long code = std::strtol(hex.c_str(), &end, 16);
-    if (*end != '\0' || code < 0 || code >= 0x80) fail("unsupported \\u escape \\u" + hex + " (ASCII only)");
-    pos_ += 4;
-    return static_cast<char>(code);
-  }
-  std::string string_literal() {
-    expect('"');
-    std::string out;
-    while (pos_ < s_.size() && s_[pos_] != '"') {
-      char c = s_[pos_++];
-      if (c == '\\') {
-        if (pos_ >= s_.size()) break;
-        const char e = s_[pos_++];
-        switch (e) {
-          case 'n': c = '\n'; break;
-          case 't': c = '\t'; break;
-          case '"': case '\\': case '/': c = e; break;
-          case 'u': c = ascii_escape(); break;
-          default: fail(std::string("unsupported escape \\") + e);
-        }
-      }
-      out += c;
-    }
-    if (pos_ >= s_.size()) fail("unterminated string");
-    ++pos_;
-    return out;
-  }
-  Json value() {
-    skip_space();
-    if (pos_ >= s_.size()) fail("unexpected end");
-    Json v;
-    const char c = s_[pos_];
-    if (c == '{') {
-      ++pos_;
-      v.kind = Json::Object;
-      if (eat('}')) return v;
-      do {
-        skip_space();
-        std::string key = string_literal();
-        expect(':');
-        v.fields[key] = value();
-      } while (eat(','));
-      expect('}');
-    } else if (c == '[') {
-      ++pos_;
-      v.kind = Json::Array;
-      if (eat(']')) return v;
-      do v.items.push_back(value());
-      while (eat(','));
-      expect(']');
-    } else if (c == '"') {
-      v.kind = Json::String;
-      v.text = string_literal();
-    } else if (s_.compare(pos_, 4, "true") == 0 || s_.compare(pos_, 5, "false") == 0) {
-      v.kind = Json::Bool;
-      v.number = s_[pos_] == 't';
-      pos_ += s_[pos_] == 't' ? 4 : 5;
-    } else if (s_.compare(pos_, 4, "null") == 0) {
-      pos_ += 4;
-    } else {
-      const char* begin = s_.c_str() + pos_;
-      char* end = nullptr;
-      v.kind = Json::Number;
-      v.number = std::strtod(begin, &end);
-      if (end == begin) fail("expected a value");
-      pos_ += static_cast<size_t>(end - begin);
-    }
-    return v;
-  }
-
-  const std::string& s_;
-  std::string source_;
-  size_t pos_ = 0;
-};
-
-double number_field(const Json& obj, const std::string& key, const std::string& where, bool required,
-                    double fallback = 0.0) {
-  const Json* v = obj.get(key);
-  if (!v) {
-    MT_CHECK(!required, where, ": missing \"", key, "\"");
-    return fallback;
-  }
-  MT_CHECK(v->kind == Json::Number, where, ": \"", key, "\" must be a number");
-  MT_CHECK(std::isfinite(v->number) && (v->number >= 0 || fallback < 0), where, ": \"", key,
-           "\" must be a finite number >= 0, got ", v->number);
-  return v->number;
 }
 
 // ---- Measuring ----
@@ -476,150 +340,34 @@ void write_profile(const ModelProfile& p, const std::string& path) {
 }
 
 ModelProfile read_profile(const std::string& path) {
-  std::ifstream in(path);
-  MT_CHECK(in.good(), "cannot read the layer times \"", path, "\" (--layer-times)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const Json root = JsonParser(ss.str(), path).parse();
-  MT_CHECK(root.kind == Json::Object, path, ": expected a JSON object with \"layers\"");
-  const Json* layers = root.get("layers");
-  MT_CHECK(layers && layers->kind == Json::Array && !layers->items.empty(), path,
+  using nlohmann::json;
+  const json root = read_json_file(path, "the layer times", "--layer-times");
+  MT_CHECK(root.is_object(), path, ": expected a JSON object with \"layers\"");
+  const auto layers = root.find("layers");
+  MT_CHECK(layers != root.end() && layers->is_array() && !layers->empty(), path,
            ": \"layers\" must be a non-empty array of {\"forward\", \"backward\", \"bytes\"}");
   ModelProfile p;
-  if (const Json* m = root.get("model"); m && m->kind == Json::String) p.model = m->text;
-  if (const Json* d = root.get("device"); d && d->kind == Json::String) p.device = d->text;
+  p.model = string_field(root, "model");
+  if (const std::string d = string_field(root, "device"); !d.empty()) p.device = d;
   p.batch_size = static_cast<int64_t>(number_field(root, "batch_size", path, false));
   p.iterations = static_cast<int>(number_field(root, "iterations", path, false));
   p.update_seconds = number_field(root, "update_seconds", path, false);
   p.buffer_bytes = number_field(root, "buffer_bytes", path, false);
   p.compress_seconds = number_field(root, "compress_seconds", path, false, -1.0);
   p.decode_seconds = number_field(root, "decode_seconds", path, false, -1.0);
-  for (size_t i = 0; i < layers->items.size(); ++i) {
-    const Json& l = layers->items[i];
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const json& l = (*layers)[i];
     const std::string where = path + ": layers[" + std::to_string(i) + "]";
-    MT_CHECK(l.kind == Json::Object, where, " must be an object");
+    MT_CHECK(l.is_object(), where, " must be an object");
     LayerProfile lp;
-    const Json* name = l.get("name");
-    lp.name = name && name->kind == Json::String ? name->text : "layer" + std::to_string(i);
+    lp.name = string_field(l, "name");
+    if (lp.name.empty()) lp.name = "layer" + std::to_string(i);
     lp.forward = number_field(l, "forward", where, true);
     lp.backward = number_field(l, "backward", where, true);
     lp.bytes = number_field(l, "bytes", where, true);
     p.layers.push_back(lp);
   }
   return p;
-}
-
-// ---- The communication profile ----
-
-namespace {
-// profile-comm's "dssync" object (dist::dssync_comm_profile_json).
-dist::DsSyncCommProfile read_dssync_patterns(const Json& d, const std::string& path) {
-  const std::string where = path + ": \"dssync\"";
-  MT_CHECK(d.kind == Json::Object, where, " must be an object with \"group_size\", \"ranks_per_rack\" and "
-           "\"patterns\"");
-  dist::DsSyncCommProfile p;
-  const double g = number_field(d, "group_size", where, true);
-  const double rack = number_field(d, "ranks_per_rack", where, true);
-  MT_CHECK(g == std::floor(g) && g >= 2 && rack == std::floor(rack), where, ": \"group_size\" must be an integer "
-           ">= 2 and \"ranks_per_rack\" an integer >= 0, got ", g, " and ", rack);
-  p.group_size = static_cast<int>(g);
-  p.ranks_per_rack = static_cast<int>(rack);
-  const Json* patterns = d.get("patterns");
-  MT_CHECK(patterns && patterns->kind == Json::Array && !patterns->items.empty(), where,
-           ": \"patterns\" must be a non-empty array");
-  for (size_t k = 0; k < patterns->items.size(); ++k) {
-    const Json& e = patterns->items[k];
-    const std::string at = where + ".patterns[" + std::to_string(k) + "]";
-    MT_CHECK(e.kind == Json::Object, at, " must be an object");
-    dist::GroupPatternTimes t;
-    const Json* crosses = e.get("crosses_racks");
-    MT_CHECK(crosses && crosses->kind == Json::Bool, at, ": \"crosses_racks\" must be true or false");
-    t.crosses_racks = crosses->number != 0;
-    const Json* bytes = e.get("bytes");
-    const Json* seconds = e.get("seconds");
-    MT_CHECK(bytes && seconds && bytes->kind == Json::Array && seconds->kind == Json::Array &&
-                 !bytes->items.empty() && bytes->items.size() == seconds->items.size(),
-             at, ": \"bytes\" and \"seconds\" must be arrays of the same non-zero length");
-    for (size_t i = 0; i < bytes->items.size(); ++i) {
-      MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number &&
-                   bytes->items[i].number > 0 && seconds->items[i].number > 0,
-               at, ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry ", i, ")");
-      t.size_bytes.push_back(bytes->items[i].number);
-      t.size_seconds.push_back(seconds->items[i].number);
-    }
-    // The curves are checked as curves (distinct sizes) once, here, not at every N.
-    dist::LinearCost check;
-    dist::set_measured_curve(check, t.size_bytes, t.size_seconds);
-    p.patterns.push_back(std::move(t));
-  }
-  return p;
-}
-
-// The timed allreduces of a profile under `bytes_key` and `seconds_key` (a size and a time each,
-// > 0), as their trimmed means per size; false when the file has none.
-bool read_timed_sizes(const Json& root, const std::string& bytes_key, const std::string& seconds_key,
-                      const std::string& path, std::vector<double>& sizes, std::vector<double>& means) {
-  const Json* bytes = root.get(bytes_key);
-  const Json* seconds = root.get(seconds_key);
-  if (!bytes || !seconds || bytes->kind != Json::Array || seconds->kind != Json::Array || bytes->items.empty())
-    return false;
-  MT_CHECK(bytes->items.size() == seconds->items.size(), path, ": \"", bytes_key, "\" has ", bytes->items.size(),
-           " entries but \"", seconds_key, "\" ", seconds->items.size());
-  std::vector<double> b, t;
-  for (size_t i = 0; i < bytes->items.size(); ++i) {
-    MT_CHECK(bytes->items[i].kind == Json::Number && seconds->items[i].kind == Json::Number &&
-                 bytes->items[i].number > 0 && seconds->items[i].number > 0,
-             path, ": \"", bytes_key, "\" and \"", seconds_key, "\" must hold numbers > 0 (entry ", i, ")");
-    b.push_back(bytes->items[i].number);
-    t.push_back(seconds->items[i].number);
-  }
-  dist::trimmed_mean_per_size(b, t, sizes, means);
-  return true;
-}
-}  // namespace
-
-MeasuredComm read_comm_profile(const std::string& path) {
-  const std::string remedy = "; measure one with `mintrain launch --nproc-per-node N -- profile-comm --out " +
-                             path + "` (N >= 2 ranks placed like the job you model)";
-  std::ifstream in(path);
-  MT_CHECK(in.good(), "cannot read the communication profile \"", path, "\" (--comm-profile)", remedy);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  MeasuredComm m;
-  try {
-    const Json root = JsonParser(ss.str(), path).parse();
-    MT_CHECK(root.kind == Json::Object, path, ": expected a JSON object with \"world\", \"alpha_s\", "
-             "\"beta_s_per_byte\" and \"gamma_s\"");
-    const double world = number_field(root, "world", path, true);
-    MT_CHECK(world == std::floor(world) && world >= 2 && world <= (1 << 24), path, ": \"world\" is ", world,
-             ", but a communication profile needs at least 2 ranks");
-    m.world = static_cast<int>(world);
-    if (const Json* g = root.get("group"); g && g->kind == Json::String) m.group = g->text;
-    m.cost.alpha = number_field(root, "alpha_s", path, true);
-    m.cost.beta = number_field(root, "beta_s_per_byte", path, true);
-    MT_CHECK(m.cost.beta > 0, path, ": \"beta_s_per_byte\" must be > 0 (the fit found no cost per byte: "
-             "the sizes were too small or too close together)");
-    m.cost.gamma = number_field(root, "gamma_s", path, true);
-    // The timed allreduces, when the file has them: their (trimmed) means per size are the
-    // measured curve; the same sizes timed after idling (profile-comm --idle-ms), its after-idle one.
-    std::vector<double> sizes, means;
-    if (read_timed_sizes(root, "bytes", "seconds", path, sizes, means)) {
-      dist::set_measured_curve(m.cost, sizes, means);
-      if (read_timed_sizes(root, "idle_bytes", "idle_seconds", path, sizes, means)) {
-        const double idle = number_field(root, "idle_before_s", path, true);
-        MT_CHECK(idle > 0, path, ": \"idle_bytes\" and \"idle_seconds\" need \"idle_before_s\" > 0, got ", idle);
-        try {
-          dist::set_idle_curve(m.cost, sizes, means, idle);
-        } catch (const core::Error& e) {
-          MT_FAIL(path, ": \"idle_bytes\" must time the sizes of \"bytes\" again: ", e.what());
-        }
-      }
-    }
-    if (const Json* d = root.get("dssync")) m.dssync = read_dssync_patterns(*d, path);
-  } catch (const core::Error& e) {
-    MT_FAIL(e.what(), remedy);
-  }
-  return m;
 }
 
 CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,

@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/comm_profile_file.h"
 #include "apps/config.h"
 #include "dist/cost_model.h"
 #include "dist/dssync_comm_profile.h"
@@ -118,18 +119,6 @@ bool dssync_measured_at(const AlgorithmSettings& settings, int n, int ranks_per_
 // Predictions for each N (pure: no profiling, no measuring).
 ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
                        const AlgorithmSettings& settings, int workers);
-
-// What --comm-profile reads from a file of `mintrain profile-comm` (dist::comm_profile_json).
-struct MeasuredComm {
-  int world = 0;           // ranks it was measured on (>= 2)
-  std::string group;       // e.g. "gloo/tcp world of 4"
-  dist::LinearCost cost;   // the ring allreduce on `world` ranks: alpha, beta (> 0); gamma; and
-                           // the mean time per size of "bytes"/"seconds" as its measured curve
-  dist::DsSyncCommProfile dssync;  // "dssync", when present (group_size 0: absent); partitions
-                                   // are not read back, only which ones cross racks
-};
-// Errors name the file and what is wrong, and say how to measure a new one.
-MeasuredComm read_comm_profile(const std::string& path);
 
 // The network the measurement implies (the rules above). `nominal` is the spec from the flags,
 // the config and the defaults; `bandwidth_given`: whether its bandwidth was asked for.

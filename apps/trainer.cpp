@@ -8,6 +8,7 @@
 #include <iostream>
 #include <numeric>
 
+#include "apps/comm_profile_file.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops/nn.h"
@@ -223,6 +224,17 @@ void Trainer::connect() {
   sc.alpha = dc.has_alpha() ? dc.alpha() : -1.0;
   sc.beta = dc.has_beta() ? dc.beta() : -1.0;
   sc.gamma = dc.gamma();
+  if (!dc.comm_profile().empty() && dc.schedule() == "MGWFBP") {
+    MT_CHECK(!dc.has_alpha() && !dc.has_beta(), "dist.comm_profile and dist.alpha/dist.beta both give MG-WFBP's "
+             "network cost; set one of them");
+    const MeasuredComm measured = read_comm_profile(dc.comm_profile(), "dist.comm_profile");
+    MT_CHECK(measured.world == group_->size(), "dist.comm_profile \"", dc.comm_profile(), "\" was measured on ",
+             measured.world, " ranks, but this job has ", group_->size(), "; measure one on ", group_->size(),
+             " ranks with `mintrain launch --nproc-per-node ", group_->size(), " -- profile-comm --out ",
+             dc.comm_profile(), "`, or leave dist.comm_profile empty to time allreduces at start-up");
+    sc.cost = measured.cost;
+    sc.cost_source = "the communication profile " + dc.comm_profile();
+  }
   sc.grad_accumulation_steps = std::max(1, dc.grad_accumulation_steps());
   sc.dssync_group_size = dc.dssync_group_size();
   sc.dssync_schedule = dc.dssync_schedule();

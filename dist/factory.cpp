@@ -27,6 +27,8 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
     o.alpha = config.alpha;
     o.beta = config.beta;
     o.gamma = config.gamma;
+    o.cost = config.cost;
+    o.cost_source = config.cost_source;
     o.grad_accumulation_steps = config.grad_accumulation_steps;
     o.config_text = config.config_text;
     o.timeline = config.timeline;

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dist/cost_model.h"
 #include "dist/process_group.h"
 #include "dist/synchronizer.h"
 #include "dist/timeline.h"
@@ -23,6 +25,8 @@ struct SyncConfig {
   double alpha = -1.0;  // < 0: measure
   double beta = -1.0;
   double gamma = 0.0;   // with alpha and beta given: compute lost per message (cost_model.h)
+  std::optional<LinearCost> cost;  // MGWFBP: a measured cost to plan with (dist.comm_profile)
+  std::string cost_source;         // where it came from, for the log
   int grad_accumulation_steps = 1;
   // DS-Sync (algorithm "dssync"; see dssync_synchronizer.h and DistConfig).
   int dssync_group_size = 2;

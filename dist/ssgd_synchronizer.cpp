@@ -90,6 +90,9 @@ SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOpti
            "dist.bucket_cap_mb and dist.first_bucket_cap_mb must be > 0");
   MT_CHECK(options_.profile_iters >= 1, "dist.profile_iters must be >= 1, got ", options_.profile_iters);
   MT_CHECK(options_.gamma >= 0, "dist.gamma must be >= 0 seconds per message, got ", options_.gamma);
+  MT_CHECK(!(options_.cost && options_.alpha >= 0), "S-SGD: give the MG-WFBP network cost either as alpha and "
+           "beta or as a measured profile (", options_.cost_source, "), not both");
+  if (options_.cost) cost_ = *options_.cost;
   if (options_.alpha >= 0 && options_.beta >= 0) cost_ = {options_.alpha, options_.beta, options_.gamma};
 }
 
@@ -117,14 +120,15 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   }
   if (P > 0) build_buckets(groups);
 
-  if (options_.schedule == Schedule::MGWFBP && !(options_.alpha >= 0 && options_.beta >= 0)) {
-    cost_ = measure_cost();
-  }
+  const bool cost_given = options_.cost || (options_.alpha >= 0 && options_.beta >= 0);
+  if (options_.schedule == Schedule::MGWFBP && !cost_given) cost_ = measure_cost();
   if (options_.schedule == Schedule::MGWFBP && rank() == 0 && options_.log) {
     *options_.log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
                   << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB, gamma " << cost_.gamma * 1e6
                   << " us of compute per message sent during backward"
-                  << (options_.alpha >= 0 ? " (from the config)" : " (fitted at start-up)")
+                  << (options_.cost      ? " (from " + options_.cost_source + ")"
+                      : options_.alpha >= 0 ? std::string(" (from the config)")
+                                            : std::string(" (fitted at start-up)"))
                   << "; profiling " << options_.profile_iters << " iterations (as BSP meanwhile)"
                   << std::endl;
   }

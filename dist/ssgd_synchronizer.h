@@ -58,6 +58,10 @@ struct SsgdOptions {
   double alpha = -1.0;                // MGWFBP: seconds per message; < 0 = measure at start-up
   double beta = -1.0;                 // MGWFBP: seconds per byte; < 0 = measure at start-up
   double gamma = 0.0;                 // MGWFBP with alpha, beta given: compute lost per message
+  // MGWFBP: the network cost to plan with, measured beforehand (dist.comm_profile, with its
+  // measured curves); instead of alpha/beta/gamma and of timing allreduces at start-up.
+  std::optional<LinearCost> cost;
+  std::string cost_source;            // where `cost` came from, for the log (e.g. the file)
   int grad_accumulation_steps = 1;
   std::string config_text;            // must be the same on every rank (checked at setup)
   std::shared_ptr<Timeline> timeline; // optional trace

@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config
   libprotobuf-dev protobuf-compiler   # run configs (text protobuf)
+  nlohmann-json3-dev                  # profile files (mintrain model, profile-comm)
   libopenblas-dev                     # CPU GEMM
   zlib1g-dev                          # gzip'd IDX files, checksums
   libgtest-dev libgmock-dev fortunes gnuplot-nox bc           # tests

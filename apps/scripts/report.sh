@@ -304,6 +304,11 @@ for preset in $presets; do
     fi
     sets=()
     for kv in $(algo_sets "$algo" "$preset"); do sets+=(--set "$kv"); done
+    # MG-WFBP plans from the profile the model predicts with (not from its own start-up timing),
+    # so the run and the prediction are of the same merge plan.
+    if [[ $algo == ssgd_mgwfbp && -s $out/comm/$preset.json ]]; then
+      sets+=(--set "dist.comm_profile=$out/comm/$preset.json")
+    fi
     start=$(date +%s.%N)
     rc=0
     run_ranks "$run_dir/rank" train "$CONFIG" "${sets[@]}" --set "model.name=$model" "${extra_sets[@]}" \
