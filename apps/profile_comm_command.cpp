@@ -26,7 +26,8 @@ const char* kProfileCommUsage =
     "           [--sizes 256,2048,...] [--repeats R] [--seconds-per-size S] [--max-repeats R]\n"
     "           [--idle-ms X]\n"
     "           [--no-gamma] [--gamma-rounds K] [--gamma-messages M] [--gamma-chunk-ms X]\n"
-    "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]]\n"
+    "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]\n"
+    "            [--dssync-repeats R]]\n"
     "           [--interface IF] [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
     "  every rank runs it (at least 2; the environment of `mintrain launch`, torchrun, srun or\n"
     "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
@@ -41,7 +42,9 @@ const char* kProfileCommUsage =
     "  --no-gamma skips it). --dssync-group-size also times DS-Sync's group averages as training\n"
     "  runs them: every partition of its schedule for groups of G (with racks of R consecutive\n"
     "  ranks: the in-rack and the crossing ones), all groups at once, at --dssync-sizes (default:\n"
-    "  --sizes; give sizes near the model's parameter count). Rank 0 prints a table and writes the JSON to --out, which\n"
+    "  --sizes; give sizes near the model's parameter count), each at least --dssync-repeats times\n"
+    "  (default: --repeats; a crossing average can take seconds with a heavy tail, too long for\n"
+    "  --seconds-per-size to add repeats). Rank 0 prints a table and writes the JSON to --out, which\n"
     "  `mintrain model CONFIG --comm-profile FILE.json` reads. --interface: the network interface\n"
     "  Gloo binds (as dist.interface for train, e.g. eth0 in a network namespace).";
 
@@ -198,7 +201,7 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
   po.backend = "gloo";  // the profile is taken on the CPU
   po.timeout = std::chrono::seconds(300);
   int threads = 0;
-  int dssync_group_size = 0, dssync_ranks_per_rack = 0;
+  int dssync_group_size = 0, dssync_ranks_per_rack = 0, dssync_repeats = 0;
   std::vector<int64_t> dssync_sizes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -230,6 +233,7 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
     } else if (a == "--dssync-group-size") dssync_group_size = parse_count(a, value(), 2);
     else if (a == "--dssync-ranks-per-rack") dssync_ranks_per_rack = parse_count(a, value(), 1);
     else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(value());
+    else if (a == "--dssync-repeats") dssync_repeats = parse_count(a, value(), 1);
     else if (a == "--interface") po.interface = value();
     else if (a == "--transport") po.transport = value();
     else if (a == "--timeout-seconds") po.timeout = std::chrono::seconds(parse_count(a, value(), 1));
@@ -242,8 +246,8 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
     }
   }
   if (threads > 0) core::set_num_threads(threads);
-  MT_CHECK(dssync_group_size > 0 || (dssync_ranks_per_rack == 0 && dssync_sizes.empty()),
-           "profile-comm: --dssync-ranks-per-rack and --dssync-sizes describe DS-Sync's groups; give "
+  MT_CHECK(dssync_group_size > 0 || (dssync_ranks_per_rack == 0 && dssync_sizes.empty() && dssync_repeats == 0),
+           "profile-comm: --dssync-ranks-per-rack, --dssync-sizes and --dssync-repeats describe DS-Sync's groups; give "
            "--dssync-group-size too");
 
   const dist::WorldInfo world = dist::world_from_env();
@@ -262,6 +266,7 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
   if (dssync_group_size > 0) {
     dist::CommProfileOptions group_options = options;
     if (!dssync_sizes.empty()) group_options.sizes_floats = dssync_sizes;
+    if (dssync_repeats > 0) group_options.repeats = dssync_repeats;
     profile.dssync = dist::profile_dssync_groups(*r.group, core::Device::cpu(), dssync_group_size,
                                                  dssync_ranks_per_rack, group_options);
   }

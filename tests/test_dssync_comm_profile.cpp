@@ -226,4 +226,7 @@ TEST(DsSyncCommProfile, BadGroupProfilesAreErrorsThatNameTheEntry) {
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-ranks-per-rack", "2"}), "give --dssync-group-size too"));
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-group-size", "1"}), "--dssync-group-size: \"1\" must be an integer >= 2"));
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-sizes", "5"}), "two different sizes"));
+  EXPECT_TRUE(contains(profile_comm_error({"--dssync-repeats", "8"}), "give --dssync-group-size too"));
+  EXPECT_TRUE(contains(profile_comm_error({"--dssync-group-size", "2", "--dssync-repeats", "0"}),
+                       "--dssync-repeats: \"0\" must be an integer >= 1"));
 }

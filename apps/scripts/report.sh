@@ -137,7 +137,14 @@ epochs=${epochs_opt:-$epochs}
 limit=${iters_opt:-$limit}
 [[ $epochs =~ ^[0-9]+$ && $limit =~ ^[0-9]+$ ]] && ((epochs >= 1 && limit >= 1)) || {
   echo "report.sh: --epochs and --iters must be numbers >= 1" >&2; exit 2; }
-((limit >= 2 * every)) || every=$(( limit / 4 > 0 ? limit / 4 : 1 ))
+# The measured time per iteration is the median over progress lines (every `every` iterations,
+# the first of an epoch left out): at least 4 of them per epoch, so that one slow stretch (a
+# retransmission stall on a slow link) moves a median, not the only sample; and an even count
+# of iterations each, so that every one holds as many of DS-Sync's crossing averages (every
+# 2nd iteration on two racks) as of the others.
+((limit >= 5 * every)) || every=$(( limit / 5 ))
+((every < 2)) || every=$(( every / 2 * 2 ))
+((every >= 1)) || every=1
 to_bits() { bash -c 'r=${1,,}; [[ $r =~ ^([0-9]+)(bit|kbit|mbit|gbit)?$ ]] || exit 1
   case ${BASH_REMATCH[2]} in kbit) m=1000;; mbit) m=1000000;; gbit) m=1000000000;; *) m=1;; esac
   echo $((BASH_REMATCH[1] * m))' _ "$1"; }
@@ -278,11 +285,17 @@ for preset in $presets; do
     size_args=()
     [[ -n $comm_sizes ]] && size_args=(--sizes "$comm_sizes")
     [[ -n $idle_ms ]] && size_args+=(--idle-ms "$idle_ms")
+    # A second per size instead of 0.3: at 8 ranks on 2 cores a small allreduce takes 20 ms
+    # with a heavy tail, and the start-up alpha decides WFBP's prediction.
+    size_args+=(--seconds-per-size 1)
     # DS-Sync's group averages, all groups at once as it runs them (several rings may share a
     # link, which one ring's profile never shows), for its prediction.
     if [[ " ${algorithms[*]} " == *" dssync "* ]]; then
       size_args+=(--dssync-group-size "$DSSYNC_GROUP")
       [[ -n $dssync_sizes ]] && size_args+=(--dssync-sizes "$dssync_sizes")
+      # A crossing average on two racks takes seconds, spread by retransmission stalls: the
+      # default 4 repeats (all that --seconds-per-size adds nothing to) leave its mean to chance.
+      size_args+=(--dssync-repeats 10)
       [[ $preset == two_racks ]] && size_args+=(--dssync-ranks-per-rack "$RACK")
     fi
     if run_ranks "$out/comm/${preset}_rank" profile-comm --interface eth0 "${size_args[@]}" \
