@@ -189,6 +189,20 @@ TEST(TestbedScript, ReportSaysWhenNotRoot) {
   EXPECT_NE(r.out.find("must run as root"), std::string::npos) << r.out;
 }
 
+// report.sh's own values are checked before it builds a testbed or empties --out.
+TEST(TestbedScript, ReportRejectsABadMaxSteal) {
+  if (::geteuid() != 0) GTEST_SKIP() << "report.sh checks root first";
+  if (sh("command -v gnuplot >/dev/null").rc != 0) GTEST_SKIP() << "report.sh checks gnuplot first";
+  const std::string report = std::string(MT_SOURCE_DIR) + "/apps/scripts/report.sh --bin /bin/true --out /tmp/mt-test-report";
+  for (const std::string bad : {"lots", "-1", ""}) {
+    const Result r = sh("bash " + report + " --max-steal '" + bad + "'");
+    EXPECT_EQ(r.rc, bad.empty() ? 1 : 2) << r.out;  // 1: bash's own ${2:?} check
+    EXPECT_NE(r.out.find(bad.empty() ? "--max-steal needs a percentage" : "--max-steal must be a percentage"),
+              std::string::npos) << r.out;
+  }
+  EXPECT_NE(sh("test -e /tmp/mt-test-report").rc, 0);
+}
+
 TEST(TestbedScript, DownIsSafeWhenNothingExists) {
   if (!netns_usable()) GTEST_SKIP() << "needs root and ip netns";
   const Result a = testbed("down", "mt-tdown"), b = testbed("down", "mt-tdown");

@@ -17,7 +17,7 @@
 #   bash apps/scripts/report.sh [--quick] [--out DIR] [--bin PATH] [--rate RATE] [--presets "P ..."]
 #                               [--algorithms "A ..."] [--nproc N] [--model NAME] [--batch B]
 #                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
-#                               [--set KEY=VALUE]...
+#                               [--max-steal P] [--set KEY=VALUE]...
 #
 # --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
 #            instead of 5 epochs of 300 iterations
@@ -40,6 +40,10 @@
 #            share the cores freely). A quota keeps a rank's compute speed from depending on the
 #            other hosts' phases, but its communication threads then share its fraction of a core:
 #            WFBP and MG-WFBP slow far below what the cost model predicts (docs/PERF.md)
+# --max-steal  a training run or communication profile during which the hypervisor took more
+#            than P% of this virtual machine's CPU time (steal in /proc/stat) ran on a slower
+#            machine than the others: it is run again, up to twice (default 5; 100: never). The
+#            report shows every run's steal.
 # --set KEY=VALUE    a config override for every run (and the model), e.g. dist.cdsgd_k=0
 # Needs root (network namespaces), gnuplot (Debian: gnuplot-nox) and the Fashion-MNIST files in
 # /usr/share/datasets/fashion-mnist. The testbed (namespaces prefixed MT_TESTBED_PREFIX, default
@@ -65,6 +69,7 @@ model=lenet5
 batch=16
 inter_rate=""
 host_cpus=0
+max_steal=5
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 ;;
@@ -81,7 +86,8 @@ while [[ $# -gt 0 ]]; do
     --batch) batch=${2:?--batch needs a number}; shift ;;
     --inter-rate) inter_rate=${2:?--inter-rate needs e.g. 100mbit}; shift ;;
     --host-cpus) host_cpus=${2:?--host-cpus needs a number of cores}; shift ;;
-    -h|--help) sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --max-steal) max_steal=${2:?--max-steal needs a percentage}; shift ;;
+    -h|--help) sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "report.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -157,6 +163,8 @@ fi
 export INTER_RATE="${inter_bits}bit"   # read by the testbed's two_racks preset
 [[ $host_cpus =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] || {
   echo "report.sh: --host-cpus must be a number of cores (0: no limit), not '$host_cpus'" >&2; exit 2; }
+[[ $max_steal =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] || {
+  echo "report.sh: --max-steal must be a percentage (100: never run again), not '$max_steal'" >&2; exit 2; }
 if awk -v c="$host_cpus" 'BEGIN { exit !(c > 0) }'; then
   export HOST_CPUS=$host_cpus          # read by the testbed's `up`: each host's CPU quota
 else
@@ -197,6 +205,32 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 log() { echo "report: $*" | tee -a "$out/report.log"; }
+# CPU time the hypervisor gave to others ("steal", /proc/stat) and all CPU time, in ticks: their
+# change over a run says how much of this virtual machine the run really had.
+cpu_ticks() { awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit }' /proc/stat; }
+# Runs "$@" and sets $steal to the percent of the CPU time stolen meanwhile and $wall to its
+# seconds; while the steal is over --max-steal, runs it again (twice at most): a run on a
+# machine slowed by its neighbours measures them, not the algorithm. Returns the last try's status.
+steady() {
+  local what=$1 try rc s0 a0 s1 a1 t0
+  shift
+  for try in 1 2 3; do
+    read -r s0 a0 < <(cpu_ticks)
+    t0=$(date +%s.%N)
+    rc=0
+    "$@" || rc=$?
+    wall=$(echo "$(date +%s.%N) - $t0" | bc)
+    read -r s1 a1 < <(cpu_ticks)
+    steal=$(awk -v s=$((s1 - s0)) -v a=$((a1 - a0)) 'BEGIN { printf "%.1f", (a > 0 ? 100 * s / a : 0) }')
+    awk -v s="$steal" -v m="$max_steal" 'BEGIN { exit !(s > m) }' || break
+    if ((try < 3)); then
+      log "$what: the hypervisor took $steal% of the CPU time meanwhile (more than --max-steal $max_steal%): again"
+    else
+      log "$what: the hypervisor took $steal% of the CPU time in the third try too; keeping it (see the steal column)"
+    fi
+  done
+  return $rc
+}
 log "$(date -u '+%F %T') UTC; $NPROC ranks, $rate links, presets: $presets; $epochs epochs x $limit iterations;" \
     "${HOST_CPUS:-unlimited} cores per host; binary $bin"
 
@@ -275,6 +309,17 @@ run_ranks() {
   pids=()
   return $rc
 }
+# One training run of every rank into $1 (a try of its own: the output of an earlier try goes).
+train_once() {
+  local dir=$1
+  shift
+  rm -rf "$dir/out"
+  run_ranks "$dir/rank" train "$CONFIG" "$@" --set "model.name=$model" "${extra_sets[@]}" \
+      --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
+      --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
+      --set dist.interface=eth0 --set dist.timeout_seconds=90 --set checkpoint.every_epochs=0 \
+      --set checkpoint.dir= --output "$dir/out"
+}
 for preset in $presets; do
   # The network as the ranks see it (allreduce alpha/beta, and gamma: the compute a message
   # takes when ranks share cores), measured on this preset's testbed for the cost model.
@@ -298,8 +343,8 @@ for preset in $presets; do
       size_args+=(--dssync-repeats 10)
       [[ $preset == two_racks ]] && size_args+=(--dssync-ranks-per-rack "$RACK")
     fi
-    if run_ranks "$out/comm/${preset}_rank" profile-comm --interface eth0 "${size_args[@]}" \
-        --out "$out/comm/$preset.json"; then
+    if steady "$preset: communication profile" run_ranks "$out/comm/${preset}_rank" profile-comm \
+        --interface eth0 "${size_args[@]}" --out "$out/comm/$preset.json"; then
       log "$preset: communication profiled: $(grep -E '^(fit T|gamma)' "$out/comm/${preset}_rank0.log" | cut -c1-110 | tr '\n' ' ')"
     else
       log "$preset: profile-comm failed (see $out/comm/${preset}_rank0.log); the model uses the nominal link rate"
@@ -322,16 +367,10 @@ for preset in $presets; do
     if [[ $algo == ssgd_mgwfbp && -s $out/comm/$preset.json ]]; then
       sets+=(--set "dist.comm_profile=$out/comm/$preset.json")
     fi
-    start=$(date +%s.%N)
     rc=0
-    run_ranks "$run_dir/rank" train "$CONFIG" "${sets[@]}" --set "model.name=$model" "${extra_sets[@]}" \
-        --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
-        --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
-        --set dist.interface=eth0 --set dist.timeout_seconds=90 --set checkpoint.every_epochs=0 \
-        --set checkpoint.dir= --output "$run_dir/out" || rc=$?
-    wall=$(echo "$(date +%s.%N) - $start" | bc)
+    steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
     if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" 2>/dev/null || true; vary_pid=""; fi
-    printf '%s\t%s\t%s\t%.1f\n' "$preset" "$algo" "$rc" "$wall" >>"$results"
+    printf '%s\t%s\t%s\t%.1f\t%s\n' "$preset" "$algo" "$rc" "$wall" "$steal" >>"$results"
     if ((rc != 0)); then
       log "$preset / ${label[$algo]}: FAILED (exit $rc) after $(printf %.1f "$wall") s; last lines of rank 0:"
       tail -5 "$run_dir/rank0.log" | sed 's/^/    /' | tee -a "$out/report.log"
@@ -378,11 +417,11 @@ fi
 # ---- numbers from the metrics ----------------------------------------------------------------
 # Per run: median ms/iteration and img/s over the progress windows, final test accuracy; and the
 # (seconds, test accuracy) points of its evaluations for the accuracy plot.
-summary=$out/summary.tsv   # preset algorithm ms_per_iter img_s final_acc wall_s predicted_ms
+summary=$out/summary.tsv   # preset algorithm ms_per_iter img_s final_acc wall_s predicted_ms rc steal_pct
 : >"$summary"
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2];
                                                else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-while IFS=$'\t' read -r preset algo rc wall; do
+while IFS=$'\t' read -r preset algo rc wall steal; do
   m=$out/runs/$preset/$algo/out/metrics.jsonl
   acc_file=$out/acc_${preset}_${algo}.dat
   ms="?" ips="?" acc="?"
@@ -400,7 +439,8 @@ while IFS=$'\t' read -r preset algo rc wall; do
   fi
   [[ -s ${acc_file} ]] || echo "? ?" >"$acc_file"
   pred=$(awk -F'\t' -v p="$preset" -v a="$algo" '$1 == p && $2 == a { print $3 }' "$predicted")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset" "$algo" "$ms" "$ips" "$acc" "$wall" "${pred:-?}" "$rc" >>"$summary"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset" "$algo" "$ms" "$ips" "$acc" "$wall" "${pred:-?}" "$rc" "$steal" \
+      >>"$summary"
 done <"$results"
 
 # ---- plots -----------------------------------------------------------------------------------
@@ -491,19 +531,19 @@ fi
        "(network namespaces, tbf rate shaping, no delay; all ranks share this machine's $(nproc --all) cores)."
   echo
   if ((have_model)); then
-    echo "| algorithm | preset | ms / iteration | predicted ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) |"
-    echo "|---|---|---:|---:|---:|---:|---:|"
+    echo "| algorithm | preset | ms / iteration | predicted ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|"
   else
-    echo "| algorithm | preset | ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) |"
-    echo "|---|---|---:|---:|---:|---:|"
+    echo "| algorithm | preset | ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) |"
+    echo "|---|---|---:|---:|---:|---:|---:|"
   fi
-  while IFS=$'\t' read -r preset algo ms ips acc wall pred rc; do
+  while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal; do
     f() { [[ $1 == "?" ]] && echo "-" || printf "%.${2}f" "$1"; }
     note=""; ((rc == 0)) || note=" (failed, exit $rc)"
     if ((have_model)); then
-      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$pred" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) |"
+      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$pred" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) | $steal |"
     else
-      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) |"
+      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) | $steal |"
     fi
   done <"$summary"
   echo
@@ -512,7 +552,9 @@ fi
        "contention = host 0's link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s."
   echo "ms / iteration: median over rank 0's progress windows (every $every iterations) of the time/iteration" \
        "deltas in metrics.jsonl; throughput: median img/s of those windows, all ranks; wall time: start of" \
-       "the ranks to the exit of the last one (rendezvous, profiling and evaluations included)."
+       "the ranks to the exit of the last one (rendezvous, profiling and evaluations included); CPU steal: the" \
+       "share of this virtual machine's CPU time its hypervisor gave to others during the run (a run over" \
+       "$max_steal% was run again, twice at most)."
   ((have_model)) || echo "No predicted times: this mintrain binary has no \`model\` command."
   echo
   echo "![time per iteration](iter_time.png)"
