@@ -26,6 +26,7 @@ const char* kProfileCommUsage =
     "           [--sizes 256,2048,...] [--repeats R] [--seconds-per-size S] [--max-repeats R]\n"
     "           [--idle-ms X]\n"
     "           [--no-gamma] [--gamma-rounds K] [--gamma-messages M] [--gamma-chunk-ms X]\n"
+    "           [--gamma-message-floats F]\n"
     "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]\n"
     "            [--dssync-repeats R]]\n"
     "           [--interface IF] [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
@@ -38,7 +39,8 @@ const char* kProfileCommUsage =
     "  its messages, and a link can be faster after idling: give about an iteration's forward +\n"
     "  backward; DS-Sync's groups are then timed only that way), fits T(M) = alpha + beta * M on rank 0's\n"
     "  mean time per size, and measures gamma, the compute one message sent during computation\n"
-    "  costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms of compute;\n"
+    "  costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms of compute,\n"
+    "  each followed by a message of --gamma-message-floats values, default 4096;\n"
     "  --no-gamma skips it). --dssync-group-size also times DS-Sync's group averages as training\n"
     "  runs them: every partition of its schedule for groups of G (with racks of R consecutive\n"
     "  ranks: the in-rack and the crossing ones), all groups at once, at --dssync-sizes (default:\n"
@@ -225,6 +227,7 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
     else if (a == "--no-gamma") options.measure_gamma = false;
     else if (a == "--gamma-rounds") options.gamma_rounds = parse_count(a, value(), 1);
     else if (a == "--gamma-messages") options.gamma_messages = parse_count(a, value(), 1);
+    else if (a == "--gamma-message-floats") options.gamma_message_floats = parse_count(a, value(), 1);
     else if (a == "--gamma-chunk-ms") {
       const double chunk_ms = parse_number(a, value());
       MT_CHECK(chunk_ms > 0 && chunk_ms <= 10000, "profile-comm: --gamma-chunk-ms must be in (0, 10000], got ",

@@ -265,7 +265,8 @@ TEST(CommProfile, CommandWritesAProfileTheModelReads) {
                     EXPECT_EQ(mt::apps::run_profile_comm_command(
                                   {"--out", path, "--sizes", "256,4194304", "--repeats", "2", "--seconds-per-size", "0.05",
                                    "--idle-ms", "20", "--gamma-rounds", "1",
-                                   "--gamma-messages", "4", "--gamma-chunk-ms", "2", "--timeout-seconds", "20"},
+                                   "--gamma-messages", "4", "--gamma-chunk-ms", "2", "--gamma-message-floats", "1024",
+                                   "--timeout-seconds", "20"},
                                   out),
                               0);
                     if (c.rank == 0) {
@@ -440,4 +441,6 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
   EXPECT_TRUE(contains(profile_comm_error({"--seconds-per-size", "-1"}), "--seconds-per-size must be in [0, 600]"));
   EXPECT_TRUE(contains(profile_comm_error({"--idle-ms", "-5"}), "--idle-ms must be in [0, 10000]"));
   EXPECT_TRUE(contains(profile_comm_error({"--idle-ms", "soon"}), "--idle-ms: \"soon\" is not a number"));
+  EXPECT_TRUE(contains(profile_comm_error({"--gamma-message-floats", "0"}),
+                       "--gamma-message-floats: \"0\" must be an integer >= 1"));
 }
