@@ -11,6 +11,18 @@ namespace {
 
 using nlohmann::json;
 
+// Two arrays of the same length, entry by entry numbers > 0 (a size and its time), appended to
+// xs and ys; errors read "<where>: "<x_key>" and "<y_key>" must hold numbers > 0 (entry i)".
+void read_positive_pairs(const json& x, const json& y, const std::string& x_key, const std::string& y_key,
+                         const std::string& where, std::vector<double>& xs, std::vector<double>& ys) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    MT_CHECK(x[i].is_number() && y[i].is_number() && x[i].get<double>() > 0 && y[i].get<double>() > 0, where, ": \"",
+             x_key, "\" and \"", y_key, "\" must hold numbers > 0 (entry ", i, ")");
+    xs.push_back(x[i].get<double>());
+    ys.push_back(y[i].get<double>());
+  }
+}
+
 // profile-comm's "dssync" object (dist::dssync_comm_profile_json).
 dist::DsSyncCommProfile read_dssync_patterns(const json& d, const std::string& path) {
   const std::string where = path + ": \"dssync\"";
@@ -38,14 +50,7 @@ dist::DsSyncCommProfile read_dssync_patterns(const json& d, const std::string& p
     MT_CHECK(bytes != e.end() && seconds != e.end() && bytes->is_array() && seconds->is_array() && !bytes->empty() &&
                  bytes->size() == seconds->size(),
              at, ": \"bytes\" and \"seconds\" must be arrays of the same non-zero length");
-    for (size_t i = 0; i < bytes->size(); ++i) {
-      const json& b = (*bytes)[i];
-      const json& s = (*seconds)[i];
-      MT_CHECK(b.is_number() && s.is_number() && b.get<double>() > 0 && s.get<double>() > 0, at,
-               ": \"bytes\" and \"seconds\" must hold numbers > 0 (entry ", i, ")");
-      t.size_bytes.push_back(b.get<double>());
-      t.size_seconds.push_back(s.get<double>());
-    }
+    read_positive_pairs(*bytes, *seconds, "bytes", "seconds", at, t.size_bytes, t.size_seconds);
     // The curves are checked as curves (distinct sizes) once, here, not at every N.
     dist::LinearCost check;
     dist::set_measured_curve(check, t.size_bytes, t.size_seconds);
@@ -65,14 +70,7 @@ bool read_timed_sizes(const json& root, const std::string& bytes_key, const std:
   MT_CHECK(bytes->size() == seconds->size(), path, ": \"", bytes_key, "\" has ", bytes->size(), " entries but \"",
            seconds_key, "\" ", seconds->size());
   std::vector<double> b, t;
-  for (size_t i = 0; i < bytes->size(); ++i) {
-    const json& x = (*bytes)[i];
-    const json& y = (*seconds)[i];
-    MT_CHECK(x.is_number() && y.is_number() && x.get<double>() > 0 && y.get<double>() > 0, path, ": \"", bytes_key,
-             "\" and \"", seconds_key, "\" must hold numbers > 0 (entry ", i, ")");
-    b.push_back(x.get<double>());
-    t.push_back(y.get<double>());
-  }
+  read_positive_pairs(*bytes, *seconds, bytes_key, seconds_key, path, b, t);
   dist::trimmed_mean_per_size(b, t, sizes, means);
   return true;
 }
