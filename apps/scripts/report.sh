@@ -161,9 +161,10 @@ else
   inter_bits=$((rate_bits / 4))
 fi
 export INTER_RATE="${inter_bits}bit"   # read by the testbed's two_racks preset
-[[ $host_cpus =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] || {
+decimal() { [[ $1 =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]]; }   # a number >= 0, e.g. 5, 0.5, .25
+decimal "$host_cpus" || {
   echo "report.sh: --host-cpus must be a number of cores (0: no limit), not '$host_cpus'" >&2; exit 2; }
-[[ $max_steal =~ ^([0-9]+[.]?[0-9]*|[.][0-9]+)$ ]] || {
+decimal "$max_steal" || {
   echo "report.sh: --max-steal must be a percentage (100: never run again), not '$max_steal'" >&2; exit 2; }
 if awk -v c="$host_cpus" 'BEGIN { exit !(c > 0) }'; then
   export HOST_CPUS=$host_cpus          # read by the testbed's `up`: each host's CPU quota
