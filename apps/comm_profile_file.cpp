@@ -34,6 +34,11 @@ dist::DsSyncCommProfile read_dssync_patterns(const json& d, const std::string& p
            ">= 2 and \"ranks_per_rack\" an integer >= 0, got ", g, " and ", rack);
   p.group_size = static_cast<int>(g);
   p.ranks_per_rack = static_cast<int>(rack);
+  // Timed in step (profile-comm --dssync-compute-ms): the compute per iteration, shown by the model.
+  if (d.contains("compute_s")) {
+    p.compute_seconds = number_field(d, "compute_s", where, true);
+    p.compute_alone_seconds = number_field(d, "compute_alone_s", where, true);
+  }
   const auto patterns = d.find("patterns");
   MT_CHECK(patterns != d.end() && patterns->is_array() && !patterns->empty(), where,
            ": \"patterns\" must be a non-empty array");

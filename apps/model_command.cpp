@@ -642,8 +642,10 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     const dist::DsSyncCommProfile& d = s.dssync_measured;
     const std::string what = "groups of " + std::to_string(d.group_size) +
                              (d.ranks_per_rack > 0 ? ", racks of " + std::to_string(d.ranks_per_rack) : std::string());
-    out << "comm profile, DS-Sync: " << d.patterns.size() << " partitions timed with all groups at once (" << what
-        << ")"
+    out << "comm profile, DS-Sync: " << d.patterns.size() << " partitions timed "
+        << (d.compute_seconds > 0 ? "in step after " + ms(d.compute_seconds) + " of compute each, beyond it ("
+                                  : std::string("with all groups at once ("))
+        << what << ")"
         << (dssync_measured_at(s, s.measured_world, network.spec().ranks_per_rack)
                 ? ": at N = " + std::to_string(s.measured_world) + " a group average takes their measured time"
                 : ": not used, the model's DS-Sync has groups of " + std::to_string(s.dssync_group_size) +

@@ -28,7 +28,7 @@ const char* kProfileCommUsage =
     "           [--no-gamma] [--gamma-rounds K] [--gamma-messages M] [--gamma-chunk-ms X]\n"
     "           [--gamma-message-floats F]\n"
     "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]\n"
-    "            [--dssync-repeats R]]\n"
+    "            [--dssync-repeats R] [--dssync-compute-ms X]]\n"
     "           [--interface IF] [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
     "  every rank runs it (at least 2; the environment of `mintrain launch`, torchrun, srun or\n"
     "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
@@ -46,7 +46,11 @@ const char* kProfileCommUsage =
     "  ranks: the in-rack and the crossing ones), all groups at once, at --dssync-sizes (default:\n"
     "  --sizes; give sizes near the model's parameter count), each at least --dssync-repeats times\n"
     "  (default: --repeats; a crossing average can take seconds with a heavy tail, too long for\n"
-    "  --seconds-per-size to add repeats). Rank 0 prints a table and writes the JSON to --out, which\n"
+    "  --seconds-per-size to add repeats). With --dssync-compute-ms X they are timed in step\n"
+    "  instead: every iteration X ms of compute (give the model's forward + backward + update),\n"
+    "  then the group average of the schedule's next partition, no barrier, --dssync-repeats\n"
+    "  cycles of the schedule; a partition's time is then what its iterations took beyond the\n"
+    "  compute (partners out of step on shared cores included). Rank 0 prints a table and writes the JSON to --out, which\n"
     "  `mintrain model CONFIG --comm-profile FILE.json` reads. --interface: the network interface\n"
     "  Gloo binds (as dist.interface for train, e.g. eth0 in a network namespace).";
 
@@ -178,9 +182,14 @@ std::string comm_profile_table(const dist::CommProfile& p) {
     const dist::DsSyncCommProfile& d = p.dssync;
     os << "DS-Sync groups of " << d.group_size
        << (d.ranks_per_rack > 0 ? " in racks of " + std::to_string(d.ranks_per_rack) + " ranks" : std::string())
-       << ", all groups of a partition at once"
-       << (p.idle_before_seconds > 0 ? ", each after " + fmt("%.1f", p.idle_before_seconds * 1e3) + " ms idle" : "")
-       << ": the slowest group's mean* ms\n";
+       << (d.compute_seconds > 0
+               ? ", in step after " + fmt("%.1f", d.compute_seconds * 1e3) + " ms of compute each (" +
+                     fmt("%.1f", d.compute_alone_seconds * 1e3) +
+                     " ms with every rank computing): the ranks' mean* iteration beyond that, ms\n"
+               : ", all groups of a partition at once" +
+                     (p.idle_before_seconds > 0 ? ", each after " + fmt("%.1f", p.idle_before_seconds * 1e3) + " ms idle"
+                                                : std::string()) +
+                     ": the slowest group's mean* ms\n");
     std::snprintf(line, sizeof(line), "%-40s %-8s", "partition", "racks");
     os << line;
     for (double b : d.patterns[0].size_bytes) os << fmt(" %12.0f", b);
@@ -237,6 +246,12 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
     else if (a == "--dssync-ranks-per-rack") dssync_ranks_per_rack = parse_count(a, value(), 1);
     else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(value());
     else if (a == "--dssync-repeats") dssync_repeats = parse_count(a, value(), 1);
+    else if (a == "--dssync-compute-ms") {
+      const double compute_ms = parse_number(a, value());
+      MT_CHECK(compute_ms > 0 && compute_ms <= 10000, "profile-comm: --dssync-compute-ms must be in (0, 10000], got ",
+               compute_ms);
+      options.dssync_compute_seconds = compute_ms * 1e-3;
+    }
     else if (a == "--interface") po.interface = value();
     else if (a == "--transport") po.transport = value();
     else if (a == "--timeout-seconds") po.timeout = std::chrono::seconds(parse_count(a, value(), 1));
@@ -249,9 +264,10 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
     }
   }
   if (threads > 0) core::set_num_threads(threads);
-  MT_CHECK(dssync_group_size > 0 || (dssync_ranks_per_rack == 0 && dssync_sizes.empty() && dssync_repeats == 0),
-           "profile-comm: --dssync-ranks-per-rack, --dssync-sizes and --dssync-repeats describe DS-Sync's groups; give "
-           "--dssync-group-size too");
+  MT_CHECK(dssync_group_size > 0 || (dssync_ranks_per_rack == 0 && dssync_sizes.empty() && dssync_repeats == 0 &&
+                                     options.dssync_compute_seconds == 0),
+           "profile-comm: --dssync-ranks-per-rack, --dssync-sizes, --dssync-repeats and --dssync-compute-ms describe "
+           "DS-Sync's groups; give --dssync-group-size too");
 
   const dist::WorldInfo world = dist::world_from_env();
   MT_CHECK(world.world_size >= 2, "profile-comm measures communication between ranks, but this is a single "

@@ -7,10 +7,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/grad_mode.h"
 #include "core/json_escape.h"
-#include "core/ops/matmul.h"
-#include "core/random.h"
+#include "dist/profile_compute.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {
@@ -19,59 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// The same float on every rank: rank 0's value, broadcast.
-double from_rank0(ProcessGroup& group, core::Device device, double value, const std::string& what) {
-  Tensor t = Tensor::full({1}, static_cast<float>(value), core::DType::Float32, device);
-  finish(group.broadcast(t, 0), group, what);
-  return static_cast<double>(t.to(core::Device::cpu()).item());
-}
-
-// Mean over the group's ranks of each value.
-std::vector<double> mean_over_ranks(ProcessGroup& group, core::Device device, const std::vector<double>& values,
-                                    const std::string& what) {
-  std::vector<float> host(values.begin(), values.end());
-  Tensor t = Tensor::from_vector(host, {static_cast<int64_t>(host.size())}).to(device);
-  finish(group.allreduce(t), group, what);
-  std::vector<double> out;
-  for (float v : t.to(core::Device::cpu()).to_vector()) out.push_back(static_cast<double>(v) / group.size());
-  return out;
-}
-
-// A fixed amount of computation on the training thread: `reps` products of 96x96 matrices, each
-// feeding the next so none can be skipped.
-class ComputeChunk {
- public:
-  explicit ComputeChunk(int reps) : reps_(reps) {
-    core::Generator gen(7);
-    a_ = core::rand_uniform({96, 96}, -0.1f, 0.1f, gen);
-    x_ = core::rand_uniform({96, 96}, -0.1f, 0.1f, gen);
-  }
-  void run() {
-    core::NoGradGuard no_grad;
-    for (int r = 0; r < reps_; ++r) x_ = core::matmul(a_, x_);
-  }
-
- private:
-  int reps_;
-  Tensor a_, x_;
-};
-
-// Computes (ComputeChunk) for `seconds`: the network idles, the cores do not, as in training
-// between one iteration's messages and the next. Sleeping instead would rest the cores too, and
-// with more ranks than cores the allreduce after it would start on idle cores that training's
-// never has (8 ranks on 2 cores: LeNet's gradient took 32 ms after sleeping and 38 back to back,
-// where training's BSP iterations of 44-53 ms left it 38-47).
-void compute_for(double seconds) {
-  static thread_local ComputeChunk chunk(1);
-  const auto start = Clock::now();
-  while (since(start) < seconds) chunk.run();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -156,25 +101,8 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
 
   MT_CHECK(o.gamma_messages >= 1 && o.gamma_rounds >= 1 && o.gamma_chunk_seconds > 0,
            "profile_communication: gamma needs messages, rounds and a chunk length > 0");
-  // Calibrate one chunk on every rank at once (the contention of training), agree on rank 0's.
-  int reps = 1;
-  {
-    ComputeChunk probe(8);
-    probe.run();  // warm-up
-    group.barrier();
-    // The median of several probes: one preempted probe would make the chunks far too short.
-    std::vector<double> probes;
-    for (int k = 0; k < 9; ++k) {
-      const auto start = Clock::now();
-      probe.run();
-      probes.push_back(since(start) / 8);
-    }
-    const double per_rep = std::max(median(probes), 1e-7);
-    reps = static_cast<int>(std::lround(from_rank0(group, device, std::ceil(o.gamma_chunk_seconds / per_rep),
-                                                   "sharing the compute chunk's size")));
-    reps = std::clamp(reps, 1, 1 << 20);
-  }
-  ComputeChunk chunk(reps);
+  // One chunk calibrated on every rank at once (the contention of training).
+  ComputeChunk chunk = calibrated_chunk(group, device, o.gamma_chunk_seconds);
   Tensor message = Tensor::ones({o.gamma_message_floats}, core::DType::Float32, device);
   std::vector<double> alone_chunks, with_chunks;
   for (int round = 0; round < o.gamma_rounds; ++round) {

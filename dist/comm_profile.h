@@ -50,6 +50,10 @@ struct CommProfileOptions {
   // that time their own allreduces side by side (DS-Sync's) then contend in every repeat, as in
   // training, instead of drifting apart and sharing a link less than training does.
   bool start_together = false;
+  // > 0: DS-Sync's groups (dssync_comm_profile.h) are timed in step with this much compute per
+  // iteration instead of with all groups starting together: what an iteration pays beyond its
+  // compute, partners that fall out of step on shared cores included.
+  double dssync_compute_seconds = 0.0;
   bool measure_gamma = true;
   int gamma_messages = 24;             // chunks of compute, one message after each
   double gamma_chunk_seconds = 0.004;  // target length of one chunk, computing alone

@@ -1,17 +1,84 @@
 #include "dist/dssync_comm_profile.h"
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <map>
 #include <sstream>
 
 #include "core/error.h"
 #include "dist/comm_profile.h"
+#include "dist/profile_compute.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double trimmed_mean(const std::vector<double>& times) {
+  std::vector<double> size_bytes, means;
+  trimmed_mean_per_size(std::vector<double>(times.size(), 1.0), times, size_bytes, means);
+  return means.empty() ? 0.0 : means[0];
+}
+
+// In step (see the header): per size, an untimed cycle of the schedule, then `repeats` more
+// cycles, each iteration `compute` and this rank's group average of that iteration's partition;
+// `mine[p]` is this rank's group in partition p (null: alone there).
+void time_in_step(ProcessGroup& world, core::Device device, const DsSyncSchedule& schedule,
+                  const std::vector<std::shared_ptr<ProcessGroup>>& mine, const std::vector<int64_t>& sizes,
+                  const CommProfileOptions& o, const std::function<void()>& compute, DsSyncCommProfile& profile) {
+  // The compute alone, every rank at once: the part of an iteration that the model's layer
+  // profile already holds (its profilers run all at once as well).
+  world.barrier();
+  std::vector<double> alone;
+  for (int k = 0; k < 5; ++k) {
+    const auto start = Clock::now();
+    compute();
+    alone.push_back(since(start));
+  }
+  profile.compute_seconds = o.dssync_compute_seconds;
+  profile.compute_alone_seconds = mean_over_ranks(world, device, {median(alone)}, "timing the DS-Sync profile's compute")[0];
+
+  const std::vector<Partition>& partitions = schedule.partitions();
+  const int64_t cycle = schedule.cycle();
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    Tensor t = Tensor::ones({sizes[s]}, core::DType::Float32, device);
+    // A new communicator's first operations connect it: the first size gets a few warm-ups.
+    for (int w = 0; w < (s == 0 ? 4 : 1); ++w)
+      for (const auto& group : mine)
+        if (group) finish(group->allreduce(t), *group, "the DS-Sync profile's group average (warm-up)");
+    world.barrier();
+    std::vector<std::vector<double>> times(partitions.size());
+    auto last = Clock::now();
+    for (int64_t k = 0; k < cycle * (o.repeats + 1); ++k) {
+      compute();
+      const size_t p = static_cast<size_t>(&schedule.at(k) - partitions.data());
+      if (mine[p]) finish(mine[p]->allreduce(t), *mine[p], "the DS-Sync profile's group average");
+      const auto now = Clock::now();
+      // The first cycle is untimed: it starts every rank from the barrier, in step as training never is.
+      if (k >= cycle) times[p].push_back(std::chrono::duration<double>(now - last).count());
+      last = now;
+    }
+    std::vector<double> means;
+    for (const auto& each : times) means.push_back(trimmed_mean(each));
+    means = mean_over_ranks(world, device, means, "collecting the DS-Sync group times");
+    for (size_t p = 0; p < partitions.size(); ++p) {
+      profile.patterns[p].size_bytes.push_back(static_cast<double>(sizes[s]) * 4.0);
+      // Beyond the compute; never 0 (the model's curves take positive times): an iteration
+      // cannot take less than its compute, only noise makes it look so.
+      profile.patterns[p].size_seconds.push_back(std::max(means[p] - profile.compute_alone_seconds, 1e-6));
+    }
+  }
+}
+
+}  // namespace
 
 DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device, int group_size,
-                                        int ranks_per_rack, const CommProfileOptions& o) {
+                                        int ranks_per_rack, const CommProfileOptions& o,
+                                        const std::function<void()>& compute) {
   MT_CHECK(!o.sizes_floats.empty() && o.repeats >= 1, "DS-Sync group profile: need sizes and repeats >= 1");
   MT_CHECK(ranks_per_rack >= 0, "DS-Sync group profile: ranks per rack must be >= 0 (0: one rack), got ",
            ranks_per_rack);
@@ -30,40 +97,49 @@ DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   const int me = world.rank(), n = world.size();
+  // This rank's group in every partition, connected in the partitions' fixed order (groups of one
+  // partition are disjoint, so every group's members are all creating it: nobody waits forever).
+  std::vector<std::shared_ptr<ProcessGroup>> mine;
+  for (const Partition& partition : schedule.partitions()) {
+    GroupPatternTimes pattern;
+    pattern.partition = partition;
+    pattern.crosses_racks = schedule.crosses_racks(partition);
+    profile.patterns.push_back(std::move(pattern));
+    const RankGroup* own = nullptr;
+    for (const RankGroup& g : partition)
+      if (std::find(g.begin(), g.end(), me) != g.end()) own = &g;
+    MT_CHECK(own != nullptr, "internal: rank ", me, " is in no group of ", partition_str(partition));
+    mine.push_back(own->size() >= 2 ? world.subgroup(*own) : nullptr);
+  }
+  if (o.dssync_compute_seconds > 0) {
+    if (compute) {
+      time_in_step(world, device, schedule, mine, sizes, o, compute, profile);
+    } else {
+      ComputeChunk chunk = calibrated_chunk(world, device, o.dssync_compute_seconds);
+      time_in_step(world, device, schedule, mine, sizes, o, [&] { chunk.run(); }, profile);
+    }
+    return profile;
+  }
   // Every repeat starts on all groups at once. Timed back to back on their own, groups drift
   // apart: one that finishes its repeats early leaves the shared uplink to the others, and the
   // crossing partition of LeNet on two racks measured 263 ms where four pairs' 0.99 MB through
   // the 25 Mbit/s link need at least 315 (training paid about 390).
   CommProfileOptions together = o;
   together.start_together = true;
-  for (const Partition& partition : schedule.partitions()) {
-    GroupPatternTimes pattern;
-    pattern.partition = partition;
-    pattern.crosses_racks = schedule.crosses_racks(partition);
-    const RankGroup* mine = nullptr;
-    for (const RankGroup& g : partition)
-      if (std::find(g.begin(), g.end(), me) != g.end()) mine = &g;
-    MT_CHECK(mine != nullptr, "internal: rank ", me, " is in no group of ", partition_str(partition));
-    std::shared_ptr<ProcessGroup> group = mine->size() >= 2 ? world.subgroup(*mine) : nullptr;
+  for (size_t p = 0; p < mine.size(); ++p) {
     for (size_t s = 0; s < sizes.size(); ++s) {
-      // A new communicator's first operations connect it: the first size gets a few warm-ups.
-      const std::vector<double> times = time_allreduces(group.get(), world, device, sizes[s], s == 0 ? 4 : 1, together);
-      double mean = 0.0;
-      if (!times.empty()) {
-        std::vector<double> size_bytes, means;
-        trimmed_mean_per_size(std::vector<double>(times.size(), 1.0), times, size_bytes, means);
-        mean = means[0];
-      }
+      const std::vector<double> times =
+          time_allreduces(mine[p].get(), world, device, sizes[s], s == 0 ? 4 : 1, together);
+      const double mean = times.empty() ? 0.0 : trimmed_mean(times);
       // Every rank's mean in its own slot, summed: every rank learns the slowest group's.
       std::vector<float> slots(static_cast<size_t>(n), 0.0f);
       slots[static_cast<size_t>(me)] = static_cast<float>(mean);
       Tensor t = Tensor::from_vector(slots, {static_cast<int64_t>(n)}).to(device);
       finish(world.allreduce(t), world, "collecting the DS-Sync group times");
       const std::vector<float> all = t.to(core::Device::cpu()).to_vector();
-      pattern.size_bytes.push_back(static_cast<double>(sizes[s]) * 4.0);
-      pattern.size_seconds.push_back(static_cast<double>(*std::max_element(all.begin(), all.end())));
+      profile.patterns[p].size_bytes.push_back(static_cast<double>(sizes[s]) * 4.0);
+      profile.patterns[p].size_seconds.push_back(static_cast<double>(*std::max_element(all.begin(), all.end())));
     }
-    profile.patterns.push_back(std::move(pattern));
   }
   return profile;
 }
@@ -98,8 +174,10 @@ std::string dssync_comm_profile_json(const DsSyncCommProfile& p, const std::stri
     for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
     os << "]";
   };
-  os << "{\"group_size\": " << p.group_size << ", \"ranks_per_rack\": " << p.ranks_per_rack
-     << ", \"patterns\": [";
+  os << "{\"group_size\": " << p.group_size << ", \"ranks_per_rack\": " << p.ranks_per_rack;
+  if (p.compute_seconds > 0)
+    os << ", \"compute_s\": " << p.compute_seconds << ", \"compute_alone_s\": " << p.compute_alone_seconds;
+  os << ", \"patterns\": [";
   for (size_t k = 0; k < p.patterns.size(); ++k) {
     const GroupPatternTimes& g = p.patterns[k];
     os << (k ? "," : "") << "\n" << indent << "  {\"partition\": \"" << partition_str(g.partition)

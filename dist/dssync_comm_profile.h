@@ -20,8 +20,20 @@
 // all of them, so the slowest one holds everyone back). `mintrain model` averages the partitions
 // that stay inside racks and those that cross, as the schedule uses them in turn.
 //
+// In step (options.dssync_compute_seconds > 0): the synthetic iteration itself. Every rank
+// computes a fixed amount of work (calibrated to that many seconds while all ranks compute), then
+// averages in its group of the schedule's next partition, iteration after iteration, in the
+// schedule's order and with no barrier, as DS-Sync trains. A partition's time per size is the
+// mean over ranks of its iterations' trimmed mean, less the compute timed alone: what an
+// iteration pays beyond its compute. Why: on ranks that share cores, partners fall out of step
+// (the later one's compute was descheduled longer) and one group averages while the others still
+// compute. Timed together after a barrier, LeNet's pair average on 4 flat ranks took 14.4 ms;
+// training paid 16.3 ms from the later partner's start plus the wait for it, and the model
+// predicted DS-Sync at 0.81-0.88 of the measured time in four grids (docs/PERF.md).
+//
 // Collective: every rank of `world` calls it with the same arguments.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,14 +55,21 @@ struct GroupPatternTimes {
 struct DsSyncCommProfile {
   int group_size = 0;      // 0: not measured
   int ranks_per_rack = 0;  // 0: one rack
+  // In step: the compute asked for per iteration, and the calibrated work's mean time with every
+  // rank computing at once (what was subtracted). Both 0: timed with all groups starting together.
+  double compute_seconds = 0.0;
+  double compute_alone_seconds = 0.0;
   std::vector<GroupPatternTimes> patterns;  // every distinct partition of the schedule
 };
 
 // Times every partition of the butterfly DS-Sync schedule for `group_size` and the racks (with
 // racks, the in-rack partitions and the crossing ones) at options.sizes_floats, with the repeat
-// rules of CommProfileOptions.
+// rules of CommProfileOptions; in step when options.dssync_compute_seconds > 0, each iteration's
+// compute then `compute` where given (tests: ranks that compute for different times), else
+// that many seconds of calibrated work.
 DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device, int group_size,
-                                        int ranks_per_rack, const CommProfileOptions& options);
+                                        int ranks_per_rack, const CommProfileOptions& options,
+                                        const std::function<void()>& compute = {});
 
 // The mean over the partitions that cross racks (crossing = true) or stay inside (false) of
 // their times per size, as a measured curve (sizes ascending). False when there is none of that
@@ -59,8 +78,9 @@ bool dssync_pattern_curve(const DsSyncCommProfile& profile, bool crossing, std::
                           std::vector<double>& seconds);
 
 // The JSON value written under "dssync" in comm_profile_json:
-// {"group_size": g, "ranks_per_rack": r, "patterns": [{"partition": "{0,1}{2,3}", "crosses_racks":
-// false, "bytes": [...], "seconds": [...]}, ...]}
+// {"group_size": g, "ranks_per_rack": r, ["compute_s": c, "compute_alone_s": a,] "patterns":
+// [{"partition": "{0,1}{2,3}", "crosses_racks": false, "bytes": [...], "seconds": [...]}, ...]}
+// (compute_s and compute_alone_s only when timed in step).
 std::string dssync_comm_profile_json(const DsSyncCommProfile& profile, const std::string& indent);
 
 }  // namespace mt::dist

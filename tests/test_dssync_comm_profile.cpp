@@ -3,8 +3,10 @@
 // from them, the JSON between profile-comm and `mintrain model`, and what a bad file says.
 #include <stdlib.h>
 
+#include <chrono>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -56,12 +58,14 @@ std::string write_layers(const std::string& dir) {
 
 // A profile of 4 ranks (ring: 1 ms + 1e-6 s/B) with DS-Sync's groups of 2: inside racks 4 ms at
 // 1000 B and 10 ms at 4000 B (two partitions, averaged), crossing 20 and 50 ms.
-std::string write_profile(const std::string& path, int ranks_per_rack, const std::string& patterns = "") {
+// `in_step`: the fields of a profile timed in step, before "patterns".
+std::string write_profile(const std::string& path, int ranks_per_rack, const std::string& patterns = "",
+                          const std::string& in_step = "") {
   std::ostringstream os;
   os << R"({"world": 4, "alpha_s": 0.001, "beta_s_per_byte": 1e-6, "gamma_s": 0,
             "bytes": [1000, 4000], "seconds": [0.002, 0.005],
             "dssync": {"group_size": 2, "ranks_per_rack": )"
-     << ranks_per_rack << R"(, "patterns": )"
+     << ranks_per_rack << ", " << in_step << R"("patterns": )"
      << (patterns.empty() ? R"([
               {"partition": "{0,1}{2,3}", "crosses_racks": false, "bytes": [1000, 4000], "seconds": [0.003, 0.009]},
               {"partition": "{0,3}{1,2}", "crosses_racks": false, "bytes": [4000, 1000], "seconds": [0.011, 0.005]},
@@ -138,6 +142,43 @@ TEST(DsSyncCommProfile, ARankAloneInAPartitionTakesPartWithoutTiming) {
   }).ok_or_report());
 }
 
+// In step: iterations of compute then the group average, no barrier. With rank 3 computing 25 ms
+// and the others 2, the butterfly pairs everyone with rank 3 within two iterations, so every
+// iteration takes about 25 ms and beyond the mean compute alone ((3 x 2 + 25) / 4 = 7.75 ms)
+// about 17 ms; with everyone at 2 ms, about the pair average alone. Timed together after a
+// barrier, both would be the pair average alone: the wait for the later partner is what the
+// in-step profile is for.
+TEST(DsSyncCommProfile, InStepCountsTheWaitForALaterPartner) {
+  auto profile = [](mt::testing::RankContext& c, int slow_ms) {
+    mt::dist::CommProfileOptions o = quick_options();
+    o.sizes_floats = {256};
+    o.repeats = 4;
+    o.dssync_compute_seconds = 0.002;
+    const int my_ms = c.rank == 3 ? slow_ms : 2;
+    return mt::dist::profile_dssync_groups(*c.group, mt::core::Device::cpu(), 2, 0, o, [my_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(my_ms));
+    });
+  };
+  EXPECT_TRUE(mt::testing::run_ranks(4, [&](mt::testing::RankContext& c) {
+    const mt::dist::DsSyncCommProfile even = profile(c, 2);
+    const mt::dist::DsSyncCommProfile uneven = profile(c, 25);
+    EXPECT_DOUBLE_EQ(uneven.compute_seconds, 0.002);
+    EXPECT_GT(uneven.compute_alone_seconds, 0.007);
+    EXPECT_LT(uneven.compute_alone_seconds, 0.030);
+    ASSERT_EQ(uneven.patterns.size(), 2u);
+    ASSERT_EQ(even.patterns.size(), 2u);
+    for (size_t p = 0; p < 2; ++p) {
+      ASSERT_EQ(uneven.patterns[p].size_seconds.size(), 1u);
+      const double waited = uneven.patterns[p].size_seconds[0], in_step = even.patterns[p].size_seconds[0];
+      EXPECT_GT(waited, in_step + 0.008) << mt::dist::partition_str(uneven.patterns[p].partition);
+      EXPECT_GT(in_step, 0.0);
+      expect_same_on_every_rank(*c.group, waited);
+    }
+    const std::string json = mt::dist::dssync_comm_profile_json(uneven, "");
+    EXPECT_TRUE(contains(json, "\"ranks_per_rack\": 0, \"compute_s\": 0.002, \"compute_alone_s\": ")) << json;
+  }).ok_or_report());
+}
+
 TEST(DsSyncCommProfile, CurvesAverageThePartitionsOfEachKind) {
   mt::dist::DsSyncCommProfile p;
   p.group_size = 2;
@@ -180,6 +221,12 @@ TEST(DsSyncCommProfile, ModelUsesTheMeasuredGroupTimesWhereTheyApply) {
   EXPECT_NEAR(dssync_ms(out, 4), 5.5 + 6.0, 1e-3) << out;
   EXPECT_TRUE(contains(out, "comm profile, DS-Sync: 3 partitions timed with all groups at once (groups of 2)"));
   EXPECT_TRUE(contains(out, "at N = 4 a group average takes their measured time"));
+  // Timed in step: the same curves, and the model says how they were taken.
+  const std::string in_step_out =
+      model(write_profile(dir + "/in_step.json", 0, "", R"("compute_s": 0.0055, "compute_alone_s": 0.006, )"));
+  EXPECT_NEAR(dssync_ms(in_step_out, 4), 5.5 + 6.0, 1e-3) << in_step_out;
+  EXPECT_TRUE(contains(in_step_out, "3 partitions timed in step after 5.500 ms of compute each, beyond it (groups of 2)"))
+      << in_step_out;
 
   // At N = 8 and with other groups: the model's own estimate, the same as without the patterns.
   const std::string plain = write_profile(dir + "/plain.json", 0, R"([
@@ -227,6 +274,9 @@ TEST(DsSyncCommProfile, BadGroupProfilesAreErrorsThatNameTheEntry) {
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-group-size", "1"}), "--dssync-group-size: \"1\" must be an integer >= 2"));
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-sizes", "5"}), "two different sizes"));
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-repeats", "8"}), "give --dssync-group-size too"));
+  EXPECT_TRUE(contains(profile_comm_error({"--dssync-compute-ms", "8"}), "give --dssync-group-size too"));
+  EXPECT_TRUE(contains(profile_comm_error({"--dssync-group-size", "2", "--dssync-compute-ms", "0"}),
+                       "--dssync-compute-ms must be in (0, 10000], got 0"));
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-group-size", "2", "--dssync-repeats", "0"}),
                        "--dssync-repeats: \"0\" must be an integer >= 1"));
 }

@@ -240,6 +240,7 @@ have_model=0
 comm_sizes=""
 dssync_sizes=""
 idle_ms=""
+dssync_compute_ms=""
 if "$bin" model --help >/dev/null 2>&1; then
   have_model=1
   # Profile on the emulated hosts: one profiler per host, all at once, sharing the cores as the
@@ -273,6 +274,10 @@ if "$bin" model --help >/dev/null 2>&1; then
     # only make the profile slow.
     idle_ms=$(grep -oE 'forward [0-9.]+ ms, backward [0-9.]+ ms' "$out/profile_rank${median_rank:-0}.log" |
       awk '{ t = $2 + $5; printf "%.1f", (t > 50 ? 50 : t) }')
+    # DS-Sync's groups are timed in step with an iteration's whole compute (forward, backward and
+    # the local step), so that partners fall out of step on the shared cores as they do in training.
+    dssync_compute_ms=$(grep -oE 'forward [0-9.]+ ms, backward [0-9.]+ ms, update [0-9.]+ ms' \
+        "$out/profile_rank${median_rank:-0}.log" | awk '{ printf "%.2f", $2 + $5 + $8 }')
   else
     log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
   fi
@@ -342,6 +347,7 @@ for preset in $presets; do
       # A crossing average on two racks takes seconds, spread by retransmission stalls: the
       # default 4 repeats (all that --seconds-per-size adds nothing to) leave its mean to chance.
       size_args+=(--dssync-repeats 10)
+      [[ -n $dssync_compute_ms ]] && size_args+=(--dssync-compute-ms "$dssync_compute_ms")
       [[ $preset == two_racks ]] && size_args+=(--dssync-ranks-per-rack "$RACK")
     fi
     if steady "$preset: communication profile" run_ranks "$out/comm/${preset}_rank" profile-comm \
