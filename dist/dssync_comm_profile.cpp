@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -25,8 +26,10 @@ double trimmed_mean(const std::vector<double>& times) {
 }
 
 // In step (see the header): per size, an untimed cycle of the schedule, then `repeats` more
-// cycles, each iteration `compute` and this rank's group average of that iteration's partition;
-// `mine[p]` is this rank's group in partition p (null: alone there).
+// cycles, and more, as time_allreduces repeats, until they add up to seconds_per_size (a cycle
+// is one iteration of each partition: the count of repeats is one per partition); each iteration
+// `compute` and this rank's group average of that iteration's partition; `mine[p]` is this
+// rank's group in partition p (null: alone there).
 void time_in_step(ProcessGroup& world, core::Device device, const DsSyncSchedule& schedule,
                   const std::vector<std::shared_ptr<ProcessGroup>>& mine, const std::vector<int64_t>& sizes,
                   const CommProfileOptions& o, const std::function<void()>& compute, DsSyncCommProfile& profile) {
@@ -50,17 +53,32 @@ void time_in_step(ProcessGroup& world, core::Device device, const DsSyncSchedule
     for (int w = 0; w < (s == 0 ? 4 : 1); ++w)
       for (const auto& group : mine)
         if (group) finish(group->allreduce(t), *group, "the DS-Sync profile's group average (warm-up)");
-    world.barrier();
     std::vector<std::vector<double>> times(partitions.size());
-    auto last = Clock::now();
-    for (int64_t k = 0; k < cycle * (o.repeats + 1); ++k) {
-      compute();
-      const size_t p = static_cast<size_t>(&schedule.at(k) - partitions.data());
-      if (mine[p]) finish(mine[p]->allreduce(t), *mine[p], "the DS-Sync profile's group average");
-      const auto now = Clock::now();
-      // The first cycle is untimed: it starts every rank from the barrier, in step as training never is.
-      if (k >= cycle) times[p].push_back(std::chrono::duration<double>(now - last).count());
-      last = now;
+    int64_t k = 0;  // the schedule's position, on from round to round
+    // An untimed cycle of the schedule (it starts the ranks from the agreement before it, in step
+    // as training never is), then `cycles` timed ones; returns this rank's timed seconds.
+    auto run = [&](int64_t cycles) {
+      const int64_t end = k + cycle * (cycles + 1), timed_from = k + cycle;
+      auto last = Clock::now(), first = last;
+      for (; k < end; ++k) {
+        compute();
+        const size_t p = static_cast<size_t>(&schedule.at(k) - partitions.data());
+        if (mine[p]) finish(mine[p]->allreduce(t), *mine[p], "the DS-Sync profile's group average");
+        const auto now = Clock::now();
+        if (k == timed_from - 1) first = now;
+        if (k >= timed_from) times[p].push_back(std::chrono::duration<double>(now - last).count());
+        last = now;
+      }
+      return std::chrono::duration<double>(last - first).count();
+    };
+    world.barrier();
+    const double spent = run(o.repeats);
+    // More cycles until they add up to seconds_per_size (at most max_repeats in all): rank 0's
+    // count, so every rank runs alike.
+    if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) {
+      const double per_cycle = std::max(spent / o.repeats, 1e-6);
+      const double more = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_cycle)) - o.repeats;
+      run(std::lround(from_rank0(world, device, std::max(0.0, more), "sharing the number of DS-Sync cycles")));
     }
     std::vector<double> means;
     for (const auto& each : times) means.push_back(trimmed_mean(each));

@@ -154,6 +154,10 @@ TEST(DsSyncCommProfile, InStepCountsTheWaitForALaterPartner) {
     o.sizes_floats = {256};
     o.repeats = 4;
     o.dssync_compute_seconds = 0.002;
+    // More cycles until 0.3 s, at most 8: rank 0's count (rank 3 alone would want fewer, and
+    // a count that differed between ranks would leave its partners waiting until the timeout).
+    o.seconds_per_size = 0.3;
+    o.max_repeats = 8;
     const int my_ms = c.rank == 3 ? slow_ms : 2;
     return mt::dist::profile_dssync_groups(*c.group, mt::core::Device::cpu(), 2, 0, o, [my_ms] {
       std::this_thread::sleep_for(std::chrono::milliseconds(my_ms));
