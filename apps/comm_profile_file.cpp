@@ -100,6 +100,10 @@ MeasuredComm read_comm_profile(const std::string& path, const std::string& named
     MT_CHECK(m.cost.beta > 0, path, ": \"beta_s_per_byte\" must be > 0 (the fit found no cost per byte: "
              "the sizes were too small or too close together)");
     m.cost.gamma = number_field(root, "gamma_s", path, true);
+    // Profiles from before it was measured have none: the DAG then charges gamma per message.
+    m.cost.overlap_slowdown = number_field(root, "overlap_slowdown", path, false);
+    MT_CHECK(m.cost.overlap_slowdown < 1, path, ": \"overlap_slowdown\" (the share of the compute lost while a "
+             "message is in flight) must be below 1, got ", m.cost.overlap_slowdown);
     // The timed allreduces, when the file has them: their (trimmed) means per size are the
     // measured curve; the same sizes timed after idling (profile-comm --idle-ms), its after-idle one.
     std::vector<double> sizes, means;

@@ -408,7 +408,10 @@ namespace {
 // (back to back and after idling) at the N they were measured on.
 dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n) {
   dist::LinearCost ring = network.allreduce(n);
-  if (n > 1) ring.gamma = s.gamma;
+  if (n > 1) {
+    ring.gamma = s.gamma;
+    ring.overlap_slowdown = s.overlap_slowdown;
+  }
   if (n > 1 && n == s.measured_world && !s.measured_bytes.empty()) {
     dist::set_measured_curve(ring, s.measured_bytes, s.measured_seconds);
     if (!s.measured_idle_seconds.empty())
@@ -563,8 +566,13 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                                            " of the nominal ring, links at " + fmt("%.4g", c.efficiency * 100) +
                                            "% of their bandwidth"
                                      : std::string("the measured ring's rate, one level")) +
-                    "; gamma " + fmt("%.1f", measured->cost.gamma * 1e6) +
-                    " us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)" +
+                    (measured->cost.overlap_slowdown > 0
+                         ? "; while a message is in flight during backward the compute loses " +
+                               fmt("%.1f", measured->cost.overlap_slowdown * 100) +
+                               "% (WFBP, FUSION, MGWFBP at N >= 2; MG-WFBP's merge rule takes gamma " +
+                               fmt("%.1f", measured->cost.gamma * 1e6) + " us)"
+                         : "; gamma " + fmt("%.1f", measured->cost.gamma * 1e6) +
+                               " us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)") +
                     (measured->cost.measured_bytes.empty()
                          ? std::string()
                          : "; at N = " + std::to_string(n) + " an allreduce takes the measured time of its size (" +
@@ -608,6 +616,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   s.dssync_rack_aware = dc.dssync_rack_size() > 0 || dc.dssync_ranks_per_rack() > 0 || dc.dssync_measure_racks();
   if (measured) {
     s.gamma = measured->cost.gamma;
+    s.overlap_slowdown = measured->cost.overlap_slowdown;
     s.measured_world = measured->world;
     s.measured_bytes = measured->cost.measured_bytes;
     s.measured_seconds = measured->cost.measured_seconds;

@@ -94,6 +94,7 @@ struct AlgorithmSettings {
   int dssync_group_size = 2, dssync_cross_period = 1, dssync_global_average_every = 0;
   bool dssync_rack_aware = false;      // the config names the racks
   double gamma = 0.0;  // S-SGD: seconds of compute lost per message sent during backward (N >= 2)
+  double overlap_slowdown = 0.0;  // S-SGD: share of the compute lost while a message is in flight (N >= 2)
   // The allreduce times measured by profile-comm on `measured_world` ranks (mean per size): at
   // that N the ring's cost follows them instead of the line (dist::LinearCost).
   int measured_world = 0;

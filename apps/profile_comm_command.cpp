@@ -174,7 +174,8 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   if (p.chunk_alone_seconds > 0) {
     os << "gamma " << fmt("%.1f", p.cost.gamma * 1e6) << " us of compute lost per message sent during "
        << "computation (one compute chunk: " << fmt("%.3f", p.chunk_alone_seconds * 1e3) << " ms alone, "
-       << fmt("%.3f", p.chunk_with_message_seconds * 1e3) << " ms with a message after it)\n";
+       << fmt("%.3f", p.chunk_with_message_seconds * 1e3) << " ms with a message after it); "
+       << fmt("%.1f", p.cost.overlap_slowdown * 100) << "% of the compute lost while the network is busy\n";
   } else {
     os << "gamma not measured (--no-gamma): 0\n";
   }

@@ -9,7 +9,10 @@
 // small allreduce after each chunk, as backward hooks do. Per round each rank's two times are
 // averaged over the ranks; gamma = median chunk time with a message - median chunk time alone
 // over `gamma_rounds` rounds, never negative (noise can make the difference so). All ranks run
-// it at once, so ranks that share cores see the same contention as in training.
+// it at once, so ranks that share cores see the same contention as in training. The same rounds
+// give the cost's overlap_slowdown (cost_model.h): the compute lost divided by the time the
+// network was busy meanwhile, min(the compute after the first chunk, the messages' back-to-back
+// time on the measured curve), the median over the rounds.
 //
 // Why a mean and many repeats: an iteration sends many messages, so what it costs is the sum of
 // their times, whose expectation is the sum of the means. Where ranks share cores, small
@@ -96,7 +99,7 @@ void trimmed_mean_per_size(const std::vector<double>& bytes, const std::vector<d
                            std::vector<double>& size_bytes, std::vector<double>& size_mean_seconds);
 
 // A small JSON document: {"world": 4, "group": "...", "alpha_s": ..., "beta_s_per_byte": ...,
-// "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "bytes": [...], "seconds": [...]},
+// "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "overlap_slowdown": ..., "bytes": [...], "seconds": [...]},
 // and "dssync": {...} (dssync_comm_profile_json) when the group patterns were measured.
 // (`mintrain model --comm-profile` reads it back with the JSON reader of apps/model_command.cpp.)
 std::string comm_profile_json(const CommProfile& profile);

@@ -276,14 +276,25 @@ MergePlan mgwfbp_best_plan(const std::vector<double>& tb, const std::vector<doub
 
 // ---- Prediction ----
 
-Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
-                             const LinearCost& cost, double update_seconds, bool after_backward) {
-  const int L = static_cast<int>(layers.size());
+namespace {
+
+// The DAG of one iteration (see predict_iteration), with `send_cpu[m]` seconds of the backward
+// chain taken by message m right after the layer that completes it (while backward still runs).
+struct IterationDag {
   Dag dag;
+  int first_backward = -1, backward_done = -1;
+  std::vector<int> messages;
+};
+
+IterationDag build_iteration_dag(const std::vector<LayerCost>& layers, const MergePlan& plan, const LinearCost& cost,
+                                 double update_seconds, bool after_backward, const std::vector<double>& send_cpu) {
+  const int L = static_cast<int>(layers.size());
+  IterationDag it;
+  Dag& dag = it.dag;
   int prev = -1;
   for (int l = 0; l < L; ++l)
     prev = dag.add("forward " + std::to_string(l), layers[l].forward, prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
-  // Which message each layer's gradient completes (-1: none), for the gamma tasks.
+  // Which message each layer's gradient completes (-1: none), for the send tasks.
   std::vector<int> completes(L, -1);
   for (size_t m = 0; m < plan.size(); ++m)
     if (!plan[m].empty()) completes.at(plan[m].back()) = static_cast<int>(m);
@@ -291,14 +302,16 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
   for (int l = L - 1; l >= 0; --l) {
     backward[l] = dag.add("backward " + std::to_string(l), layers[l].backward,
                           prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+    if (it.first_backward < 0) it.first_backward = backward[l];
     prev = backward[l];
-    // A message sent while backward goes on takes gamma of the compute (none after layer 0:
+    // A message sent while backward goes on takes some of the compute (none after layer 0:
     // backward is over by then, and BSP sends everything after backward).
-    if (cost.gamma > 0 && !after_backward && l > 0 && completes[l] >= 0)
-      prev = dag.add("send " + std::to_string(completes[l]) + " (CPU)", cost.gamma, {prev});
+    if (!after_backward && l > 0 && completes[l] >= 0 && send_cpu[static_cast<size_t>(completes[l])] > 0)
+      prev = dag.add("send " + std::to_string(completes[l]) + " (CPU)", send_cpu[static_cast<size_t>(completes[l])],
+                     {prev});
   }
-  const int backward_done = prev;
-  std::vector<int> update_deps = {backward_done};
+  it.backward_done = prev;
+  std::vector<int> update_deps = {it.backward_done};
   int prev_msg = -1;
   for (size_t m = 0; m < plan.size(); ++m) {
     double bytes = 0.0;
@@ -307,7 +320,7 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
       bytes += layers[l].bytes;
       deps.push_back(backward[l]);
     }
-    if (after_backward) deps.push_back(backward_done);
+    if (after_backward) deps.push_back(it.backward_done);
     if (prev_msg >= 0) deps.push_back(prev_msg);
     // How long the network idled before this message: since the previous one ended, or for the
     // first, since the last message of the previous iteration (its update, then this forward...).
@@ -315,15 +328,44 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
     for (int d : deps) ready = std::max(ready, dag.finish(d));
     const double idle = prev_msg >= 0 ? ready - dag.finish(prev_msg) : ready + update_seconds;
     prev_msg = dag.add("allreduce " + std::to_string(m), cost.time(bytes, idle), deps);
+    it.messages.push_back(prev_msg);
     update_deps.push_back(prev_msg);
   }
   dag.add("update", update_seconds, update_deps);
+  return it;
+}
 
+}  // namespace
+
+Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
+                             const LinearCost& cost, double update_seconds, bool after_backward) {
+  MT_CHECK(cost.overlap_slowdown >= 0 && cost.overlap_slowdown < 1,
+           "the share of compute lost while a message is in flight must be in [0, 1), got ", cost.overlap_slowdown);
+  const bool by_overlap = cost.overlap_slowdown > 0;
+  std::vector<double> send_cpu(plan.size(), by_overlap ? 0.0 : cost.gamma);
+  IterationDag it = build_iteration_dag(layers, plan, cost, update_seconds, after_backward, send_cpu);
+  if (by_overlap && !after_backward && it.backward_done >= 0) {
+    // Each message takes overlap_slowdown of the time it overlaps backward; that lengthens
+    // backward and so the overlaps. A contraction (factor < 1): a few rounds reach the fixed point.
+    for (int round = 0; round < 100; ++round) {
+      const double b0 = it.dag.start(it.first_backward), b1 = it.dag.finish(it.backward_done);
+      double change = 0.0;
+      for (size_t m = 0; m < it.messages.size(); ++m) {
+        const double overlap =
+            std::max(0.0, std::min(it.dag.finish(it.messages[m]), b1) - std::max(it.dag.start(it.messages[m]), b0));
+        const double cpu = cost.overlap_slowdown * overlap;
+        change = std::max(change, std::abs(cpu - send_cpu[m]));
+        send_cpu[m] = cpu;
+      }
+      if (change < 1e-12) break;
+      it = build_iteration_dag(layers, plan, cost, update_seconds, after_backward, send_cpu);
+    }
+  }
   Prediction p;
-  p.iteration = dag.critical_length();
-  p.backward_end = backward_done >= 0 ? dag.finish(backward_done) : 0.0;
-  p.comm_end = prev_msg >= 0 ? dag.finish(prev_msg) : p.backward_end;
-  p.critical_path = dag.critical_path();
+  p.iteration = it.dag.critical_length();
+  p.backward_end = it.backward_done >= 0 ? it.dag.finish(it.backward_done) : 0.0;
+  p.comm_end = it.messages.empty() ? p.backward_end : it.dag.finish(it.messages.back());
+  p.critical_path = it.dag.critical_path();
   return p;
 }
 

@@ -33,6 +33,15 @@ struct LinearCost {
   // every message: measured ~2 ms per message for 4 ranks on 2 cores (docs/PERF.md). It is what
   // makes WFBP slower than BSP there, and what MG-WFBP's merging saves besides alpha.
   double gamma = 0.0;
+  // Where > 0, the DAG charges the CPU that messages take from backward this way instead of gamma
+  // per message: the share of the compute lost while a message is on the link during backward
+  // (0 <= overlap_slowdown < 1), each message charged overlap_slowdown x the time it overlaps
+  // backward. gamma per message only holds for the ratio of message time to compute between
+  // messages it was measured at: a message that waits in the queue behind others takes nothing
+  // from backward until it is sent, and a long one takes more. ResNet-20's MG-WFBP on 8 ranks
+  // lost 14 ms of backward per 0.14 MB message where the synthetic gamma, whose 16 KB messages
+  // queued behind each other, said 3 (docs/PERF.md). gamma stays MG-WFBP's rule (b) term.
+  double overlap_slowdown = 0.0;
   // Optional: the mean times measured for allreduces of some sizes on the very group this cost
   // describes (ascending sizes, CommProfile's per-size means). Where present, time() follows
   // them, interpolating linearly between neighbouring sizes, holding the smallest size's time
@@ -140,7 +149,10 @@ struct Prediction {
 // last gradient and after message m-1 (one link, FIFO), update after every message and after
 // backward. after_backward = true makes the first message wait for all of backward (BSP).
 // A message launched while backward still runs puts a task of cost.gamma ("send m (CPU)") into
-// the backward chain right after the layer that completed it.
+// the backward chain right after the layer that completed it; with cost.overlap_slowdown > 0 the
+// task lasts overlap_slowdown x the time message m spends on the link while backward runs
+// (found by iterating the DAG to its fixed point: the stolen time lengthens backward, which
+// lengthens the overlap).
 Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
                              const LinearCost& cost, double update_seconds, bool after_backward);
 // The plan a schedule uses for these layers (FUSION caps in bytes).

@@ -125,7 +125,8 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   if (options_.schedule == Schedule::MGWFBP && rank() == 0 && options_.log) {
     *options_.log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
                   << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB, gamma " << cost_.gamma * 1e6
-                  << " us of compute per message sent during backward"
+                  << " us of compute per message sent during backward, "
+                  << cost_.overlap_slowdown * 100 << "% of it lost while a message is in flight"
                   << (options_.cost      ? " (from " + options_.cost_source + ")"
                       : options_.alpha >= 0 ? std::string(" (from the config)")
                                             : std::string(" (fitted at start-up)"))
@@ -369,7 +370,7 @@ core::StateDict SsgdSynchronizer::state_dict() const {
       {"ssgd.param_numel", int64_tensor(numel)},
       {"ssgd.buckets", int64_tensor(layout)},
       {"ssgd.progress", int64_tensor({communicated_iters_, profiled_, plan_ready_ ? 1 : 0})},
-      {"ssgd.cost", float64_bits_tensor({cost_.alpha, cost_.beta, cost_.gamma})},
+      {"ssgd.cost", float64_bits_tensor({cost_.alpha, cost_.beta, cost_.gamma, cost_.overlap_slowdown})},
   };
   if (!hook_order_.empty())
     state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(hook_order_.begin(), hook_order_.end())));
@@ -473,9 +474,13 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
            ", ", progress[2], ")");
   // alpha, beta and (since gamma exists) gamma; older checkpoints hold the first two.
   const std::vector<double> cost = in.doubles("ssgd.cost", -1);
-  MT_CHECK(cost.size() == 2 || cost.size() == 3, "checkpoint entry sync.ssgd.cost must hold 2 or 3 values, got ",
+  // alpha, beta; gamma and overlap_slowdown from the builds that measured them.
+  MT_CHECK(cost.size() >= 2 && cost.size() <= 4, "checkpoint entry sync.ssgd.cost must hold 2 to 4 values, got ",
            cost.size());
-  LinearCost restored{cost[0], cost[1], cost.size() == 3 ? cost[2] : 0.0};
+  LinearCost restored{cost[0], cost[1], cost.size() >= 3 ? cost[2] : 0.0};
+  restored.overlap_slowdown = cost.size() == 4 ? cost[3] : 0.0;
+  MT_CHECK(restored.overlap_slowdown >= 0 && restored.overlap_slowdown < 1, "checkpoint entry sync.ssgd.cost holds "
+           "the share of compute lost while a message is in flight ", restored.overlap_slowdown, ", outside [0, 1)");
   if (in.has("ssgd.cost_curve")) {
     const std::vector<double> curve = in.doubles("ssgd.cost_curve", -1);
     const size_t k = curve.size() / 2;

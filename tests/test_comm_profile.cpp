@@ -59,13 +59,15 @@ std::string write_small_layers(const std::string& dir) {
 
 // The timed allreduces it lists are of 1000 and 2000 bytes (the messages of write_small_layers'
 // model), at the line's times unless `measured` gives others (the measured curve, at N = world).
+// overlap_slowdown > 0: written too (profiles before it was measured have none).
 std::string write_comm_profile(const std::string& path, int world, double alpha, double beta, double gamma,
-                               std::vector<double> measured = {}) {
+                               std::vector<double> measured = {}, double overlap_slowdown = 0) {
   if (measured.empty()) measured = {alpha + beta * 1000, alpha + beta * 2000};
   std::ostringstream os;
   os.precision(12);
   os << "{\"world\": " << world << ", \"group\": \"gloo/tcp world of " << world << "\", \"alpha_s\": " << alpha
      << ", \"beta_s_per_byte\": " << beta << ", \"gamma_s\": " << gamma
+     << (overlap_slowdown > 0 ? ", \"overlap_slowdown\": " + std::to_string(overlap_slowdown) : std::string())
      << ", \"chunk_alone_s\": 0.004, \"chunk_with_message_s\": 0.005, \"bytes\": [2000, 1000, 2000], "
      << "\"seconds\": [" << measured[1] * 0.5 << ", " << measured[0] << ", " << measured[1] * 1.5 << "]}";
   write_file(path, os.str());
@@ -101,6 +103,8 @@ TEST(CommProfile, MeasuresATwoRankGlooWorld) {
     EXPECT_GT(p.cost.beta, 0.0);
     EXPECT_TRUE(std::isfinite(p.cost.gamma) && p.cost.gamma >= 0) << p.cost.gamma;
     EXPECT_GT(p.chunk_alone_seconds, 0.0);  // gamma was measured, not skipped
+    EXPECT_GE(p.cost.overlap_slowdown, 0.0);
+    EXPECT_LE(p.cost.overlap_slowdown, 0.9);
     // Every rank uses rank 0's fit: the sum over the ranks is twice each rank's own value.
     auto both = mt::core::Tensor::from_vector(
         std::vector<float>{static_cast<float>(p.cost.alpha * 1e6), static_cast<float>(p.cost.beta * 1e9)}, {2});
@@ -128,11 +132,13 @@ TEST(CommProfile, MeasuresATwoRankGlooWorld) {
       EXPECT_NEAR(m.cost.alpha, p.cost.alpha, 1e-8 * std::max(1.0, p.cost.alpha));
       EXPECT_NEAR(m.cost.beta, p.cost.beta, 1e-8 * p.cost.beta);
       EXPECT_NEAR(m.cost.gamma, p.cost.gamma, 1e-8);
+      EXPECT_NEAR(m.cost.overlap_slowdown, p.cost.overlap_slowdown, 1e-8);
       EXPECT_EQ(m.group, p.group);
       const std::string table = mt::apps::comm_profile_table(p);
       EXPECT_TRUE(contains(table, "fit T(M) = alpha + beta * M"));
       EXPECT_TRUE(contains(table, "16777216"));  // the largest size's row
       EXPECT_TRUE(contains(table, "gamma "));
+      EXPECT_TRUE(contains(table, "% of the compute lost while the network is busy"));
     }
   }).ok_or_report());
 }
@@ -352,6 +358,13 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   EXPECT_EQ(table_row(out0, 1), table_row(out1, 1));
   EXPECT_TRUE(contains(out1, "backward 1 > send 0 (CPU) > backward 0"));  // the critical path at N = 4
 
+  // With the share of compute lost while a message flies (0.5), b's message (3..3.624) takes
+  // 0.312 ms of a's backward: a ends at 5.312, its message 5.936, update 6.436 ms. gamma no longer
+  // enters the DAG.
+  const std::string overlap = with(write_comm_profile(dir + "/o.json", 4, 600e-6, 2.4e-8, 0.001, {}, 0.5));
+  EXPECT_TRUE(contains(table_row(overlap, 4), "6.436 (")) << overlap;
+  EXPECT_TRUE(contains(overlap, "while a message is in flight during backward the compute loses 50.0%")) << overlap;
+
   // Without --bandwidth-gbps the measured rate is used: at n = world the same predictions.
   const std::string bare = model_output({kMlpConfig, "--layer-times", layers, "--workers", "1,4", "--comm-profile",
                                       with_gamma});
@@ -402,6 +415,10 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
 
   e = model_error(write_comm_profile(dir + "/flat.json", 2, 1e-4, 0, 0));
   EXPECT_TRUE(contains(e, "\"beta_s_per_byte\" must be > 0"));
+
+  e = model_error(write_comm_profile(dir + "/slowdown.json", 2, 1e-4, 1e-8, 0, {}, 1.0));
+  EXPECT_TRUE(contains(e, "\"overlap_slowdown\" (the share of the compute lost while a message is in flight) must "
+                          "be below 1, got 1")) << e;
 
   const std::string no_gamma = dir + "/no_gamma.json";
   write_file(no_gamma, R"({"world": 2, "alpha_s": 1e-4, "beta_s_per_byte": 1e-8})");

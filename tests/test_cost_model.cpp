@@ -248,6 +248,40 @@ TEST(CostModel, GammaChargesEveryMessageSentDuringBackwardToTheCompute) {
                    10.5);
 }
 
+TEST(CostModel, OverlapSlowdownChargesTheTimeAMessageOverlapsBackward) {
+  // Two layers of 10 ms backward (no forward), WFBP, 16 ms per message, half the compute lost
+  // while a message is in flight. Message 0 leaves at 10 and is on the link until 26; layer 0
+  // does 8 ms of its work at half speed meanwhile and the last 2 at full speed, so message 0 takes
+  // 8 ms of compute, message 1 (after backward) none: backward ends at 28, message 1 runs 28..44.
+  LinearCost cost{0.016, 0.0, 0.001};  // gamma is ignored where overlap_slowdown is given
+  cost.overlap_slowdown = 0.5;
+  const std::vector<LayerCost> two = {{0, 0.010, 100}, {0, 0.010, 100}};
+  const Prediction p = predict_iteration(two, wfbp_plan(2), cost, 0.0, false);
+  EXPECT_NEAR(p.backward_end, 0.028, 1e-9);
+  EXPECT_NEAR(p.iteration, 0.044, 1e-9);
+  EXPECT_EQ(p.critical_path, (std::vector<std::string>{"forward 0", "forward 1", "backward 1", "send 0 (CPU)",
+                                                        "backward 0", "allreduce 1", "update"}));
+  // A message that waits in the queue until backward is over takes nothing from it. Layers of
+  // 10, 1 and 1 ms, 100 ms messages: message 0 flies from 10 and takes x = 0.5 (12 + x - 10), so
+  // x = 2 and backward ends at 14; message 1 leaves at 11 + x but gets the link only at 110.
+  cost = LinearCost{0.100, 0.0, 0.0};
+  cost.overlap_slowdown = 0.5;
+  const std::vector<LayerCost> three = {{0, 0.001, 100}, {0, 0.001, 100}, {0, 0.010, 100}};
+  const Prediction q = predict_iteration(three, wfbp_plan(3), cost, 0.0, false);
+  EXPECT_NEAR(q.backward_end, 0.014, 1e-9);
+  EXPECT_NEAR(q.iteration, 0.310, 1e-9);
+  // With gamma per message instead (the older model), both messages sent during backward pay.
+  cost.overlap_slowdown = 0.0;
+  cost.gamma = 0.002;
+  EXPECT_NEAR(predict_iteration(three, wfbp_plan(3), cost, 0.0, false).backward_end, 0.016, 1e-9);
+  // BSP sends after backward: nothing overlaps.
+  cost.overlap_slowdown = 0.5;
+  EXPECT_NEAR(predict_iteration(three, bsp_plan(3), cost, 0.0, true).backward_end, 0.012, 1e-9);
+  cost.overlap_slowdown = 1.0;
+  EXPECT_TRUE(mt::testing::contains(mt::testing::error_of([&] { predict_iteration(three, wfbp_plan(3), cost, 0.0, false); }),
+                                    "must be in [0, 1), got 1"));
+}
+
 TEST(CostModel, MgwfbpMergesMoreWhenMessagesCostCompute) {
   // MgwfbpFourLayersByHandAndItsGain's layers (alpha 1, beta 0, tb = [1, 1, 0.5, 0.5]) with
   // gamma = 0.6. WFBP: ready 0.5 (layer 3), sends take 0.6 each: layer 2 ready 1.6, layer 1 3.2,

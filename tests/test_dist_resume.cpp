@@ -356,6 +356,25 @@ TEST(DistResumeState, Gloo_MgwfbpPlanAndProfileAreRestored) {
     s4.setup(*model, *opt);
     EXPECT_TRUE(contains(error_of([&] { s4.load_state_dict(odd); }), "sync.ssgd.cost_curve"));
 
+    // The cost's four numbers (alpha, beta, gamma, the share of compute lost while a message flies)
+    // come back; older checkpoints hold two or three, and a share of 1 or more is damage.
+    auto with_cost = [&](const std::vector<double>& cost) {
+      core::StateDict state;
+      for (const auto& [name, t] : after)
+        if (name != "ssgd.cost") state.emplace_back(name, t);
+      state.emplace_back("ssgd.cost", bits(cost));
+      return state;
+    };
+    dist::SsgdSynchronizer s5(ctx.group, o);
+    s5.setup(*model, *opt);
+    s5.load_state_dict(with_cost({0.001, 1e-8, 0.002, 0.25}));
+    EXPECT_EQ(s5.cost().gamma, 0.002);
+    EXPECT_EQ(s5.cost().overlap_slowdown, 0.25);
+    s5.load_state_dict(with_cost({0.001, 1e-8, 0.002}));
+    EXPECT_EQ(s5.cost().overlap_slowdown, 0.0);
+    EXPECT_TRUE(contains(error_of([&] { s5.load_state_dict(with_cost({0.001, 1e-8, 0.002, 1.0})); }),
+                         "sync.ssgd.cost holds the share of compute lost while a message is in flight 1"));
+
     // Mid-profile (warm-up + 1 of 2): one more iteration completes the profile and makes the plan.
     const core::StateDict mid = trained_state(ctx.group, o, 2);
     auto model2 = mt::testing::tiny_mlp(7, kImage, kClasses);
