@@ -1,7 +1,6 @@
 #include "data/loader.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/error.h"
 #include "core/random.h"
@@ -17,10 +16,6 @@ constexpr uint64_t kAugmentStream = 0x6175676dull;  // "augm"
 int64_t checked_size(const Dataset* dataset) {
   MT_CHECK(dataset != nullptr, "DataLoader: dataset is null");
   return dataset->size();
-}
-
-double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
 }
 }  // namespace
 
@@ -42,121 +37,25 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, Transform transform, Lo
   image_numel_ = core::shape_numel(image_shape_);
   const int64_t n = sampler_.per_rank(), b = opt_.batch_size;
   batches_per_epoch_ = opt_.drop_last ? n / b : (n + b - 1) / b;
-  window_ = int64_t(opt_.prefetch_batches) + opt_.threads - 1;
   if (opt_.device.is_cuda())
     for (int w = 0; w < opt_.threads; ++w) staging_.push_back(std::make_unique<DeviceStaging>(opt_.device));
-  for (int w = 0; w < opt_.threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+  queue_ = std::make_unique<PrefetchQueue>(
+      PrefetchOptions{.owner = "DataLoader",
+                      .batches_per_epoch = batches_per_epoch_,
+                      .prefetch_batches = opt_.prefetch_batches,
+                      .threads = opt_.threads},
+      [this](const std::vector<int64_t>& indices, int64_t epoch, int64_t batch, int thread) {
+        return make_batch(indices, epoch, batch, staging_.empty() ? nullptr : staging_[thread].get());
+      });
 }
 
-DataLoader::~DataLoader() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  for (std::thread& t : workers_) t.join();
-}
+DataLoader::~DataLoader() = default;  // queue_, the last member, stops and joins the threads first
 
 void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
-  MT_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch_, "DataLoader: first_batch ",
-           first_batch, " is outside [0, ", batches_per_epoch_,
-           "]; is the checkpoint from a run with another batch size or world size?");
-  // The sampler runs outside the lock: a 60000-element shuffle should not block the threads.
-  auto indices = std::make_shared<const std::vector<int64_t>>(sampler_.epoch_indices(epoch));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++generation_;
-    started_ = true;
-    epoch_ = epoch;
-    indices_ = std::move(indices);
-    next_to_produce_ = first_batch;
-    next_to_consume_ = first_batch;
-    ready_.clear();
-    error_ = nullptr;
-    failed_batch_ = -1;
-  }
-  cv_.notify_all();
-}
-
-bool DataLoader::next(Batch& out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  MT_CHECK(started_, "DataLoader: call start_epoch() before next()");
-  if (next_to_consume_ >= batches_per_epoch_) return false;
-  const auto t0 = std::chrono::steady_clock::now();
-  // Every claimed batch is either filed or recorded as failed, so this cannot wait forever;
-  // stop_ is only set by the destructor but is checked for completeness.
-  auto it = ready_.end();
-  cv_.wait(lock, [&] {
-    it = ready_.find(next_to_consume_);
-    return stop_ || it != ready_.end() || (error_ && failed_batch_ <= next_to_consume_);
-  });
-  wait_seconds_ += seconds_between(t0, std::chrono::steady_clock::now());
-  // Batches before the failed one still come out first, in order.
-  if (it == ready_.end()) {
-    if (error_) std::rethrow_exception(error_);
-    MT_FAIL("DataLoader: stopped while waiting for a batch");
-  }
-  out = std::move(it->second);
-  ready_.erase(it);
-  ++next_to_consume_;
-  lock.unlock();
-  cv_.notify_all();  // room in the window
-  return true;
-}
-
-double DataLoader::wait_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return wait_seconds_;
-}
-
-LoaderStats DataLoader::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  LoaderStats s;
-  s.images = images_;
-  s.busy_seconds = busy_seconds_;
-  s.wait_seconds = wait_seconds_;
-  s.threads = opt_.threads;
-  return s;
-}
-
-void DataLoader::worker_loop(int worker) {
-  DeviceStaging* staging = staging_.empty() ? nullptr : staging_[worker].get();
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] {
-      return stop_ || (started_ && !error_ && next_to_produce_ < batches_per_epoch_ &&
-                       next_to_produce_ < next_to_consume_ + window_);
-    });
-    if (stop_) return;
-    const uint64_t generation = generation_;
-    const int64_t epoch = epoch_, batch = next_to_produce_++;
-    const auto indices = indices_;  // keeps this epoch's order alive if start_epoch replaces it
-    lock.unlock();
-
-    Batch b;
-    std::exception_ptr err;
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      b = make_batch(*indices, epoch, batch, staging);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    const double busy = seconds_between(t0, std::chrono::steady_clock::now());
-
-    lock.lock();
-    busy_seconds_ += busy;
-    if (!err) images_ += b.targets.numel();
-    if (generation != generation_) continue;  // start_epoch() ran meanwhile: stale batch
-    if (err) {
-      if (!error_ || batch < failed_batch_) {  // keep the earliest failure: it surfaces first
-        error_ = err;
-        failed_batch_ = batch;
-      }
-    } else {
-      ready_.emplace(batch, std::move(b));
-    }
-    cv_.notify_all();
-  }
+  // The sampler runs outside the queue's lock: a 60000-element shuffle should not block the
+  // threads. (The queue checks first_batch.)
+  queue_->start_epoch(epoch, first_batch,
+                      std::make_shared<const std::vector<int64_t>>(sampler_.epoch_indices(epoch)));
 }
 
 Batch DataLoader::make_batch(const std::vector<int64_t>& indices, int64_t epoch, int64_t batch,

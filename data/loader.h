@@ -1,17 +1,12 @@
 // DataLoader: batches of (transformed) examples for one rank, prepared ahead by a pool of
 // threads so that reading, decoding and augmenting the next batches overlaps the training step.
 //
-// Concurrency, in one place: `threads` worker threads each claim the next batch number, build
-// the whole batch, and file it in a reorder buffer keyed by batch number; next() hands the
-// batches out strictly in order. Whole batches per thread (as PyTorch's DataLoader workers do)
-// keep the threads independent: no per-batch thread start, no waiting for the slowest example
-// of a split batch. The buffer is bounded: a thread claims batch k only while
-// k < (batch the trainer takes next) + prefetch_batches + threads - 1, i.e. prefetch_batches
-// ready batches plus one in progress per other thread. One mutex guards all shared state and
-// one condition variable signals every change. Each epoch has a generation number:
-// start_epoch() bumps it and clears the buffer, and a batch finished for an older generation
-// is dropped, so restarting or abandoning an epoch never mixes batches. The destructor sets a
-// stop flag that every wait checks, then joins; at worst it waits for the batches in progress.
+// Concurrency (data/prefetch_queue.h): `threads` threads each build whole batches, claiming
+// the next batch number, and next() hands them out strictly in order from a bounded buffer of
+// prefetch_batches ready batches plus one in progress per other thread. Whole batches per thread
+// (as PyTorch's DataLoader workers do) keep the threads independent: no per-batch thread start,
+// no waiting for the slowest example of a split batch. start_epoch() drops the previous epoch's
+// batches; the destructor stops the threads, waiting at worst for the batches in progress.
 //
 // Determinism: the order comes from DistributedSampler(seed), and the augmentation of an example
 // from a Generator keyed by (seed, epoch, dataset index), so batch contents do not depend on
@@ -21,13 +16,8 @@
 // host memory and copies the batch to the device itself (data/device_staging.h); next() then
 // returns device tensors.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "core/device.h"
@@ -35,6 +25,7 @@
 #include "data/batch_loader.h"
 #include "data/dataset.h"
 #include "data/device_staging.h"
+#include "data/prefetch_queue.h"
 #include "data/sampler.h"
 #include "data/transforms.h"
 
@@ -66,15 +57,15 @@ class DataLoader : public BatchLoader {
   // Any batches of the previous epoch still queued are discarded.
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   // Blocks until the next batch is ready; false at the end of the epoch. Rethrows an error
-  // raised while preparing the batch (e.g. by the dataset).
-  bool next(Batch& out) override;
+  // raised while preparing the batch (e.g. by the dataset); an Error when none comes within
+  // PrefetchOptions::timeout (a stuck data source).
+  bool next(Batch& out) override { return queue_->next(out); }
   int64_t batches_per_epoch() const override { return batches_per_epoch_; }
-  double wait_seconds() const override;  // total time next() spent waiting for the threads
-  LoaderStats stats() const override;
+  double wait_seconds() const override { return queue_->wait_seconds(); }  // blocked in next()
+  LoaderStats stats() const override { return queue_->stats(); }
   const Dataset& dataset() const { return *dataset_; }
 
  private:
-  void worker_loop(int worker);
   Batch make_batch(const std::vector<int64_t>& indices, int64_t epoch, int64_t batch,
                    DeviceStaging* staging) const;
 
@@ -85,27 +76,10 @@ class DataLoader : public BatchLoader {
   core::Shape image_shape_;
   int64_t image_numel_ = 0;
   int64_t batches_per_epoch_ = 0;
-  int64_t window_ = 1;  // batches claimed beyond the one next() takes next, at most
   std::vector<std::unique_ptr<DeviceStaging>> staging_;  // one per thread; empty on the CPU
-
-  // Shared with the threads; guarded by mu_.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool started_ = false;
-  uint64_t generation_ = 0;
-  int64_t epoch_ = 0;
-  std::shared_ptr<const std::vector<int64_t>> indices_;  // this rank's order for the epoch
-  int64_t next_to_produce_ = 0;                            // next batch number to claim
-  int64_t next_to_consume_ = 0;                            // next batch number next() returns
-  std::map<int64_t, Batch> ready_;                         // finished batches by number
-  std::exception_ptr error_;                               // the first failed batch's error
-  int64_t failed_batch_ = -1;
-  double wait_seconds_ = 0.0;
-  int64_t images_ = 0;
-  double busy_seconds_ = 0.0;
-
-  std::vector<std::thread> workers_;  // last: start after everything they read is initialized
+  // Last: its threads start after everything make_batch reads is initialized, and are joined
+  // before any of it is destroyed.
+  std::unique_ptr<PrefetchQueue> queue_;
 };
 
 }  // namespace mt::data

@@ -1,7 +1,6 @@
 #include "data/mlm_loader.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/error.h"
 #include "core/random.h"
@@ -13,10 +12,6 @@ namespace {
 // Keep the masking and synthetic-token streams apart from anything else keyed by the seed.
 constexpr uint64_t kMaskStream = 0x6d61736bull;       // "mask"
 constexpr uint64_t kSyntheticStream = 0x73796e74ull;  // "synt"
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 int64_t checked_size(const TokenSource* source) {
   MT_CHECK(source != nullptr, "MlmLoader: token source is null");
@@ -82,106 +77,21 @@ MlmLoader::MlmLoader(std::shared_ptr<const TokenSource> source, std::shared_ptr<
   MT_CHECK(batches_per_epoch_ >= 1, "MlmLoader: ", source_->describe(), " gives rank ", opt_.rank,
            " of ", opt_.world_size, " only ", n, " sequences, less than one batch of ", b,
            " with drop_last; lower the batch size or turn drop_last off");
-  producer_ = std::thread([this] { producer_loop(); });
+  queue_ = std::make_unique<PrefetchQueue>(
+      PrefetchOptions{.owner = "MlmLoader",
+                      .batches_per_epoch = batches_per_epoch_,
+                      .prefetch_batches = opt_.prefetch_batches,
+                      .threads = 1},
+      [this](const std::vector<int64_t>& indices, int64_t epoch, int64_t batch, int /*thread*/) {
+        return make_batch(indices, epoch, batch);
+      });
 }
 
-MlmLoader::~MlmLoader() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  producer_.join();
-}
+MlmLoader::~MlmLoader() = default;  // queue_, the last member, stops and joins the thread first
 
 void MlmLoader::start_epoch(int64_t epoch, int64_t first_batch) {
-  MT_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch_, "MlmLoader: first_batch ",
-           first_batch, " is outside [0, ", batches_per_epoch_,
-           "]; is the checkpoint from a run with another batch size or world size?");
-  auto indices = std::make_shared<const std::vector<int64_t>>(sampler_.epoch_indices(epoch));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++generation_;
-    started_ = true;
-    epoch_ = epoch;
-    indices_ = std::move(indices);
-    next_to_produce_ = first_batch;
-    next_to_consume_ = first_batch;
-    ready_.clear();
-    error_ = nullptr;
-  }
-  cv_.notify_all();
-}
-
-bool MlmLoader::next(Batch& out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  MT_CHECK(started_, "MlmLoader: call start_epoch() before next()");
-  if (next_to_consume_ >= batches_per_epoch_) return false;
-  const auto t0 = std::chrono::steady_clock::now();
-  // The producer either files the batch or records an error, so this wait ends.
-  cv_.wait(lock, [&] { return stop_ || !ready_.empty() || error_; });
-  wait_seconds_ += seconds_since(t0);
-  if (ready_.empty()) {
-    if (error_) std::rethrow_exception(error_);
-    MT_FAIL("MlmLoader: stopped while waiting for a batch");
-  }
-  out = std::move(ready_.front());
-  ready_.pop_front();
-  ++next_to_consume_;
-  lock.unlock();
-  cv_.notify_all();  // room in the queue
-  return true;
-}
-
-double MlmLoader::wait_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return wait_seconds_;
-}
-
-LoaderStats MlmLoader::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  LoaderStats s;
-  s.images = sequences_;
-  s.busy_seconds = busy_seconds_;
-  s.wait_seconds = wait_seconds_;
-  s.threads = 1;
-  return s;
-}
-
-void MlmLoader::producer_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] {
-      return stop_ || (started_ && !error_ && next_to_produce_ < batches_per_epoch_ &&
-                       static_cast<int64_t>(ready_.size()) < opt_.prefetch_batches);
-    });
-    if (stop_) return;
-    const uint64_t generation = generation_;
-    const int64_t epoch = epoch_, batch = next_to_produce_++;
-    const auto indices = indices_;  // keeps this epoch's order alive if start_epoch replaces it
-    lock.unlock();
-
-    Batch b;
-    std::exception_ptr err;
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      b = make_batch(*indices, epoch, batch);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    const double busy = seconds_since(t0);
-
-    lock.lock();
-    busy_seconds_ += busy;
-    if (!err) sequences_ += b.inputs.shape()[0];
-    if (generation != generation_) continue;  // start_epoch() ran meanwhile: stale batch
-    if (err) {
-      error_ = err;
-    } else {
-      ready_.push_back(std::move(b));
-    }
-    cv_.notify_all();
-  }
+  queue_->start_epoch(epoch, first_batch,
+                      std::make_shared<const std::vector<int64_t>>(sampler_.epoch_indices(epoch)));
 }
 
 Batch MlmLoader::make_batch(const std::vector<int64_t>& indices, int64_t epoch, int64_t batch) const {

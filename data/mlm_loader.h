@@ -8,30 +8,24 @@
 //   mask    float32 [B, S] 1 for a real token, 0 for [PAD]
 // as CPU tensors (B*S*8 bytes of ids: the trainer copies them to its device).
 //
-// Concurrency: one producer thread (masking costs microseconds per sequence, far less than a
-// training step) keeps up to `prefetch_batches` finished batches in a queue; one mutex guards
-// the shared state and one condition variable signals every change. start_epoch() bumps a
-// generation number and clears the queue; a batch finished for an older generation is dropped.
-// The destructor sets a stop flag that every wait checks and joins the thread, waiting at most
-// for the batch in progress.
+// Concurrency (data/prefetch_queue.h): one producer thread (masking costs microseconds per
+// sequence, far less than a training step) keeps up to `prefetch_batches` finished batches ready;
+// start_epoch() drops the previous epoch's batches; the destructor stops the thread, waiting at
+// most for the batch in progress.
 //
 // Determinism: sequence i of epoch e is masked from Generator(mix(seed, "mask", e, i)), so
 // batches do not depend on timing or on where an epoch was resumed, and a sequence gets the
 // same masks whichever rank reads it. With `fixed_mask_epoch` >= 0 (evaluation), every epoch uses that epoch's masks,
 // so evaluation losses are comparable across epochs.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "data/batch_loader.h"
 #include "data/mlm_masking.h"
+#include "data/prefetch_queue.h"
 #include "data/sampler.h"
 
 namespace mt::data {
@@ -102,11 +96,12 @@ class MlmLoader : public BatchLoader {
 
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   // Blocks until the next batch is ready; false at the end of the epoch. Rethrows an error
-  // raised while preparing a batch, after the batches prepared before it.
-  bool next(Batch& out) override;
+  // raised while preparing a batch, after the batches prepared before it; an Error when none
+  // comes within PrefetchOptions::timeout (a stuck token source).
+  bool next(Batch& out) override { return queue_->next(out); }
   int64_t batches_per_epoch() const override { return batches_per_epoch_; }
-  double wait_seconds() const override;
-  LoaderStats stats() const override;  // images = sequences prepared; threads = 1
+  double wait_seconds() const override { return queue_->wait_seconds(); }
+  LoaderStats stats() const override { return queue_->stats(); }  // images = sequences; threads = 1
 
   int64_t vocab_size() const { return masker_->options().vocab_size; }
   int64_t seq_len() const { return source_->seq_len(); }
@@ -117,7 +112,6 @@ class MlmLoader : public BatchLoader {
   const TokenSource& source() const { return *source_; }
 
  private:
-  void producer_loop();
   Batch make_batch(const std::vector<int64_t>& indices, int64_t epoch, int64_t batch) const;
 
   std::shared_ptr<const TokenSource> source_;
@@ -125,24 +119,9 @@ class MlmLoader : public BatchLoader {
   MlmLoaderOptions opt_;
   DistributedSampler sampler_;
   int64_t batches_per_epoch_ = 0;
-
-  // Shared with the producer; guarded by mu_.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool started_ = false;
-  uint64_t generation_ = 0;
-  int64_t epoch_ = 0;
-  std::shared_ptr<const std::vector<int64_t>> indices_;  // this rank's order for the epoch
-  int64_t next_to_produce_ = 0;
-  int64_t next_to_consume_ = 0;
-  std::deque<Batch> ready_;  // finished batches, in order (one producer)
-  std::exception_ptr error_;
-  double wait_seconds_ = 0.0;
-  int64_t sequences_ = 0;
-  double busy_seconds_ = 0.0;
-
-  std::thread producer_;  // last: starts after everything it reads is initialized
+  // Last: its thread starts after everything make_batch reads is initialized, and is joined
+  // before any of it is destroyed.
+  std::unique_ptr<PrefetchQueue> queue_;
 };
 
 }  // namespace mt::data

@@ -1,6 +1,7 @@
 // The CPU data pipeline: IDX and CIFAR-10 readers (decoding and every validation error),
 // synthetic data, the registry, the distributed sampler, transforms, and the prefetching loader
-// (coverage, resume, determinism, error propagation, prompt shutdown).
+// (coverage, resume, determinism, error propagation, prompt shutdown) and the prefetch queue
+// under it (order, bounded depth, errors, stopping, timeouts, the wait statistic).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <zlib.h>
@@ -22,6 +23,7 @@
 #include "data/cifar_dataset.h"
 #include "data/idx_dataset.h"
 #include "data/loader.h"
+#include "data/prefetch_queue.h"
 #include "data/registry.h"
 #include "data/sampler.h"
 #include "data/synthetic_dataset.h"
@@ -965,4 +967,233 @@ TEST(DataLoader, RealFashionMnistBatches) {
   EXPECT_EQ(b.inputs.shape(), (Shape{10000 % 256, 1, 28, 28}));
   // Normalized, the mean is near 0 (the zero padding of random crops pulls it a little down).
   EXPECT_NEAR(sum / (10000.0 * 784), 0.0, 0.1);
+}
+
+// ---------------------------------------------------------------- prefetch queue
+// The concurrency under both loaders (data/prefetch_queue.h), with batches that only say which
+// batch of which epoch they are. Waits are bounded by generous deadlines and asserted by counts,
+// not by how fast a loaded machine runs the threads.
+
+namespace {
+// Batch k of epoch e: inputs float32 [2] = {e, k} (so stats() counts 2 examples a batch).
+Batch numbered_batch(int64_t epoch, int64_t batch) {
+  Batch b;
+  b.index = batch;
+  b.inputs = mt::core::Tensor::empty({2});
+  b.inputs.data<float>()[0] = float(epoch);
+  b.inputs.data<float>()[1] = float(batch);
+  return b;
+}
+
+PrefetchOptions prefetch_options(int64_t batches, int prefetch, int threads,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  return PrefetchOptions{.owner = "test queue",
+                         .batches_per_epoch = batches,
+                         .prefetch_batches = prefetch,
+                         .threads = threads,
+                         .timeout = timeout};
+}
+
+std::shared_ptr<const std::vector<int64_t>> no_order() {
+  return std::make_shared<const std::vector<int64_t>>();
+}
+
+// Polls `done` until it holds or 30 s pass (a generous bound on a loaded machine).
+template <typename F>
+bool eventually(F&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+}  // namespace
+
+TEST(PrefetchQueue, HandsOutBatchesInOrderAndResumes) {
+  // With 3 threads, later batches often finish first (batch k sleeps (3 - k % 3) ms); the order
+  // out of next() must not show it.
+  within_seconds(60, [] {
+    const std::vector<int64_t> order = {10, 11, 12};
+    std::atomic<int> wrong_order_seen{0};
+    PrefetchQueue queue(prefetch_options(20, 2, 3), [&](const std::vector<int64_t>& o, int64_t epoch,
+                                                         int64_t batch, int thread) {
+      if (o != order || thread < 0 || thread >= 3) ++wrong_order_seen;
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 - batch % 3));
+      return numbered_batch(epoch, batch);
+    });
+    for (int64_t first : {0, 13, 20}) {
+      queue.start_epoch(7, first, std::make_shared<const std::vector<int64_t>>(order));
+      Batch b;
+      for (int64_t k = first; k < 20; ++k) {
+        ASSERT_TRUE(queue.next(b));
+        EXPECT_EQ(b.index, k);
+        EXPECT_EQ(b.inputs.data<float>()[0], 7.f);
+        EXPECT_EQ(b.inputs.data<float>()[1], float(k));
+      }
+      EXPECT_FALSE(queue.next(b));
+      EXPECT_FALSE(queue.next(b));  // stays at the end
+    }
+    EXPECT_EQ(wrong_order_seen.load(), 0);
+    EXPECT_EQ(queue.stats().images, 2 * (20 + 7));
+    EXPECT_EQ(queue.stats().threads, 3);
+    EXPECT_TRUE(contains(error_of([&] { queue.start_epoch(0, 21, no_order()); }), "first_batch 21"));
+  }, "HandsOutBatchesInOrderAndResumes");
+}
+
+TEST(PrefetchQueue, NeverRunsMoreThanTheWindowAhead) {
+  // Nobody consumes: the threads make exactly prefetch + threads - 1 batches and stop there;
+  // each next() lets them make exactly one more.
+  for (auto [prefetch, threads] : {std::pair{3, 1}, std::pair{2, 2}, std::pair{1, 3}}) {
+    within_seconds(60, [&, prefetch = prefetch, threads = threads] {
+      std::atomic<int64_t> made{0};
+      PrefetchQueue queue(prefetch_options(100, prefetch, threads),
+                          [&](const std::vector<int64_t>&, int64_t epoch, int64_t batch, int) {
+                            ++made;
+                            return numbered_batch(epoch, batch);
+                          });
+      queue.start_epoch(0, 0, no_order());
+      const int64_t window = prefetch + threads - 1;
+      Batch b;
+      for (int64_t taken = 0; taken < 3; ++taken) {
+        ASSERT_TRUE(eventually([&] { return made.load() >= window + taken; }));
+        // A queue that ignored the bound would overshoot in this pause (microseconds a batch).
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        EXPECT_EQ(made.load(), window + taken) << "prefetch " << prefetch << ", threads " << threads;
+        ASSERT_TRUE(queue.next(b));
+        EXPECT_EQ(b.index, taken);
+      }
+    }, "NeverRunsMoreThanTheWindowAhead");
+  }
+}
+
+TEST(PrefetchQueue, ProducerErrorReachesTheConsumerAfterTheBatchesBeforeIt) {
+  for (int threads : {1, 3}) {
+    within_seconds(60, [&] {
+      // Epoch 0: batches 4 and 6 fail (any exception type); the earliest failure surfaces.
+      PrefetchQueue queue(prefetch_options(10, 2, threads),
+                          [](const std::vector<int64_t>&, int64_t epoch, int64_t batch, int) {
+                            if (epoch == 0 && (batch == 4 || batch == 6))
+                              throw std::runtime_error("batch " + std::to_string(batch) + " is broken on purpose");
+                            return numbered_batch(epoch, batch);
+                          });
+      queue.start_epoch(0, 0, no_order());
+      Batch b;
+      for (int64_t k = 0; k < 4; ++k) {
+        ASSERT_TRUE(queue.next(b));
+        EXPECT_EQ(b.index, k);
+      }
+      for (int again = 0; again < 2; ++again) {  // stays failed until the next start_epoch
+        try {
+          queue.next(b);
+          ADD_FAILURE() << "next() did not rethrow the producer's error";
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "batch 4 is broken on purpose");
+        }
+      }
+      queue.start_epoch(1, 0, no_order());
+      for (int64_t k = 0; k < 10; ++k) {
+        ASSERT_TRUE(queue.next(b));
+        EXPECT_EQ(b.index, k);
+      }
+      EXPECT_FALSE(queue.next(b));
+    }, "ProducerErrorReachesTheConsumerAfterTheBatchesBeforeIt");
+  }
+}
+
+TEST(PrefetchQueue, StoppingWhileTheThreadsAreBlockedIsPrompt) {
+  within_seconds(60, [] {
+    {  // threads blocked on a full buffer
+      std::atomic<int64_t> made{0};
+      PrefetchQueue queue(prefetch_options(1000, 1, 2),
+                          [&](const std::vector<int64_t>&, int64_t epoch, int64_t batch, int) {
+                            ++made;
+                            return numbered_batch(epoch, batch);
+                          });
+      queue.start_epoch(0, 0, no_order());
+      ASSERT_TRUE(eventually([&] { return made.load() >= 2; }));
+    }
+    { PrefetchQueue idle(prefetch_options(10, 2, 2), [](auto&&...) { return Batch(); }); }  // never started
+    {  // a thread inside a slow batch: the destructor waits for that batch only
+      std::atomic<int64_t> made{0};
+      PrefetchQueue queue(prefetch_options(1000, 4, 1),
+                          [&](const std::vector<int64_t>&, int64_t epoch, int64_t batch, int) {
+                            ++made;
+                            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                            return numbered_batch(epoch, batch);
+                          });
+      queue.start_epoch(0, 0, no_order());
+      ASSERT_TRUE(eventually([&] { return made.load() >= 1; }));
+    }
+  }, "StoppingWhileTheThreadsAreBlockedIsPrompt");
+}
+
+TEST(PrefetchQueue, NextTimesOutOnAStuckBatchAndNamesIt) {
+  within_seconds(60, [] {
+    std::atomic<bool> release{false};
+    PrefetchQueue queue(prefetch_options(3, 2, 1, std::chrono::milliseconds(200)),
+                        [&](const std::vector<int64_t>&, int64_t epoch, int64_t batch, int) {
+                          // Stuck until released (bounded, so a broken test cannot hang).
+                          eventually([&] { return release.load(); });
+                          return numbered_batch(epoch, batch);
+                        });
+    queue.start_epoch(5, 0, no_order());
+    Batch b;
+    const std::string msg = error_of([&] { queue.next(b); });
+    EXPECT_TRUE(contains(msg, "test queue: batch 0 of epoch 5 was not ready after 0.2 s"));
+    EXPECT_TRUE(contains(msg, "check the data source"));
+    EXPECT_GE(queue.wait_seconds(), 0.2);
+    release = true;  // the batch comes after all: the timeout did not break the queue
+    ASSERT_TRUE(queue.next(b));
+    EXPECT_EQ(b.index, 0);
+  }, "NextTimesOutOnAStuckBatchAndNamesIt");
+}
+
+TEST(PrefetchQueueDeathTest, DestroyingWithAStuckBatchAbortsInsteadOfHanging) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the queue's threads exist in the child
+  EXPECT_DEATH(
+      {
+        std::atomic<bool> started{false};
+        PrefetchQueue queue(prefetch_options(3, 2, 1, std::chrono::milliseconds(100)),
+                            [&](const std::vector<int64_t>&, int64_t epoch, int64_t batch, int) {
+                              started = true;
+                              std::this_thread::sleep_for(std::chrono::seconds(30));
+                              return numbered_batch(epoch, batch);
+                            });
+        queue.start_epoch(0, 0, no_order());
+        eventually([&] { return started.load(); });
+      },
+      "test queue: batch\\(es\\) 0 still not made 0.1 s after the loader was destroyed");
+}
+
+TEST(PrefetchQueue, WaitSecondsCountsOnlyTimeBlockedInNext) {
+  within_seconds(60, [] {
+    // 30 ms a batch and a consumer that takes no time: it waits for nearly all of the 0.3 s.
+    PrefetchQueue slow(prefetch_options(10, 2, 1), [](const std::vector<int64_t>&, int64_t e, int64_t k, int) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      return numbered_batch(e, k);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    slow.start_epoch(0, 0, no_order());
+    Batch b;
+    while (slow.next(b)) {
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GT(slow.wait_seconds(), 0.1);
+    EXPECT_LE(slow.wait_seconds(), elapsed);
+    const LoaderStats s = slow.stats();
+    EXPECT_EQ(s.wait_seconds, slow.wait_seconds());
+    EXPECT_GE(s.busy_seconds, 10 * 0.03);  // sleep_for sleeps at least as long as asked
+    EXPECT_EQ(s.images, 20);
+
+    // Everything made long before the consumer asks: the second it slept is not a wait.
+    PrefetchQueue fast(prefetch_options(3, 3, 1), [](const std::vector<int64_t>&, int64_t e, int64_t k, int) {
+      return numbered_batch(e, k);
+    });
+    fast.start_epoch(0, 0, no_order());
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    while (fast.next(b)) {
+    }
+    EXPECT_LT(fast.wait_seconds(), 0.5);
+  }, "WaitSecondsCountsOnlyTimeBlockedInNext");
 }
