@@ -30,18 +30,22 @@ void ComputeChunk::run() {
 }
 
 ComputeChunk calibrated_chunk(ProcessGroup& group, core::Device device, double seconds) {
-  ComputeChunk probe(8);
+  ComputeChunk probe(1);
   probe.run();  // warm-up
   group.barrier();
-  std::vector<double> probes;
-  for (int k = 0; k < 9; ++k) {
-    const auto start = Clock::now();
+  // Products per second over a window of several scheduler time slices, every rank at once:
+  // probes shorter than a slice mostly run undisturbed on a core and measured the speed of a
+  // core alone (4 ranks on 2 cores: chunks meant to take 236 ms took 936 with everyone computing).
+  constexpr double kWindow = 0.25;
+  const auto start = Clock::now();
+  int64_t reps = 0;
+  while (since(start) < kWindow) {
     probe.run();
-    probes.push_back(since(start) / probe.reps());
+    ++reps;
   }
-  const double per_rep = std::max(median(probes), 1e-7);
-  const double reps = from_rank0(group, device, std::ceil(seconds / per_rep), "sharing the compute chunk's size");
-  return ComputeChunk(static_cast<int>(std::clamp(std::lround(reps), 1L, 1L << 20)));
+  const double rate = mean_over_ranks(group, device, {static_cast<double>(reps) / since(start)},
+                                      "sharing the compute chunk's size")[0];
+  return ComputeChunk(static_cast<int>(std::clamp(std::lround(std::ceil(seconds * rate)), 1L, 1L << 20)));
 }
 
 void compute_for(double seconds) {

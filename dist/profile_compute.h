@@ -28,8 +28,8 @@ class ComputeChunk {
 };
 
 // A chunk that takes about `seconds` on each rank while every rank of `group` computes at once:
-// calibrated on the median of several probes on every rank (one preempted probe would make it
-// far too short), rank 0's count shared so all ranks do the same work. Collective.
+// calibrated on the ranks' mean rate of products over a quarter of a second of computing all at
+// once, so all ranks do the same work. Collective.
 ComputeChunk calibrated_chunk(ProcessGroup& group, core::Device device, double seconds);
 
 // Computes (small chunks) until `seconds` have passed: the network idles, the cores do not, as in
