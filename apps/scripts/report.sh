@@ -281,12 +281,13 @@ if "$bin" model --help >/dev/null 2>&1; then
   else
     log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
   fi
-  # Allreduce sizes for profile-comm: x4 steps from 256 floats to twice the whole gradient, so
-  # alpha/beta are fitted where this model's messages are (shaped links are not linear in
-  # size: tbf lets its 10 ms bucket through at the veth's speed).
+  # Allreduce sizes for profile-comm: x4 steps from 16 floats (the bias and batch-norm vectors
+  # that WFBP sends alone: on 4 ranks 24 B took 3-4 ms where 1 KiB took 5) to twice the whole
+  # gradient, so alpha/beta are fitted where this model's messages are (shaped links are not
+  # linear in size: tbf lets its 10 ms bucket through at the veth's speed).
   grad_mb=$(grep -oE 'gradients [0-9.]+ MB' "$out/profile_rank0.log" 2>/dev/null | awk '{print $2}' || true)
   if [[ -n $grad_mb ]]; then
-    comm_sizes=$(awk -v mb="$grad_mb" 'BEGIN { top = 2 * mb * 262144; s = 256; out = s
+    comm_sizes=$(awk -v mb="$grad_mb" 'BEGIN { top = 2 * mb * 262144; s = 16; out = s
       while (s < top) { s *= 4; out = out "," s }; print out }')
     # DS-Sync averages the whole model (parameters and buffers) in one message: its groups are
     # timed at half, once and twice the gradient's size, around that message.
