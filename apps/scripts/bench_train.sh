@@ -12,7 +12,7 @@
 # Both time full training steps on synthetic data already on the device: --warmup steps, then
 # --repeats spans of --iters steps ended by a device synchronize; the figure is the median span.
 #
-# Defaults (the issues' matrix on cuda; on cpu a small one, about 2 minutes on 2 cores):
+# Defaults (the issues' matrix on cuda; on cpu a small one, about a minute on 2 cores):
 #   cuda  lenet5:fp32:64 resnet20:fp32:128 resnet20:bf16:128 bert_base:bf16:32 bert_base:fp32:32
 #         resnet50:bf16:128 resnet50:tf32:128 resnet50:fp32:128
 #   cpu   lenet5:fp32:64 resnet20:fp32:32 bert_tiny:fp32:16
@@ -87,13 +87,14 @@ for c in $cases; do
     die "--cases: \"$c\" is not MODEL:PRECISION:BATCH (precision fp32, tf32, bf16 or fp16), e.g. resnet20:fp32:32"
 done
 
-# Steps per timed span when --iters is not given. On the GPU a LeNet step is well under a
-# millisecond and a ResNet-50 step at batch 128 about 0.05-0.3 s; on 2 CPU cores ResNet-20 at
-# batch 32 takes about 0.1 s and BERT-tiny at batch 16 about 0.2-0.5 s.
+# Steps per timed span when --iters is not given: a span should last a second or so. On the GPU
+# a LeNet step is well under a millisecond and a ResNet-50 step at batch 128 about 0.05-0.3 s;
+# on 2 CPU cores a LeNet step at batch 64 takes 3-8 ms, ResNet-20 at batch 32 about 0.1 s and
+# BERT-tiny at batch 16 0.2-0.4 s.
 default_iters() {
   local model=$1
   if [ "$device" = cpu ]; then
-    case "$model" in lenet5|mlp) echo 200 ;; bert_*|resnet18|resnet50) echo 5 ;; *) echo 20 ;; esac
+    case "$model" in lenet5|mlp) echo 400 ;; bert_*|resnet18|resnet50) echo 10 ;; *) echo 20 ;; esac
   else
     case "$model" in lenet5|mlp) echo 300 ;; resnet20|resnet32|resnet56) echo 50 ;; *) echo 10 ;; esac
   fi
