@@ -237,14 +237,26 @@ def line(args, **fields):
     return " ".join([head] + [f"{k}={v}" for k, v in fields.items()])
 
 
+def set_tf32(torch, on):
+    """TF32 for float32 matmul and convolutions, through the API this PyTorch has: 2.9 brought
+    fp32_precision ("tf32" / "ieee") and deprecated allow_tf32; the two must not be mixed."""
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    if (major, minor) >= (2, 9):
+        mode = "tf32" if on else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
+
+
 def run(args, torch, nn, F):
     device = torch.device(args.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("this PyTorch sees no CUDA device; give --device cpu")
         torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
-        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
-        torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
+        set_tf32(torch, args.precision == "tf32")
     elif args.precision == "tf32":
         raise ValueError("tf32 is a GPU setting; on the CPU use fp32")
     if args.threads > 0:
