@@ -19,7 +19,8 @@
 #   2. the training benchmark against PyTorch (issues 3 and 8): apps/scripts/bench_train.sh
 #      --device cuda, the issues' matrix (ResNet-50 224x224 batch 128 fp32/tf32/bf16, ResNet-20
 #      batch 128 fp32/bf16, LeNet-5 batch 64, BERT-base seq 128 batch 32 fp32/bf16), both sides
-#      of each case one after the other; its iteration counts keep it near 4-5 minutes, and it
+#      of each case one after the other; its iteration counts should keep it near 4-5 minutes
+#      (estimated from PyTorch's known step times; it has not run on a GPU yet), and it
 #      is cut at 5 (`bench` alone: 9), later cases listed as skipped;
 #   3. compute-sanitizer memcheck on test_ops_gpu (out-of-bounds and misaligned accesses,
 #      leaks of device memory are not checked: the caching allocator keeps blocks on purpose);
