@@ -3,8 +3,8 @@
 # markdown table: case, device, precision, batch, ours, PyTorch, ratio, target, parameters.
 #
 #   apps/scripts/bench_train.sh [--device cpu|cuda] [--cases "CASE ..."] [--iters N] [--warmup N]
-#                               [--repeats N] [--threads N] [--python PY] [--bin PATH]
-#                               [--timeout S] [--budget S] [--out FILE.md] [--log FILE]
+#                               [--repeats N] [--threads N] [--cudnn-benchmark 0|1] [--python PY]
+#                               [--bin PATH] [--timeout S] [--budget S] [--out FILE.md] [--log FILE]
 #
 # CASE is MODEL:PRECISION:BATCH (bench_train --help lists the models; precision fp32, tf32, bf16
 # or fp16), e.g. resnet50:bf16:128. Each case runs bench_train (our side, apps/train_benchmark.h)
@@ -24,6 +24,8 @@
 # --repeats  timed spans (default 3)
 # --threads  CPU threads for both sides (OMP_NUM_THREADS and the programs' --threads); 0 = their
 #            default, all cores (default 0)
+# --cudnn-benchmark  1 (default): both sides time cuDNN's algorithms for each new shape during
+#            warm-up (PyTorch's cudnn.benchmark); 0: both take cuDNN's heuristics, no search
 # --python   the interpreter with PyTorch (default: the first of python3 and /usr/bin/python3
 #            that imports torch; without one every PyTorch cell says so and the rest still runs)
 # --bin      bench_train (default build/release/apps/bench/bench_train)
@@ -40,7 +42,7 @@ cd "$(dirname "$0")/../.." || exit 2
 
 die() { echo "bench_train.sh: error: $*" >&2; exit 2; }
 
-device=cpu cases="" iters="" warmup="" repeats=3 threads=0 python="" bin=build/release/apps/bench/bench_train
+device=cpu cases="" iters="" warmup="" repeats=3 threads=0 cudnn_benchmark=1 python="" bin=build/release/apps/bench/bench_train
 timeout_s=240 budget=0 out="" log=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -55,6 +57,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2 ;;
     --repeats) repeats=$2 ;;
     --threads) threads=$2 ;;
+    --cudnn-benchmark) cudnn_benchmark=$2 ;;
     --python) python=$2 ;;
     --bin) bin=$2 ;;
     --timeout) timeout_s=$2 ;;
@@ -70,6 +73,7 @@ for v in iters warmup repeats threads timeout_s budget; do
   [[ -z "${!v}" || "${!v}" =~ ^[0-9]+$ ]] || die "--${v%_s}: \"${!v}\" is not a whole number (0, 1, 2, ...)"
 done
 [ "$repeats" -ge 1 ] || die "--repeats must be >= 1"
+[[ "$cudnn_benchmark" =~ ^[01]$ ]] || die "--cudnn-benchmark: \"$cudnn_benchmark\" is not 0 or 1"
 [ -z "$iters" ] || [ "$iters" -ge 1 ] || die "--iters must be >= 1"
 [ -x "$bin" ] || die "no bench_train at \"$bin\"; build it (cmake --build build/release --target bench_train) or pass --bin"
 
@@ -174,7 +178,7 @@ for c in $cases; do
   n=${iters:-$(default_iters "$model")}
   [[ "$spans" == *"$model "* ]] || spans+="${spans:+, }$model $w+$n"
   common=(--model "$model" --batch "$batch" --device "$device" --precision "$precision"
-          --warmup "$w" --iters "$n" --repeats "$repeats" --threads "$threads")
+          --warmup "$w" --iters "$n" --repeats "$repeats" --threads "$threads" --cudnn-benchmark "$cudnn_benchmark")
   ours="" theirs="" theirs_note="" ratio="-" ours_params="" their_params="" unit=""
   if [ "$(side_limit)" -le 5 ]; then
     ours="skipped: over the --budget of $budget s" theirs="skipped"
