@@ -100,13 +100,20 @@ std::shared_ptr<layers::Module> ImageClassificationTask::build_model(core::Gener
   return layers::build_model(mc.name(), mopt, gen);
 }
 
+Prediction ImageClassificationTask::predict(layers::Module& model, const data::Batch& batch) {
+  Prediction p;
+  p.targets = batch.targets.to(device_);
+  p.logits = model.forward(batch.inputs.to(device_));
+  p.loss = core::cross_entropy(p.logits, p.targets);
+  return p;
+}
+
 BatchResult ImageClassificationTask::run(layers::Module& model, const data::Batch& batch) {
-  const core::Tensor x = batch.inputs.to(device_), y = batch.targets.to(device_);
-  const core::Tensor logits = model.forward(x);
+  const Prediction p = predict(model, batch);
   BatchResult r;
-  r.loss = core::cross_entropy(logits, y);
-  r.predictions = r.units = y.numel();
-  r.correct = count_top1(logits, y);
+  r.loss = p.loss;
+  r.predictions = r.units = p.targets.numel();
+  r.correct = count_top1(p.logits, p.targets);
   return r;
 }
 

@@ -84,17 +84,22 @@ std::shared_ptr<layers::Module> MlmTask::build_model(core::Generator& gen) {
   return layers::build_model(config_.model().name(), mopt, gen);
 }
 
-BatchResult MlmTask::run(layers::Module& model, const data::Batch& batch) {
+Prediction MlmTask::predict(layers::Module& model, const data::Batch& batch) {
   auto* bert = dynamic_cast<layers::BertForMaskedLM*>(&model);
   MT_CHECK(bert != nullptr, "the masked-language-model task needs a BERT model, got ", model.type_name());
   const core::Tensor ids = batch.inputs.to(device_), mask = batch.mask.to(device_),
                      labels = batch.targets.to(device_);
   const layers::MlmOutput out = bert->mlm(ids, mask, labels);
+  return {out.loss, out.logits, out.targets};
+}
+
+BatchResult MlmTask::run(layers::Module& model, const data::Batch& batch) {
+  const Prediction p = predict(model, batch);
   BatchResult r;
-  r.loss = out.loss;
-  const core::Tensor t = out.targets.to(core::Device::cpu()).contiguous();
+  r.loss = p.loss;
+  const core::Tensor t = p.targets.to(core::Device::cpu()).contiguous();
   for (int64_t i = 0; i < t.numel(); ++i) r.predictions += t.data<int64_t>()[i] >= 0;
-  r.correct = count_top1(out.logits, out.targets);
+  r.correct = count_top1(p.logits, p.targets);
   // Real tokens (the mask's ones), summed on the host copy the loader made.
   r.units = static_cast<int64_t>(core::sum(batch.mask.to(core::Device::cpu())).item() + 0.5);
   return r;

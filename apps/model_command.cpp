@@ -13,6 +13,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "apps/flag_values.h"
 #include "apps/json_file.h"
 #include "apps/task.h"
 #include "apps/trainer.h"
@@ -133,20 +134,6 @@ std::vector<int> parse_workers(const std::string& text) {
   }
   MT_CHECK(!workers.empty(), "--workers: empty list");
   return workers;
-}
-
-double parse_number(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  MT_CHECK(!text.empty() && *end == '\0' && std::isfinite(v), flag, ": \"", text, "\" is not a number");
-  return v;
-}
-
-int parse_int(const std::string& flag, const std::string& text, int min) {
-  const double v = parse_number(flag, text);
-  MT_CHECK(v == std::floor(v) && v >= min && v <= 1e9, flag, ": \"", text, "\" must be an integer >= ",
-           min);
-  return static_cast<int>(v);
 }
 
 const char* kModelUsage =

@@ -31,6 +31,14 @@ struct TaskContext {
   bool eval_only = false;                      // no training data
 };
 
+// One batch's forward pass, left on the device: the loss (in training it carries the graph for
+// backward()) and the predictions it averages over.
+struct Prediction {
+  core::Tensor loss;     // scalar: mean over the predictions
+  core::Tensor logits;   // [N, K]: one row per prediction (images, or masked tokens)
+  core::Tensor targets;  // int64 [N]; negative = ignored
+};
+
 // One batch's result. In training `loss` carries the graph for backward().
 struct BatchResult {
   core::Tensor loss;        // scalar: mean over the batch's predictions
@@ -48,7 +56,11 @@ class Task {
   virtual std::string describe_test() const = 0;
   // The model named by config.model, sized for this task's data.
   virtual std::shared_ptr<layers::Module> build_model(core::Generator& gen) = 0;
-  // Forward pass and loss of one batch (on the model's device).
+  // Forward pass and loss of one batch (on the model's device), reading nothing back to the
+  // host beyond what the model itself needs: what a training step computes (bench_train times
+  // steps built on it).
+  virtual Prediction predict(layers::Module& model, const data::Batch& batch) = 0;
+  // predict() plus the counts the progress lines and evaluation report (read on the host).
   virtual BatchResult run(layers::Module& model, const data::Batch& batch) = 0;
   // Throughput unit of the progress line: "img" or "tok".
   virtual const char* unit() const = 0;

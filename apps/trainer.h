@@ -100,7 +100,10 @@ class Trainer {
   EvalResult evaluate();
 
   layers::Module& model() { return *model_; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  // The configured optimizer inside its StepGuard (what every step calls).
+  optim::StepGuard& optimizer() { return *optimizer_; }
+  // What is trained: its loaders, and the forward pass and loss of a batch.
+  Task& task() { return *task_; }
   // The loss scaler (float16 runs; loss_scale.mode), or null when the loss is not scaled.
   const optim::DynamicLossScaler* loss_scaler() const { return optimizer_->loss_scaler(); }
   const TrainingState& state() const { return state_; }

@@ -1,24 +1,90 @@
 #!/usr/bin/env bash
-# The GPU check of the CUDA backend, in two halves, because binaries are built on a machine
-# without a GPU and run on one that has no Debian libraries (see ../shared/tools/gpu-bundle):
+# The GPU check of the CUDA backend and the GPU benchmark, in two halves, because binaries are
+# built on a machine without a GPU and run on one that has no Debian libraries (see
+# ../shared/tools/gpu-bundle):
 #
 #   apps/scripts/gpu_check.sh bundle [BUILD_DIR]   # here: build, then pack binaries (and the
 #                                                  # Fashion-MNIST files) into build/gpu-bundle/
+#                                                  # and build/gpu-bundle.tar.gz
 #   apps/scripts/gpu_check.sh run                  # on the GPU machine, from the repository root
+#   apps/scripts/gpu_check.sh bench                # on the GPU machine: step 2 alone
+#
+# Carry build/gpu-bundle.tar.gz to the GPU machine (the device tool's carry: ["build/gpu-bundle.tar.gz"]):
+# unpacked, the bundle is over the 60 MiB carry budget (Debian's OpenBLAS alone, with kernels for
+# every CPU, is 36 MiB); `run` and `bench` unpack it when build/gpu-bundle/ is not there.
 #
 # `run` executes, in order, stopping at nothing (every step reports; the exit status is the
-# number of failed steps):
+# number of failed steps), each step under a time limit, about 10 minutes of GPU time in all:
 #   1. every bundled test binary (GPU tests included: there they run instead of skipping);
-#   2. compute-sanitizer memcheck on test_ops_gpu (out-of-bounds and misaligned accesses,
+#   2. the training benchmark against PyTorch (issues 3 and 8): apps/scripts/bench_train.sh
+#      --device cuda, the issues' matrix (ResNet-50 224x224 batch 128 fp32/tf32/bf16, ResNet-20
+#      batch 128 fp32/bf16, LeNet-5 batch 64, BERT-base seq 128 batch 32 fp32/bf16), both sides
+#      of each case one after the other; its iteration counts should keep it near 4-5 minutes
+#      (estimated from PyTorch's known step times; it has not run on a GPU yet), and it
+#      is cut at 5 (`bench` alone: 9), later cases listed as skipped;
+#   3. compute-sanitizer memcheck on test_ops_gpu (out-of-bounds and misaligned accesses,
 #      leaks of device memory are not checked: the caching allocator keeps blocks on purpose);
-#   3. one epoch of the default job on the GPU:
+#   4. one epoch of the default job on the GPU:
 #        mintrain train configs/lenet_fashion_mnist.prototxt --set device=cuda --set epochs=1
-# Logs go to $OUT (the device tool's output folder) when set, else build/gpu-bundle/logs.
+# What comes back from the device tool is at most 8 files, so $OUT (else build/gpu-bundle/logs)
+# gets 6, each written as its step ends: summary.txt (the lines printed here), tests.log (every
+# test binary's output in turn), bench_train.md (the table), bench_train.log (both sides' raw
+# output), memcheck.log, train_lenet_cuda.log. The training run's folder stays in the bundle.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 mode="${1:-}"
 # Under build/, which .gitignore already covers; the device tool must be told to carry it.
 BUNDLE=build/gpu-bundle
+
+# Steps of `run` and `bench` need the bundle's libraries and somewhere to write.
+prepare() {
+  [ -f "$BUNDLE/env.sh" ] || [ ! -f "$BUNDLE.tar.gz" ] || tar -C "$(dirname "$BUNDLE")" -xzf "$BUNDLE.tar.gz"
+  [ -f "$BUNDLE/env.sh" ] || {
+    echo "no $BUNDLE/env.sh or $BUNDLE.tar.gz: run '$0 bundle' first (on the build machine) and carry" \
+      "$BUNDLE.tar.gz" >&2
+    exit 2
+  }
+  # PyTorch, the benchmark's peer, runs with the library path from before env.sh: the bundle's
+  # Debian libraries (libgomp, zlib ...) must not replace the ones its wheels were built with.
+  export MT_PEER_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+  # shellcheck disable=SC1091
+  source "$BUNDLE/env.sh"
+  out="${OUT:-$BUNDLE/logs}"
+  mkdir -p "$out"
+  failed=0
+}
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+# step LABEL LOG LIMIT COMMAND...: runs COMMAND for at most LIMIT seconds, appending its output to
+# $out/LOG.log, and counts a failure.
+step() {
+  local label=$1 log="$out/$2.log" limit=$3 t0=$SECONDS rc=0
+  shift 3
+  echo "=== $label" >>"$log"
+  timeout --kill-after=15 "$limit" "$@" >>"$log" 2>&1 || rc=$?
+  if [ $rc -eq 0 ]; then
+    say "=== $label: ok in $((SECONDS - t0)) s ($(tail -n 1 "$log"))"
+  else
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && say "=== $label: stopped at its limit of $limit s"
+    say "=== $label: FAILED (exit $rc) in $((SECONDS - t0)) s, last lines of $log:"
+    tail -n 30 "$log" | sed 's/^/    /' | tee -a "$out/summary.txt"
+    failed=$((failed + 1))
+  fi
+  return $rc
+}
+# The benchmark: bench_train.sh on the GPU (its defaults there are the issues' matrix) within
+# BUDGET seconds (it stops a side that would run past it); each side of a case may take 150 s.
+bench() {
+  local budget=$1
+  # The table names the commit the binaries were built from (the tree here may have no .git).
+  MT_REVISION=$(cat "$BUNDLE/revision.txt" 2>/dev/null) && export MT_REVISION
+  if step bench_train bench_train $((budget + 60)) apps/scripts/bench_train.sh --device cuda \
+    --bin "$BUNDLE/bin/bench_train" --budget "$budget" --timeout 150 \
+    --out "$out/bench_train.md" --log "$out/bench_train.raw"; then
+    tee -a "$out/summary.txt" <"$out/bench_train.md"  # (a failed step has printed it already)
+  fi
+  # The step's own log (progress lines) and the raw results go back as one file.
+  cat "$out/bench_train.raw" >>"$out/bench_train.log" 2>/dev/null && rm -f "$out/bench_train.raw"
+}
 
 case "$mode" in
   bundle)
@@ -26,74 +92,80 @@ case "$mode" in
     # ~180 MiB of libraries, far over the carry budget, and the GPU checks do not need them.
     build="${2:-build/gpu-lean}"
     set -e
-    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMT_ENABLE_OPENCV=OFF >/dev/null
-    cmake --build "$build" -j"$(nproc)"
-    rm -rf "$BUNDLE"
     # The carry budget (60 MiB with the data) does not hold every test binary: by default the
     # ones that touch the device; MT_GPU_TESTS="all" or a list of names picks others.
     sel="${MT_GPU_TESTS:-test_ops_gpu test_ops_nn test_device test_optim test_train_e2e}"
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMT_ENABLE_OPENCV=OFF >/dev/null
     if [ "$sel" = all ]; then
+      cmake --build "$build" -j"$(nproc)"
       mapfile -t tests < <(find "$build/tests" -maxdepth 1 -type f -name 'test_*' -perm -u+x | sort)
     else
+      # Only what is bundled: building every test binary takes long on a small machine.
+      # shellcheck disable=SC2086
+      cmake --build "$build" -j"$(nproc)" --target mintrain bench_train $sel
       tests=()
       for t in $sel; do tests+=("$build/tests/$t"); done
     fi
-    ../shared/tools/gpu-bundle -o "$BUNDLE" "$build/apps/mintrain" "${tests[@]}"
+    rm -rf "$BUNDLE"
+    ../shared/tools/gpu-bundle -o "$BUNDLE" "$build/apps/mintrain" "$build/apps/bench/bench_train" "${tests[@]}"
     strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true  # symbols: half the size
-    # The Fashion-MNIST files add 30 MiB: opt in with MT_GPU_DATA=1 when the budget allows, or
-    # carry them separately and point MT_FASHION_MNIST at them for `run`.
+    git describe --always --dirty >"$BUNDLE/revision.txt" 2>/dev/null || true
+    # The Fashion-MNIST files (step 4 of `run`) add 30 MiB, already compressed: opt in with
+    # MT_GPU_DATA=1 (the tarball is then 54 MiB, close to the budget), or carry them separately
+    # and point MT_FASHION_MNIST at them. The benchmark needs no data.
     if [ "${MT_GPU_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
       mkdir -p "$BUNDLE/data/fashion-mnist"
       cp /usr/share/datasets/fashion-mnist/*.gz "$BUNDLE/data/fashion-mnist/"
     fi
-    du -sh "$BUNDLE"
-    echo "now run, on the GPU machine (carry $BUNDLE): apps/scripts/gpu_check.sh run"
+    # What travels is the compressed bundle (a third of the size): it must fit the carry budget.
+    tar -C "$(dirname "$BUNDLE")" -czf "$BUNDLE.tar.gz" "$(basename "$BUNDLE")"
+    packed=$(du -m "$BUNDLE.tar.gz" | cut -f1)
+    echo "gpu_check: $BUNDLE is $(du -sm "$BUNDLE" | cut -f1) MiB, $BUNDLE.tar.gz $packed MiB"
+    if [ "$packed" -ge 60 ]; then
+      echo "gpu_check: $BUNDLE.tar.gz is over the 60 MiB carry budget; bundle fewer tests (MT_GPU_TESTS)" \
+        "or carry the data separately (no MT_GPU_DATA)" >&2
+      exit 1
+    fi
+    echo "now run, on the GPU machine (carry $BUNDLE.tar.gz): apps/scripts/gpu_check.sh run"
     ;;
   run)
-    [ -f "$BUNDLE/env.sh" ] || { echo "no $BUNDLE/env.sh: run '$0 bundle' first (on the build machine)" >&2; exit 2; }
-    # shellcheck disable=SC1091
-    source "$BUNDLE/env.sh"
-    logs="${OUT:-$BUNDLE/logs}"
-    mkdir -p "$logs"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-    failed=0
-    step() {  # step NAME COMMAND...: runs it, logs it, counts a failure
-      local name=$1
-      shift
-      echo "=== $name"
-      if "$@" >"$logs/$name.log" 2>&1; then
-        echo "    ok   ($(tail -n 1 "$logs/$name.log"))"
-      else
-        echo "    FAILED (exit $?), last lines of $logs/$name.log:"
-        tail -n 30 "$logs/$name.log" | sed 's/^/    /'
-        failed=$((failed + 1))
-      fi
-    }
+    prepare
+    say "gpu_check run: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
     # 1. Every test binary. The tests find their inputs from the source tree (the working
     # directory); GPU tests print SKIPPED only where no device is visible.
     for t in "$BUNDLE"/bin/test_*; do
-      step "$(basename "$t")" "$t" --gtest_brief=1
+      step "$(basename "$t")" tests 240 "$t" --gtest_brief=1
     done
-    grep -h "SKIPPED" "$logs"/test_ops_gpu.log 2>/dev/null | head -5
-    # 2. Memory errors in the CUDA kernels.
+    grep -h "SKIPPED" "$out/tests.log" 2>/dev/null | head -5
+    # 2. Training throughput against PyTorch, within 5 minutes.
+    bench 300
+    # 3. Memory errors in the CUDA kernels.
     if command -v compute-sanitizer >/dev/null; then
-      step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+      step memcheck memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 \
         "$BUNDLE/bin/test_ops_gpu" --gtest_filter='GpuOps.*'
     else
-      echo "=== memcheck: compute-sanitizer not found on PATH; skipped"
+      say "=== memcheck: compute-sanitizer not found on PATH; skipped"
       failed=$((failed + 1))
     fi
-    # 3. A real training epoch on the GPU.
+    # 4. A real training epoch on the GPU.
     data="${MT_FASHION_MNIST:-$BUNDLE/data/fashion-mnist}"
     [ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
-    step train_lenet_cuda "$BUNDLE/bin/mintrain" train configs/lenet_fashion_mnist.prototxt \
-      --set device=cuda --set epochs=1 --set data.path="$data" --output "$logs/run_lenet_cuda"
-    grep -i "accuracy" "$logs/train_lenet_cuda.log" | tail -n 2
-    echo "gpu_check: $failed step(s) failed; logs in $logs"
+    step train_lenet_cuda train_lenet_cuda 180 "$BUNDLE/bin/mintrain" train configs/lenet_fashion_mnist.prototxt \
+      --set device=cuda --set epochs=1 --set data.path="$data" --output "$BUNDLE/runs/lenet_cuda"
+    grep -i "accuracy" "$out/train_lenet_cuda.log" | tail -n 2
+    say "gpu_check: $failed step(s) failed; logs in $out"
+    exit "$failed"
+    ;;
+  bench)
+    # The benchmark alone, for a session that has run the rest: within 9 minutes, so that one
+    # 10-minute command of the device tool holds it.
+    prepare
+    say "gpu_check bench: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -n 1)"
+    bench 540
     exit "$failed"
     ;;
   *)
-    sed -n '2,16p' "$0"
+    sed -n '2,27p' "$0"
     exit 2
     ;;
 esac
