@@ -118,6 +118,14 @@ MeasuredComm read_comm_profile(const std::string& path, const std::string& named
           MT_FAIL(path, ": \"idle_bytes\" must time the sizes of \"bytes\" again: ", e.what());
         }
       }
+      // And while every rank computed (profiles since the during-compute curve have it).
+      if (read_timed_sizes(root, "busy_bytes", "busy_seconds", path, sizes, means)) {
+        try {
+          dist::set_busy_curve(m.cost, sizes, means);
+        } catch (const core::Error& e) {
+          MT_FAIL(path, ": \"busy_bytes\" must time the sizes of \"bytes\" again: ", e.what());
+        }
+      }
     }
     if (const auto d = root.find("dssync"); d != root.end()) m.dssync = read_dssync_patterns(*d, path);
   } catch (const core::Error& e) {

@@ -403,6 +403,7 @@ dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSet
     dist::set_measured_curve(ring, s.measured_bytes, s.measured_seconds);
     if (!s.measured_idle_seconds.empty())
       dist::set_idle_curve(ring, s.measured_bytes, s.measured_idle_seconds, s.measured_idle);
+    if (!s.measured_busy_seconds.empty()) dist::set_busy_curve(ring, s.measured_bytes, s.measured_busy_seconds);
   }
   return ring;
 }
@@ -567,7 +568,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                                (measured->cost.idle_measured_seconds.empty()
                                     ? std::string(")")
                                     : "; after " + fmt("%.1f", measured->cost.idle_measured * 1e3) +
-                                          " ms or more of idle network, the time measured after idling)"));
+                                          " ms or more of idle network, the time measured after idling)") +
+                               (measured->cost.busy_measured_seconds.empty()
+                                    ? std::string()
+                                    : "; for the share of a message that overlaps backward, the time measured "
+                                      "while the ranks computed"));
   }
   const dist::NetworkModel network(net);
   if (at < 0) at = *std::max_element(workers.begin(), workers.end());
@@ -609,6 +614,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     s.measured_seconds = measured->cost.measured_seconds;
     s.measured_idle_seconds = measured->cost.idle_measured_seconds;
     s.measured_idle = measured->cost.idle_measured;
+    s.measured_busy_seconds = measured->cost.busy_measured_seconds;
     s.dssync_measured = measured->dssync;
   }
   if (!save_profile.empty()) write_profile(profile, save_profile);

@@ -102,6 +102,8 @@ struct AlgorithmSettings {
   // ... and after measured_idle seconds of idle network, per size (empty: not timed that way).
   std::vector<double> measured_idle_seconds;
   double measured_idle = 0.0;
+  // ... and while every rank computed, per size (empty: not timed that way).
+  std::vector<double> measured_busy_seconds;
   // DS-Sync's group averages as profile-comm --dssync-group-size timed them on measured_world
   // ranks (dist/dssync_comm_profile.h): at that N, with the same group size and racks, a
   // group average costs these curves' time instead of the network model's.

@@ -138,10 +138,13 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   const bool idle = !p.cost.idle_measured_seconds.empty();
   if (idle)
     os << ", " << p.idle_bytes.size() << " more after " << fmt("%.1f", p.idle_before_seconds * 1e3) << " ms idle each";
+  const bool busy = !p.cost.busy_measured_seconds.empty();
+  if (busy) os << ", " << p.busy_bytes.size() << " more while every rank computed";
   os << "\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s%s\n", "bytes", "floats", "runs", "mean* ms",
-                "min ms", "fit ms", "payload MB/s", "link Gbit/s", idle ? "  after idle ms" : "");
+  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s%s%s\n", "bytes", "floats", "runs",
+                "mean* ms", "min ms", "fit ms", "payload MB/s", "link Gbit/s", idle ? "  after idle ms" : "",
+                busy ? "  computing ms" : "");
   os << line;
   for (size_t s = 0; s < p.size_bytes.size(); ++s) {
     const double bytes = p.size_bytes[s], mean = p.size_mean_seconds[s];
@@ -154,11 +157,11 @@ std::string comm_profile_table(const dist::CommProfile& p) {
     std::snprintf(line, sizeof(line), "%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f", bytes, bytes / 4,
                   runs, mean * 1e3, fastest * 1e3, line_seconds * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
     os << line;
-    if (idle) {  // rank 0's after-idle mean of this size (the cost keeps the sizes sorted)
-      const auto& sizes = p.cost.measured_bytes;
-      const size_t k = static_cast<size_t>(std::find(sizes.begin(), sizes.end(), bytes) - sizes.begin());
-      if (k < sizes.size()) os << fmt("%15.3f", p.cost.idle_measured_seconds[k] * 1e3);
-    }
+    // Rank 0's after-idle and during-compute means of this size (the cost keeps the sizes sorted).
+    const auto& sizes = p.cost.measured_bytes;
+    const size_t k = static_cast<size_t>(std::find(sizes.begin(), sizes.end(), bytes) - sizes.begin());
+    if (idle && k < sizes.size()) os << fmt("%15.3f", p.cost.idle_measured_seconds[k] * 1e3);
+    if (busy && k < sizes.size()) os << fmt("%14.3f", p.cost.busy_measured_seconds[k] * 1e3);
     os << "\n";
   }
   const double payload_rate = p.cost.beta > 0 ? 1.0 / p.cost.beta : 0.0;
@@ -167,6 +170,9 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   if (idle)
     os << "after idle: the same mean* of allreduces that each followed the idle time; the model takes it for a\n"
           "message that follows as much idle network or more, and between the two for less\n";
+  if (busy)
+    os << "computing: the same mean* while a second thread on every rank computed; the model takes it for the\n"
+          "share of a message that overlaps backward\n";
   os << "fit T(M) = alpha + beta * M: alpha " << fmt("%.1f", p.cost.alpha * 1e6) << " us, beta "
      << fmt("%.4f", p.cost.beta * 1e9) << " ms/MB (MB = 1e6 bytes): effective allreduce bandwidth "
      << fmt("%.1f", payload_rate / 1e6) << " MB/s of payload, a ring link rate of "

@@ -79,19 +79,33 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
     time_sizes(o, 0, 0, p.idle_bytes, p.idle_seconds);
     trimmed_mean_per_size(p.idle_bytes, p.idle_seconds, idle_size_bytes, idle_means);
   }
+  // While the ranks compute (training's backward beside its messages), where compute and
+  // communication share the CPU: the same condition as gamma's.
+  const bool shares_cpu = o.measure_gamma && !device.is_cuda() && group.size() > 1;
+  std::vector<double> busy_size_bytes, busy_means;
+  if (shares_cpu) {
+    {
+      const ComputeInBackground computing;
+      time_sizes(back_to_back, 1, 0, p.busy_bytes, p.busy_seconds);
+    }
+    trimmed_mean_per_size(p.busy_bytes, p.busy_seconds, busy_size_bytes, busy_means);
+  }
   // Rank 0's means are everybody's: broadcast once, they are the cost's measured curves
   // (cost_model.h) and every rank fits the same line through them, so all plan alike.
   trimmed_mean_per_size(p.bytes, p.seconds, p.size_bytes, p.size_mean_seconds);
   {
     std::vector<float> means(p.size_mean_seconds.begin(), p.size_mean_seconds.end());
     means.insert(means.end(), idle_means.begin(), idle_means.end());
+    means.insert(means.end(), busy_means.begin(), busy_means.end());
     Tensor t = Tensor::from_vector(means, {static_cast<int64_t>(means.size())}).to(device);
     finish(group.broadcast(t, 0), group, "sharing the measured allreduce times");
     const std::vector<float> shared = t.to(core::Device::cpu()).to_vector();
     const auto mid = shared.begin() + static_cast<std::ptrdiff_t>(p.size_mean_seconds.size());
+    const auto busy = mid + static_cast<std::ptrdiff_t>(idle_means.size());
     set_measured_curve(p.cost, p.size_bytes, std::vector<double>(shared.begin(), mid));
     if (!idle_means.empty())
-      set_idle_curve(p.cost, idle_size_bytes, std::vector<double>(mid, shared.end()), o.idle_before_seconds);
+      set_idle_curve(p.cost, idle_size_bytes, std::vector<double>(mid, busy), o.idle_before_seconds);
+    if (!busy_means.empty()) set_busy_curve(p.cost, busy_size_bytes, std::vector<double>(busy, shared.end()));
   }
   const LinearCost line = fit_linear_cost(p.cost.measured_bytes, p.cost.measured_seconds);
   p.cost.alpha = line.alpha;
@@ -188,6 +202,10 @@ std::string comm_profile_json(const CommProfile& p) {
   if (p.idle_before_seconds > 0) {
     list("idle_bytes", p.idle_bytes);
     list("idle_seconds", p.idle_seconds);
+  }
+  if (!p.busy_bytes.empty()) {
+    list("busy_bytes", p.busy_bytes);
+    list("busy_seconds", p.busy_seconds);
   }
   if (p.dssync.group_size > 0) os << ",\n  \"dssync\": " << dssync_comm_profile_json(p.dssync, "  ");
   os << "\n}\n";

@@ -12,7 +12,9 @@
 // it at once, so ranks that share cores see the same contention as in training. The same rounds
 // give the cost's overlap_slowdown (cost_model.h): the compute lost divided by the time the
 // network was busy meanwhile, min(the compute after the first chunk, the messages' back-to-back
-// time on the measured curve), the median over the rounds.
+// time on the measured curve), the median over the rounds. The other side of the same sharing,
+// the messages slowed by the compute, is the during-compute curve: every size timed once more
+// while a second thread on every rank computes (measured with gamma, skipped with it).
 //
 // Why a mean and many repeats: an iteration sends many messages, so what it costs is the sum of
 // their times, whose expectation is the sum of the means. Where ranks share cores, small
@@ -77,6 +79,7 @@ struct CommProfile {
   double chunk_with_message_seconds = 0;  // one chunk followed by a message send
   double idle_before_seconds = 0;  // > 0: the sizes were timed again after this long idle ...
   std::vector<double> idle_bytes, idle_seconds;  // ... every one of those allreduces, as above
+  std::vector<double> busy_bytes, busy_seconds;  // and again while every rank computed (with gamma)
   DsSyncCommProfile dssync;  // DS-Sync's group patterns, when measured (group_size > 0)
 };
 

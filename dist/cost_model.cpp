@@ -55,23 +55,42 @@ double LinearCost::time(double bytes, double idle) const {
   return back_to_back + (rested - back_to_back) * std::min(idle / idle_measured, 1.0);
 }
 
-void set_idle_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds,
-                    double idle) {
-  MT_CHECK(idle > 0 && std::isfinite(idle), "an after-idle allreduce curve needs an idle time > 0, got ", idle);
-  MT_CHECK(bytes.size() == seconds.size() && bytes.size() == cost.measured_bytes.size(),
-           "an after-idle allreduce curve needs one time for each of the measured curve's ",
-           cost.measured_bytes.size(), " sizes, got ", bytes.size(), " sizes and ", seconds.size(), " times");
+double LinearCost::time_during_compute(double bytes) const {
+  if (busy_measured_seconds.empty()) return time(bytes);
+  return on_curve(measured_bytes, busy_measured_seconds, beta, bytes);
+}
+
+namespace {
+
+// A second curve's times in the order of the measured curve's sizes, which it must time exactly.
+std::vector<double> aligned_to_measured(const LinearCost& cost, const std::vector<double>& bytes,
+                                        const std::vector<double>& seconds, const std::string& what) {
+  MT_CHECK(bytes.size() == seconds.size() && bytes.size() == cost.measured_bytes.size(), "an ", what,
+           " allreduce curve needs one time for each of the measured curve's ", cost.measured_bytes.size(),
+           " sizes, got ", bytes.size(), " sizes and ", seconds.size(), " times");
   std::vector<double> aligned(bytes.size(), 0.0);
   for (size_t i = 0; i < bytes.size(); ++i) {
     const auto at = std::find(cost.measured_bytes.begin(), cost.measured_bytes.end(), bytes[i]);
-    MT_CHECK(at != cost.measured_bytes.end(), "the after-idle allreduce curve has the size ", bytes[i],
+    MT_CHECK(at != cost.measured_bytes.end(), "the ", what, " allreduce curve has the size ", bytes[i],
              ", which the measured curve has not");
-    MT_CHECK(seconds[i] > 0 && std::isfinite(seconds[i]), "an after-idle allreduce curve needs times > 0, got ",
+    MT_CHECK(seconds[i] > 0 && std::isfinite(seconds[i]), "an ", what, " allreduce curve needs times > 0, got ",
              seconds[i], " s for ", bytes[i], " bytes");
     aligned[static_cast<size_t>(at - cost.measured_bytes.begin())] = seconds[i];
   }
-  cost.idle_measured_seconds = aligned;
+  return aligned;
+}
+
+}  // namespace
+
+void set_idle_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds,
+                    double idle) {
+  MT_CHECK(idle > 0 && std::isfinite(idle), "an after-idle allreduce curve needs an idle time > 0, got ", idle);
+  cost.idle_measured_seconds = aligned_to_measured(cost, bytes, seconds, "after-idle");
   cost.idle_measured = idle;
+}
+
+void set_busy_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  cost.busy_measured_seconds = aligned_to_measured(cost, bytes, seconds, "during-compute");
 }
 
 void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector<double> seconds) {
@@ -82,8 +101,9 @@ void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] < bytes[b]; });
   cost.measured_bytes.clear();
   cost.measured_seconds.clear();
-  cost.idle_measured_seconds.clear();  // it belonged to the old sizes
+  cost.idle_measured_seconds.clear();  // they belonged to the old sizes
   cost.idle_measured = 0.0;
+  cost.busy_measured_seconds.clear();
   for (size_t i : order) {
     MT_CHECK(bytes[i] > 0 && seconds[i] > 0 && std::isfinite(seconds[i]),
              "a measured allreduce curve needs sizes and times > 0, got ", bytes[i], " bytes in ", seconds[i], " s");
@@ -279,15 +299,18 @@ MergePlan mgwfbp_best_plan(const std::vector<double>& tb, const std::vector<doub
 namespace {
 
 // The DAG of one iteration (see predict_iteration), with `send_cpu[m]` seconds of the backward
-// chain taken by message m right after the layer that completes it (while backward still runs).
+// chain taken by message m right after the layer that completes it (while backward still runs),
+// and message m `slower[m]` seconds longer than its back-to-back (or after-idle) time.
 struct IterationDag {
   Dag dag;
   int first_backward = -1, backward_done = -1;
   std::vector<int> messages;
+  std::vector<double> message_bytes;
 };
 
 IterationDag build_iteration_dag(const std::vector<LayerCost>& layers, const MergePlan& plan, const LinearCost& cost,
-                                 double update_seconds, bool after_backward, const std::vector<double>& send_cpu) {
+                                 double update_seconds, bool after_backward, const std::vector<double>& send_cpu,
+                                 const std::vector<double>& slower) {
   const int L = static_cast<int>(layers.size());
   IterationDag it;
   Dag& dag = it.dag;
@@ -327,8 +350,9 @@ IterationDag build_iteration_dag(const std::vector<LayerCost>& layers, const Mer
     double ready = 0.0;
     for (int d : deps) ready = std::max(ready, dag.finish(d));
     const double idle = prev_msg >= 0 ? ready - dag.finish(prev_msg) : ready + update_seconds;
-    prev_msg = dag.add("allreduce " + std::to_string(m), cost.time(bytes, idle), deps);
+    prev_msg = dag.add("allreduce " + std::to_string(m), cost.time(bytes, idle) + slower[m], deps);
     it.messages.push_back(prev_msg);
+    it.message_bytes.push_back(bytes);
     update_deps.push_back(prev_msg);
   }
   dag.add("update", update_seconds, update_deps);
@@ -342,23 +366,29 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
   MT_CHECK(cost.overlap_slowdown >= 0 && cost.overlap_slowdown < 1,
            "the share of compute lost while a message is in flight must be in [0, 1), got ", cost.overlap_slowdown);
   const bool by_overlap = cost.overlap_slowdown > 0;
-  std::vector<double> send_cpu(plan.size(), by_overlap ? 0.0 : cost.gamma);
-  IterationDag it = build_iteration_dag(layers, plan, cost, update_seconds, after_backward, send_cpu);
-  if (by_overlap && !after_backward && it.backward_done >= 0) {
-    // Each message takes overlap_slowdown of the time it overlaps backward; that lengthens
-    // backward and so the overlaps. A contraction (factor < 1): a few rounds reach the fixed point.
+  std::vector<double> send_cpu(plan.size(), by_overlap ? 0.0 : cost.gamma), slower(plan.size(), 0.0);
+  IterationDag it = build_iteration_dag(layers, plan, cost, update_seconds, after_backward, send_cpu, slower);
+  if ((by_overlap || !cost.busy_measured_seconds.empty()) && !after_backward && it.backward_done >= 0) {
+    // Each message takes overlap_slowdown of the time it overlaps backward, and for that share of
+    // its time goes at the during-compute pace; both lengthen backward or the message and so the
+    // overlaps. Rounds until nothing moves (a contraction where the factors are below 1; the
+    // rounds are capped for the rest).
     for (int round = 0; round < 100; ++round) {
       const double b0 = it.dag.start(it.first_backward), b1 = it.dag.finish(it.backward_done);
       double change = 0.0;
       for (size_t m = 0; m < it.messages.size(); ++m) {
-        const double overlap =
-            std::max(0.0, std::min(it.dag.finish(it.messages[m]), b1) - std::max(it.dag.start(it.messages[m]), b0));
-        const double cpu = cost.overlap_slowdown * overlap;
-        change = std::max(change, std::abs(cpu - send_cpu[m]));
+        const double start = it.dag.start(it.messages[m]), finish = it.dag.finish(it.messages[m]);
+        const double overlap = std::max(0.0, std::min(finish, b1) - std::max(start, b0));
+        const double cpu = by_overlap ? cost.overlap_slowdown * overlap : send_cpu[m];
+        const double bytes = it.message_bytes[m];
+        const double extra = std::max(0.0, cost.time_during_compute(bytes) - cost.time(bytes));
+        const double late = finish > start ? extra * overlap / (finish - start) : 0.0;
+        change = std::max({change, std::abs(cpu - send_cpu[m]), std::abs(late - slower[m])});
         send_cpu[m] = cpu;
+        slower[m] = late;
       }
       if (change < 1e-12) break;
-      it = build_iteration_dag(layers, plan, cost, update_seconds, after_backward, send_cpu);
+      it = build_iteration_dag(layers, plan, cost, update_seconds, after_backward, send_cpu, slower);
     }
   }
   Prediction p;

@@ -58,11 +58,19 @@ struct LinearCost {
   // took 33 ms back to back and 30 after 3.4 ms of idling).
   std::vector<double> idle_measured_seconds;
   double idle_measured = 0.0;
+  // Optional, with the measured curve: the same sizes' mean times while every rank also computed
+  // (profile-comm times them with a second thread computing on each rank). Where ranks share
+  // cores, the communication threads then get only part of a core: on 8 ranks ResNet-20's
+  // 0.14 MB messages took 41-60 ms during backward and 30 back to back (docs/PERF.md). The DAG
+  // charges a message this time for the share of it that overlaps backward.
+  std::vector<double> busy_measured_seconds;
   double time(double bytes) const;
   // An allreduce that starts after the network idled `idle` seconds: the back-to-back time at
   // idle 0, the after-idle curve from idle_measured on, and linear in between (a bucket refills
   // at a steady rate). Without the after-idle curve, time(bytes).
   double time(double bytes, double idle) const;
+  // An allreduce while the ranks compute (the during-compute curve; time(bytes) without it).
+  double time_during_compute(double bytes) const;
 };
 
 // Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes), in relative
@@ -79,6 +87,8 @@ void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector
 // taken after `idle` seconds (> 0) of quiet network.
 void set_idle_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds,
                     double idle);
+// Attaches the during-compute curve: times for exactly the measured curve's sizes (any order).
+void set_busy_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 // A DAG of timed tasks. Tasks are added in a topological order (every dependency already
 // added), so the longest path is one pass over them.
@@ -152,7 +162,8 @@ struct Prediction {
 // the backward chain right after the layer that completed it; with cost.overlap_slowdown > 0 the
 // task lasts overlap_slowdown x the time message m spends on the link while backward runs
 // (found by iterating the DAG to its fixed point: the stolen time lengthens backward, which
-// lengthens the overlap).
+// lengthens the overlap). With a during-compute curve, the share of a message's time that
+// overlaps backward runs at that curve's pace instead of the back-to-back one (same fixed point).
 Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
                              const LinearCost& cost, double update_seconds, bool after_backward);
 // The plan a schedule uses for these layers (FUSION caps in bytes).

@@ -48,6 +48,17 @@ ComputeChunk calibrated_chunk(ProcessGroup& group, core::Device device, double s
   return ComputeChunk(static_cast<int>(std::clamp(std::lround(std::ceil(seconds * rate)), 1L, 1L << 20)));
 }
 
+ComputeInBackground::ComputeInBackground()
+    : thread_([this] {
+        ComputeChunk chunk(1);
+        while (!stop_.load(std::memory_order_relaxed)) chunk.run();
+      }) {}
+
+ComputeInBackground::~ComputeInBackground() {
+  stop_ = true;
+  thread_.join();
+}
+
 void compute_for(double seconds) {
   static thread_local ComputeChunk chunk(1);
   const auto start = Clock::now();

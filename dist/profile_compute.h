@@ -4,7 +4,9 @@
 // amount of work that every rank calibrates at once (the contention of training), and time the
 // network around it.
 #pragma once
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/device.h"
@@ -31,6 +33,20 @@ class ComputeChunk {
 // calibrated on the ranks' mean rate of products over a quarter of a second of computing all at
 // once, so all ranks do the same work. Collective.
 ComputeChunk calibrated_chunk(ProcessGroup& group, core::Device device, double seconds);
+
+// A thread that computes (small chunks) from construction until destruction, beside whatever
+// the constructing thread does: the training thread's compute while messages are on the link.
+class ComputeInBackground {
+ public:
+  ComputeInBackground();
+  ~ComputeInBackground();  // stops and joins
+  ComputeInBackground(const ComputeInBackground&) = delete;
+  ComputeInBackground& operator=(const ComputeInBackground&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // Computes (small chunks) until `seconds` have passed: the network idles, the cores do not, as in
 // training between one iteration's messages and the next. Sleeping instead would rest the cores

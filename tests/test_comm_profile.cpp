@@ -60,8 +60,10 @@ std::string write_small_layers(const std::string& dir) {
 // The timed allreduces it lists are of 1000 and 2000 bytes (the messages of write_small_layers'
 // model), at the line's times unless `measured` gives others (the measured curve, at N = world).
 // overlap_slowdown > 0: written too (profiles before it was measured have none).
+// `extra`: more of the profile's entries, e.g. ", \"busy_bytes\": [...]".
 std::string write_comm_profile(const std::string& path, int world, double alpha, double beta, double gamma,
-                               std::vector<double> measured = {}, double overlap_slowdown = 0) {
+                               std::vector<double> measured = {}, double overlap_slowdown = 0,
+                               const std::string& extra = "") {
   if (measured.empty()) measured = {alpha + beta * 1000, alpha + beta * 2000};
   std::ostringstream os;
   os.precision(12);
@@ -69,7 +71,8 @@ std::string write_comm_profile(const std::string& path, int world, double alpha,
      << ", \"beta_s_per_byte\": " << beta << ", \"gamma_s\": " << gamma
      << (overlap_slowdown > 0 ? ", \"overlap_slowdown\": " + std::to_string(overlap_slowdown) : std::string())
      << ", \"chunk_alone_s\": 0.004, \"chunk_with_message_s\": 0.005, \"bytes\": [2000, 1000, 2000], "
-     << "\"seconds\": [" << measured[1] * 0.5 << ", " << measured[0] << ", " << measured[1] * 1.5 << "]}";
+     << "\"seconds\": [" << measured[1] * 0.5 << ", " << measured[0] << ", " << measured[1] * 1.5 << "]" << extra
+     << "}";
   write_file(path, os.str());
   return path;
 }
@@ -105,6 +108,10 @@ TEST(CommProfile, MeasuresATwoRankGlooWorld) {
     EXPECT_GT(p.chunk_alone_seconds, 0.0);  // gamma was measured, not skipped
     EXPECT_GE(p.cost.overlap_slowdown, 0.0);
     EXPECT_LE(p.cost.overlap_slowdown, 0.9);
+    // Every size again while every rank computed: rank 0's means as the during-compute curve.
+    EXPECT_EQ(p.busy_bytes, p.bytes);
+    ASSERT_EQ(p.cost.busy_measured_seconds.size(), o.sizes_floats.size());
+    for (double s : p.cost.busy_measured_seconds) EXPECT_GT(s, 0.0);
     // Every rank uses rank 0's fit: the sum over the ranks is twice each rank's own value.
     auto both = mt::core::Tensor::from_vector(
         std::vector<float>{static_cast<float>(p.cost.alpha * 1e6), static_cast<float>(p.cost.beta * 1e9)}, {2});
@@ -133,12 +140,17 @@ TEST(CommProfile, MeasuresATwoRankGlooWorld) {
       EXPECT_NEAR(m.cost.beta, p.cost.beta, 1e-8 * p.cost.beta);
       EXPECT_NEAR(m.cost.gamma, p.cost.gamma, 1e-8);
       EXPECT_NEAR(m.cost.overlap_slowdown, p.cost.overlap_slowdown, 1e-8);
+      ASSERT_EQ(m.cost.busy_measured_seconds.size(), p.cost.busy_measured_seconds.size());
+      for (size_t k = 0; k < m.cost.busy_measured_seconds.size(); ++k)
+        EXPECT_NEAR(m.cost.busy_measured_seconds[k], p.cost.busy_measured_seconds[k],
+                    1e-6 * p.cost.busy_measured_seconds[k]);
       EXPECT_EQ(m.group, p.group);
       const std::string table = mt::apps::comm_profile_table(p);
       EXPECT_TRUE(contains(table, "fit T(M) = alpha + beta * M"));
       EXPECT_TRUE(contains(table, "16777216"));  // the largest size's row
       EXPECT_TRUE(contains(table, "gamma "));
       EXPECT_TRUE(contains(table, "% of the compute lost while the network is busy"));
+      EXPECT_TRUE(contains(table, "computing ms"));
     }
   }).ok_or_report());
 }
@@ -365,6 +377,14 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   EXPECT_TRUE(contains(table_row(overlap, 4), "6.436 (")) << overlap;
   EXPECT_TRUE(contains(overlap, "while a message is in flight during backward the compute loses 50.0%")) << overlap;
 
+  // Messages 3 ms slower while the ranks compute: b's message overlaps a's backward (3..5) for
+  // all of it up to 5, d = 0.624 + 3 x 2 / d = 2.781 ms; a's message then waits until 5.781.
+  const std::string busy = with(write_comm_profile(dir + "/busy.json", 4, 600e-6, 2.4e-8, 0.0, {}, 0,
+                                                   R"(, "busy_bytes": [1000, 2000], "busy_seconds": [0.003624, 0.003648])"));
+  EXPECT_TRUE(contains(table_row(busy, 4), "6.905 (")) << busy;
+  EXPECT_TRUE(contains(busy, "for the share of a message that overlaps backward, the time measured while the ranks "
+                             "computed")) << busy;
+
   // Without --bandwidth-gbps the measured rate is used: at n = world the same predictions.
   const std::string bare = model_output({kMlpConfig, "--layer-times", layers, "--workers", "1,4", "--comm-profile",
                                       with_gamma});
@@ -416,6 +436,9 @@ TEST(CommProfile, BadProfilesAreErrorsThatSayWhatToDo) {
   e = model_error(write_comm_profile(dir + "/flat.json", 2, 1e-4, 0, 0));
   EXPECT_TRUE(contains(e, "\"beta_s_per_byte\" must be > 0"));
 
+  e = model_error(write_comm_profile(dir + "/busy.json", 2, 1e-4, 1e-8, 0, {}, 0,
+                                     R"(, "busy_bytes": [1000, 3000], "busy_seconds": [0.001, 0.002])"));
+  EXPECT_TRUE(contains(e, "\"busy_bytes\" must time the sizes of \"bytes\" again")) << e;
   e = model_error(write_comm_profile(dir + "/slowdown.json", 2, 1e-4, 1e-8, 0, {}, 1.0));
   EXPECT_TRUE(contains(e, "\"overlap_slowdown\" (the share of the compute lost while a message is in flight) must "
                           "be below 1, got 1")) << e;

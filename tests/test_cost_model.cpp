@@ -282,6 +282,28 @@ TEST(CostModel, OverlapSlowdownChargesTheTimeAMessageOverlapsBackward) {
                                     "must be in [0, 1), got 1"));
 }
 
+TEST(CostModel, MessagesOverlappingBackwardTakeTheDuringComputeTime) {
+  // Two layers of 10 ms backward, WFBP, 100-byte messages of 16 ms back to back and 24 ms while
+  // the ranks compute. Message 0 leaves at 10 and overlaps backward until 20: of its d ms, 10 go
+  // at the slower pace, d = 16 + 8 x 10 / d, so d = 20 (10..30). Message 1 is ready at 20 but
+  // gets the link at 30, after backward: 16 ms, 30..46.
+  LinearCost cost{0.016, 0.0, 0.0};
+  set_measured_curve(cost, {100, 200}, {0.016, 0.016});
+  set_busy_curve(cost, {200, 100}, {0.024, 0.024});
+  EXPECT_DOUBLE_EQ(cost.time_during_compute(100), 0.024);
+  const std::vector<LayerCost> two = {{0, 0.010, 100}, {0, 0.010, 100}};
+  const Prediction p = predict_iteration(two, wfbp_plan(2), cost, 0.0, false);
+  EXPECT_NEAR(p.backward_end, 0.020, 1e-9);
+  EXPECT_NEAR(p.iteration, 0.046, 1e-9);
+  // BSP's message follows backward: back to back.
+  EXPECT_NEAR(predict_iteration(two, bsp_plan(2), cost, 0.0, true).iteration, 0.020 + 0.016, 1e-12);
+  // A new measured curve drops the during-compute one (its sizes are gone).
+  set_measured_curve(cost, {100, 200}, {0.016, 0.016});
+  EXPECT_TRUE(cost.busy_measured_seconds.empty());
+  EXPECT_TRUE(mt::testing::contains(mt::testing::error_of([&] { set_busy_curve(cost, {100, 300}, {0.02, 0.03}); }),
+                                    "the during-compute allreduce curve has the size 300"));
+}
+
 TEST(CostModel, MgwfbpMergesMoreWhenMessagesCostCompute) {
   // MgwfbpFourLayersByHandAndItsGain's layers (alpha 1, beta 0, tb = [1, 1, 0.5, 0.5]) with
   // gamma = 0.6. WFBP: ready 0.5 (layer 3), sends take 0.6 each: layer 2 ready 1.6, layer 1 3.2,
