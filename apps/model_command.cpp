@@ -396,15 +396,10 @@ namespace {
 dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n) {
   dist::LinearCost ring = network.allreduce(n);
   if (n > 1) {
-    ring.gamma = s.gamma;
-    ring.overlap_slowdown = s.overlap_slowdown;
+    ring.gamma = s.measured.gamma;
+    ring.overlap_slowdown = s.measured.overlap_slowdown;
   }
-  if (n > 1 && n == s.measured_world && !s.measured_bytes.empty()) {
-    dist::set_measured_curve(ring, s.measured_bytes, s.measured_seconds);
-    if (!s.measured_idle_seconds.empty())
-      dist::set_idle_curve(ring, s.measured_bytes, s.measured_idle_seconds, s.measured_idle);
-    if (!s.measured_busy_seconds.empty()) dist::set_busy_curve(ring, s.measured_bytes, s.measured_busy_seconds);
-  }
+  if (n > 1 && n == s.measured_world) dist::copy_curves(s.measured, ring);
   return ring;
 }
 }  // namespace
@@ -607,14 +602,8 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   s.dssync_global_average_every = dc.dssync_global_average_every();
   s.dssync_rack_aware = dc.dssync_rack_size() > 0 || dc.dssync_ranks_per_rack() > 0 || dc.dssync_measure_racks();
   if (measured) {
-    s.gamma = measured->cost.gamma;
-    s.overlap_slowdown = measured->cost.overlap_slowdown;
     s.measured_world = measured->world;
-    s.measured_bytes = measured->cost.measured_bytes;
-    s.measured_seconds = measured->cost.measured_seconds;
-    s.measured_idle_seconds = measured->cost.idle_measured_seconds;
-    s.measured_idle = measured->cost.idle_measured;
-    s.measured_busy_seconds = measured->cost.busy_measured_seconds;
+    s.measured = measured->cost;
     s.dssync_measured = measured->dssync;
   }
   if (!save_profile.empty()) write_profile(profile, save_profile);

@@ -93,17 +93,13 @@ struct AlgorithmSettings {
   std::string compression = "NONE";
   int dssync_group_size = 2, dssync_cross_period = 1, dssync_global_average_every = 0;
   bool dssync_rack_aware = false;      // the config names the racks
-  double gamma = 0.0;  // S-SGD: seconds of compute lost per message sent during backward (N >= 2)
-  double overlap_slowdown = 0.0;  // S-SGD: share of the compute lost while a message is in flight (N >= 2)
-  // The allreduce times measured by profile-comm on `measured_world` ranks (mean per size): at
-  // that N the ring's cost follows them instead of the line (dist::LinearCost).
+  // The network as profile-comm measured it on `measured_world` ranks (0: no profile): its gamma
+  // and overlap_slowdown enter every S-SGD prediction at N >= 2, and at N = measured_world the
+  // ring's cost follows its measured curves (back to back, after idling, during compute) instead
+  // of the line (dist::LinearCost). Its own alpha and beta are not used here: the network model
+  // was calibrated from them.
   int measured_world = 0;
-  std::vector<double> measured_bytes, measured_seconds;
-  // ... and after measured_idle seconds of idle network, per size (empty: not timed that way).
-  std::vector<double> measured_idle_seconds;
-  double measured_idle = 0.0;
-  // ... and while every rank computed, per size (empty: not timed that way).
-  std::vector<double> measured_busy_seconds;
+  dist::LinearCost measured;
   // DS-Sync's group averages as profile-comm --dssync-group-size timed them on measured_world
   // ranks (dist/dssync_comm_profile.h): at that N, with the same group size and racks, a
   // group average costs these curves' time instead of the network model's.

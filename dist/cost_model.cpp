@@ -93,6 +93,14 @@ void set_busy_curve(LinearCost& cost, const std::vector<double>& bytes, const st
   cost.busy_measured_seconds = aligned_to_measured(cost, bytes, seconds, "during-compute");
 }
 
+void copy_curves(const LinearCost& from, LinearCost& to) {
+  to.measured_bytes = from.measured_bytes;
+  to.measured_seconds = from.measured_seconds;
+  to.idle_measured_seconds = from.idle_measured_seconds;
+  to.idle_measured = from.idle_measured;
+  to.busy_measured_seconds = from.busy_measured_seconds;
+}
+
 void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector<double> seconds) {
   MT_CHECK(bytes.size() == seconds.size(), "a measured allreduce curve needs one time per size: ", bytes.size(),
            " sizes, ", seconds.size(), " times");

@@ -89,6 +89,9 @@ void set_idle_curve(LinearCost& cost, const std::vector<double>& bytes, const st
                     double idle);
 // Attaches the during-compute curve: times for exactly the measured curve's sizes (any order).
 void set_busy_curve(LinearCost& cost, const std::vector<double>& bytes, const std::vector<double>& seconds);
+// Puts `from`'s measured curves (back to back, after idling, during compute; checked when they
+// were set) on `to`, whose alpha, beta, gamma and overlap_slowdown stay.
+void copy_curves(const LinearCost& from, LinearCost& to);
 
 // A DAG of timed tasks. Tasks are added in a topological order (every dependency already
 // added), so the longest path is one pass over them.
