@@ -12,14 +12,6 @@
 #include "dist/replicas.h"
 
 namespace mt::dist {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-}  // namespace
-
 std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, core::Device device, int64_t floats,
                                     int warmups, const CommProfileOptions& o) {
   MT_CHECK(floats >= 1, "profile_communication: message sizes must be >= 1 float, got ", floats);
@@ -34,9 +26,9 @@ std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, co
       if (o.idle_before_seconds > 0) compute_for(o.idle_before_seconds);
       if (o.start_together) agree.barrier();
       if (!timed) continue;
-      const auto start = Clock::now();
+      const auto start = ProfileClock::now();
       finish(timed->allreduce(t), *timed, "the communication profile's timed allreduce");
-      mine.push_back(since(start));
+      mine.push_back(seconds_since(start));
     }
   };
   run(o.repeats);
@@ -124,18 +116,18 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   std::vector<double> alone_chunks, with_chunks, slowdowns;
   for (int round = 0; round < o.gamma_rounds; ++round) {
     group.barrier();
-    auto start = Clock::now();
+    auto start = ProfileClock::now();
     for (int k = 0; k < o.gamma_messages; ++k) chunk.run();
-    const double alone = since(start);
+    const double alone = seconds_since(start);
 
     group.barrier();
     std::vector<std::shared_ptr<Work>> works;
-    start = Clock::now();
+    start = ProfileClock::now();
     for (int k = 0; k < o.gamma_messages; ++k) {
       chunk.run();
       works.push_back(group.allreduce(message));  // in place on one buffer: the sum is not used
     }
-    const double with = since(start);
+    const double with = seconds_since(start);
     for (auto& w : works) finish(w, group, "the communication profile's message during compute");
 
     const auto means = mean_over_ranks(group, device, {alone, with}, "averaging the compute timings");

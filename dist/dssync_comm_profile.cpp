@@ -15,10 +15,6 @@
 namespace mt::dist {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
 double trimmed_mean(const std::vector<double>& times) {
   std::vector<double> size_bytes, means;
   trimmed_mean_per_size(std::vector<double>(times.size(), 1.0), times, size_bytes, means);
@@ -38,15 +34,15 @@ void time_in_step(ProcessGroup& world, core::Device device, const DsSyncSchedule
   // holds (its profilers compute all at once for many iterations). A single short run after a
   // barrier mostly has a core to itself: 8 ranks on 2 cores timed a 2.3 ms chunk at 0.6.
   world.barrier();
-  const auto start = Clock::now();
+  const auto start = ProfileClock::now();
   int runs = 0;
-  while (runs < 5 || since(start) < 0.25) {
+  while (runs < 5 || seconds_since(start) < 0.25) {
     compute();
     ++runs;
   }
   profile.compute_seconds = o.dssync_compute_seconds;
   profile.compute_alone_seconds =
-      mean_over_ranks(world, device, {since(start) / runs}, "timing the DS-Sync profile's compute")[0];
+      mean_over_ranks(world, device, {seconds_since(start) / runs}, "timing the DS-Sync profile's compute")[0];
 
   const std::vector<Partition>& partitions = schedule.partitions();
   const int64_t cycle = schedule.cycle();
@@ -62,12 +58,12 @@ void time_in_step(ProcessGroup& world, core::Device device, const DsSyncSchedule
     // as training never is), then `cycles` timed ones; returns this rank's timed seconds.
     auto run = [&](int64_t cycles) {
       const int64_t end = k + cycle * (cycles + 1), timed_from = k + cycle;
-      auto last = Clock::now(), first = last;
+      auto last = ProfileClock::now(), first = last;
       for (; k < end; ++k) {
         compute();
         const size_t p = static_cast<size_t>(&schedule.at(k) - partitions.data());
         if (mine[p]) finish(mine[p]->allreduce(t), *mine[p], "the DS-Sync profile's group average");
-        const auto now = Clock::now();
+        const auto now = ProfileClock::now();
         if (k == timed_from - 1) first = now;
         if (k >= timed_from) times[p].push_back(std::chrono::duration<double>(now - last).count());
         last = now;

@@ -10,14 +10,6 @@
 #include "dist/replicas.h"
 
 namespace mt::dist {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-}  // namespace
-
 ComputeChunk::ComputeChunk(int reps) : reps_(std::max(1, reps)) {
   core::Generator gen(7);
   a_ = core::rand_uniform({96, 96}, -0.1f, 0.1f, gen);
@@ -37,13 +29,13 @@ ComputeChunk calibrated_chunk(ProcessGroup& group, core::Device device, double s
   // probes shorter than a slice mostly run undisturbed on a core and measured the speed of a
   // core alone (4 ranks on 2 cores: chunks meant to take 236 ms took 936 with everyone computing).
   constexpr double kWindow = 0.25;
-  const auto start = Clock::now();
+  const auto start = ProfileClock::now();
   int64_t reps = 0;
-  while (since(start) < kWindow) {
+  while (seconds_since(start) < kWindow) {
     probe.run();
     ++reps;
   }
-  const double rate = mean_over_ranks(group, device, {static_cast<double>(reps) / since(start)},
+  const double rate = mean_over_ranks(group, device, {static_cast<double>(reps) / seconds_since(start)},
                                       "sharing the compute chunk's size")[0];
   return ComputeChunk(static_cast<int>(std::clamp(std::lround(std::ceil(seconds * rate)), 1L, 1L << 20)));
 }
@@ -61,8 +53,8 @@ ComputeInBackground::~ComputeInBackground() {
 
 void compute_for(double seconds) {
   static thread_local ComputeChunk chunk(1);
-  const auto start = Clock::now();
-  while (since(start) < seconds) chunk.run();
+  const auto start = ProfileClock::now();
+  while (seconds_since(start) < seconds) chunk.run();
 }
 
 double from_rank0(ProcessGroup& group, core::Device device, double value, const std::string& what) {
@@ -79,6 +71,10 @@ std::vector<double> mean_over_ranks(ProcessGroup& group, core::Device device, co
   std::vector<double> out;
   for (float v : t.to(core::Device::cpu()).to_vector()) out.push_back(static_cast<double>(v) / group.size());
   return out;
+}
+
+double seconds_since(ProfileClock::time_point start) {
+  return std::chrono::duration<double>(ProfileClock::now() - start).count();
 }
 
 double median(std::vector<double> v) {

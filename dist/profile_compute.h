@@ -5,6 +5,7 @@
 // network around it.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,5 +62,9 @@ double from_rank0(ProcessGroup& group, core::Device device, double value, const 
 std::vector<double> mean_over_ranks(ProcessGroup& group, core::Device device, const std::vector<double>& values,
                                     const std::string& what);
 double median(std::vector<double> values);  // 0 for none
+
+// The profiles' clock, and the seconds since a point of it.
+using ProfileClock = std::chrono::steady_clock;
+double seconds_since(ProfileClock::time_point start);
 
 }  // namespace mt::dist
