@@ -380,7 +380,11 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
     // Each message takes overlap_slowdown of the time it overlaps backward, and for that share of
     // its time goes at the during-compute pace; both lengthen backward or the message and so the
     // overlaps. Rounds until nothing moves (a contraction where the factors are below 1; the
-    // rounds are capped for the rest).
+    // rounds are capped for the rest). How much longer each message is when all of it overlaps
+    // depends on its size alone: once, before the rounds.
+    std::vector<double> extra;
+    for (double bytes : it.message_bytes)
+      extra.push_back(std::max(0.0, cost.time_during_compute(bytes) - cost.time(bytes)));
     for (int round = 0; round < 100; ++round) {
       const double b0 = it.dag.start(it.first_backward), b1 = it.dag.finish(it.backward_done);
       double change = 0.0;
@@ -388,9 +392,7 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
         const double start = it.dag.start(it.messages[m]), finish = it.dag.finish(it.messages[m]);
         const double overlap = std::max(0.0, std::min(finish, b1) - std::max(start, b0));
         const double cpu = by_overlap ? cost.overlap_slowdown * overlap : send_cpu[m];
-        const double bytes = it.message_bytes[m];
-        const double extra = std::max(0.0, cost.time_during_compute(bytes) - cost.time(bytes));
-        const double late = finish > start ? extra * overlap / (finish - start) : 0.0;
+        const double late = finish > start ? extra[m] * overlap / (finish - start) : 0.0;
         change = std::max({change, std::abs(cpu - send_cpu[m]), std::abs(late - slower[m])});
         send_cpu[m] = cpu;
         slower[m] = late;
