@@ -70,6 +70,12 @@ TEST(TestbedScript, DryRunUsesOnlyItsOwnAddressesAndNamespaces) {
   }
   EXPECT_EQ(shaped, 2 * 4 + 2);  // both directions of 4 host links and of the inter-rack link
   EXPECT_NE(r.out.find("tbf rate 25mbit"), std::string::npos);
+  // Host links queue 100 ms; the link between the racks, which DS-Sync's groups all cross at
+  // once, a second (a switch with a deep buffer: no loss stalls the model knows nothing of).
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(dev eth0 root handle 1: tbf rate 25mbit burst \d+ latency 100ms)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(dev up0 root handle 1: tbf rate \d+bit burst \d+ latency 1s)")))
+      << r.out;
   EXPECT_NE(r.out.find("ip netns del mt-test-sw"), std::string::npos);
 }
 

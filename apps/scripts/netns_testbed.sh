@@ -13,7 +13,9 @@
 # Presets:
 #   flat        every host link at RATE/DELAY, one bridge (a single switch).
 #   two_racks   hosts 0..N/2-1 on bridge "rack0", the rest on "rack1"; host links at RATE/DELAY,
-#               the two bridges joined by one inter-rack link at INTER_RATE (env; default RATE/4).
+#               the two bridges joined by one inter-rack link at INTER_RATE (env; default RATE/4)
+#               whose switch buffer holds UPLINK_QUEUE (env; default 1s) of traffic, where host
+#               links queue 100 ms (tbf's latency: what waits longer is dropped).
 #   straggler   flat, but the last host's link runs at RATE/10 (one slow machine or cable).
 #   contention  flat; `up` builds it, and the caller runs `vary 0 RATE/5 RATE 2 &` during the job
 #               (another job's traffic taking bandwidth on host 0's link now and then; dry-run
@@ -57,17 +59,19 @@ host() { echo "${PREFIX}-h$1"; }
 # 10 ms worth of bytes: a link that idled lets that much through at the veth's speed before it
 # settles at its rate (as cloud links with burst credit do), so an allreduce after compute is
 # faster than one right after another; `mintrain profile-comm --idle-ms` measures it that way.
+#
+# $5 (default 100ms) is how long tbf may queue a packet before it drops it: the switch's buffer.
 shape() {
-  local ns=$1 dev=$2 rate=$3 delay=$4
+  local ns=$1 dev=$2 rate=$3 delay=$4 queue=${5:-100ms}
   local bits burst
   bits=$(rate_bits "$rate")
   burst=$((bits / 8 / 100))          # 10 ms worth of bytes, at least a few full frames
   ((burst < 15000)) && burst=15000
   if [[ $delay == 0 || $delay == 0ms ]]; then
-    x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency 100ms
+    x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency "$queue"
   else
     x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: netem delay "$delay"
-    x ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency 100ms
+    x ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency "$queue"
   fi
 }
 
@@ -181,8 +185,12 @@ up() {
     veth "$SW" up0 "$SW" up1
     x ip netns exec "$SW" ip link set up0 master rack0 up
     x ip netns exec "$SW" ip link set up1 master rack1 up
-    shape "$SW" up0 "$inter" "$delay"
-    shape "$SW" up1 "$inter" "$delay"
+    # The link between the racks queues up to a second of traffic instead of 100 ms: DS-Sync's
+    # groups all cross it at once (4 TCP flows each way at 8 ranks), and a 100 ms queue dropped
+    # ~700 packets a run, each loss a retransmission stall of 200 ms or more at random; with a
+    # deep buffer (as spine switches have) the flows share the link at its rate instead.
+    shape "$SW" up0 "$inter" "$delay" "${UPLINK_QUEUE:-1s}"
+    shape "$SW" up1 "$inter" "$delay" "${UPLINK_QUEUE:-1s}"
   fi
 
   local i h port link_rate
