@@ -43,32 +43,72 @@ std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, co
   return mine;
 }
 
+namespace {
+
+// Every size timed in turn, one allreduce of each per cycle (after `warmups` untimed cycles),
+// until each has its count: at least options.repeats, and more until its allreduces add up to
+// options.seconds_per_size (at most options.max_repeats; rank 0's counts, so all ranks run
+// alike). Why in turn rather than one size after another: this machine's speed drifts over
+// seconds (4 ranks on 2 shared cores: a 64 B allreduce took 1.4 ms for a few seconds at a time
+// and 5-6 ms for others, in the profile as in training). One size after another handed each size
+// its own moment, and a size that met a fast spell made WFBP's small messages look 3x faster
+// than training met them; in turn, every size meets the drift alike. Appends (bytes, seconds)
+// of every timed allreduce in the order they ran.
+void time_sizes_in_turn(ProcessGroup& group, core::Device device, const CommProfileOptions& o, int warmups,
+                        std::vector<double>& bytes, std::vector<double>& seconds) {
+  const size_t S = o.sizes_floats.size();
+  std::vector<Tensor> messages;
+  for (int64_t floats : o.sizes_floats) {
+    MT_CHECK(floats >= 1, "profile_communication: message sizes must be >= 1 float, got ", floats);
+    messages.push_back(Tensor::ones({floats}, core::DType::Float32, device));
+  }
+  for (int w = 0; w < warmups; ++w)
+    for (Tensor& t : messages) finish(group.allreduce(t), group, "the communication profile's allreduce (warm-up)");
+  std::vector<std::vector<double>> mine(S);
+  auto cycle = [&](const std::vector<int>& wanted) {
+    for (size_t s = 0; s < S; ++s) {
+      if (static_cast<int>(mine[s].size()) >= wanted[s]) continue;
+      if (o.idle_before_seconds > 0) compute_for(o.idle_before_seconds);
+      const auto start = ProfileClock::now();
+      finish(group.allreduce(messages[s]), group, "the communication profile's timed allreduce");
+      mine[s].push_back(seconds_since(start));
+      bytes.push_back(static_cast<double>(o.sizes_floats[s]) * 4.0);
+      seconds.push_back(mine[s].back());
+    }
+  };
+  std::vector<int> wanted(S, o.repeats);
+  for (int r = 0; r < o.repeats; ++r) cycle(wanted);
+  if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) {
+    // How many fill seconds_per_size, from rank 0's typical (median) time so far: one stall
+    // among the first few must not cut the count. Everyone runs rank 0's counts.
+    for (size_t s = 0; s < S; ++s) {
+      const double per_op = std::max(median(mine[s]), 1e-6);
+      const double count = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_op));
+      wanted[s] = static_cast<int>(std::lround(from_rank0(group, device, std::max<double>(o.repeats, count),
+                                                          "sharing the number of repeats")));
+    }
+    const int most = *std::max_element(wanted.begin(), wanted.end());
+    for (int r = o.repeats; r < most; ++r) cycle(wanted);
+  }
+}
+
+}  // namespace
+
 CommProfile profile_communication(ProcessGroup& group, core::Device device, const CommProfileOptions& o) {
   MT_CHECK(!o.sizes_floats.empty() && o.repeats >= 1 && o.seconds_per_size >= 0,
            "profile_communication: need sizes, repeats >= 1 and seconds_per_size >= 0");
   CommProfile p;
   p.world = group.size();
   p.group = group.describe();
-  // Every size in turn, each of its timed allreduces as (bytes, seconds).
-  auto time_sizes = [&](const CommProfileOptions& options, int first_warmups, int warmups,
-                        std::vector<double>& bytes, std::vector<double>& seconds) {
-    for (size_t s = 0; s < options.sizes_floats.size(); ++s) {
-      const int64_t n = options.sizes_floats[s];
-      for (double t : time_allreduces(&group, group, device, n, s == 0 ? first_warmups : warmups, options)) {
-        bytes.push_back(static_cast<double>(n) * 4.0);
-        seconds.push_back(t);
-      }
-    }
-  };
   CommProfileOptions back_to_back = o;
   back_to_back.idle_before_seconds = 0.0;
   // The first operations after connecting are slow (ranks still arriving, buffers being
-  // registered): the first size gets several warm-ups.
-  time_sizes(back_to_back, 8, 1, p.bytes, p.seconds);
+  // registered): a few untimed cycles first.
+  time_sizes_in_turn(group, device, back_to_back, 2, p.bytes, p.seconds);
   std::vector<double> idle_size_bytes, idle_means;
   if (o.idle_before_seconds > 0) {
     p.idle_before_seconds = o.idle_before_seconds;
-    time_sizes(o, 0, 0, p.idle_bytes, p.idle_seconds);
+    time_sizes_in_turn(group, device, o, 0, p.idle_bytes, p.idle_seconds);
     trimmed_mean_per_size(p.idle_bytes, p.idle_seconds, idle_size_bytes, idle_means);
   }
   // While the ranks compute (training's backward beside its messages), where compute and
@@ -78,7 +118,7 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
   if (shares_cpu) {
     {
       const ComputeInBackground computing;
-      time_sizes(back_to_back, 1, 0, p.busy_bytes, p.busy_seconds);
+      time_sizes_in_turn(group, device, back_to_back, 0, p.busy_bytes, p.busy_seconds);
     }
     trimmed_mean_per_size(p.busy_bytes, p.busy_seconds, busy_size_bytes, busy_means);
   }

@@ -23,6 +23,10 @@
 // few repeats saw a lucky 2.6 ms there and the model predicted WFBP 35% fast; so every size is
 // repeated until its timed operations add up to `seconds_per_size` (between `repeats` and
 // `max_repeats` times; rank 0 decides the count from its first times, so all ranks agree).
+// The sizes take turns, one allreduce of each per cycle, rather than one size after another:
+// this machine's speed drifts over seconds (4 ranks on 2 cores: 64 B took 1.4 ms for seconds at
+// a time and 5-6 ms for others), and a size timed alone in a fast spell had WFBP predicted 16%
+// fast; in turn, every size meets the drift alike.
 // Why trimmed (the top and bottom 10% dropped): on shaped links a few operations in fifty stall
 // for hundreds of milliseconds (a TCP retransmission timeout: 4 KiB on two racks, 48 runs, the
 // last four 127-418 ms), which made one size's plain mean 3-6x its neighbours' and the model

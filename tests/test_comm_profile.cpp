@@ -175,6 +175,9 @@ TEST(CommProfile, RepeatsQuickSizesUntilTheyFillTheirTimeAndAllRanksAgree) {
     EXPECT_EQ(times[0].size(), 12u);
     EXPECT_GE(times[1].size(), 2u);
     EXPECT_LE(times[1].size(), 12u);
+    // In turn, not one size after another: the first cycles hold one of each.
+    ASSERT_GE(p.bytes.size(), 4u);
+    EXPECT_EQ(std::vector<double>(p.bytes.begin(), p.bytes.begin() + 4), (std::vector<double>{256, 4 << 20, 256, 4 << 20}));
     for (int k = 0; k < 2; ++k) {  // what the fit used: the mean without the fastest and slowest tenth
       std::sort(times[k].begin(), times[k].end());
       const size_t cut = times[k].size() / 10;
@@ -203,7 +206,8 @@ TEST(CommProfile, TimesEverySizeAgainAfterIdlingWithoutTimingTheIdle) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_EQ(p.seconds.size(), 6u);       // back to back ...
     ASSERT_EQ(p.idle_seconds.size(), 6u);  // ... and again after idling
-    EXPECT_EQ(p.idle_bytes, (std::vector<double>{256, 256, 256, 1024, 1024, 1024}));
+    EXPECT_EQ(p.idle_bytes, (std::vector<double>{256, 1024, 256, 1024, 256, 1024}));  // in turn
+    EXPECT_EQ(p.bytes, p.idle_bytes);
     EXPECT_GE(wall, 6 * 0.25);  // every allreduce of the second round waited first ...
     for (double t : p.idle_seconds) EXPECT_LT(t, 0.25);  // ... and its time is the allreduce alone
     EXPECT_EQ(p.idle_before_seconds, 0.25);
@@ -216,7 +220,7 @@ TEST(CommProfile, TimesEverySizeAgainAfterIdlingWithoutTimingTheIdle) {
       EXPECT_TRUE(contains(table, "after idle ms")) << table;
       const std::string json = mt::dist::comm_profile_json(p);
       EXPECT_TRUE(contains(json, "\"idle_before_s\": 0.25,")) << json;
-      EXPECT_TRUE(contains(json, "\"idle_bytes\": [256, 256, 256, 1024, 1024, 1024]")) << json;
+      EXPECT_TRUE(contains(json, "\"idle_bytes\": [256, 1024, 256, 1024, 256, 1024]")) << json;
     }
   }).ok_or_report());
 }

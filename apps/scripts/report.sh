@@ -281,14 +281,24 @@ if "$bin" model --help >/dev/null 2>&1; then
   else
     log "profiling with $NPROC processes at once failed (see $out/profile_rank*.log); predicting from one process's profile"
   fi
-  # Allreduce sizes for profile-comm: x4 steps from 16 floats (the bias and batch-norm vectors
-  # that WFBP sends alone: on 4 ranks 24 B took 3-4 ms where 1 KiB took 5) to twice the whole
-  # gradient, so alpha/beta are fitted where this model's messages are (shaped links are not
-  # linear in size: tbf lets its 10 ms bucket through at the veth's speed).
+  # Allreduce sizes for profile-comm: every distinct size of the model's gradients (the messages
+  # WFBP sends; below 2N floats Gloo's ring leaves ranks out and is faster: on 8 ranks 6 floats
+  # took 7 ms where 16 took 16), the whole gradient (BSP's message) and twice it, with x4 steps
+  # filling every wider gap (merged messages): the measured curve holds the model's own messages,
+  # and shaped links are not linear in size (tbf lets its 10 ms bucket through at the veth's speed).
+  layer_file=$out/profile_rank${median_rank:-0}.txt
   grad_mb=$(grep -oE 'gradients [0-9.]+ MB' "$out/profile_rank0.log" 2>/dev/null | awk '{print $2}' || true)
+  if [[ -s $layer_file ]] && grep -q '"bytes": [0-9]' "$layer_file"; then
+    comm_sizes=$(grep -oE '"bytes": [0-9]+' "$layer_file" | awk '{ f = int($2 / 4); if (f > 0) print f }' | sort -g |
+      awk '{ total += $1; if ($1 != last) size[++n] = last = $1 }
+           END { if (total > last) size[++n] = total; size[++n] = 2 * total
+                 out = size[1]
+                 for (i = 2; i <= n; i++) {
+                   for (s = 4 * size[i - 1]; s < size[i]; s *= 4) out = out "," s   # no gap wider than x4
+                   out = out "," size[i] }
+                 print out }')
+  fi
   if [[ -n $grad_mb ]]; then
-    comm_sizes=$(awk -v mb="$grad_mb" 'BEGIN { top = 2 * mb * 262144; s = 16; out = s
-      while (s < top) { s *= 4; out = out "," s }; print out }')
     # DS-Sync averages the whole model (parameters and buffers) in one message: its groups are
     # timed at half, once and twice the gradient's size, around that message.
     dssync_sizes=$(awk -v mb="$grad_mb" 'BEGIN { f = mb * 262144; printf "%d,%d,%d", f / 2, f, 2 * f }')
