@@ -377,9 +377,10 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
   std::vector<double> send_cpu(plan.size(), by_overlap ? 0.0 : cost.gamma), slower(plan.size(), 0.0);
   IterationDag it = build_iteration_dag(layers, plan, cost, update_seconds, after_backward, send_cpu, slower);
   if ((by_overlap || !cost.busy_measured_seconds.empty()) && !after_backward && it.backward_done >= 0) {
-    // Each message takes overlap_slowdown of the time it overlaps backward, and for that share of
-    // its time goes at the during-compute pace; both lengthen backward or the message and so the
-    // overlaps. Rounds until nothing moves (a contraction where the factors are below 1; the
+    // The share of each message that overlaps backward goes at the during-compute pace and takes
+    // overlap_slowdown of that share of its back-to-back time from the compute (its own work, not
+    // the waiting for cores the during-compute pace adds); both lengthen backward or the message
+    // and so the overlaps. Rounds until nothing moves (a contraction where the factors are below 1; the
     // rounds are capped for the rest). How much longer each message is when all of it overlaps
     // depends on its size alone: once, before the rounds.
     std::vector<double> extra;
@@ -391,8 +392,9 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
       for (size_t m = 0; m < it.messages.size(); ++m) {
         const double start = it.dag.start(it.messages[m]), finish = it.dag.finish(it.messages[m]);
         const double overlap = std::max(0.0, std::min(finish, b1) - std::max(start, b0));
-        const double cpu = by_overlap ? cost.overlap_slowdown * overlap : send_cpu[m];
-        const double late = finish > start ? extra[m] * overlap / (finish - start) : 0.0;
+        const double share = finish > start ? overlap / (finish - start) : 0.0;
+        const double cpu = by_overlap ? cost.overlap_slowdown * share * (finish - start - slower[m]) : send_cpu[m];
+        const double late = extra[m] * share;
         change = std::max({change, std::abs(cpu - send_cpu[m]), std::abs(late - slower[m])});
         send_cpu[m] = cpu;
         slower[m] = late;

@@ -304,6 +304,25 @@ TEST(CostModel, MessagesOverlappingBackwardTakeTheDuringComputeTime) {
                                     "the during-compute allreduce curve has the size 300"));
 }
 
+TEST(CostModel, AMessageSlowedByTheComputeTakesOnlyItsOwnWorkFromIt) {
+  // Both effects at once: 16 ms messages back to back, 40 ms while the ranks compute, half the
+  // compute lost per second of a message's back-to-back time. overlap_slowdown was measured
+  // against the back-to-back time, so the share of a message that overlaps backward costs that
+  // share of its 16 ms, not of the 24 ms it spends waiting for cores. Message 0 leaves at 10 and
+  // overlaps backward for a share x of its d ms: it takes c = 0.5 x 16 = 8x of compute (backward
+  // ends at 20 + c) and d = 16 + 24x; x d = 10 + c is 24x^2 + 8x - 10 = 0, so x = 0.5: c = 4,
+  // d = 28 (10..38), backward ends at 24, and message 1 goes back to back, 38..54. (Charging
+  // 0.5 of all the overlapping time, as before, gave c = 0.5 (10 + c) = 10: backward ending at 30.)
+  LinearCost cost{0.016, 0.0, 0.0};
+  set_measured_curve(cost, {100, 200}, {0.016, 0.016});
+  set_busy_curve(cost, {100, 200}, {0.040, 0.040});
+  cost.overlap_slowdown = 0.5;
+  const std::vector<LayerCost> two = {{0, 0.010, 100}, {0, 0.010, 100}};
+  const Prediction p = predict_iteration(two, wfbp_plan(2), cost, 0.0, false);
+  EXPECT_NEAR(p.backward_end, 0.024, 1e-9);
+  EXPECT_NEAR(p.iteration, 0.054, 1e-9);
+}
+
 TEST(CostModel, MgwfbpMergesMoreWhenMessagesCostCompute) {
   // MgwfbpFourLayersByHandAndItsGain's layers (alpha 1, beta 0, tb = [1, 1, 0.5, 0.5]) with
   // gamma = 0.6. WFBP: ready 0.5 (layer 3), sends take 0.6 each: layer 2 ready 1.6, layer 1 3.2,
