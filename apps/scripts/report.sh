@@ -283,7 +283,7 @@ if "$bin" model --help >/dev/null 2>&1; then
   fi
   # Allreduce sizes for profile-comm: every distinct size of the model's gradients (the messages
   # WFBP sends; below 2N floats Gloo's ring leaves ranks out and is faster: on 8 ranks 6 floats
-  # took 7 ms where 16 took 16), the whole gradient (BSP's message) and twice it, with x4 steps
+  # took 7 ms where 16 took 16) and the whole gradient (BSP's message), with x4 steps
   # filling every wider gap (merged messages): the measured curve holds the model's own messages,
   # and shaped links are not linear in size (tbf lets its 10 ms bucket through at the veth's speed).
   layer_file=$out/profile_rank${median_rank:-0}.txt
@@ -291,7 +291,7 @@ if "$bin" model --help >/dev/null 2>&1; then
   if [[ -s $layer_file ]] && grep -q '"bytes": [0-9]' "$layer_file"; then
     comm_sizes=$(grep -oE '"bytes": [0-9]+' "$layer_file" | awk '{ f = int($2 / 4); if (f > 0) print f }' | sort -g |
       awk '{ total += $1; if ($1 != last) size[++n] = last = $1 }
-           END { if (total > last) size[++n] = total; size[++n] = 2 * total
+           END { if (total > last || n == 1) size[++n] = (total > last ? total : 2 * total)   # two at least
                  out = size[1]
                  for (i = 2; i <= n; i++) {
                    for (s = 4 * size[i - 1]; s < size[i]; s *= 4) out = out "," s   # no gap wider than x4
