@@ -380,8 +380,8 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
     // The share of each message that overlaps backward goes at the during-compute pace and takes
     // overlap_slowdown of that share of its back-to-back time from the compute (its own work, not
     // the waiting for cores the during-compute pace adds); both lengthen backward or the message
-    // and so the overlaps. Rounds until nothing moves (a contraction where the factors are below 1; the
-    // rounds are capped for the rest). How much longer each message is when all of it overlaps
+    // and so the overlaps. Rounds until nothing moves (a contraction where the factors are below
+    // 1; the rounds are capped for the rest). How much longer each message is when all of it overlaps
     // depends on its size alone: once, before the rounds.
     std::vector<double> extra;
     for (double bytes : it.message_bytes)
@@ -393,7 +393,8 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
         const double start = it.dag.start(it.messages[m]), finish = it.dag.finish(it.messages[m]);
         const double overlap = std::max(0.0, std::min(finish, b1) - std::max(start, b0));
         const double share = finish > start ? overlap / (finish - start) : 0.0;
-        const double cpu = by_overlap ? cost.overlap_slowdown * share * (finish - start - slower[m]) : send_cpu[m];
+        const double back_to_back = finish - start - slower[m];
+        const double cpu = by_overlap ? cost.overlap_slowdown * share * back_to_back : send_cpu[m];
         const double late = extra[m] * share;
         change = std::max({change, std::abs(cpu - send_cpu[m]), std::abs(late - slower[m])});
         send_cpu[m] = cpu;
