@@ -13,6 +13,22 @@
 #include "dist/replicas.h"
 
 namespace mt::dist {
+namespace {
+
+// How many timed allreduces of one size fill options.seconds_per_size (at least
+// options.repeats, at most options.max_repeats), from rank 0's typical (median) time in
+// `times_so_far`: one stall among the first few must not cut the count. Every rank of `agree`
+// gets rank 0's count, so all run alike.
+int repeats_to_fill(ProcessGroup& agree, core::Device device, const std::vector<double>& times_so_far,
+                    const CommProfileOptions& o) {
+  const double per_op = std::max(median(times_so_far), 1e-6);
+  const double wanted = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_op));
+  return static_cast<int>(
+      std::lround(from_rank0(agree, device, std::max<double>(o.repeats, wanted), "sharing the number of repeats")));
+}
+
+}  // namespace
+
 std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, core::Device device, int64_t floats,
                                     int warmups, const CommProfileOptions& o) {
   MT_CHECK(floats >= 1, "profile_communication: message sizes must be >= 1 float, got ", floats);
@@ -33,28 +49,15 @@ std::vector<double> time_allreduces(ProcessGroup* timed, ProcessGroup& agree, co
     }
   };
   run(o.repeats);
-  if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) {
-    // How many more fill seconds_per_size, from rank 0's typical (median) time so far: one
-    // stall among the first few must not cut the count. Everyone runs rank 0's count.
-    const double per_op = std::max(median(mine), 1e-6);
-    const double wanted = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_op));
-    run(static_cast<int>(std::lround(
-        from_rank0(agree, device, std::max(0.0, wanted - o.repeats), "sharing the number of repeats"))));
-  }
+  if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) run(repeats_to_fill(agree, device, mine, o) - o.repeats);
   return mine;
 }
 
 namespace {
 
 // Every size timed in turn, one allreduce of each per cycle (after `warmups` untimed cycles),
-// until each has its count: at least options.repeats, and more until its allreduces add up to
-// options.seconds_per_size (at most options.max_repeats; rank 0's counts, so all ranks run
-// alike). Why in turn rather than one size after another: this machine's speed drifts over
-// seconds (4 ranks on 2 shared cores: a 64 B allreduce took 1.4 ms for a few seconds at a time
-// and 5-6 ms for others, in the profile as in training). One size after another handed each size
-// its own moment, and a size that met a fast spell made WFBP's small messages look 3x faster
-// than training met them; in turn, every size meets the drift alike. Appends (bytes, seconds)
-// of every timed allreduce in the order they ran.
+// until each has its count (repeats_to_fill): why in turn, comm_profile.h. Appends (bytes,
+// seconds) of every timed allreduce in the order they ran.
 void time_sizes_in_turn(ProcessGroup& group, core::Device device, const CommProfileOptions& o, int warmups,
                         std::vector<double>& bytes, std::vector<double>& seconds) {
   const size_t S = o.sizes_floats.size();
@@ -90,14 +93,7 @@ void time_sizes_in_turn(ProcessGroup& group, core::Device device, const CommProf
   std::vector<int> wanted(S, o.repeats);
   for (int r = 0; r < o.repeats; ++r) cycle(wanted);
   if (o.seconds_per_size > 0 && o.max_repeats > o.repeats) {
-    // How many fill seconds_per_size, from rank 0's typical (median) time so far: one stall
-    // among the first few must not cut the count. Everyone runs rank 0's counts.
-    for (size_t s = 0; s < S; ++s) {
-      const double per_op = std::max(median(mine[s]), 1e-6);
-      const double count = std::min<double>(o.max_repeats, std::ceil(o.seconds_per_size / per_op));
-      wanted[s] = static_cast<int>(std::lround(from_rank0(group, device, std::max<double>(o.repeats, count),
-                                                          "sharing the number of repeats")));
-    }
+    for (size_t s = 0; s < S; ++s) wanted[s] = repeats_to_fill(group, device, mine[s], o);
     const int most = *std::max_element(wanted.begin(), wanted.end());
     for (int r = o.repeats; r < most; ++r) cycle(wanted);
   }
