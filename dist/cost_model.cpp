@@ -380,8 +380,8 @@ Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePl
     // The share of each message that overlaps backward goes at the during-compute pace and takes
     // overlap_slowdown of that share of its back-to-back time from the compute (its own work, not
     // the waiting for cores the during-compute pace adds); both lengthen backward or the message
-    // and so the overlaps. Rounds until nothing moves (a contraction where the factors are below
-    // 1; the rounds are capped for the rest). How much longer each message is when all of it overlaps
+    // and so the overlaps. Rounds until nothing moves (a contraction where the factors are below 1;
+    // the rounds are capped for the rest). How much longer each message is when all of it overlaps
     // depends on its size alone: once, before the rounds.
     std::vector<double> extra;
     for (double bytes : it.message_bytes)

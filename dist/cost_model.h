@@ -35,15 +35,15 @@ struct LinearCost {
   double gamma = 0.0;
   // Where > 0, the DAG charges the CPU that messages take from backward this way instead of gamma
   // per message: the share of the compute lost while a message is on the link during backward
-  // (0 <= overlap_slowdown < 1) per second of the message's back-to-back time, each message
-  // charged overlap_slowdown x the share of that time that overlaps backward. (A message that
-  // the compute slows, the during-compute curve, spends the extra time waiting for cores: its
-  // own work is what it takes from backward, and overlap_slowdown was measured against the
-  // back-to-back time: comm_profile.h.) gamma per message only holds for the ratio of message time to compute between
+  // (0 <= overlap_slowdown < 1) per second of the message's back-to-back time, each message charged
+  // overlap_slowdown x the share of that time that overlaps backward. (A message that the compute
+  // slows, the during-compute curve, spends the extra time waiting for cores: its own work is what
+  // it takes from backward, and overlap_slowdown was measured against the back-to-back time:
+  // comm_profile.h.) gamma per message only holds for the ratio of message time to compute between
   // messages it was measured at: a message that waits in the queue behind others takes nothing
-  // from backward until it is sent, and a long one takes more. ResNet-20's MG-WFBP on 8 ranks
-  // lost 14 ms of backward per 0.14 MB message where the synthetic gamma, whose 16 KB messages
-  // queued behind each other, said 3 (docs/PERF.md). gamma stays MG-WFBP's rule (b) term.
+  // from backward until it is sent, and a long one takes more. ResNet-20's MG-WFBP on 8 ranks lost
+  // 14 ms of backward per 0.14 MB message where the synthetic gamma, whose 16 KB messages queued
+  // behind each other, said 3 (docs/PERF.md). gamma stays MG-WFBP's rule (b) term.
   double overlap_slowdown = 0.0;
   // Optional: the mean times measured for allreduces of some sizes on the very group this cost
   // describes (ascending sizes, CommProfile's per-size means). Where present, time() follows
@@ -161,15 +161,15 @@ struct Prediction {
   std::vector<std::string> critical_path;
 };
 
-// The DAG of one iteration under `plan`: forward 0..L-1, backward L-1..0, message m after its
-// last gradient and after message m-1 (one link, FIFO), update after every message and after
-// backward. after_backward = true makes the first message wait for all of backward (BSP).
-// A message launched while backward still runs puts a task of cost.gamma ("send m (CPU)") into
-// the backward chain right after the layer that completed it; with cost.overlap_slowdown > 0 the
-// task lasts overlap_slowdown x the share of message m's back-to-back time that overlaps
-// backward (found by iterating the DAG to its fixed point: the stolen time lengthens backward, which
-// lengthens the overlap). With a during-compute curve, the share of a message's time that
-// overlaps backward runs at that curve's pace instead of the back-to-back one (same fixed point).
+// The DAG of one iteration under `plan`: forward 0..L-1, backward L-1..0, message m after its last
+// gradient and after message m-1 (one link, FIFO), update after every message and after backward.
+// after_backward = true makes the first message wait for all of backward (BSP). A message launched
+// while backward still runs puts a task of cost.gamma ("send m (CPU)") into the backward chain
+// right after the layer that completed it; with cost.overlap_slowdown > 0 the task lasts
+// overlap_slowdown x the share of message m's back-to-back time that overlaps backward (found by
+// iterating the DAG to its fixed point: the stolen time lengthens backward, which lengthens the
+// overlap). With a during-compute curve, the share of a message's time that overlaps backward runs
+// at that curve's pace instead of the back-to-back one (same fixed point).
 Prediction predict_iteration(const std::vector<LayerCost>& layers, const MergePlan& plan,
                              const LinearCost& cost, double update_seconds, bool after_backward);
 // The plan a schedule uses for these layers (FUSION caps in bytes).
