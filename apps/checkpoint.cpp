@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
+#include "apps/run_folder.h"
 #include "core/error.h"
 #include "core/serialize.h"
 
@@ -95,6 +97,10 @@ void save_checkpoint(const std::string& path, const layers::Module& model,
   a.meta["rng_offset"] = std::to_string(state.rng_offset);
   a.meta["config"] = state.config_text;
   a.meta["synchronizer"] = sync.name();
+  a.meta["world_size"] = std::to_string(state.world_size);
+  a.meta["batch_size"] = std::to_string(state.batch_size);
+  a.meta["accumulation"] = std::to_string(state.accumulation);
+  a.meta["elapsed_seconds"] = to_text(state.elapsed_seconds);
   if (state.loss_scale) {
     a.meta["loss_scale"] = to_text(state.loss_scale->scale);
     a.meta["loss_scale_good_steps"] = std::to_string(state.loss_scale->good_steps);
@@ -106,9 +112,7 @@ void save_checkpoint(const std::string& path, const layers::Module& model,
   core::save_archive(path, a);
 }
 
-TrainingState load_checkpoint(const std::string& path, layers::Module* model,
-                              optim::Optimizer* optimizer, dist::Synchronizer* sync) {
-  const core::Archive a = core::load_archive(path);
+TrainingState read_training_state(const core::Archive& a, const std::string& path) {
   const std::string& format = meta(a, path, "format");
   MT_CHECK(format == kFormat, "checkpoint \"", path, "\" has format \"", format,
            "\"; this build reads \"", kFormat, "\"");
@@ -127,6 +131,16 @@ TrainingState load_checkpoint(const std::string& path, layers::Module* model,
   }
   MT_CHECK(s.epoch >= 0 && s.next_batch >= 0 && s.global_iteration >= 0, "checkpoint \"", path,
            "\" has a negative epoch, batch or iteration");
+  if (a.meta.count("world_size")) {  // the job's shape (absent in older checkpoints)
+    s.world_size = meta_int(a, path, "world_size");
+    s.batch_size = meta_int(a, path, "batch_size");
+    s.accumulation = meta_int(a, path, "accumulation");
+    s.elapsed_seconds = meta_double(a, path, "elapsed_seconds");
+    MT_CHECK(s.world_size >= 0 && s.batch_size >= 0 && s.accumulation >= 0 &&
+                 std::isfinite(s.elapsed_seconds) && s.elapsed_seconds >= 0,
+             "checkpoint \"", path, "\" has an invalid job shape (world size ", s.world_size, ", batch ",
+             s.batch_size, ", micro-batches ", s.accumulation, ", ", s.elapsed_seconds, " s)");
+  }
   if (a.meta.count("loss_scale")) {
     optim::LossScalerState ls;
     ls.scale = meta_double(a, path, "loss_scale");
@@ -137,7 +151,11 @@ TrainingState load_checkpoint(const std::string& path, layers::Module* model,
              ls.good_steps, ", overflow steps ", ls.overflow_steps, ")");
     s.loss_scale = ls;
   }
+  return s;
+}
 
+void restore_checkpoint(const core::Archive& a, const std::string& path, layers::Module* model,
+                        optim::Optimizer* optimizer, dist::Synchronizer* sync) {
   // Restoring into the wrong model or optimizer fails inside load_state_dict with the names
   // or shapes that differ; add which file it was.
   try {
@@ -148,7 +166,46 @@ TrainingState load_checkpoint(const std::string& path, layers::Module* model,
     MT_FAIL("checkpoint \"", path, "\" does not fit this run (was it written with another model "
             "or optimizer config?): ", e.what());
   }
+}
+
+TrainingState load_checkpoint(const std::string& path, layers::Module* model,
+                              optim::Optimizer* optimizer, dist::Synchronizer* sync) {
+  const core::Archive a = core::load_archive(path);
+  TrainingState s = read_training_state(a, path);
+  restore_checkpoint(a, path, model, optimizer, sync);
   return s;
+}
+
+std::string load_matching_weights(const std::string& path, layers::Module& model) {
+  const core::Archive a = core::load_archive(path);
+  (void)read_training_state(a, path);  // the format check: only our checkpoints
+  const core::StateDict theirs_list = a.with_prefix("model.");
+  const std::map<std::string, core::Tensor> theirs(theirs_list.begin(), theirs_list.end());
+  const core::StateDict ours = model.state_dict();
+  core::StateDict matching;
+  std::vector<std::string> skipped;
+  for (const auto& [name, tensor] : ours) {
+    const auto it = theirs.find(name);
+    if (it == theirs.end()) {
+      skipped.push_back(name + " (not in the checkpoint)");
+    } else if (it->second.shape() != tensor.shape()) {
+      skipped.push_back(name + " (shape " + core::shape_str(it->second.shape()) + " there, " +
+                        core::shape_str(tensor.shape()) + " here)");
+    } else {
+      matching.emplace_back(name, it->second);
+    }
+  }
+  MT_CHECK(!matching.empty(), "--weights \"", path, "\": none of this model's ", ours.size(),
+           " tensors is in the checkpoint with the same name and shape; was it written for another ",
+           "model? (model.name in its config)");
+  model.load_state_dict(matching, /*strict=*/false);
+  std::string account = "copied " + std::to_string(matching.size()) + " of " + std::to_string(ours.size()) +
+                        " tensors from " + path;
+  if (!skipped.empty()) {
+    account += "; kept the initial values of";
+    for (size_t i = 0; i < skipped.size(); ++i) account += (i ? ", " : " ") + skipped[i];
+  }
+  return account;
 }
 
 std::string resolve_checkpoint(const std::string& path) {
@@ -198,13 +255,33 @@ std::string CheckpointDir::save(const layers::Module& model, const optim::Optimi
   const std::string path = (fs::path(dir_) / file_name(state.global_iteration)).string();
   save_checkpoint(path, model, optimizer, sync, state);
   if (keep_last_ > 0) {
+    // The file just written is never rotated out, whatever the other names say.
     const auto files = list(dir_);
     for (size_t i = 0; i + keep_last_ < files.size(); ++i) {
+      if (files[i] == path) continue;
       std::error_code ec;
       fs::remove(files[i], ec);  // best effort: a stale old file is harmless
     }
   }
   return path;
+}
+
+std::string CheckpointDir::set_aside_newer_than(const std::string& dir, int64_t global_iteration) {
+  std::vector<std::string> newer;
+  for (const std::string& f : list(dir)) {
+    if (iteration_of(fs::path(f).filename().string()) > global_iteration) newer.push_back(f);
+  }
+  if (newer.empty()) return "";
+  const std::string to = RunFolder::unused_name((fs::path(dir) / "superseded-").string() + RunFolder::timestamp());
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  MT_CHECK(!ec, "cannot create \"", to, "\" to set aside the checkpoints newer than the one resumed: ",
+           ec.message());
+  for (const std::string& f : newer) {
+    fs::rename(f, fs::path(to) / fs::path(f).filename(), ec);
+    MT_CHECK(!ec, "cannot move \"", f, "\" into \"", to, "\": ", ec.message());
+  }
+  return to;
 }
 
 std::string CheckpointDir::save_best(const layers::Module& model, const optim::Optimizer& optimizer,

@@ -8,7 +8,9 @@
 //             best test accuracy so far, and the run config as text (so `mintrain eval` and a
 //             reader of the file know what produced it); with loss scaling (float16) also the
 //             scale, its good-step count and the overflow count (loss_scale*; optional, so
-//             checkpoints without them still load)
+//             checkpoints without them still load); the job's shape (world size, per-rank
+//             batch, micro-batches, so a resume with another shape can convert the position)
+//             and the training time so far (optional: older checkpoints lack them)
 //
 // A CheckpointDir names files by global iteration (iter-000001876.ckpt), keeps the newest K,
 // and keeps best.ckpt (highest test accuracy) apart from the rotation.
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/serialize.h"
 #include "dist/synchronizer.h"
 #include "layers/module.h"
 #include "optim/loss_scaler.h"
@@ -36,6 +39,14 @@ struct TrainingState {
   std::string config_text;       // the run config, text format
   // The loss scaler's state; absent when the run scales no loss (and in older checkpoints).
   std::optional<optim::LossScalerState> loss_scale;
+  // The job that wrote it: ranks, batch per rank, micro-batches per step (0 = not recorded, in
+  // older checkpoints). Their product is the global batch an iteration counts.
+  int64_t world_size = 0;
+  int64_t batch_size = 0;
+  int64_t accumulation = 0;
+  double elapsed_seconds = 0.0;  // training time so far (the metrics' "time" goes on from it)
+
+  int64_t global_batch() const { return world_size * batch_size * accumulation; }
 };
 
 // Writes atomically (an interrupted save leaves any previous file intact).
@@ -47,6 +58,15 @@ void save_checkpoint(const std::string& path, const layers::Module& model,
 // model (another architecture or size) is an Error naming the file and the mismatch.
 TrainingState load_checkpoint(const std::string& path, layers::Module* model,
                               optim::Optimizer* optimizer, dist::Synchronizer* sync);
+// The same in two steps, for a caller that must look at the state before restoring.
+TrainingState read_training_state(const core::Archive& archive, const std::string& path);
+void restore_checkpoint(const core::Archive& archive, const std::string& path, layers::Module* model,
+                        optim::Optimizer* optimizer, dist::Synchronizer* sync);
+
+// Fine-tuning (`train --weights`): copies the checkpoint's model tensors whose name and shape
+// match into `model`, as Caffe's --weights does, and returns a one-line account of what was
+// copied and what was not. No matching tensor at all is an error.
+std::string load_matching_weights(const std::string& path, layers::Module& model);
 
 // --resume / --checkpoint PATH: a file is used as is; a folder means its newest checkpoint
 // (looking in PATH, then PATH/checkpoints, so a run's output folder works too).
@@ -67,6 +87,10 @@ class CheckpointDir {
 
   // The rotating checkpoints in `dir`, oldest first (best.ckpt excluded).
   static std::vector<std::string> list(const std::string& dir);
+  // Resuming from an older checkpoint than the folder's newest abandons the newer ones: they
+  // are moved into "<dir>/superseded-<date>-<time>/" (kept, but out of the rotation and out of
+  // --resume auto's reach). Returns that folder, or "" when there was nothing newer.
+  static std::string set_aside_newer_than(const std::string& dir, int64_t global_iteration);
   static std::string file_name(int64_t global_iteration);
 
  private:

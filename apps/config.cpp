@@ -2,8 +2,10 @@
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,10 @@
 #include "core/error.h"
 #include "apps/task.h"
 #include "data/registry.h"
+#include "dist/compressor.h"
+#include "dist/cost_model.h"
+#include "dist/dssync_schedule.h"
+#include "dist/factory.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"
@@ -113,6 +119,76 @@ void validate_transform(const std::string& where, const mintrain::TransformConfi
   check_min<int64_t>(where + ".random_crop_padding", t.random_crop_padding(), 0);
 }
 
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Every float and double the config sets must be a finite number: protobuf's text format reads
+// "inf" and "nan", and no field means either.
+void check_finite(const pb::Message& msg, const std::string& prefix) {
+  const pb::Reflection* refl = msg.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  refl->ListFields(msg, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    const std::string name = prefix + f->name();
+    const int n = f->is_repeated() ? refl->FieldSize(msg, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      double v = 0.0;
+      switch (f->cpp_type()) {
+        case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+          check_finite(f->is_repeated() ? refl->GetRepeatedMessage(msg, f, i) : refl->GetMessage(msg, f), name + ".");
+          continue;
+        case pb::FieldDescriptor::CPPTYPE_FLOAT:
+          v = f->is_repeated() ? refl->GetRepeatedFloat(msg, f, i) : refl->GetFloat(msg, f);
+          break;
+        case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+          v = f->is_repeated() ? refl->GetRepeatedDouble(msg, f, i) : refl->GetDouble(msg, f);
+          break;
+        default:
+          continue;
+      }
+      MT_CHECK(std::isfinite(v), name, " must be a finite number (got ", v, ")");
+    }
+  }
+}
+
+// The dist block, checked in every run (also one process, which ignores it) so that a typo
+// fails at once instead of after the launch and the rendezvous of a distributed job.
+void validate_dist(const mintrain::DistConfig& d) {
+  check_name("dist.algorithm", d.algorithm(), dist::synchronizer_names());
+  check_name("dist.schedule", d.schedule(), dist::schedule_names());
+  check_name("dist.compression", d.compression(), dist::compressor_names());
+  check_name("dist.dssync_schedule", d.dssync_schedule(), dist::dssync_schedule_types());
+  check_name("dist.backend", d.backend(), {"", "gloo", "nccl"});
+  check_name("dist.transport", d.transport(), {"tcp", "ibverbs"});
+  check_min("dist.timeout_seconds", d.timeout_seconds(), 1);
+  check_min("dist.bucket_cap_mb", d.bucket_cap_mb(), 0.0, ">");
+  check_min("dist.first_bucket_cap_mb", d.first_bucket_cap_mb(), 0.0, ">");
+  check_min("dist.profile_iters", d.profile_iters(), 1);
+  MT_CHECK(d.has_alpha() == d.has_beta(), "set both dist.alpha and dist.beta (the network cost T(M) = alpha + ",
+           "beta*M), or neither to measure them at start-up");
+  if (d.has_alpha()) {
+    check_min("dist.alpha", d.alpha(), 0.0);
+    check_min("dist.beta", d.beta(), 0.0);
+  }
+  check_min("dist.gamma", d.gamma(), 0.0);
+  check_min("dist.grad_accumulation_steps", d.grad_accumulation_steps(), 1);
+  check_min("dist.compression_tau", d.compression_tau(), 0.0, ">");
+  MT_CHECK(d.topk_ratio() > 0 && d.topk_ratio() <= 1, "dist.topk_ratio must be in (0, 1] (got ", d.topk_ratio(), ")");
+  check_min("dist.topk_warmup_iters", d.topk_warmup_iters(), 0);
+  check_min("dist.cdsgd_warmup_iters", d.cdsgd_warmup_iters(), 0);
+  check_min("dist.cdsgd_k", d.cdsgd_k(), 0);
+  check_min("dist.cdsgd_lambda", d.cdsgd_lambda(), 0.0);
+  check_min("dist.dssync_group_size", d.dssync_group_size(), 2);
+  check_min("dist.dssync_cross_period", d.dssync_cross_period(), 1);
+  check_min("dist.dssync_ranks_per_rack", d.dssync_ranks_per_rack(), 0);
+  for (int r : d.dssync_rack()) check_min("dist.dssync_rack values", r, 0);
+  check_min("dist.dssync_global_average_every", d.dssync_global_average_every(), 0);
+  check_min("dist.dssync_pool_size", d.dssync_pool_size(), 1);
+  check_min("dist.dssync_spread_every", d.dssync_spread_every(), 0);
+}
+
 }  // namespace
 
 RunConfig parse_config(const std::string& text, const std::string& source_name) {
@@ -133,7 +209,12 @@ RunConfig load_config(const std::string& path) {
            "; pass the path of a .prototxt config, e.g. configs/lenet_fashion_mnist.prototxt");
   std::ostringstream ss;
   ss << in.rdbuf();
-  return parse_config(ss.str(), path);
+  RunConfig config = parse_config(ss.str(), path);
+  // An empty file would train the default MLP on the default data: never what was meant.
+  MT_CHECK(config.ByteSizeLong() > 0, "config file \"", path, "\" sets nothing; a run needs at least its ",
+           "model { name: ... }, data { type: ... } and optimizer { name: ... lr: ... } sections (see ",
+           "configs/mintrain.proto); start from one of the examples in configs/");
+  return config;
 }
 
 void apply_override(RunConfig& config, const std::string& assignment) {
@@ -199,8 +280,28 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   }
 }
 
-void validate_config(const RunConfig& c) {
+void normalize_names(RunConfig& c) {
+  c.set_on_nonfinite(lower(c.on_nonfinite()));
+  c.set_precision(lower(c.precision()));
+  c.mutable_model()->set_name(lower(c.model().name()));
+  c.mutable_data()->set_type(lower(c.data().type()));
+  c.mutable_optimizer()->set_name(lower(c.optimizer().name()));
+  c.mutable_lr_schedule()->set_type(lower(c.lr_schedule().type()));
+  auto* d = c.mutable_dist();
+  d->set_algorithm(lower(d->algorithm()));
+  d->set_schedule(lower(d->schedule()));
+  d->set_compression(lower(d->compression()));
+  d->set_dssync_schedule(lower(d->dssync_schedule()));
+  d->set_backend(lower(d->backend()));
+  d->set_transport(lower(d->transport()));
+}
+
+void validate_config(const RunConfig& config) {
+  RunConfig c = config;  // names are checked as the trainer will use them, in any case
+  normalize_names(c);
+  check_finite(c, "");
   check_min("epochs", c.epochs(), 1);
+  check_min<int64_t>("max_steps", c.max_steps(), 0);
   check_min("threads", c.threads(), 0);
   check_name("on_nonfinite", c.on_nonfinite(), {"stop", "skip"});
   core::Device::parse(c.device());
@@ -286,17 +387,41 @@ void validate_config(const RunConfig& c) {
   }
 
   check_min("eval.every_epochs", c.eval().every_epochs(), 0);
+  check_min<int64_t>("eval.every_iters", c.eval().every_iters(), 0);
+  check_min<int64_t>("logging.metrics_every_iters", c.logging().metrics_every_iters(), 0);
   check_min("checkpoint.every_epochs", c.checkpoint().every_epochs(), 0);
   check_min<int64_t>("checkpoint.every_iters", c.checkpoint().every_iters(), 0);
   check_min("checkpoint.keep_last", c.checkpoint().keep_last(), 0);
   check_min<int64_t>("logging.print_every_iters", c.logging().print_every_iters(), 0);
+  validate_dist(c.dist());
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig config = load_config(path);
   for (const auto& o : overrides) apply_override(config, o);
+  normalize_names(config);
   validate_config(config);
   return config;
+}
+
+std::string config_differences(const std::string& old_text, const std::string& new_text) {
+  RunConfig before, after;
+  if (!pb::TextFormat::ParseFromString(old_text, &before)) return "the stored config cannot be read by this build";
+  if (!pb::TextFormat::ParseFromString(new_text, &after)) return "the new config cannot be read";
+  before.clear_output_dir();
+  after.clear_output_dir();
+  std::string report;
+  pb::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(&report);
+  if (differ.Compare(before, after)) return "";
+  // The reporter writes "modified: a.b: x -> y", "added: a.b: y", "deleted: a.b: x" lines.
+  std::string out;
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    out += (out.empty() ? "" : "; ") + line;
+  }
+  return out;
 }
 
 std::string config_to_text(const RunConfig& config) {

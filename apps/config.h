@@ -25,13 +25,24 @@ RunConfig load_config(const std::string& path);
 // An unknown path lists the valid fields at the point where it went wrong.
 void apply_override(RunConfig& config, const std::string& assignment);
 
-// Checks values the schema cannot (ranges, names known to the registries, device syntax).
+// Names that select something (model, optimizer, dataset, schedule, dist.algorithm,
+// dist.schedule, dist.compression, ...) are matched in any case: this writes them the way the
+// registries list them (lower case), so "BSP" and "bsp" are the same run.
+void normalize_names(RunConfig& config);
+
+// Checks values the schema cannot (every number finite, ranges, names known to the
+// registries, device syntax, the dist block's algorithm and its options).
 void validate_config(const RunConfig& config);
 
-// load + every override + validate: what `mintrain train/eval` do.
+// load + every override + normalize + validate: what `mintrain train/eval` do.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 
 // The config as text format (saved into the output folder and into checkpoints).
 std::string config_to_text(const RunConfig& config);
+
+// What differs between two configs in text format, one "field: old -> new" entry per field,
+// "; "-separated ("" when they agree). Where the output goes (output_dir) does not count: it
+// does not change the training. A text this build cannot parse is reported as such.
+std::string config_differences(const std::string& old_text, const std::string& new_text);
 
 }  // namespace mt::apps

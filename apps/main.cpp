@@ -1,13 +1,13 @@
 // The `mintrain` command.
 //
-//   mintrain train CONFIG [--set k=v ...] [--resume PATH] [--output DIR]
+//   mintrain train CONFIG [--set k=v ...] [--resume PATH] [--weights CKPT] [--overwrite] [--output DIR]
 //   mintrain eval CONFIG --checkpoint PATH [--set k=v ...]
 //   mintrain launch --nproc-per-node N [...] -- train CONFIG ...
 //   mintrain help | version
 //
 // Every user error ends as "mintrain: error: <message>" on stderr and exit status 1; bad
-// arguments print the usage and exit 2; an interrupted run (Ctrl-C, SIGTERM) saves a checkpoint
-// and exits 128 + the signal (130, 143).
+// arguments print the usage and exit 2; a config error, which a restart cannot fix, exits 3;
+// an interrupted run (Ctrl-C, SIGTERM) saves a checkpoint and exits 128 + the signal (130, 143).
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +35,10 @@
 #include "core/error.h"
 #include "core/serialize.h"
 #include "data/registry.h"
+#include "dist/compressor.h"
+#include "dist/cost_model.h"
+#include "dist/dssync_schedule.h"
+#include "dist/factory.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"
@@ -45,46 +49,64 @@ using mt::apps::RunConfig;
 
 constexpr const char* kVersion = "0.1.0";
 
-const char* kUsage =
-    "usage: mintrain <command> [args]\n"
-    "\n"
-    "commands:\n"
-    "  train CONFIG [--set k=v ...] [--resume PATH|auto] [--output DIR]\n"
+// Each command's usage: `mintrain COMMAND --help` prints its own, `mintrain help` all of them.
+const char* kTrainUsage =
+    "  train CONFIG [--set k=v ...] [--resume PATH|auto] [--weights CKPT] [--overwrite] [--output DIR]\n"
     "                     train a model; --resume continues from a checkpoint file or folder;\n"
     "                     --resume auto: from the newest intact checkpoint of this run's\n"
-    "                     checkpoint folder if there is one, else from the start\n"
+    "                     checkpoint folder if there is one, else from the start; --weights: a\n"
+    "                     fresh run starting from a checkpoint's weights where names and shapes\n"
+    "                     match (fine-tuning); a folder that holds another run is refused unless\n"
+    "                     --resume or --overwrite (which moves the old run aside, deleting nothing)\n";
+const char* kEvalUsage =
     "  eval CONFIG --checkpoint PATH [--set k=v ...]\n"
-    "                     test accuracy and loss of a checkpoint\n"
+    "                     test accuracy and loss of a checkpoint\n";
+const char* kLaunchUsage =
     "  launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
     "         [--max-restarts R] [--grace S] [--stop-timeout S] -- COMMAND ...\n"
     "                     run N workers of `mintrain COMMAND ...` here (e.g. -- train CONFIG), each\n"
     "                     with RANK/WORLD_SIZE/MASTER_ADDR/...; output lines start with [rank R];\n"
     "                     when a worker fails, stop all and start the group again, up to R times\n"
-    "                     (a restarted `train` resumes from its newest checkpoint); --grace: how\n"
-    "                     long failed groups get before SIGKILL (5 s), --stop-timeout: how long\n"
-    "                     workers get to checkpoint after Ctrl-C/SIGTERM to launch (60 s)\n"
+    "                     (a restarted `train` resumes from its newest checkpoint; a config error\n"
+    "                     is not retried); --grace: how long failed groups get before SIGKILL (5 s),\n"
+    "                     --stop-timeout: how long workers get to checkpoint after Ctrl-C/SIGTERM\n"
+    "                     to launch (60 s); --opt=value and torchrun's --nproc_per_node work too\n";
+const char* kModelUsage =
     "  model CONFIG [--set k=v ...] [--workers 1,2,...,1024] [--bandwidth-gbps X --latency-us Y]\n"
     "        [--ranks-per-rack R --inter-bandwidth-gbps X] [--layer-times F.json] [--save-profile F.json]\n"
     "        [--comm-profile F.json]\n"
     "                     profile CONFIG's model here and predict the iteration time and scaling\n"
-    "                     of BSP, WFBP, FUSION, MGWFBP, CD-SGD and DS-Sync for N workers on the\n"
+    "                     of bsp, wfbp, fusion, mgwfbp, CD-SGD and DS-Sync for N workers on the\n"
     "                     network of dist.network (or the flags), with each DAG's critical path\n"
-    "                     (`mintrain model --help` lists every option)\n"
+    "                     (`mintrain model --help` lists every option)\n";
+const char* kProfileCommUsage =
     "  profile-comm [--out F.json] [--sizes 256,...] [--no-gamma] [--interface IF]\n"
     "                     run as workers (launch --nproc-per-node N -- profile-comm ...): measure\n"
-    "                     allreduce alpha/beta and gamma, for `model CONFIG --comm-profile F.json`\n"
-    "  help               this text, with the models, optimizers, schedules and datasets\n"
-    "  version            the version\n"
+    "                     allreduce alpha/beta and gamma, for `model CONFIG --comm-profile F.json`\n";
+const char* kTail =
     "\n"
     "--set path.to.field=value overrides one config field (see configs/mintrain.proto), e.g.\n"
     "  --set epochs=1 --set optimizer.lr=0.02 --set lr_schedule.milestones=[80,120]\n"
+    "Every --option takes its value as the next argument or as --option=value.\n"
     "\n"
+    "Exit status: 0 done; 1 an error; 2 a malformed command line; 3 an error in the config, the\n"
+    "command line's values or the output folder (running again unchanged cannot help: `launch`\n"
+    "does not restart it); 128 + signal after Ctrl-C (130) or SIGTERM (143).\n"
     "Ctrl-C or SIGTERM (e.g. Slurm preemption): training stops after the current iteration, saves\n"
     "a checkpoint and exits 130 (SIGINT) or 143 (SIGTERM); all ranks of a distributed run stop\n"
     "together. The same signal again, later than half a second after the first, quits at once\n"
     "without a checkpoint. To continue: the same command with --resume auto.\n"
     "Under `launch`, workers see MINTRAIN_RESTART_COUNT (0 on the first start); when it is above\n"
     "0, `train` without --resume behaves as --resume auto.\n";
+
+std::string usage() {
+  return std::string("usage: mintrain <command> [args]\n\ncommands:\n") + kTrainUsage + kEvalUsage +
+         kLaunchUsage + kModelUsage + kProfileCommUsage +
+         "  help               this text, with the models, optimizers, schedules, datasets and\n"
+         "                     distributed algorithms\n"
+         "  version            the version\n" +
+         kTail;
+}
 
 // Thrown for malformed command lines: main prints the usage after the message.
 struct UsageError : mt::core::Error {
@@ -172,16 +194,18 @@ std::string newest_intact_checkpoint(const std::string& dir, bool chatty) {
   return "";
 }
 
-// Arguments after the subcommand: one positional CONFIG and the options in `allowed`
-// (each takes a value; --set may repeat).
+// Arguments after the subcommand: one positional CONFIG, the options in `allowed` (each takes
+// a value; --set may repeat) and the switches in `flags` (no value).
 struct Args {
   std::string config;
   std::vector<std::string> sets;
   std::map<std::string, std::string> options;
+  std::vector<std::string> flags;
+  bool has(const std::string& flag) const { return std::find(flags.begin(), flags.end(), flag) != flags.end(); }
 };
 
 Args parse_args(const std::string& command, const std::vector<std::string>& argv,
-                const std::vector<std::string>& allowed) {
+                const std::vector<std::string>& allowed, const std::vector<std::string>& flags = {}) {
   Args a;
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string arg = argv[i];
@@ -202,6 +226,11 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
         else a.options[arg] = value;
         continue;
       }
+      if (std::find(flags.begin(), flags.end(), arg) != flags.end()) {
+        if (has_value) throw UsageError(command + ": " + arg + " takes no value");
+        a.flags.push_back(arg);
+        continue;
+      }
       throw UsageError(command + ": unknown option \"" + arg + "\"");
     }
     if (!a.config.empty()) {
@@ -220,17 +249,33 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
+// The config a command runs: the file, each --set, normalized and validated. Anything wrong
+// here is the user's to fix, and running again will not help: a ConfigError (exit 3).
+RunConfig run_config(const Args& a) {
+  try {
+    return mt::apps::load_run_config(a.config, a.sets);
+  } catch (const mt::core::ConfigError&) {
+    throw;
+  } catch (const mt::core::Error& e) {
+    throw mt::core::ConfigError(e.what());
+  }
+}
+
 int cmd_train(const std::vector<std::string>& argv) {
-  const Args a = parse_args("train", argv, {"--resume", "--output"});
-  RunConfig config = mt::apps::load_config(a.config);
-  for (const auto& s : a.sets) mt::apps::apply_override(config, s);
+  const Args a = parse_args("train", argv, {"--resume", "--output", "--weights"}, {"--overwrite"});
+  RunConfig config = run_config(a);
   if (auto it = a.options.find("--output"); it != a.options.end()) config.set_output_dir(it->second);
-  mt::apps::validate_config(config);
+  if (a.options.count("--weights") && a.options.count("--resume")) {
+    throw UsageError("train: --weights starts a new run from a checkpoint's weights, --resume continues "
+                     "one; give one of them");
+  }
 
   install_stop_handler();
   mt::apps::TrainerOptions opt;
   opt.stop_flag = &g_stop;
+  opt.overwrite = a.has("--overwrite");
   mt::apps::Trainer trainer(config, opt);
+  if (auto it = a.options.find("--weights"); it != a.options.end()) trainer.init_from_weights(it->second);
   std::string resume = a.options.count("--resume") ? a.options.at("--resume") : "";
   // A worker the launcher restarted continues where the group's checkpoints left off.
   if (resume.empty() && restart_count() > 0) resume = "auto";
@@ -270,7 +315,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   const Args a = parse_args("eval", argv, {"--checkpoint"});
   const auto it = a.options.find("--checkpoint");
   if (it == a.options.end()) throw UsageError("eval: missing --checkpoint PATH");
-  const RunConfig config = mt::apps::load_run_config(a.config, a.sets);
+  const RunConfig config = run_config(a);
   mt::apps::TrainerOptions opt;
   opt.eval_only = true;
   mt::apps::Trainer trainer(config, opt);
@@ -297,11 +342,16 @@ int cmd_profile_comm(const std::vector<std::string>& argv) {
 }
 
 int cmd_help(const std::vector<std::string>&) {
-  std::cout << kUsage << "\n"
-            << "models:        " << join(mt::layers::model_names()) << "\n"
-            << "optimizers:    " << join(mt::optim::optimizer_names()) << "\n"
-            << "lr schedules:  " << join(mt::optim::lr_schedule_types()) << "\n"
-            << "datasets:      " << join(mt::apps::data_types()) << "\n";
+  std::cout << usage() << "\n"
+            << "Names in a config may be written in any case.\n"
+            << "models:            " << join(mt::layers::model_names()) << "\n"
+            << "optimizers:        " << join(mt::optim::optimizer_names()) << "\n"
+            << "lr schedules:      " << join(mt::optim::lr_schedule_types()) << "\n"
+            << "datasets:          " << join(mt::apps::data_types()) << "\n"
+            << "dist.algorithm:    " << join(mt::dist::synchronizer_names()) << "\n"
+            << "dist.schedule:     " << join(mt::dist::schedule_names()) << " (algorithm ssgd)\n"
+            << "dist.compression:  " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
+            << "dist.dssync_schedule: " << join(mt::dist::dssync_schedule_types()) << " (dssync)\n";
   return 0;
 }
 
@@ -310,18 +360,33 @@ int cmd_version(const std::vector<std::string>&) {
   return 0;
 }
 
-// The subcommands. New ones (launch, bench, model ...) are one function and one line here.
-const std::map<std::string, std::function<int(const std::vector<std::string>&)>>& commands() {
-  static const std::map<std::string, std::function<int(const std::vector<std::string>&)>> table = {
-      {"train", cmd_train},
-      {"eval", cmd_eval},
-      {"launch", cmd_launch},
-      {"model", cmd_model},
-      {"profile-comm", cmd_profile_comm},
-      {"help", cmd_help},
-      {"version", cmd_version},
+// The subcommands, each with its usage (for `COMMAND --help`; "" = the command prints its own).
+// A new one is one function and one line here.
+struct Command {
+  std::function<int(const std::vector<std::string>&)> run;
+  const char* usage;
+};
+
+const std::map<std::string, Command>& commands() {
+  static const std::map<std::string, Command> table = {
+      {"train", {cmd_train, kTrainUsage}},
+      {"eval", {cmd_eval, kEvalUsage}},
+      {"launch", {cmd_launch, kLaunchUsage}},
+      {"model", {cmd_model, ""}},
+      {"profile-comm", {cmd_profile_comm, kProfileCommUsage}},
+      {"help", {cmd_help, ""}},
+      {"version", {cmd_version, ""}},
   };
   return table;
+}
+
+// --help or -h among a command's own arguments (not the worker command after launch's `--`).
+bool asks_for_help(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--") return false;
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -329,7 +394,7 @@ const std::map<std::string, std::function<int(const std::vector<std::string>&)>>
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::cerr << kUsage;
+    std::cerr << usage();
     return 2;
   }
   std::string command = args[0];
@@ -339,10 +404,17 @@ int main(int argc, char** argv) {
   try {
     const auto it = commands().find(command);
     if (it == commands().end()) throw UsageError("unknown command \"" + command + "\"");
-    return it->second(args);
+    if (*it->second.usage != '\0' && asks_for_help(args)) {
+      std::cout << "usage: mintrain\n" << it->second.usage << kTail;
+      return 0;
+    }
+    return it->second.run(args);
   } catch (const UsageError& e) {
-    std::cerr << "mintrain: error: " << e.what() << "\n\n" << kUsage;
+    std::cerr << "mintrain: error: " << e.what() << "\n\n" << usage();
     return 2;
+  } catch (const mt::core::ConfigError& e) {
+    std::cerr << "mintrain: error: " << e.what() << std::endl;
+    return mt::core::kConfigErrorExit;
   } catch (const mt::core::Error& e) {
     std::cerr << "mintrain: error: " << e.what() << std::endl;
     return 1;

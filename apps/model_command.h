@@ -90,7 +90,7 @@ struct AlgorithmSettings {
   dist::CdsgdCost cdsgd_per_exchange;  // compress/decode seconds and cdsgd_k (network parts unset)
   double cdsgd_payload_bytes = 0.0;    // one rank's compressed payload
   bool cdsgd_summable = true;          // allreduce (true) or allgather
-  std::string compression = "NONE";
+  std::string compression = "none";
   int dssync_group_size = 2, dssync_cross_period = 1, dssync_global_average_every = 0;
   bool dssync_rack_aware = false;      // the config names the racks
   // The network as profile-comm measured it on `measured_world` ranks (0: no profile): its gamma

@@ -78,6 +78,7 @@ std::unique_ptr<optim::DynamicLossScaler> make_loss_scaler(const RunConfig& c) {
 
 Trainer::Trainer(RunConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(options) {
+  normalize_names(config_);
   validate_config(config_);
   core::set_num_threads(config_.threads());
   // Process-wide numeric settings: the compute precision of matmul/conv (core/precision.h),
@@ -156,7 +157,7 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
     // and momenta of scaled values across steps, and CD-SGD and DS-Sync step on local
     // gradients outside the guard (or per rank, so the ranks' scales would drift apart).
     const auto& dc = config_.dist();
-    MT_CHECK(dc.algorithm() == "ssgd" && dc.compression() == "NONE", "loss scaling (precision \"",
+    MT_CHECK(dc.algorithm() == "ssgd" && dc.compression() == "none", "loss scaling (precision \"",
              config_.precision(), "\", loss_scale.mode \"", loss_scale_mode(config_),
              "\") works with dist.algorithm \"ssgd\" without compression only (got algorithm \"",
              dc.algorithm(), "\", compression \"", dc.compression(),
@@ -173,7 +174,10 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   sopt.gamma = sc.gamma();
   sopt.step_epochs = sc.step_epochs();
   sopt.milestones.assign(sc.milestones().begin(), sc.milestones().end());
-  sopt.total_epochs = config_.epochs();
+  // max_steps replaces epochs: the schedule ends at the last step (fractional epochs).
+  sopt.total_epochs = config_.max_steps() > 0 && iters_per_epoch_ > 0
+                          ? static_cast<double>(config_.max_steps()) / iters_per_epoch_
+                          : config_.epochs();
   sopt.min_lr = sc.min_lr();
   sopt.warmup_epochs = sc.warmup_epochs();
   sopt.warmup_start_factor = sc.warmup_start_factor();
@@ -208,12 +212,14 @@ void Trainer::connect() {
       group_ = r.group;
     }
   }
+  // The timeline records forward, backward and the step in one process too (its
+  // communication spans then stay empty).
+  if (!dc.timeline_file().empty()) {
+    timeline_ = std::make_shared<dist::Timeline>(resolve_in_output(dc.timeline_file()), group_ ? group_->rank() : 0);
+  }
   if (!group_) {
     sync_ = std::make_unique<dist::LocalSynchronizer>();
     return;
-  }
-  if (!dc.timeline_file().empty()) {
-    timeline_ = std::make_shared<dist::Timeline>(resolve_in_output(dc.timeline_file()), group_->rank());
   }
   dist::SyncConfig sc;
   sc.algorithm = dc.algorithm();
@@ -224,7 +230,7 @@ void Trainer::connect() {
   sc.alpha = dc.has_alpha() ? dc.alpha() : -1.0;
   sc.beta = dc.has_beta() ? dc.beta() : -1.0;
   sc.gamma = dc.gamma();
-  if (!dc.comm_profile().empty() && dc.schedule() == "MGWFBP") {
+  if (!dc.comm_profile().empty() && dc.schedule() == "mgwfbp") {
     MT_CHECK(!dc.has_alpha() && !dc.has_beta(), "dist.comm_profile and dist.alpha/dist.beta both give MG-WFBP's "
              "network cost; set one of them");
     const MeasuredComm measured = read_comm_profile(dc.comm_profile(), "dist.comm_profile");
@@ -276,20 +282,24 @@ std::string Trainer::resolve_in_output(const std::string& path) const {
 
 void Trainer::resume(const std::string& path) {
   const std::string file = resolve_checkpoint(path);
-  const TrainingState s = load_checkpoint(file, model_.get(), optimizer_.get(), sync_.get());
+  const core::Archive archive = core::load_archive(file);
+  TrainingState s = read_training_state(archive, file);
+  const bool chatty = !options_.quiet && sync_->rank() == 0;
+  convert_job_shape(s, file, chatty);
+  restore_checkpoint(archive, file, model_.get(), optimizer_.get(), sync_.get());
   MT_CHECK(s.next_batch <= iters_per_epoch_ || iters_per_epoch_ == 0, "checkpoint \"", file,
            "\" stopped at batch ", s.next_batch, " of an epoch, but this config has only ",
            iters_per_epoch_, " batches per epoch; resume with the config it was trained with");
-  const bool chatty = !options_.quiet && sync_->rank() == 0;
-  if (s.config_text != state_.config_text && chatty) {
-    log() << "note: the config differs from the one stored in " << file
-          << "; continuing with the given config\n";
+  if (const std::string diff = config_differences(s.config_text, state_.config_text); chatty && !diff.empty()) {
+    log() << "note: continuing with the given config, which differs from the one stored in " << file << ": "
+          << diff << "\n";
   }
   const std::string config_text = state_.config_text;
   state_ = s;
   state_.config_text = config_text;
   gen_->set_state(s.rng_seed, s.rng_offset);
   resumed_ = true;
+  resumed_from_ = file;
   if (optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) {
     if (s.loss_scale) {
       scaler->load_state_dict(*s.loss_scale);
@@ -304,6 +314,36 @@ void Trainer::resume(const std::string& path) {
   }
 }
 
+void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool chatty) {
+  const int64_t world = sync_->world_size(), batch = config_.data().batch_size();
+  const int64_t ours = world * batch * accumulation_;
+  if (s.global_batch() == 0 || s.global_batch() == ours) return;  // older checkpoint, or the same job
+  const std::string theirs_text = std::to_string(s.global_batch()) + " (" + std::to_string(s.world_size) +
+                                  " ranks x " + std::to_string(s.batch_size) + " x " +
+                                  std::to_string(s.accumulation) + " micro-batches)";
+  const std::string ours_text = std::to_string(ours) + " (" + std::to_string(world) + " ranks x " +
+                                std::to_string(batch) + " x " + std::to_string(accumulation_) + " micro-batches)";
+  // Only plain S-SGD keeps no state of its own per rank: the others' residuals, velocities
+  // and local models belong to the ranks that wrote them.
+  const auto& dc = config_.dist();
+  const bool per_rank_state = world > 1 && (dc.algorithm() != "ssgd" || dc.compression() != "none");
+  MT_CHECK(!(per_rank_state && s.world_size != world), "checkpoint \"", file, "\" was written by ",
+           s.world_size, " ranks, and this job has ", world, "; dist.algorithm \"", dc.algorithm(),
+           "\" (compression \"", dc.compression(), "\") keeps state per rank, so it resumes on ", s.world_size,
+           " ranks only (`mintrain launch --nproc-per-node ", s.world_size, "`)");
+  // Same samples seen, same point of the schedule: an iteration of theirs is g_theirs / g_ours
+  // of ours (the data order from here on differs from an uninterrupted run's).
+  const int64_t old_iteration = s.global_iteration, old_batch = s.next_batch;
+  s.global_iteration = s.global_iteration * s.global_batch() / ours;
+  s.next_batch = s.next_batch * s.global_batch() / ours;
+  if (chatty) {
+    log() << "note: " << file << " was written by a job of global batch " << theirs_text
+          << "; this job's is " << ours_text << ". Continuing at the same number of samples: iteration "
+          << old_iteration << " -> " << s.global_iteration << ", epoch " << s.epoch + 1 << " batch " << old_batch
+          << " -> " << s.next_batch << "\n";
+  }
+}
+
 void Trainer::load_weights(const std::string& path) {
   const std::string file = resolve_checkpoint(path);
   const TrainingState s = load_checkpoint(file, model_.get(), nullptr, nullptr);
@@ -312,12 +352,21 @@ void Trainer::load_weights(const std::string& path) {
   state_.best_accuracy = s.best_accuracy;
 }
 
+void Trainer::init_from_weights(const std::string& path) {
+  const std::string account = load_matching_weights(resolve_checkpoint(path), *model_);
+  if (!options_.quiet && sync_->rank() == 0) log() << "--weights: " << account << "\n";
+}
+
 TrainingState Trainer::snapshot() const {
   TrainingState s = state_;
   s.rng_seed = gen_->seed();
   s.rng_offset = gen_->offset();
   s.loss_scale.reset();
   if (const optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) s.loss_scale = scaler->state_dict();
+  s.world_size = sync_->world_size();
+  s.batch_size = config_.data().batch_size();
+  s.accumulation = accumulation_;
+  s.elapsed_seconds = state_.elapsed_seconds + (training_ ? seconds_since(train_start_) : 0.0);
   return s;
 }
 
@@ -429,8 +478,9 @@ void Trainer::handle_nonfinite_step(double loss) {
   ++bad_steps_;
   const bool skip = config_.on_nonfinite() == "skip";
   constexpr int64_t kMaxInARow = 10;
+  // The step that failed is the next one counted (global_iteration counts completed steps).
   const std::string what = format("iteration %lld: the gradient norm is %g (loss %g)",
-                                  static_cast<long long>(state_.global_iteration),
+                                  static_cast<long long>(state_.global_iteration + 1),
                                   optimizer_->last_grad_norm(), loss);
   if (skip && nonfinite_in_a_row_ < kMaxInARow) {
     if (!options_.quiet && sync_->rank() == 0) {
@@ -444,33 +494,101 @@ void Trainer::handle_nonfinite_step(double loss) {
           "on_nonfinite: \"skip\" to skip such steps");
 }
 
+void Trainer::claim_output_folder() {
+  // 0: claimed; 1: failed (the folder is in use, or not writable); 2: refused for good.
+  int code = 0;
+  std::string error;
+  if (sync_->rank() == 0) {
+    try {
+      RunFolderPaths paths;
+      paths.output_dir = output_dir_;
+      paths.checkpoint_dir = resolve_in_output(config_.checkpoint().dir());
+      paths.metrics_file = resolve_in_output(config_.logging().metrics_file());
+      const RunFolderMode mode = resumed_             ? RunFolderMode::Continue
+                                 : options_.overwrite ? RunFolderMode::Overwrite
+                                                      : RunFolderMode::Fresh;
+      run_folder_ = std::make_unique<RunFolder>(paths, mode, options_.quiet ? nullptr : &log());
+      if (resumed_ && !paths.checkpoint_dir.empty()) {
+        const std::string aside = CheckpointDir::set_aside_newer_than(paths.checkpoint_dir, state_.global_iteration);
+        if (!aside.empty() && !options_.quiet) {
+          log() << "note: the checkpoints newer than " << resumed_from_ << " were moved to " << aside
+                << " (this run replaces them)\n";
+        }
+      }
+      // The resolved config (what actually ran) and the metrics log; a resumed run appends to
+      // the log instead of starting it over.
+      std::ofstream(fs::path(output_dir_) / "config.prototxt") << state_.config_text;
+      if (!paths.metrics_file.empty()) {
+        metrics_.open(paths.metrics_file, resumed_ ? std::ios::app : std::ios::trunc);
+        MT_CHECK(metrics_.is_open(), "cannot write metrics file \"", paths.metrics_file,
+                 "\"; set logging.metrics_file to a writable path or \"\"");
+      }
+    } catch (const core::ConfigError& e) {
+      code = 2;
+      error = e.what();
+    } catch (const core::Error& e) {
+      code = 1;
+      error = e.what();
+    }
+  }
+  // Only rank 0 has a say; the others hear its verdict instead of waiting in the first
+  // collective until the timeout.
+  const int agreed = static_cast<int>(std::lround(sync_->average(code) * sync_->world_size()));
+  if (agreed == 0) return;
+  if (error.empty()) error = "rank 0 could not claim the output folder \"" + output_dir_ + "\" (see its error)";
+  if (agreed == 2) throw core::ConfigError(error);
+  throw core::Error(error);
+}
+
+void Trainer::record_train(const std::string& fields) {
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  write_metrics("{\"type\":\"train\"," + fields + ",\"time\":" +
+                num(state_.elapsed_seconds + seconds_since(train_start_)) + ",\"wall_time\":" +
+                format("%.3f", wall) + "}");
+}
+
+EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
+  const EvalResult r = evaluate();
+  *is_best = r.accuracy > state_.best_accuracy;
+  if (*is_best) state_.best_accuracy = r.accuracy;
+  if (!options_.quiet && sync_->rank() == 0) {
+    const bool mid_epoch = state_.next_batch > 0;
+    log() << format("epoch %lld/%lld%s test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
+                    static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
+                    mid_epoch ? (" step " + std::to_string(state_.global_iteration)).c_str() : "", r.loss, r.accuracy,
+                    static_cast<long long>(r.examples), task_->predictions_name(), r.seconds, *is_best ? " best" : "")
+          << std::endl;
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  write_metrics("{\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
+                ",\"iter\":" + std::to_string(state_.global_iteration) + ",\"loss\":" + num(r.loss) +
+                ",\"acc\":" + num(r.accuracy) + ",\"lr\":" + num(optimizer_->lr()) + ",\"" + task_->unit() +
+                "_s\":" + num(r.seconds > 0 ? r.units / r.seconds : 0.0) +
+                ",\"time\":" + num(state_.elapsed_seconds + seconds_since(train_start_)) +
+                ",\"wall_time\":" + format("%.3f", wall) + "}");
+  return r;
+}
+
 TrainResult Trainer::train() {
   data::BatchLoader* train_loader = task_->train_loader();
   MT_CHECK(train_loader != nullptr, "this trainer was built for evaluation only");
-  const auto start = Clock::now();
-  const int64_t epochs = config_.epochs();
-  const int64_t total_iters = epochs * iters_per_epoch_;
+  claim_output_folder();
+  train_start_ = Clock::now();
+  training_ = true;
+  const auto start = train_start_;
+  // max_steps replaces epochs; either way the run ends after total_iters optimizer steps.
+  const int64_t total_iters = config_.max_steps() > 0 ? config_.max_steps() : config_.epochs() * iters_per_epoch_;
+  epochs_ = (total_iters + iters_per_epoch_ - 1) / iters_per_epoch_;
+  const int64_t epochs = epochs_;
   const int64_t print_every = config_.logging().print_every_iters();
+  const int64_t record_every =
+      config_.logging().metrics_every_iters() > 0 ? config_.logging().metrics_every_iters() : print_every;
   const int64_t ckpt_every_iters = config_.checkpoint().every_iters();
   const int ckpt_every_epochs = config_.checkpoint().every_epochs();
   const int eval_every = config_.eval().every_epochs();
+  const int64_t eval_every_iters = config_.eval().every_iters();
   const bool chatty = !options_.quiet && sync_->rank() == 0;
 
-  // Output folder: the resolved config (what actually ran) and the metrics log. A resumed run
-  // appends to the log instead of starting it over.
-  if (sync_->rank() == 0) {
-    std::error_code ec;
-    fs::create_directories(output_dir_, ec);
-    MT_CHECK(!ec, "cannot create output folder \"", output_dir_, "\": ", ec.message(),
-             "; pass --output DIR or set output_dir");
-    std::ofstream(fs::path(output_dir_) / "config.prototxt") << state_.config_text;
-    const std::string metrics_path = resolve_in_output(config_.logging().metrics_file());
-    if (!metrics_path.empty()) {
-      metrics_.open(metrics_path, resumed_ ? std::ios::app : std::ios::trunc);
-      MT_CHECK(metrics_.is_open(), "cannot write metrics file \"", metrics_path,
-               "\"; set logging.metrics_file to a writable path or \"\"");
-    }
-  }
   if (chatty) {
     log() << "model " << config_.model().name() << " (" << model_->num_parameters()
           << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads";
@@ -480,7 +598,9 @@ TrainResult Trainer::train() {
     }
     log() << "\n"
           << "train: " << task_->describe_train() << ", " << iters_per_epoch_
-          << " iterations/epoch of " << config_.data().batch_size() << "\n"
+          << " iterations/epoch of " << config_.data().batch_size();
+    if (config_.max_steps() > 0) log() << ", " << total_iters << " steps (max_steps)";
+    log() << "\n"
           << "test:  " << task_->describe_test() << "\n"
           << "output: " << output_dir_ << std::endl;
     if (group_) {
@@ -497,23 +617,25 @@ TrainResult Trainer::train() {
     const bool at_limit = options_.stop_at_iteration >= 0 && state_.global_iteration >= options_.stop_at_iteration;
     return at_limit || stop_vote(options_.stop_flag && options_.stop_flag->load());
   };
+  bool warned_contention = false;
 
   model_->train();
-  while (state_.epoch < epochs) {
+  while (state_.epoch < epochs && state_.global_iteration < total_iters) {
     const int64_t epoch = state_.epoch;
     train_loader->start_epoch(epoch, state_.next_batch * accumulation_);
 
-    // Progress window: what the next progress line averages over.
+    // Progress window: what the next progress line or metrics record averages over.
     auto window_start = Clock::now();
     double window_wait_start = train_loader->wait_seconds();
     data::LoaderStats window_data = train_loader->stats();
+    core::CpuSchedTimes window_cpu = core::cpu_sched_times();
     const optim::DynamicLossScaler* scaler = optimizer_->loss_scaler();
     const int64_t overflows_before = scaler ? scaler->overflow_steps() : 0;
-    double window_loss = 0.0;
-    int64_t window_correct = 0, window_predictions = 0, window_units = 0, window_iters = 0;
+    double window_loss = 0.0, window_norm = 0.0;
+    int64_t window_correct = 0, window_predictions = 0, window_units = 0, window_iters = 0, window_norms = 0;
 
     data::Batch batch;
-    while (state_.next_batch < iters_per_epoch_) {
+    while (state_.next_batch < iters_per_epoch_ && state_.global_iteration < total_iters) {
       if (stop_requested()) {
         result.interrupted = true;
         break;
@@ -557,47 +679,72 @@ TrainResult Trainer::train() {
         handle_nonfinite_step(step_loss);
       } else {
         nonfinite_in_a_row_ = 0;
+        window_norm += optimizer_->last_grad_norm();
+        ++window_norms;
       }
       ++state_.global_iteration;
       ++state_.next_batch;
       ++window_iters;
 
-      const bool last_of_epoch = state_.next_batch == iters_per_epoch_;
-      if (print_every > 0 && (state_.global_iteration % print_every == 0 || last_of_epoch)) {
+      const bool last_of_epoch = state_.next_batch == iters_per_epoch_ || state_.global_iteration == total_iters;
+      const bool print_now = print_every > 0 && (state_.global_iteration % print_every == 0 || last_of_epoch);
+      const bool record_now = record_every > 0 && (state_.global_iteration % record_every == 0 || last_of_epoch);
+      if (print_now || record_now) {
         const double secs = seconds_since(window_start);
         const double wait = train_loader->wait_seconds() - window_wait_start;
         const double loss_avg = sync_->average(window_loss / window_predictions);
         const double acc = sync_->average(100.0 * window_correct / window_predictions);
         const double units_s = secs > 0 ? window_units * sync_->world_size() / secs : 0.0;
         const double eta = secs / window_iters * (total_iters - state_.global_iteration);
+        const double grad_norm = window_norms > 0 ? window_norm / window_norms : 0.0;
         // What the loader's threads could prepare per second in this window (if never paused).
         const data::LoaderStats data_now = train_loader->stats();
         const double busy = data_now.busy_seconds - window_data.busy_seconds;
         const double decode_s = busy > 0 ? data_now.threads * (data_now.images - window_data.images) / busy : 0.0;
         const std::string unit = task_->unit();
-        if (chatty) {
-          log() << format("epoch %lld/%lld iter %lld/%lld loss %.4f acc %.1f%% lr %s %.0f %s/s "
-                          "data-wait %.0f%%",
+        if (print_now && chatty) {
+          log() << format("epoch %lld/%lld iter %lld/%lld step %lld/%lld loss %.4f acc %.1f%% lr %s "
+                          "%.0f %s/s data-wait %.0f%%",
                           static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
-                          static_cast<long long>(state_.next_batch),
-                          static_cast<long long>(iters_per_epoch_), loss_avg, acc,
-                          lr_text(lr).c_str(), units_s, unit.c_str(),
+                          static_cast<long long>(state_.next_batch), static_cast<long long>(iters_per_epoch_),
+                          static_cast<long long>(state_.global_iteration), static_cast<long long>(total_iters),
+                          loss_avg, acc, lr_text(lr).c_str(), units_s, unit.c_str(),
                           secs > 0 ? 100.0 * wait / secs : 0.0)
                 << (unit == "img" ? format(" decode %.0f img/s", decode_s) : std::string())
                 << " eta " << hms(eta)
                 << (sync_->world_size() > 1 ? " world " + std::to_string(sync_->world_size()) : "")
                 << std::endl;
+          // Threads that wait for a CPU as long as they run: other processes take the cores.
+          const core::CpuSchedTimes cpu = core::cpu_sched_times();
+          const double ran = cpu.running - window_cpu.running, waited = cpu.waiting - window_cpu.waiting;
+          if (!warned_contention && ran > 0.05 && waited > ran) {
+            warned_contention = true;
+            log() << format("warning: this process's threads waited %.1f s for a CPU while running %.1f s in the "
+                            "last %lld iterations: other processes are using these cores, and training runs at "
+                            "half speed or less. Stop the other load, or lower `threads` (now %d; %d usable cores)",
+                            waited, ran, static_cast<long long>(window_iters), core::num_threads(),
+                            core::usable_cores())
+                  << std::endl;
+          }
+          window_cpu = cpu;
         }
-        write_metrics("{\"type\":\"train\",\"epoch\":" + std::to_string(epoch + 1) +
-                      ",\"iter\":" + std::to_string(state_.global_iteration) +
-                      ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) + ",\"lr\":" + num(lr) +
-                      ",\"" + unit + "_s\":" + num(units_s) + ",\"time\":" + num(seconds_since(start)) +
-                      (scaler ? ",\"loss_scale\":" + num(scaler->scale()) : std::string()) + "}");
+        if (record_now) {
+          record_train("\"epoch\":" + std::to_string(epoch + 1) + ",\"iter\":" +
+                       std::to_string(state_.global_iteration) + ",\"epoch_iter\":" +
+                       std::to_string(state_.next_batch) + ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) +
+                       ",\"lr\":" + num(lr) + ",\"" + unit + "_s\":" + num(units_s) + ",\"grad_norm\":" +
+                       num(grad_norm) + (scaler ? ",\"loss_scale\":" + num(scaler->scale()) : std::string()));
+        }
         window_start = Clock::now();
         window_wait_start = train_loader->wait_seconds();
         window_data = train_loader->stats();
-        window_loss = 0.0;
-        window_correct = window_predictions = window_units = window_iters = 0;
+        window_loss = window_norm = 0.0;
+        window_correct = window_predictions = window_units = window_iters = window_norms = 0;
+      }
+      if (eval_every_iters > 0 && state_.global_iteration % eval_every_iters == 0 && !last_of_epoch) {
+        bool is_best = false;
+        result.last_eval = evaluate_and_report(epoch, &is_best);
+        if (is_best) save_checkpoint(/*best=*/true);
       }
       if (ckpt_every_iters > 0 && state_.global_iteration % ckpt_every_iters == 0 && !last_of_epoch) {
         result.last_checkpoint = save_checkpoint();
@@ -614,34 +761,21 @@ TrainResult Trainer::train() {
             << scaler->overflow_steps() - overflows_before << " steps skipped for overflow ("
             << scaler->overflow_steps() << " in total)" << std::endl;
     }
-    // End of epoch: evaluate, then checkpoint (so the checkpoint knows the best accuracy).
-    const bool last = epoch + 1 == epochs;
-    state_.epoch = epoch + 1;  // a checkpoint written now resumes at the next epoch
-    state_.next_batch = 0;
-    bool is_best = false;
-    if (last || (eval_every > 0 && (epoch + 1) % eval_every == 0)) {
-      const EvalResult r = evaluate();
-      result.last_eval = r;
-      is_best = r.accuracy > state_.best_accuracy;
-      if (is_best) state_.best_accuracy = r.accuracy;
-      if (chatty) {
-        log() << format("epoch %lld/%lld test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
-                        static_cast<long long>(epoch + 1), static_cast<long long>(epochs), r.loss,
-                        r.accuracy, static_cast<long long>(r.examples), task_->predictions_name(), r.seconds,
-                        is_best ? " best" : "")
-              << std::endl;
-      }
-      write_metrics("{\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
-                    ",\"iter\":" + std::to_string(state_.global_iteration) +
-                    ",\"loss\":" + num(r.loss) + ",\"acc\":" + num(r.accuracy) +
-                    ",\"lr\":" + num(optimizer_->lr()) + ",\"" + task_->unit() + "_s\":" +
-                    num(r.seconds > 0 ? r.units / r.seconds : 0.0) +
-                    ",\"time\":" + num(seconds_since(start)) + "}");
+    // End of the epoch, or of the run (max_steps may end it mid-epoch): evaluate, then
+    // checkpoint (so the checkpoint knows the best accuracy).
+    const bool epoch_done = state_.next_batch == iters_per_epoch_;
+    const bool last = state_.global_iteration >= total_iters || (epoch_done && epoch + 1 == epochs);
+    if (epoch_done) {
+      state_.epoch = epoch + 1;  // a checkpoint written now resumes at the next epoch
+      state_.next_batch = 0;
     }
+    bool is_best = false;
+    if (last || (eval_every > 0 && (epoch + 1) % eval_every == 0)) result.last_eval = evaluate_and_report(epoch, &is_best);
     if (last || (ckpt_every_epochs > 0 && (epoch + 1) % ckpt_every_epochs == 0)) {
       result.last_checkpoint = save_checkpoint();
     }
     if (is_best) save_checkpoint(/*best=*/true);
+    if (last) break;
   }
 
   if (result.interrupted) {
@@ -658,6 +792,7 @@ TrainResult Trainer::train() {
     if (chatty) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
   }
   drain_stop_vote();
+  training_ = false;
   result.iterations = state_.global_iteration;
   result.best_accuracy = state_.best_accuracy;
   result.seconds = seconds_since(start);

@@ -36,6 +36,7 @@
 
 #include "apps/checkpoint.h"
 #include "apps/config.h"
+#include "apps/run_folder.h"
 #include "apps/task.h"
 #include "core/device.h"
 #include "core/random.h"
@@ -61,6 +62,9 @@ struct TrainerOptions {
   int64_t stop_at_iteration = -1;
   // Evaluation only: skip loading the training split.
   bool eval_only = false;
+  // A fresh run into a folder that holds another run moves that run aside instead of
+  // refusing to start (apps/run_folder.h; `train --overwrite`).
+  bool overwrite = false;
   // Train on this process group instead of joining the launcher's rendezvous (tests run ranks
   // as threads or forked processes). Null = from the environment (dist::world_from_env).
   std::shared_ptr<dist::ProcessGroup> group;
@@ -94,6 +98,9 @@ class Trainer {
   void resume(const std::string& path);
   // Loads only the model weights (for evaluation).
   void load_weights(const std::string& path);
+  // Fine-tuning (`train --weights`): a fresh run that starts from a checkpoint's weights where
+  // names and shapes match (the optimizer, schedule and data position start over).
+  void init_from_weights(const std::string& path);
 
   // Runs the remaining epochs.
   TrainResult train();
@@ -117,6 +124,14 @@ class Trainer {
  private:
   std::ostream& log();
   TrainingState snapshot() const;
+  // A checkpoint of another job shape (ranks, batch per rank, micro-batches): converts its
+  // position to this job's iterations at the same sample count, or refuses where the
+  // synchronizer's state is per rank.
+  void convert_job_shape(TrainingState& s, const std::string& file, bool chatty);
+  // Rank 0 claims the output folder (apps/run_folder.h); every rank learns whether it could.
+  void claim_output_folder();
+  void record_train(const std::string& fields);  // one "train" record of the metrics log
+  EvalResult evaluate_and_report(int64_t epoch, bool* is_best);
   std::string save_checkpoint(bool best = false);
   void write_metrics(const std::string& json);
   std::string resolve_in_output(const std::string& path) const;
@@ -167,8 +182,13 @@ class Trainer {
   std::unique_ptr<CheckpointDir> checkpoints_;
   std::ofstream metrics_;
   int64_t iters_per_epoch_ = 0;
+  int64_t epochs_ = 0;  // epochs this run spans (from max_steps when it is set)
   TrainingState state_;
   bool resumed_ = false;
+  std::string resumed_from_;  // the checkpoint file resume() read
+  std::unique_ptr<RunFolder> run_folder_;  // rank 0: the output folder's lock
+  bool training_ = false;                  // inside train(), since train_start_
+  std::chrono::steady_clock::time_point train_start_;
   int64_t nonfinite_in_a_row_ = 0;
   int64_t bad_steps_ = 0;  // bad steps skipped in this process (loss-scale overflows excluded)
 };

@@ -12,6 +12,15 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An error in what the user asked for (the config, the command line, the output folder) that
+// running the same command again cannot fix: `mintrain` exits with kConfigErrorExit for it, and
+// `mintrain launch` does not spend its restarts on it.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+constexpr int kConfigErrorExit = 3;
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {

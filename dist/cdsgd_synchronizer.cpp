@@ -220,7 +220,7 @@ std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<Proce
     m.dampening = config.dampening;
     m.nesterov = config.nesterov;
     if (!config.decoupled_weight_decay) m.weight_decay = config.weight_decay;
-    m.mask_sent = config.compression == "TOPK";  // momentum factor masking, for sparse payloads
+    m.mask_sent = config.compression == "topk";  // momentum factor masking, for sparse payloads
     momentum = m;
   }
   MT_CHECK(config.grad_accumulation_steps == 1, "dist.grad_accumulation_steps must be 1 with "

@@ -45,7 +45,7 @@ class Compressor {
 };
 
 struct CompressionOptions {
-  std::string type = "NONE";  // NONE, FP16, TWO_BIT, TOPK, SIGN
+  std::string type = "none";  // NONE, FP16, TWO_BIT, TOPK, SIGN
   double tau = 0.5;           // TWO_BIT threshold
   double topk_ratio = 0.01;   // TOPK fraction kept, (0, 1]
   int topk_warmup_iters = 0;  // TOPK ratio warm-up (DGC); 0 = none

@@ -15,7 +15,7 @@ namespace {
 
 class Fp16Compressor final : public Compressor {
  public:
-  std::string name() const override { return "FP16"; }
+  std::string name() const override { return "fp16"; }
   Tensor compress(const Tensor& in) const override {
 #ifdef MT_CUDA_KERNELS
     if (in.is_cuda()) return core::cuda::fp16_encode(in.contiguous());

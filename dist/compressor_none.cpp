@@ -7,7 +7,7 @@ namespace {
 
 class NoneCompressor final : public Compressor {
  public:
-  std::string name() const override { return "NONE"; }
+  std::string name() const override { return "none"; }
   Tensor compress(const Tensor& in) const override { return in.clone(); }
   Tensor decompress(const Tensor& payload, int64_t) const override { return payload.clone(); }
   bool summable() const override { return true; }

@@ -46,7 +46,7 @@ double sum_of_magnitudes(const float* v, int64_t n) {
 
 class SignCompressor final : public Compressor {
  public:
-  std::string name() const override { return "SIGN"; }
+  std::string name() const override { return "sign"; }
 
   Tensor compress(const Tensor& in) const override {
 #ifdef MT_CUDA_KERNELS

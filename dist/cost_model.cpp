@@ -9,21 +9,23 @@
 
 namespace mt::dist {
 
+std::vector<std::string> schedule_names() { return {"bsp", "wfbp", "fusion", "mgwfbp"}; }
+
 Schedule parse_schedule(const std::string& name) {
-  if (name == "BSP") return Schedule::BSP;
-  if (name == "WFBP") return Schedule::WFBP;
-  if (name == "FUSION") return Schedule::FUSION;
-  if (name == "MGWFBP") return Schedule::MGWFBP;
+  if (name == "bsp") return Schedule::BSP;
+  if (name == "wfbp") return Schedule::WFBP;
+  if (name == "fusion") return Schedule::FUSION;
+  if (name == "mgwfbp") return Schedule::MGWFBP;
   MT_FAIL("unknown S-SGD schedule \"", name,
-          "\" (dist.schedule); valid: \"BSP\", \"WFBP\", \"FUSION\", \"MGWFBP\"");
+          "\" (dist.schedule); valid: \"bsp\", \"wfbp\", \"fusion\", \"mgwfbp\"");
 }
 
 std::string schedule_name(Schedule schedule) {
   switch (schedule) {
-    case Schedule::BSP: return "BSP";
-    case Schedule::WFBP: return "WFBP";
-    case Schedule::FUSION: return "FUSION";
-    case Schedule::MGWFBP: return "MGWFBP";
+    case Schedule::BSP: return "bsp";
+    case Schedule::WFBP: return "wfbp";
+    case Schedule::FUSION: return "fusion";
+    case Schedule::MGWFBP: return "mgwfbp";
   }
   return "?";
 }

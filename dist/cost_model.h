@@ -15,7 +15,8 @@ namespace mt::dist {
 
 // When the gradient exchange runs; see algorithms.md section 1.
 enum class Schedule { BSP, WFBP, FUSION, MGWFBP };
-Schedule parse_schedule(const std::string& name);  // "BSP", "WFBP", "FUSION", "MGWFBP"
+Schedule parse_schedule(const std::string& name);  // "bsp", "wfbp", "fusion", "mgwfbp"
+std::vector<std::string> schedule_names();
 std::string schedule_name(Schedule schedule);
 
 struct LinearCost {

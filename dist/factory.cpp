@@ -13,7 +13,7 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
                                                 const SyncConfig& config) {
   if (!group) return std::make_unique<LocalSynchronizer>();
   // CD-SGD, and S-SGD with gradient compression (cdsgd_synchronizer.h).
-  if (config.algorithm == "cdsgd" || (config.algorithm == "ssgd" && config.compression != "NONE"))
+  if (config.algorithm == "cdsgd" || (config.algorithm == "ssgd" && config.compression != "none"))
     return make_compressed_synchronizer(std::move(group), config);
   if (config.algorithm == "ssgd") {
     MT_CHECK((config.alpha < 0) == (config.beta < 0),

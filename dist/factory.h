@@ -18,7 +18,7 @@ namespace mt::dist {
 
 struct SyncConfig {
   std::string algorithm = "ssgd";
-  std::string schedule = "FUSION";
+  std::string schedule = "fusion";
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;
   int profile_iters = 5;
@@ -41,7 +41,7 @@ struct SyncConfig {
   bool dssync_measure_racks = false;
   // CD-SGD and compressed S-SGD (algorithm "cdsgd", or "ssgd" with a compression; see
   // cdsgd_synchronizer.h, compressor.h and DistConfig).
-  std::string compression = "NONE";
+  std::string compression = "none";
   double compression_tau = 0.5;
   double topk_ratio = 0.01;
   int cdsgd_warmup_iters = 100;

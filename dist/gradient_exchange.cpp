@@ -70,7 +70,7 @@ Tensor GradientExchange::wait(PendingExchange& e) {
 }
 
 void GradientExchange::warm_up(const CompressionOptions& options, int64_t iteration) {
-  if (options.type != "TOPK" || iteration >= options.topk_warmup_iters) return;
+  if (options.type != "topk" || iteration >= options.topk_warmup_iters) return;
   set_compressor(make_topk_compressor(topk_ratio_at(options, iteration)));
 }
 

@@ -101,7 +101,7 @@ TEST(Cdsgd, Gloo_ClosedFormOnTwoRanks) {
     for (int k : {1, 0}) {
       VectorModel model(ctx.rank == 0 ? W0 : std::vector<float>{9, 9, 9, 9});  // broadcast fixes it
       auto opt = plain_sgd(model, a);
-      dist::CdsgdSynchronizer sync(ctx.group, cdsgd("NONE", 0, k, 0.0));
+      dist::CdsgdSynchronizer sync(ctx.group, cdsgd("none", 0, k, 0.0));
       sync.setup(model, *opt);
       const auto c_i = target(ctx.rank);
       for (int t = 0; t < T; ++t) {
@@ -144,7 +144,7 @@ TEST(Cdsgd, Gloo_DelayCompensationTerm) {
     const std::vector<float> W0 = {1.0f, -2.0f, 0.5f, 3.0f};
     VectorModel model(W0);
     auto opt = plain_sgd(model, a);
-    dist::CdsgdSynchronizer sync(ctx.group, cdsgd("NONE", 0, 0, lambda));
+    dist::CdsgdSynchronizer sync(ctx.group, cdsgd("none", 0, 0, lambda));
     sync.setup(model, *opt);
     const auto c_i = target(ctx.rank);
     std::vector<double> g0(4), w1(4), W1(4), g1(4);
@@ -283,7 +283,7 @@ TEST(CompressedSsgd, Gloo_NoneEqualsPlainSsgd) {
 TEST(Cdsgd, Gloo_CheckpointResumesExactly) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     core::set_num_threads(1);
-    for (const std::string comp : {"TWO_BIT", "TOPK", "SIGN"}) {
+    for (const std::string comp : {"two_bit", "topk", "sign"}) {
       SavedState saved;
       const auto straight = cdsgd_run(ctx.group, ctx.rank, cdsgd(comp, 2, 3, 0.04), 0.9, nullptr, nullptr);
       const auto with_eval = cdsgd_run(ctx.group, ctx.rank, cdsgd(comp, 2, 3, 0.04), 0.9, &saved, nullptr);
@@ -311,7 +311,7 @@ TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
     if (ctx.rank == 0) {
       EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
       EXPECT_NE(log.str().find("+momentum-correction"), std::string::npos) << log.str();
-      EXPECT_NE(log.str().find("CD-SGD TWO_BIT"), std::string::npos) << log.str();
+      EXPECT_NE(log.str().find("CD-SGD two_bit"), std::string::npos) << log.str();
       EXPECT_NE(log.str().find("sent per iteration"), std::string::npos) << log.str();
     }
   }, mo).ok_or_report());
@@ -333,7 +333,7 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
               std::string::npos);
     EXPECT_NE(make([](dist::SyncConfig& s) { s.compression = "ZIP"; }).find("unknown dist.compression \"ZIP\""),
               std::string::npos);
-    EXPECT_NE(make([](dist::SyncConfig& s) { s.compression = "TWO_BIT"; s.compression_tau = 0; })
+    EXPECT_NE(make([](dist::SyncConfig& s) { s.compression = "two_bit"; s.compression_tau = 0; })
                   .find("dist.compression_tau"),
               std::string::npos);
     EXPECT_NE(make([](dist::SyncConfig& s) { s.grad_accumulation_steps = 2; })
@@ -341,7 +341,7 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
               std::string::npos);
     // "ssgd" with a compression builds compressed S-SGD; "cdsgd" CD-SGD.
     dist::SyncConfig sc;
-    sc.compression = "SIGN";
+    sc.compression = "sign";
     EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "ssgd/SIGN");
     sc.algorithm = "cdsgd";
     EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/SIGN");
@@ -441,7 +441,7 @@ TEST(MomentumCorrection, MaskingClearsTheVelocityOfSentCoordinatesOnly) {
 
 TEST(TopkWarmup, RatioFallsExponentiallyFromOneToTheTarget) {
   dist::CompressionOptions o;
-  o.type = "TOPK";
+  o.type = "topk";
   o.topk_ratio = 0.01;
   o.topk_warmup_iters = 4;
   EXPECT_NEAR(dist::topk_ratio_at(o, 0), std::pow(0.01, 0.25), 1e-12);
@@ -460,7 +460,7 @@ TEST(TopkWarmup, RatioFallsExponentiallyFromOneToTheTarget) {
 TEST(TopkWarmup, Gloo_ExchangeUsesTheRatioOfItsIterationAndDecodesInFlightOnes) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     dist::CompressionOptions o;
-    o.type = "TOPK";
+    o.type = "topk";
     o.topk_ratio = 0.01;
     o.topk_warmup_iters = 2;
     const int64_t n = 1000;
@@ -538,13 +538,13 @@ TEST(Cdsgd, Gloo_MomentumCorrectionWarmUpIsMomentumSsgdAndResumesExactly) {
       auto o1 = optim::build_optimizer("sgd", m1->parameters(), oo);
       auto o2 = plain_sgd(*m2, 0.1);  // plain SGD: the synchronizer takes the momentum over
       train_ssgd_bsp(ctx.group, *m1, *o1, 6, ctx.rank);
-      dist::CdsgdSynchronizer cd(ctx.group, options(100, "NONE"));
+      dist::CdsgdSynchronizer cd(ctx.group, options(100, "none"));
       cd.setup(*m2, *o2);
       train_steps(cd, *m2, *o2, 0, 6, ctx.rank);
       const auto w1 = all_weights(*m1), w2 = all_weights(*m2);
       for (size_t i = 0; i < w1.size(); ++i) ASSERT_NEAR(w1[i], w2[i], 1e-5) << i;
     }
-    for (const std::string comp : {"TWO_BIT", "TOPK"}) {
+    for (const std::string comp : {"two_bit", "topk"}) {
       // Plain SGD: the synchronizer takes the momentum over.
       SavedState saved;
       const auto straight = cdsgd_run(ctx.group, ctx.rank, options(2, comp), 0.0, nullptr, nullptr);

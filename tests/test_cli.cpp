@@ -80,7 +80,7 @@ TEST(Cli, BadCommandLinesPrintUsage) {
 
 TEST(Cli, NonexistentConfig) {
   const Result r = run("train /nonexistent/job.prototxt");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 3);  // a config error: running again unchanged cannot help
   EXPECT_TRUE(has(r.err, "mintrain: error:")) << r.err;
   EXPECT_TRUE(has(r.err, "/nonexistent/job.prototxt")) << r.err;
 }
@@ -89,22 +89,96 @@ TEST(Cli, BadSyntaxNamesFileLineColumn) {
   const fs::path cfg = temp_dir() / "bad.prototxt";
   std::ofstream(cfg) << "name: \"x\"\nepochs: 2\nmodel {\n  name: mlp\n}\n";  // unquoted string
   const Result r = run("train " + cfg.string());
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 3);
   EXPECT_TRUE(has(r.err, "mintrain: error: " + cfg.string() + ":4:")) << r.err;
 }
 
 TEST(Cli, UnknownModelListsValidNames) {
   const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set model.name=vgg99");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 3);
   EXPECT_TRUE(has(r.err, "vgg99")) << r.err;
   EXPECT_TRUE(has(r.err, "lenet5")) << r.err;
 }
 
 TEST(Cli, BadOverridePathListsFields) {
   const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.learning_rate=1");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 3);
   EXPECT_TRUE(has(r.err, "learning_rate")) << r.err;
   EXPECT_TRUE(has(r.err, "momentum")) << r.err;
+}
+
+TEST(Cli, EverySubcommandHasHelp) {
+  for (const std::string cmd : {"train", "eval", "launch", "model", "profile-comm"}) {
+    SCOPED_TRACE(cmd);
+    for (const std::string flag : {"--help", "-h"}) {
+      const Result r = run(cmd + " " + flag);
+      EXPECT_EQ(r.status, 0) << r.err;
+      EXPECT_TRUE(has(r.out, cmd)) << r.out;
+    }
+  }
+  // launch's own --help, not the worker command's after "--".
+  const Result r = run("launch --help -- train x.prototxt");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "--nproc-per-node")) << r.out;
+}
+
+TEST(Cli, HelpListsTheDistributedNamesInOneCase) {
+  const Result r = run("help");
+  for (const std::string name : {"ssgd", "cdsgd", "dssync", "bsp", "wfbp", "fusion", "mgwfbp", "two_bit", "topk",
+                                 "butterfly"}) {
+    EXPECT_TRUE(has(r.out, name)) << name << "\n" << r.out;
+  }
+  EXPECT_FALSE(has(r.out, "MGWFBP")) << r.out;
+}
+
+TEST(Cli, ConfigErrorsExitThreeAtOnceInOneProcess) {
+  // dist.* is checked before any rendezvous, even when one process ignores it; every number
+  // must be finite; an empty file is no config.
+  const fs::path empty = temp_dir() / "empty.prototxt";
+  std::ofstream(empty) << "\n";
+  for (const std::string args : {"train " + kConfigs + "mlp_synthetic.prototxt --set dist.algorithm=foo",
+                                 "train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.lr=inf",
+                                 "train " + empty.string(), "eval " + empty.string() + " --checkpoint x"}) {
+    SCOPED_TRACE(args);
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 3) << r.err;
+    EXPECT_TRUE(has(r.err, "mintrain: error: ")) << r.err;
+  }
+  EXPECT_TRUE(has(run("train " + kConfigs + "mlp_synthetic.prototxt --set dist.algorithm=foo").err, "cdsgd"));
+  EXPECT_TRUE(has(run("train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.lr=inf").err, "optimizer.lr"));
+}
+
+// The README's "Using it" order: a run, then another command into the same default folder.
+TEST(Cli, ASecondRunIntoTheSameFolderIsRefusedThenOverwriteOrResume) {
+  const std::string out = (temp_dir() / "twice").string();
+  const std::string cfg = kConfigs + "mlp_synthetic.prototxt";
+  ASSERT_EQ(run("train " + cfg + " --set epochs=2 --output " + out).status, 0);
+  const std::string metrics = slurp(out + "/metrics.jsonl");
+  Result r = run("train " + cfg + " --set epochs=1 --set optimizer.lr=0.02 --output " + out);
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_TRUE(has(r.err, "already holds a run")) << r.err;
+  EXPECT_EQ(slurp(out + "/metrics.jsonl"), metrics) << "nothing of the first run was touched";
+
+  r = run("train " + cfg + " --set epochs=3 --resume auto --output=" + out);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "epoch 3/3 test loss")) << r.out;
+  EXPECT_TRUE(has(slurp(out + "/metrics.jsonl"), metrics)) << "appended to, not started over";
+
+  r = run("train " + cfg + " --set epochs=1 --overwrite --output " + out);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, ".old-")) << r.out;
+  EXPECT_FALSE(has(slurp(out + "/metrics.jsonl"), metrics));
+  EXPECT_EQ(run("train " + cfg + " --overwrite=1 --output " + out).status, 2) << "a switch takes no value";
+}
+
+// configs/image_folder_tiny.prototxt runs as its comment says: make the folder, then train.
+TEST(Cli, TheTinyImageFolderConfigRunsAsItsCommentSays) {
+  const std::string make = "cd " + temp_dir().string() + " && bash " + std::string(MT_SOURCE_DIR) +
+                           "/apps/scripts/make_image_folder_tiny.sh >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0);
+  const Result r = run("train " + kConfigs + "image_folder_tiny.prototxt --output " + (temp_dir() / "tiny").string());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "epoch 3/3 test loss")) << r.out;
 }
 
 TEST(Cli, MissingDatasetFolder) {

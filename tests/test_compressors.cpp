@@ -31,12 +31,12 @@ const auto opts = [](const auto&... args) { return mt::testing::compression_opti
 
 TEST(Compressors, PayloadBytes) {
   const int64_t n = 100;
-  EXPECT_EQ(dist::make_compressor(opts("NONE"))->payload_bytes(n), 400);
-  EXPECT_EQ(dist::make_compressor(opts("FP16"))->payload_bytes(n), 200);
-  EXPECT_EQ(dist::make_compressor(opts("TWO_BIT"))->payload_bytes(n), 4 * 7);  // 16 a word
-  EXPECT_EQ(dist::make_compressor(opts("SIGN"))->payload_bytes(n), 4 + 4 * 4);  // scale + 32 a word
-  EXPECT_EQ(dist::make_compressor(opts("TOPK", 0.5, 0.1))->payload_bytes(n), 8 * 10);
-  EXPECT_EQ(dist::make_compressor(opts("TOPK", 0.5, 0.001))->payload_bytes(n), 8);  // at least 1
+  EXPECT_EQ(dist::make_compressor(opts("none"))->payload_bytes(n), 400);
+  EXPECT_EQ(dist::make_compressor(opts("fp16"))->payload_bytes(n), 200);
+  EXPECT_EQ(dist::make_compressor(opts("two_bit"))->payload_bytes(n), 4 * 7);  // 16 a word
+  EXPECT_EQ(dist::make_compressor(opts("sign"))->payload_bytes(n), 4 + 4 * 4);  // scale + 32 a word
+  EXPECT_EQ(dist::make_compressor(opts("topk", 0.5, 0.1))->payload_bytes(n), 8 * 10);
+  EXPECT_EQ(dist::make_compressor(opts("topk", 0.5, 0.001))->payload_bytes(n), 8);  // at least 1
   for (const auto& name : dist::compressor_names()) {
     auto c = dist::make_compressor(opts(name));
     const Tensor in = random_vector(n, 3);
@@ -45,21 +45,21 @@ TEST(Compressors, PayloadBytes) {
     EXPECT_EQ(p.dtype(), c->payload_dtype()) << name;
     EXPECT_EQ(c->decompress(p, n).numel(), n) << name;
   }
-  EXPECT_TRUE(dist::make_compressor(opts("NONE"))->summable());
-  EXPECT_TRUE(dist::make_compressor(opts("FP16"))->summable());
-  EXPECT_FALSE(dist::make_compressor(opts("TWO_BIT"))->summable());
-  EXPECT_FALSE(dist::make_compressor(opts("TOPK"))->summable());
-  EXPECT_FALSE(dist::make_compressor(opts("SIGN"))->summable());
+  EXPECT_TRUE(dist::make_compressor(opts("none"))->summable());
+  EXPECT_TRUE(dist::make_compressor(opts("fp16"))->summable());
+  EXPECT_FALSE(dist::make_compressor(opts("two_bit"))->summable());
+  EXPECT_FALSE(dist::make_compressor(opts("topk"))->summable());
+  EXPECT_FALSE(dist::make_compressor(opts("sign"))->summable());
 }
 
 TEST(Compressors, NoneIsExact) {
-  auto c = dist::make_compressor(opts("NONE"));
+  auto c = dist::make_compressor(opts("none"));
   const Tensor in = random_vector(37, 1);
   EXPECT_EQ(c->decompress(c->compress(in), 37).to_vector(), in.to_vector());
 }
 
 TEST(Compressors, Fp16RoundsToNearestEven) {
-  auto c = dist::make_compressor(opts("FP16"));
+  auto c = dist::make_compressor(opts("fp16"));
   // 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1).
   const std::vector<float> in = {1.0f, 0.1f, -2.5f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f};
   const auto out = c->decompress(c->compress(Tensor::from_vector(in, {6})), 6).to_vector();
@@ -80,7 +80,7 @@ TEST(Compressors, Fp16RoundsToNearestEven) {
 }
 
 TEST(Compressors, TwoBitThresholds) {
-  auto c = dist::make_compressor(opts("TWO_BIT", 0.5));
+  auto c = dist::make_compressor(opts("two_bit", 0.5));
   std::vector<float> in = {0.5f, 0.49f, -0.5f, -0.7f, 3.0f, 0.0f, -0.1f};
   for (int i = 0; i < 30; ++i) in.push_back(i % 3 == 0 ? 1.0f : (i % 3 == 1 ? -1.0f : 0.2f));
   const int64_t n = static_cast<int64_t>(in.size());
@@ -92,7 +92,7 @@ TEST(Compressors, TwoBitThresholds) {
 }
 
 TEST(Compressors, SignIsScaledSign) {
-  auto c = dist::make_compressor(opts("SIGN"));
+  auto c = dist::make_compressor(opts("sign"));
   const Tensor in = random_vector(75, 5);
   const auto v = in.to_vector();
   double l1 = 0;
@@ -105,7 +105,7 @@ TEST(Compressors, SignIsScaledSign) {
 TEST(Compressors, TopkKeepsExactlyTheLargest) {
   for (int64_t n : {10, 1000, 100000}) {
     for (double ratio : {0.001, 0.01, 0.3}) {
-      auto c = dist::make_compressor(opts("TOPK", 0.5, ratio));
+      auto c = dist::make_compressor(opts("topk", 0.5, ratio));
       const Tensor in = random_vector(n, static_cast<uint64_t>(n) + 11);
       const auto v = in.to_vector();
       const auto out = c->decompress(c->compress(in), n).to_vector();
@@ -145,24 +145,24 @@ TEST(ErrorFeedback, ResidualPlusDecodedEqualsInputPlusOldResidual) {
       for (int64_t i = 0; i < n; ++i)
         ASSERT_NEAR(r[i] + d[i], gv[i] + r_old[i], 1e-6) << name << " iteration " << it << " i " << i;
     }
-    if (name == "NONE") {
+    if (name == "none") {
       for (float x : ef.residual().to_vector()) EXPECT_EQ(x, 0.0f);
     }
   }
 }
 
 TEST(Compressors, BadOptionsAreClearErrors) {
-  EXPECT_NE(error_of([] { dist::make_compressor(opts("TWO_BIT", 0.0)); }).find("dist.compression_tau"),
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("two_bit", 0.0)); }).find("dist.compression_tau"),
             std::string::npos);
-  EXPECT_NE(error_of([] { dist::make_compressor(opts("TWO_BIT", -1.0)); }).find("must be > 0"),
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("two_bit", -1.0)); }).find("must be > 0"),
             std::string::npos);
-  EXPECT_NE(error_of([] { dist::make_compressor(opts("TOPK", 0.5, 0.0)); }).find("dist.topk_ratio"),
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("topk", 0.5, 0.0)); }).find("dist.topk_ratio"),
             std::string::npos);
-  EXPECT_NE(error_of([] { dist::make_compressor(opts("TOPK", 0.5, 1.5)); }).find("(0, 1]"),
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("topk", 0.5, 1.5)); }).find("(0, 1]"),
             std::string::npos);
   const std::string e = error_of([] { dist::make_compressor(opts("THREE_BIT")); });
   EXPECT_NE(e.find("THREE_BIT"), std::string::npos) << e;
-  EXPECT_NE(e.find("TWO_BIT"), std::string::npos) << e;  // lists the valid ones
+  EXPECT_NE(e.find("two_bit"), std::string::npos) << e;  // lists the valid ones
 }
 
 // Over real Gloo ranks: every compressor's exchange returns the same average on every rank,
@@ -184,7 +184,7 @@ TEST(GradientExchange, Gloo_AverageOfDecodedPayloads) {
       }
       dist::PendingExchange e = ex.launch(random_vector(n, 40 + ctx.rank), false);
       const auto got = ex.wait(e).to_vector();
-      const double tol = name == "FP16" ? 2e-3 : 1e-6;  // halves are summed in half precision
+      const double tol = name == "fp16" ? 2e-3 : 1e-6;  // halves are summed in half precision
       for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i] / n_ranks, tol) << name << " " << i;
       EXPECT_GT(ex.stats().bytes_sent, 0);
 

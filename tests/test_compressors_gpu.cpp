@@ -77,8 +77,8 @@ std::vector<std::pair<int32_t, uint32_t>> topk_pairs(const std::vector<uint8_t>&
 
 // Compressor configurations exercised everywhere.
 std::vector<dist::CompressionOptions> all_configs() {
-  return {opts("NONE"), opts("FP16"), opts("TWO_BIT", 0.5), opts("TWO_BIT", 0.05), opts("SIGN"),
-          opts("TOPK", 0.5, 0.001), opts("TOPK", 0.5, 0.01), opts("TOPK", 0.5, 0.3), opts("TOPK", 0.5, 1.0)};
+  return {opts("none"), opts("fp16"), opts("two_bit", 0.5), opts("two_bit", 0.05), opts("sign"),
+          opts("topk", 0.5, 0.001), opts("topk", 0.5, 0.01), opts("topk", 0.5, 0.3), opts("topk", 0.5, 1.0)};
 }
 
 std::string describe(const dist::Compressor& c, int64_t n, const std::string& input) {
@@ -96,7 +96,7 @@ void expect_same_on_both_devices(const dist::Compressor& c, const Tensor& in, co
   ASSERT_EQ(gpu_payload.dtype(), cpu_payload.dtype()) << what;
   ASSERT_EQ(gpu_payload.numel(), c.payload_numel(n)) << what;
   const auto cpu_bytes = host_bytes(cpu_payload), gpu_bytes = host_bytes(gpu_payload);
-  if (c.name().rfind("TOPK", 0) == 0) {
+  if (c.name().rfind("topk", 0) == 0) {
     ASSERT_EQ(topk_pairs(gpu_bytes), topk_pairs(cpu_bytes)) << what << ": another set of (index, value) pairs";
   }
   ASSERT_EQ(first_difference(gpu_bytes, cpu_bytes), -1) << what << ": payload bytes differ";
@@ -142,7 +142,7 @@ TEST(CompressorsGpu, AllZeroInputs) {
 
 TEST(CompressorsGpu, Fp16EdgeValuesHaveTheCpuBits) {
   MT_REQUIRE_GPU();
-  auto c = dist::make_compressor(opts("FP16"));
+  auto c = dist::make_compressor(opts("fp16"));
   for (int64_t n : {int64_t{13}, int64_t{1000}, int64_t{100001}})
     expect_same_on_both_devices(*c, with_fp16_edges(random_vector(n, 5, 1e-3f)), describe(*c, n, "edge-value"));
   // Every float16 bit pattern decodes alike on both devices.
@@ -162,7 +162,7 @@ TEST(CompressorsGpu, TopkTiesGoToTheLowerIndex) {
   float* p = in.data<float>();
   for (int64_t i = 0; i < n; ++i) p[i] = (i % 3 == 0 ? -1.0f : 1.0f) * static_cast<float>(1 + (i * 7) % 5);
   for (double ratio : {0.001, 0.05, 0.5}) {
-    auto c = dist::make_compressor(opts("TOPK", 0.5, ratio));
+    auto c = dist::make_compressor(opts("topk", 0.5, ratio));
     expect_same_on_both_devices(*c, in, describe(*c, n, "tied"));
     // The chosen indices are the lowest among the values of the cut-off magnitude.
     const auto pairs = topk_pairs(host_bytes(c->compress(in.to(Device::cuda()))));
@@ -218,7 +218,7 @@ TEST(CompressorsGpu, ErrorFeedbackInvariantOnTheGpu) {
             ASSERT_NEAR(r[i] + d[i], gv[i] + r_old[i], 1e-6)
                 << c->name() << " n " << n << " iteration " << it << " i " << i;
         }
-        if (c->name() == "NONE") {
+        if (c->name() == "none") {
           for (float x : ef.residual().to_vector()) ASSERT_EQ(x, 0.0f);
         }
       }

@@ -207,7 +207,7 @@ TEST(CostModel, ScheduleNames) {
     parse_schedule("wfbp2");
     FAIL();
   } catch (const mt::core::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MGWFBP"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("mgwfbp"), std::string::npos);
   }
 }
 

@@ -410,8 +410,8 @@ TEST(DistResumeState, Gloo_OtherSettingsStartAfreshWithANote) {
     };
     auto caps = ssgd(dist::Schedule::FUSION, nullptr);
     caps.bucket_cap_mb = 0.004;
-    EXPECT_TRUE(contains(load_into(caps, fusion), "made with dist.bucket_cap_mb 0.002 (this run: ssgd/FUSION)"));
-    EXPECT_TRUE(contains(load_into(ssgd(dist::Schedule::WFBP, nullptr), fusion), "made with dist.schedule FUSION"));
+    EXPECT_TRUE(contains(load_into(caps, fusion), "made with dist.bucket_cap_mb 0.002 (this run: ssgd/fusion)"));
+    EXPECT_TRUE(contains(load_into(ssgd(dist::Schedule::WFBP, nullptr), fusion), "made with dist.schedule fusion"));
     auto profile = ssgd(dist::Schedule::MGWFBP, nullptr);
     profile.profile_iters = 3;
     profile.alpha = -1;  // measured at start-up

@@ -213,6 +213,29 @@ TEST(Reliability, SigtermCheckpointsExits143AndResumesAuto) {
   fs::remove_all(dir);
 }
 
+// Two runs started on one folder: the second stops at once, naming the first; the first's
+// metrics stay valid JSON lines.
+TEST(Reliability, TwoRunsAtOnceOnOneFolderAreKeptApart) {
+  const fs::path dir = temp_dir("two_at_once"), first_dir = dir / "first", second_dir = dir / "second";
+  fs::create_directories(first_dir);
+  fs::create_directories(second_dir);
+  const std::string out = (dir / "run").string();
+  Process first(first_dir, {"train", kTinyConfig, "--set", "epochs=100000", "--set", "logging.print_every_iters=8",
+                            "--output", out});
+  ASSERT_TRUE(first.wait_until([&] { return has(first.out(), "epoch 1/100000 iter"); }, 60)) << first.err();
+  Process second(second_dir, {"train", kTinyConfig, "--resume", "auto", "--output", out});
+  EXPECT_EQ(second.wait_exit(60), 1) << second.err();
+  EXPECT_TRUE(has(second.err(), "in use by another run (pid " + std::to_string(first.pid()))) << second.err();
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait_exit(60), 143) << first.err();
+  std::ifstream metrics(out + "/metrics.jsonl");
+  int records = 0;
+  for (std::string line; std::getline(metrics, line); ++records) {
+    EXPECT_TRUE(line.size() > 2 && line.front() == '{' && line.back() == '}') << line;
+  }
+  EXPECT_GT(records, 0);
+}
+
 TEST(Reliability, SecondSignalQuitsAtOnceWithoutACheckpoint) {
   const fs::path dir = temp_dir("second_signal");
   // Iterations of several seconds (a wide MLP on big inputs), so the first signal is still

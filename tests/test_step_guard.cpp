@@ -127,11 +127,12 @@ TEST(TrainerNonFinite, StopNamesTheIterationAndKeepsCheckpoints) {
   apps::TrainerOptions opt;
   opt.log = &log;
   apps::Trainer t(diverging_config(out, "stop"), opt);
+  std::string msg;
   try {
     t.train();
     FAIL() << "training with lr 1e30 should have hit a non-finite gradient";
   } catch (const core::Error& e) {
-    const std::string msg = e.what();
+    msg = e.what();
     EXPECT_NE(msg.find("iteration "), std::string::npos) << msg;
     EXPECT_NE(msg.find("gradient norm is"), std::string::npos) << msg;
     EXPECT_NE(msg.find("on_nonfinite"), std::string::npos) << msg;
@@ -139,7 +140,11 @@ TEST(TrainerNonFinite, StopNamesTheIterationAndKeepsCheckpoints) {
   // The checkpoints written before the bad step are still there and loadable.
   const auto files = apps::CheckpointDir::list(out + "/checkpoints");
   ASSERT_FALSE(files.empty());
-  EXPECT_NO_THROW(apps::load_checkpoint(files.back(), nullptr, nullptr, nullptr));
+  const apps::TrainingState last_good = apps::load_checkpoint(files.back(), nullptr, nullptr, nullptr);
+  // A checkpoint follows every good step, so the step that failed is the one after the newest
+  // checkpoint's, counted from 1 as the progress lines count.
+  const std::string named = "iteration " + std::to_string(last_good.global_iteration + 1) + ":";
+  EXPECT_NE(msg.find(named), std::string::npos) << "expected \"" << named << "\" in: " << msg;
 }
 
 TEST(TrainerNonFinite, SkipWarnsAndGivesUpAfterTenInARow) {

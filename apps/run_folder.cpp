@@ -1,0 +1,182 @@
+#include "apps/run_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <ostream>
+#include <system_error>
+
+#include "apps/checkpoint.h"
+#include "core/error.h"
+
+namespace mt::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+// Whether `path` lies inside `dir` (both as given, made absolute and normal).
+bool inside(const std::string& path, const std::string& dir) {
+  const fs::path p = fs::absolute(path).lexically_normal(), d = fs::absolute(dir).lexically_normal();
+  const auto rel = p.lexically_relative(d);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+// "<path>.old-<date>-<time>".
+std::string aside_name(const std::string& path) {
+  std::string base = fs::path(path).lexically_normal().string();
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return RunFolder::unused_name(base + ".old-" + RunFolder::timestamp());
+}
+
+void move_aside(const std::string& path, std::vector<std::string>& moved) {
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return;
+  const std::string to = aside_name(path);
+  fs::rename(path, to, ec);
+  MT_CHECK(!ec, "--overwrite: cannot move \"", path, "\" aside to \"", to, "\": ", ec.message(),
+           "; move or remove it by hand, or pick another folder with --output DIR");
+  moved.push_back(to);
+}
+
+// Interrupted checkpoint writes leave "<file>.tmp.<pid>" behind (core/serialize.cpp writes to
+// such a file, then renames it). With the folder locked no other run is writing one.
+void remove_stale_temporaries(const std::string& dir, std::ostream* log) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".ckpt.tmp.") == std::string::npos) continue;
+    std::error_code rm;
+    fs::remove(entry.path(), rm);
+    if (log && !rm) *log << "note: removed " << entry.path().string() << ", left by an interrupted save\n";
+  }
+}
+
+std::string local_time(const char* format) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), format, &tm);
+  return buf;
+}
+
+}  // namespace
+
+std::string RunFolder::timestamp() { return local_time("%Y%m%d-%H%M%S"); }
+
+std::string RunFolder::unused_name(const std::string& base) {
+  std::string name = base;
+  std::error_code ec;
+  for (int i = 2; fs::exists(name, ec); ++i) name = base + "-" + std::to_string(i);
+  return name;
+}
+
+std::string RunFolder::previous_run(const RunFolderPaths& paths) {
+  std::string found;
+  std::error_code ec;
+  if (!paths.checkpoint_dir.empty() && fs::is_directory(paths.checkpoint_dir, ec)) {
+    const std::vector<std::string> files = CheckpointDir::list(paths.checkpoint_dir);
+    if (!files.empty()) {
+      found = std::to_string(files.size()) + " checkpoint" + (files.size() > 1 ? "s" : "") +
+              " (newest " + fs::path(files.back()).filename().string() + ")";
+    }
+    if (fs::exists(fs::path(paths.checkpoint_dir) / "best.ckpt", ec)) {
+      found += std::string(found.empty() ? "" : ", ") + "best.ckpt";
+    }
+  }
+  if (!paths.metrics_file.empty() && fs::is_regular_file(paths.metrics_file, ec) &&
+      fs::file_size(paths.metrics_file, ec) > 0) {
+    found += std::string(found.empty() ? "" : " and ") + "a metrics log (" +
+             fs::path(paths.metrics_file).filename().string() + ")";
+  }
+  return found;
+}
+
+RunFolder::RunFolder(RunFolderPaths paths, RunFolderMode mode, std::ostream* log)
+    : paths_(std::move(paths)), log_(log) {
+  lock();
+  const std::string previous = previous_run(paths_);
+  if (mode == RunFolderMode::Fresh && !previous.empty()) {
+    unlock();
+    throw core::ConfigError(core::detail::concat(
+        "the output folder \"", paths_.output_dir, "\" already holds a run: ", previous,
+        ". To continue that run: the same command with --resume auto; to start over: add --overwrite (moves "
+        "the old run aside to \"", paths_.output_dir, ".old-<date>-<time>\", deleting nothing); or train into "
+        "another folder with --output DIR"));
+  }
+  if (mode == RunFolderMode::Overwrite && !previous.empty()) {
+    // The pieces outside the output folder first, then the folder itself (with our lock file
+    // in it), which is then made again, empty, and locked again.
+    if (!inside(paths_.checkpoint_dir, paths_.output_dir)) move_aside(paths_.checkpoint_dir, moved_aside_);
+    if (!inside(paths_.metrics_file, paths_.output_dir)) move_aside(paths_.metrics_file, moved_aside_);
+    move_aside(paths_.output_dir, moved_aside_);
+    unlock();
+    lock();
+    if (log) {
+      for (const auto& m : moved_aside_) *log << "--overwrite: the previous run was moved to " << m << "\n";
+    }
+  }
+  remove_stale_temporaries(paths_.checkpoint_dir, log);
+}
+
+RunFolder::~RunFolder() { unlock(); }
+
+void RunFolder::lock() {
+  std::error_code ec;
+  fs::create_directories(paths_.output_dir, ec);
+  MT_CHECK(!ec, "cannot create the output folder \"", paths_.output_dir, "\": ", ec.message(),
+           "; pass --output DIR or set output_dir to a writable place");
+  const std::string path = (fs::path(paths_.output_dir) / kLockName).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  MT_CHECK(fd >= 0, "cannot open the lock file \"", path, "\": ", std::strerror(errno),
+           "; pass --output DIR with a writable folder");
+  char buf[512] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  std::string owner = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    MT_CHECK(err != EWOULDBLOCK, "the output folder \"", paths_.output_dir, "\" is in use by another run (",
+             owner.empty() ? "owner unknown" : owner, "); wait for it to finish or stop it, or train into ",
+             "another folder with --output DIR");
+    MT_FAIL("cannot lock \"", path, "\": ", std::strerror(err), "; pass --output DIR on a local disk");
+  }
+  // A held lock leaves an empty file when released (see unlock); text in it is the note of a
+  // run that ended without releasing it (killed, or its machine went down).
+  if (!owner.empty() && log_ != nullptr) {
+    *log_ << "note: taking over the lock of \"" << paths_.output_dir << "\" left by a run that is no longer "
+          << "running (" << owner << ")\n";
+  }
+  const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host_name() + ", since " +
+                         local_time("%Y-%m-%d %H:%M:%S") + "\n";
+  const bool written = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+  if (!written) {
+    ::close(fd);
+    MT_FAIL("cannot write the lock file \"", path, "\": ", std::strerror(errno),
+            "; free some disk space or pass --output DIR");
+  }
+  lock_fd_ = fd;
+}
+
+void RunFolder::unlock() {
+  if (lock_fd_ < 0) return;
+  // Emptied, not removed: removing a lock file races with a process that opened it already.
+  [[maybe_unused]] const int truncated = ::ftruncate(lock_fd_, 0);
+  ::close(lock_fd_);  // releases the flock
+  lock_fd_ = -1;
+}
+
+}  // namespace mt::apps
