@@ -31,6 +31,7 @@
 #include "apps/launch.h"
 #include "apps/model_command.h"
 #include "apps/profile_comm_command.h"
+#include "apps/tokenize_command.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/serialize.h"
@@ -73,6 +74,8 @@ const char* kUsage =
     "  profile-comm [--out F.json] [--sizes 256,...] [--no-gamma] [--interface IF]\n"
     "                     run as workers (launch --nproc-per-node N -- profile-comm ...): measure\n"
     "                     allreduce alpha/beta and gamma, for `model CONFIG --comm-profile F.json`\n"
+    "  tokenize --vocab vocab.txt [--cased | --uncased]\n"
+    "                     BERT token ids and pieces of each line of standard input\n"
     "  help               this text, with the models, optimizers, schedules and datasets\n"
     "  version            the version\n"
     "\n"
@@ -318,6 +321,7 @@ const std::map<std::string, std::function<int(const std::vector<std::string>&)>>
       {"launch", cmd_launch},
       {"model", cmd_model},
       {"profile-comm", cmd_profile_comm},
+      {"tokenize", [](const std::vector<std::string>& a) { return mt::apps::run_tokenize_command(a, std::cin, std::cout); }},
       {"help", cmd_help},
       {"version", cmd_version},
   };
