@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/tokenize_command.h"
+#include "core/error.h"
 #include "data/bert_unicode.h"
 #include "data/wordpiece_tokenizer.h"
 
@@ -208,4 +210,35 @@ TEST(BertGolden, FortunesCorpusGivesTheReferenceIds) {
   EXPECT_GT(files, 0) << "every file of " << kFortunes << " differs from the one the reference saw";
   std::printf("fortunes: %d files (%lld ids, both cases) match the reference; %d files skipped as "
               "changed since\n", files, static_cast<long long>(ids), changed);
+}
+
+TEST(TokenizeCommand, PrintsIdsAndPiecesPerLine) {
+  std::istringstream in("Hello, world!\n\nCAFÉ [MASK]\n");
+  std::ostringstream out;
+  EXPECT_EQ(mt::apps::run_tokenize_command({"--vocab", kDir + "vocab.txt", "--uncased"}, in, out), 0);
+  const WordPieceTokenizer tok = WordPieceTokenizer::from_file(kDir + "vocab.txt", true);
+  const auto line = [&](const std::string& text) {
+    std::string pieces;
+    for (const int32_t id : tok.encode(text)) pieces += (pieces.empty() ? "" : " ") + tok.token(id);
+    return ids_text(tok.encode(text)) + "\t" + pieces + "\n";
+  };
+  EXPECT_EQ(out.str(), line("Hello, world!") + "\t\n" + line("CAFÉ [MASK]"));
+  EXPECT_TRUE(out.str().find("hello , world !") != std::string::npos) << out.str();
+  // The golden vocabulary has capitals: without a flag the command tokenizes cased.
+  std::istringstream in2("Hello");
+  std::ostringstream cased;
+  mt::apps::run_tokenize_command({"--vocab", kDir + "vocab.txt"}, in2, cased);
+  EXPECT_EQ(cased.str(), ids_text(WordPieceTokenizer::from_file(kDir + "vocab.txt", false).encode("Hello")) +
+                             "\tHello\n");
+}
+
+TEST(TokenizeCommand, HelpAndErrors) {
+  std::istringstream in;
+  std::ostringstream out;
+  EXPECT_EQ(mt::apps::run_tokenize_command({"--help"}, in, out), 0);
+  EXPECT_NE(out.str().find("usage: mintrain tokenize --vocab"), std::string::npos);
+  EXPECT_THROW(mt::apps::run_tokenize_command({}, in, out), mt::core::Error);
+  EXPECT_THROW(mt::apps::run_tokenize_command({"--vocab", kDir + "vocab.txt", "--cased", "--uncased"}, in, out),
+               mt::core::Error);
+  EXPECT_THROW(mt::apps::run_tokenize_command({"--vocab", kDir + "absent.txt"}, in, out), mt::core::Error);
 }
