@@ -31,6 +31,7 @@
 #include "apps/launch.h"
 #include "apps/model_command.h"
 #include "apps/profile_comm_command.h"
+#include "apps/tokenize_command.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/serialize.h"
@@ -83,6 +84,9 @@ const char* kProfileCommUsage =
     "  profile-comm [--out F.json] [--sizes 256,...] [--no-gamma] [--interface IF]\n"
     "                     run as workers (launch --nproc-per-node N -- profile-comm ...): measure\n"
     "                     allreduce alpha/beta and gamma, for `model CONFIG --comm-profile F.json`\n";
+const char* kTokenizeSummary =
+    "  tokenize --vocab vocab.txt [--cased | --uncased]\n"
+    "                     BERT token ids and pieces of each line of standard input\n";
 const char* kTail =
     "\n"
     "--set path.to.field=value overrides one config field (see configs/mintrain.proto), e.g.\n"
@@ -101,7 +105,7 @@ const char* kTail =
 
 std::string usage() {
   return std::string("usage: mintrain <command> [args]\n\ncommands:\n") + kTrainUsage + kEvalUsage +
-         kLaunchUsage + kModelUsage + kProfileCommUsage +
+         kLaunchUsage + kModelUsage + kProfileCommUsage + kTokenizeSummary +
          "  help               this text, with the models, optimizers, schedules, datasets and\n"
          "                     distributed algorithms\n"
          "  version            the version\n" +
@@ -341,6 +345,10 @@ int cmd_profile_comm(const std::vector<std::string>& argv) {
   return mt::apps::run_profile_comm_command(argv, std::cout);
 }
 
+int cmd_tokenize(const std::vector<std::string>& argv) {
+  return mt::apps::run_tokenize_command(argv, std::cin, std::cout);
+}
+
 int cmd_help(const std::vector<std::string>&) {
   std::cout << usage() << "\n"
             << "Names in a config may be written in any case.\n"
@@ -374,6 +382,7 @@ const std::map<std::string, Command>& commands() {
       {"launch", {cmd_launch, kLaunchUsage}},
       {"model", {cmd_model, ""}},
       {"profile-comm", {cmd_profile_comm, kProfileCommUsage}},
+      {"tokenize", {cmd_tokenize, ""}},
       {"help", {cmd_help, ""}},
       {"version", {cmd_version, ""}},
   };

@@ -19,7 +19,7 @@ data::TextDataOptions text_options(const RunConfig& config) {
   o.corpus.assign(t.corpus().begin(), t.corpus().end());
   o.vocab_file = t.vocab_file();
   o.vocab_size = t.vocab_size();
-  o.lowercase = t.lowercase();
+  if (t.has_lowercase()) o.lowercase = t.lowercase();
   o.seq_len = t.seq_len();
   o.mask_prob = t.mask_prob();
   o.eval_fraction = t.eval_fraction();

@@ -101,17 +101,19 @@ TextData build_text(const TextDataOptions& opt, const TextLoaderSettings& s,
   if (!opt.vocab_file.empty()) {
     data.tokenizer = std::make_shared<WordPieceTokenizer>(
         WordPieceTokenizer::from_file(opt.vocab_file, opt.lowercase));
-    data.vocab_source = "from " + opt.vocab_file;
+    data.vocab_source = "from " + opt.vocab_file +
+                        (data.tokenizer->lowercase() ? " (uncased)" : " (cased)");
   } else {
-    WordCounter counter(opt.lowercase);
+    const bool lowercase = opt.lowercase.value_or(true);
+    WordCounter counter(lowercase);
     for_each_document(files, [&](std::string_view doc) { counter.add_text(doc); });
     MT_CHECK(!counter.counts().empty(), "the corpus (", files.size(), " files matching ",
              join(opt.corpus, " "), ") holds no words; set data.text.corpus to plain-text files");
     WordPieceTrainerOptions to;
     to.vocab_size = opt.vocab_size;
-    to.lowercase = opt.lowercase;
+    to.lowercase = lowercase;
     data.tokenizer = std::make_shared<WordPieceTokenizer>(
-        train_wordpiece_vocab(counter.counts(), to), opt.lowercase, "built vocabulary");
+        train_wordpiece_vocab(counter.counts(), to), lowercase, "built vocabulary");
     data.vocab_source = "built from the corpus (" + std::to_string(data.tokenizer->vocab_size()) + " tokens)";
     if (!output_dir.empty()) {
       const std::string path = (fs::path(output_dir) / "vocab.txt").string();

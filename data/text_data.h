@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,8 @@ struct TextDataOptions {
   std::vector<std::string> corpus;  // files or glob patterns
   std::string vocab_file;           // empty = build from the corpus
   int64_t vocab_size = 8192;        // of a built vocabulary (ignored with vocab_file)
-  bool lowercase = true;
+  // Unset: from vocab_file (vocabulary_is_cased), true for a built vocabulary.
+  std::optional<bool> lowercase;
   int64_t seq_len = 128;
   float mask_prob = 0.15f;
   float eval_fraction = 0.05f;

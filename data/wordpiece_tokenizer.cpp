@@ -1,108 +1,14 @@
 #include "data/wordpiece_tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "core/error.h"
+#include "data/bert_unicode.h"
 
 namespace mt::data {
 
 namespace text_detail {
-
-namespace {
-
-bool in(char32_t c, char32_t lo, char32_t hi) { return c >= lo && c <= hi; }
-
-bool is_whitespace(char32_t c) {
-  // \t \n \v \f \r, space, and the Unicode space separators (Zs) plus line/paragraph separators.
-  return c == ' ' || in(c, 0x09, 0x0D) || c == 0x00A0 || c == 0x1680 || in(c, 0x2000, 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-bool is_removed(char32_t c) {
-  // C0/C1 controls (the whitespace ones are handled first), DEL, U+FFFD (what invalid bytes
-  // decode to), and the invisible format characters that show up in scraped text: soft hyphen,
-  // zero-width space / joiners, direction marks, word joiner, byte-order mark.
-  return c < 0x20 || in(c, 0x7F, 0x9F) || c == 0xFFFD || c == 0x00AD || in(c, 0x200B, 0x200F) ||
-         in(c, 0x202A, 0x202E) || in(c, 0x2060, 0x2064) || c == 0xFEFF;
-}
-
-bool is_punctuation(char32_t c) {
-  if (c < 0x80)  // every printable ASCII character that is not a letter or digit
-    return in(c, 0x21, 0x2F) || in(c, 0x3A, 0x40) || in(c, 0x5B, 0x60) || in(c, 0x7B, 0x7E);
-  return in(c, 0x00A1, 0x00BF) || c == 0x00D7 || c == 0x00F7 ||  // Latin-1 punctuation, symbols
-         in(c, 0x2010, 0x2027) || in(c, 0x2030, 0x205E) ||      // General Punctuation
-         in(c, 0x20A0, 0x20CF) ||                               // currency symbols
-         in(c, 0x2E00, 0x2E7F) ||                               // Supplemental Punctuation
-         in(c, 0x3001, 0x3003) || in(c, 0x3008, 0x3011) || in(c, 0x3014, 0x301F) ||  // CJK
-         in(c, 0xFF01, 0xFF0F) || in(c, 0xFF1A, 0xFF20) || in(c, 0xFF3B, 0xFF40) ||  // full-width
-         in(c, 0xFF5B, 0xFF65);
-}
-
-bool is_cjk_ideograph(char32_t c) {
-  // The CJK Unified Ideographs blocks and their extensions and compatibility forms. Japanese
-  // kana and Korean Hangul are written with spaces or are alphabetic, so they are not split.
-  return in(c, 0x4E00, 0x9FFF) || in(c, 0x3400, 0x4DBF) || in(c, 0x20000, 0x2A6DF) ||
-         in(c, 0x2A700, 0x2CEAF) || in(c, 0xF900, 0xFAFF) || in(c, 0x2F800, 0x2FA1F);
-}
-
-// Base letter of each accented letter of Latin-1 (U+00C0-U+00FF) and Latin Extended-A
-// (U+0100-U+017F), i.e. what remains of the NFD decomposition without its combining marks;
-// '.' = no canonical decomposition (Æ, Ø, Đ, Ł, Œ, ß ... stay as they are).
-constexpr std::string_view kLatin1Base =
-    "AAAAAA.CEEEEIIII"
-    ".NOOOOO..UUUUY.."
-    "aaaaaa.ceeeeiiii"
-    ".nooooo..uuuuy.y";
-constexpr std::string_view kLatinExtABase =
-    "AaAaAaCcCcCcCcDd"
-    "..EeEeEeEeEeGgGg"
-    "GgGgHh..IiIiIiIi"
-    "I...JjKk.LlLlLl."
-    "...NnNnNn...OoOo"
-    "Oo..RrRrRrSsSsSs"
-    "SsTtTt..UuUuUuUu"
-    "UuUuWwYyYZzZzZz.";
-
-char32_t to_lower(char32_t c) {
-  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-  if (in(c, 0x00C0, 0x00DE) && c != 0x00D7) return c + 0x20;
-  if (in(c, 0x0100, 0x017F)) {
-    // Upper/lower pairs: even/odd in 0100-0137 and 014A-0177, odd/even in 0139-0148 and
-    // 0179-017E; a few singles.
-    if (c == 0x0130) return 'i';     // İ: lower case is i + combining dot, stripped anyway
-    if (c == 0x0178) return 0x00FF;  // Ÿ -> ÿ
-    if ((in(c, 0x0100, 0x0137) || in(c, 0x014A, 0x0177)) && c % 2 == 0) return c + 1;
-    if ((in(c, 0x0139, 0x0148) || in(c, 0x0179, 0x017E)) && c % 2 == 1) return c + 1;
-    return c;
-  }
-  if (in(c, 0x0391, 0x03A9) && c != 0x03A2) return c + 0x20;  // Greek capitals
-  if (in(c, 0x0410, 0x042F)) return c + 0x20;                  // Cyrillic А-Я
-  if (in(c, 0x0400, 0x040F)) return c + 0x50;                  // Cyrillic Ѐ-Џ
-  return c;
-}
-
-}  // namespace
-
-CharClass classify(char32_t c) {
-  if (is_whitespace(c)) return CharClass::kSpace;
-  if (is_removed(c)) return CharClass::kDrop;
-  if (is_punctuation(c) || is_cjk_ideograph(c)) return CharClass::kAlone;
-  return CharClass::kWord;
-}
-
-char32_t normalize_uncased(char32_t c) {
-  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-  c = to_lower(c);
-  if (in(c, 0x0300, 0x036F)) return 0;  // combining diacritical marks
-  if (in(c, 0x00C0, 0x00FF)) {
-    const char base = kLatin1Base[c - 0x00C0];
-    if (base != '.') return static_cast<char32_t>(base);
-  } else if (in(c, 0x0100, 0x017F)) {
-    const char base = kLatinExtABase[c - 0x0100];
-    if (base != '.') return static_cast<char32_t>(base);
-  }
-  return c;
-}
 
 char32_t next_code_point(std::string_view s, size_t& pos) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
@@ -133,7 +39,7 @@ char32_t next_code_point(std::string_view s, size_t& pos) {
     c = (c << 6) | (b & 0x3F);
   }
   // Over-long encodings, UTF-16 surrogates and values past U+10FFFF are invalid UTF-8.
-  if (c < min || in(c, 0xD800, 0xDFFF) || c > 0x10FFFF) {
+  if (c < min || (c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) {
     ++pos;
     return 0xFFFD;
   }
@@ -160,6 +66,80 @@ void append_utf8(std::string& out, char32_t c) {
 }
 
 }  // namespace text_detail
+
+namespace {
+
+// The reference's last steps on one whitespace-delimited word (uncased already if asked): each
+// punctuation character becomes a word of its own, and whitespace ends a word (the reference
+// splits on it again after lower-casing; no current character lower-cases to whitespace).
+void split_on_punctuation(std::string_view word, WordSink sink) {
+  size_t start = 0, pos = 0;
+  while (pos < word.size()) {
+    const size_t at = pos;
+    const char32_t c = text_detail::next_code_point(word, pos);
+    const bool punctuation = bert_unicode::is_punctuation(c);
+    if (punctuation || bert_unicode::is_whitespace(c)) {
+      if (at > start) sink(word.substr(start, at - start));
+      if (punctuation) sink(word.substr(at, pos - at));
+      start = pos;
+    }
+  }
+  if (pos > start) sink(word.substr(start));
+}
+
+}  // namespace
+
+void basic_tokenize_each(std::string_view text, bool lowercase, WordSink sink) {
+  using bert_unicode::InputClass;
+  std::string word;  // the current whitespace-delimited word, removed characters left out
+  bool ascii = true;
+  const auto finish_word = [&] {
+    if (word.empty()) return;
+    if (!lowercase) {
+      split_on_punctuation(word, sink);
+    } else if (ascii) {  // ASCII has no accents and one lower case: skip ICU
+      for (char& ch : word)
+        if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch + ('a' - 'A'));
+      split_on_punctuation(word, sink);
+    } else {
+      split_on_punctuation(bert_unicode::lowercase_and_strip_accents(word), sink);
+    }
+    word.clear();
+    ascii = true;
+  };
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t start = pos;
+    const char32_t c = text_detail::next_code_point(text, pos);
+    switch (bert_unicode::classify_input(c)) {
+      case InputClass::kRemoved:
+        break;
+      case InputClass::kWhitespace:
+        finish_word();
+        break;
+      case InputClass::kCjkIdeograph:  // a word of its own (uncased: compatibility forms map)
+        finish_word();
+        word.append(text.substr(start, pos - start));
+        ascii = false;
+        finish_word();
+        break;
+      case InputClass::kOther:
+        word.append(text.substr(start, pos - start));
+        ascii = ascii && c < 0x80;
+        break;
+    }
+  }
+  finish_word();
+}
+
+bool vocabulary_is_cased(const std::vector<std::string>& tokens) {
+  for (const std::string& t : tokens) {
+    const bool bracketed = t.size() >= 3 && t.front() == '[' && t.back() == ']';
+    if (!bracketed && std::any_of(t.begin(), t.end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
+      return true;
+  }
+  return false;
+}
 
 std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase) {
   std::vector<std::string> words;
@@ -202,7 +182,8 @@ WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> tokens, bool low
   // A single-character punctuation token "[" or "]" is not bracketed (size >= 3 above).
 }
 
-WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& path, bool lowercase) {
+WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& path,
+                                                 std::optional<bool> lowercase) {
   std::ifstream in(path, std::ios::binary);
   MT_CHECK(in.good(), "vocabulary file ", path,
            " cannot be opened; set data.text.vocab_file to a BERT vocab.txt, or leave it empty "
@@ -219,7 +200,8 @@ WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& path, bool l
     tokens.push_back(line);
   }
   MT_CHECK(!tokens.empty(), "vocabulary file ", path, " is empty");
-  return WordPieceTokenizer(std::move(tokens), lowercase, path);
+  const bool uncased = lowercase.value_or(!vocabulary_is_cased(tokens));
+  return WordPieceTokenizer(std::move(tokens), uncased, path);
 }
 
 void WordPieceTokenizer::save(const std::string& path) const {

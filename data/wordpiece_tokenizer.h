@@ -1,26 +1,26 @@
-// WordPieceTokenizer: text -> token ids the way BERT's tokenizer does it, in two stages.
+// WordPieceTokenizer: text -> token ids exactly as BERT's reference tokenizer (Google's
+// tokenization.py, FullTokenizer) produces them, in two stages.
 //
-// 1. Basic tokenization (basic_tokenize): UTF-8 is decoded (invalid bytes are dropped, never a
-//    crash); control and format characters and U+FFFD are removed; whitespace separates words;
-//    every punctuation or symbol character and every CJK ideograph becomes a word of its own;
-//    with `lowercase`, letters are lower-cased and accents stripped (café -> cafe).
+// 1. Basic tokenization (basic_tokenize), the reference's steps in its order: UTF-8 is decoded
+//    (invalid bytes are dropped, as the reference's errors="ignore" does); U+0000, U+FFFD and
+//    control and format characters are removed; CJK ideographs become words of their own;
+//    whitespace separates words; with `lowercase` (uncased vocabularies) each word is
+//    lower-cased as Python's str.lower() does, decomposed (NFD) and stripped of its combining
+//    marks; then every punctuation character becomes a word of its own. The character data come
+//    from ICU (data/bert_unicode.h lists the exact rules).
 // 2. WordPiece: each word is split greedily, longest vocabulary match first, left to right; the
 //    pieces after the first carry the "##" continuation prefix ("playing" -> play ##ing). A word
 //    with no complete segmentation, or longer than 100 characters, becomes [UNK] as a whole.
 //
-// Unicode coverage is deliberately limited to what a hand-written table can hold (no ICU):
-// lower-casing covers ASCII, Latin-1, Latin Extended-A, Greek and basic Cyrillic; accent
-// stripping (the effect of NFD decomposition + dropping combining marks) covers the accented
-// letters of Latin-1 and Latin Extended-A and removes combining marks U+0300-U+036F. Other
-// scripts pass through unchanged: Vietnamese or Greek accents stay, Turkish dotless i stays.
-// Punctuation: all non-alphanumeric printable ASCII (as BERT does), Latin-1 punctuation and
-// symbols, General Punctuation, currency symbols, Supplemental Punctuation, CJK punctuation and
-// the full-width ASCII forms.
+// Special-token strings in the text are text: "[MASK]" is "[", "mask", "]" (uncased), never the
+// [MASK] id, as in Google's tokenization.py (HuggingFace's tokenizers match them as added tokens).
+// data/README.md lists where the HuggingFace implementations differ and which behaviour this is.
 //
 // The vocabulary file is BERT's vocab.txt: one token per line, id = line number (0-based); it
 // must hold [PAD], [UNK], [CLS], [SEP] and [MASK].
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,10 +41,31 @@ inline constexpr int kMaxWordChars = 100;
 // vocabulary trainer counts.
 std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase);
 
-// Calls `word(std::string_view)` for each word instead of building a vector (the hot path of
-// the corpus reader). The view is valid only during the call.
+// A callback taking one word (std::string_view) by reference to the caller's callable: no
+// allocation, no copy of the callable.
+class WordSink {
+ public:
+  template <typename F>
+  explicit WordSink(F& f)
+      : callable_(&f), call_([](void* c, std::string_view w) { (*static_cast<F*>(c))(w); }) {}
+  void operator()(std::string_view word) const { call_(callable_, word); }
+
+ private:
+  void* callable_;
+  void (*call_)(void*, std::string_view);
+};
+
+// Calls `word` for each word instead of building a vector (the hot path of the corpus reader).
+// The view is valid only during the call.
+void basic_tokenize_each(std::string_view text, bool lowercase, WordSink word);
 template <typename F>
-void for_each_basic_token(std::string_view text, bool lowercase, F&& word);
+void for_each_basic_token(std::string_view text, bool lowercase, F&& word) {
+  basic_tokenize_each(text, lowercase, WordSink(word));
+}
+
+// Whether a vocabulary is for cased text: a token other than the bracketed special ones holds an
+// ASCII capital letter (uncased vocabularies are built from lower-cased text and have none).
+bool vocabulary_is_cased(const std::vector<std::string>& tokens);
 
 class WordPieceTokenizer {
  public:
@@ -53,8 +74,10 @@ class WordPieceTokenizer {
   WordPieceTokenizer(std::vector<std::string> tokens, bool lowercase,
                      const std::string& origin = "vocabulary");
   // Reads a vocab.txt (trailing "\r" and spaces of a line are ignored; an empty line is an
-  // error, since BERT's ids are line numbers and a blank token cannot be matched).
-  static WordPieceTokenizer from_file(const std::string& path, bool lowercase);
+  // error, since BERT's ids are line numbers and a blank token cannot be matched). Without
+  // `lowercase`, the case follows the vocabulary (vocabulary_is_cased).
+  static WordPieceTokenizer from_file(const std::string& path,
+                                      std::optional<bool> lowercase = std::nullopt);
   // Writes one token per line; from_file(path) reads back the same ids.
   void save(const std::string& path) const;
 
@@ -97,48 +120,13 @@ class WordPieceTokenizer {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Implementation details of for_each_basic_token (a template, so the callback inlines).
+// UTF-8 helpers shared with the vocabulary trainer.
 
 namespace text_detail {
-// What basic tokenization does with one code point.
-enum class CharClass : uint8_t { kDrop, kSpace, kAlone, kWord };
-CharClass classify(char32_t c);
-// Lower-casing and accent stripping of one code point; 0 = drop it (a combining mark).
-char32_t normalize_uncased(char32_t c);
 // Decodes the code point at text[pos], advances pos; invalid or truncated sequences advance
-// one byte and return U+FFFD (which classify() drops).
+// one byte and return U+FFFD (which basic tokenization removes).
 char32_t next_code_point(std::string_view text, size_t& pos);
 void append_utf8(std::string& out, char32_t c);
 }  // namespace text_detail
-
-template <typename F>
-void for_each_basic_token(std::string_view text, bool lowercase, F&& word) {
-  using text_detail::CharClass;
-  std::string current;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const size_t start = pos;
-    char32_t c = text_detail::next_code_point(text, pos);
-    CharClass cls = text_detail::classify(c);
-    if (cls == CharClass::kDrop) continue;
-    if (cls == CharClass::kSpace) {
-      if (!current.empty()) word(std::string_view(current)), current.clear();
-      continue;
-    }
-    if (cls == CharClass::kAlone) {
-      if (!current.empty()) word(std::string_view(current)), current.clear();
-      word(text.substr(start, pos - start));
-      continue;
-    }
-    if (lowercase) {
-      c = text_detail::normalize_uncased(c);
-      if (c == 0) continue;
-      text_detail::append_utf8(current, c);
-    } else {
-      current.append(text.data() + start, pos - start);
-    }
-  }
-  if (!current.empty()) word(std::string_view(current));
-}
 
 }  // namespace mt::data

@@ -91,8 +91,29 @@ TEST(BasicTokenize, LowercasesAndStripsAccentsOnlyWhenUncased) {
             (Words{"elan", "naive", "angstrom", "łodz", "œuvre", "straße"}));
   // Already decomposed: e + U+0301 combining acute.
   EXPECT_EQ(basic_tokenize("cafe\u0301", true), (Words{"cafe"}));
-  // Greek and Cyrillic capitals are lower-cased (their accents are outside the tables).
   EXPECT_EQ(basic_tokenize("ΑΒΓ МОСКВА", true), (Words{"αβγ", "москва"}));
+}
+
+// The reference's behaviours beyond Latin-1 (tests/test_bert_tokenizer_golden.cpp checks every
+// code point against the reference itself; these name the cases data/README.md describes).
+TEST(BasicTokenize, FollowsTheReferenceOnEveryScript) {
+  // NFD + marks removed: Vietnamese, Greek tonos, Hangul syllables become conjoining jamo.
+  EXPECT_EQ(basic_tokenize("Tiếng Việt Άλφα", true), (Words{"tieng", "viet", "αλφα"}));
+  EXPECT_EQ(basic_tokenize("\uD55C", true), (Words{"\u1112\u1161\u11AB"}));
+  EXPECT_EQ(basic_tokenize("\uD55C", false), (Words{"\uD55C"}));
+  // Full lower-casing as Python's str.lower(): Armenian, capital sharp s, dotted I, final sigma.
+  EXPECT_EQ(basic_tokenize("ՀԱՅ ẞ İ ΟΔΟΣ. ΣΑ", true), (Words{"հայ", "ß", "i", "οδος", ".", "σα"}));
+  // Unicode punctuation (Devanagari danda, Arabic comma) splits; symbols stay in the word.
+  EXPECT_EQ(basic_tokenize("नमस्ते। a،b 5€ 25°C x² 3×4", false),
+            (Words{"नमस्ते", "।", "a", "،", "b", "5€", "25°C", "x²", "3×4"}));
+  // Vertical tab, form feed and bidi isolates are removed (control / format), not separators;
+  // the line separator splits (Python's str.split() does).
+  EXPECT_EQ(basic_tokenize("a\vb\fc \u2066d\u2069e f\u2028g", false), (Words{"abc", "de", "f", "g"}));
+  // Private use stays a letter (Google keeps it; HuggingFace removes it).
+  EXPECT_EQ(basic_tokenize("a\uE000b", true), (Words{"a\uE000b"}));
+  // A literal special token is text.
+  EXPECT_EQ(basic_tokenize("[MASK]", true), (Words{"[", "mask", "]"}));
+  EXPECT_EQ(basic_tokenize("[MASK]", false), (Words{"[", "MASK", "]"}));
 }
 
 TEST(BasicTokenize, CjkIdeographsAreSeparateWords) {

@@ -10,6 +10,7 @@ PACKAGES=(
   nlohmann-json3-dev                  # profile files (mintrain model, profile-comm)
   libopenblas-dev                     # CPU GEMM
   zlib1g-dev                          # gzip'd IDX files, checksums
+  libicu-dev                          # Unicode tables of the BERT tokenizer
   libgtest-dev libgmock-dev fortunes gnuplot-nox bc           # tests
   libgloo-dev                         # CPU collectives (distributed module)
   libopencv-dev                       # image decoding (image_folder / image_list datasets)

@@ -1,0 +1,59 @@
+#include "apps/tokenize_command.h"
+
+#include <istream>
+#include <optional>
+#include <ostream>
+
+#include "core/error.h"
+#include "data/wordpiece_tokenizer.h"
+
+namespace mt::apps {
+
+const char* const kTokenizeUsage =
+    "usage: mintrain tokenize --vocab vocab.txt [--cased | --uncased] < text\n"
+    "  prints, for each line of standard input, its BERT token ids, a tab and the pieces\n"
+    "  (no [CLS] / [SEP]); --uncased lower-cases and strips accents (do_lower_case), --cased\n"
+    "  does not; by default the case follows the vocabulary (cased when a token other than\n"
+    "  the [...] ones has a capital A-Z)";
+
+int run_tokenize_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
+  std::string vocab;
+  std::optional<bool> lowercase;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--vocab") {
+      MT_CHECK(i + 1 < args.size(), "tokenize: --vocab needs a file\n", kTokenizeUsage);
+      vocab = args[++i];
+    } else if (a == "--cased" || a == "--uncased") {
+      MT_CHECK(!lowercase || *lowercase == (a == "--uncased"),
+               "tokenize: --cased and --uncased contradict each other\n", kTokenizeUsage);
+      lowercase = a == "--uncased";
+    } else if (a == "--help" || a == "-h") {
+      out << kTokenizeUsage << "\n";
+      return 0;
+    } else {
+      MT_FAIL("tokenize: unexpected argument \"", a, "\"\n", kTokenizeUsage);
+    }
+  }
+  MT_CHECK(!vocab.empty(), "tokenize: missing --vocab vocab.txt\n", kTokenizeUsage);
+  const data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_file(vocab, lowercase);
+  std::string line, pieces;
+  while (std::getline(in, line)) {
+    const std::vector<int32_t> ids = tokenizer.encode(line);
+    pieces.clear();
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (k) {
+        out << ' ';
+        pieces += ' ';
+      }
+      out << ids[k];
+      pieces += tokenizer.token(ids[k]);
+    }
+    out << '\t' << pieces << '\n';
+  }
+  out.flush();
+  MT_CHECK(out.good(), "tokenize: writing the output failed");
+  return 0;
+}
+
+}  // namespace mt::apps
