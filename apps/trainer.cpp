@@ -573,6 +573,15 @@ TrainResult Trainer::train() {
   data::BatchLoader* train_loader = task_->train_loader();
   MT_CHECK(train_loader != nullptr, "this trainer was built for evaluation only");
   claim_output_folder();
+  // The folder is this run's while train() runs: released on return and on an error alike.
+  struct ReleaseFolder {
+    std::unique_ptr<RunFolder>& folder;
+    bool& training;
+    ~ReleaseFolder() {
+      folder.reset();
+      training = false;
+    }
+  } release{run_folder_, training_};
   train_start_ = Clock::now();
   training_ = true;
   const auto start = train_start_;
@@ -792,7 +801,6 @@ TrainResult Trainer::train() {
     if (chatty) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
   }
   drain_stop_vote();
-  training_ = false;
   result.iterations = state_.global_iteration;
   result.best_accuracy = state_.best_accuracy;
   result.seconds = seconds_since(start);

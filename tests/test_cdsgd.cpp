@@ -342,15 +342,15 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
     // "ssgd" with a compression builds compressed S-SGD; "cdsgd" CD-SGD.
     dist::SyncConfig sc;
     sc.compression = "sign";
-    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "ssgd/SIGN");
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "ssgd/sign");
     sc.algorithm = "cdsgd";
-    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/SIGN");
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/sign");
     EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
     // With SGD momentum the correction is on by default, and the trainer must then build a
     // plain-SGD optimizer; Adam keeps its own moments.
     sc.momentum = 0.9;
     EXPECT_TRUE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
-    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/SIGN+momentum-correction");
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/sign+momentum-correction");
     sc.optimizer_name = "adam";
     EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
     sc.optimizer_name = "sgd";
@@ -365,7 +365,7 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
       sc.algorithm = algo;
       auto s = dist::make_synchronizer(ctx.group, sc);
       s->setup(model, *opt);
-      EXPECT_EQ(s->name(), algo + "/SIGN");
+      EXPECT_EQ(s->name(), algo + "/sign");
     }
   }).ok_or_report());
 }

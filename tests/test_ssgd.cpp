@@ -562,9 +562,10 @@ TEST_F(SsgdTest, TrainerPlansMgwfbpWithTheCommProfileItsConfigNames) {
   for (const auto& [path, messages] : {std::pair{slow, 1}, std::pair{free, 4}}) {
     std::ostringstream log0;
     run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+      // Each run in a folder of its own (a used folder refuses a fresh run).
       mt::testing::train_synthetic_mlp(
-          g, r, (dir / "out").string(), {"dist.schedule=MGWFBP", "dist.profile_iters=2", "dist.comm_profile=" + path},
-          log0);
+          g, r, (dir / ("out_" + std::to_string(messages))).string(),
+          {"dist.schedule=MGWFBP", "dist.profile_iters=2", "dist.comm_profile=" + path}, log0);
     });
     EXPECT_NE(log0.str().find("(from the communication profile " + path + ")"), std::string::npos) << log0.str();
     EXPECT_EQ(log0.str().find("fitted at start-up"), std::string::npos) << log0.str();
