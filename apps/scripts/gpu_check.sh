@@ -151,7 +151,7 @@ case "$mode" in
     data="${MT_FASHION_MNIST:-$BUNDLE/data/fashion-mnist}"
     [ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
     step train_lenet_cuda train_lenet_cuda 180 "$BUNDLE/bin/mintrain" train configs/lenet_fashion_mnist.prototxt \
-      --set device=cuda --set epochs=1 --set data.path="$data" --output "$BUNDLE/runs/lenet_cuda"
+      --set device=cuda --set epochs=1 --set data.path="$data" --output "$BUNDLE/runs/lenet_cuda" --overwrite
     grep -i "accuracy" "$out/train_lenet_cuda.log" | tail -n 2
     say "gpu_check: $failed step(s) failed; logs in $out"
     exit "$failed"
