@@ -352,3 +352,11 @@ TEST(ConfigValidation, AnEmptyConfigFileIsAnErrorNamingTheSections) {
   EXPECT_TRUE(th::contains(msg, "model")) << msg;
   EXPECT_TRUE(th::contains(msg, "data")) << msg;
 }
+
+TEST(Timeline, OneProcessWritesItsTraceToo) {
+  const fs::path out = temp_dir("timeline");
+  train(tiny(out, {"epochs=1", "dist.timeline_file=trace-{rank}.json"}));
+  const std::string trace = slurp(out / "trace-0.json");
+  EXPECT_TRUE(th::contains(trace, "\"forward\"")) << "dist.timeline_file was ignored without force_distributed";
+  EXPECT_TRUE(th::contains(trace, "\"backward\""));
+}
