@@ -30,6 +30,7 @@
 #include "apps/config.h"
 #include "apps/launch.h"
 #include "apps/model_command.h"
+#include "apps/plot_command.h"
 #include "apps/profile_comm_command.h"
 #include "apps/trainer.h"
 #include "core/error.h"
@@ -73,6 +74,9 @@ const char* kUsage =
     "  profile-comm [--out F.json] [--sizes 256,...] [--no-gamma] [--interface IF]\n"
     "                     run as workers (launch --nproc-per-node N -- profile-comm ...): measure\n"
     "                     allreduce alpha/beta and gamma, for `model CONFIG --comm-profile F.json`\n"
+    "  plot RUN_DIR... [--out DIR]\n"
+    "                     PNG curves (loss, accuracy, learning rate, throughput against iterations\n"
+    "                     and time) of each run's metrics.jsonl, runs overlaid; needs gnuplot\n"
     "  help               this text, with the models, optimizers, schedules and datasets\n"
     "  version            the version\n"
     "\n"
@@ -318,6 +322,7 @@ const std::map<std::string, std::function<int(const std::vector<std::string>&)>>
       {"launch", cmd_launch},
       {"model", cmd_model},
       {"profile-comm", cmd_profile_comm},
+      {"plot", [](const std::vector<std::string>& a) { return mt::apps::run_plot_command(a, std::cout); }},
       {"help", cmd_help},
       {"version", cmd_version},
   };

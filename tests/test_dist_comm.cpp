@@ -591,11 +591,13 @@ void expect_stopped_rank_named(int stopped, const std::string& expected) {
                 const std::string pid = std::to_string(::getpid());
                 c.store->set("test/pid/" + std::to_string(c.rank), bytes(pid));
                 if (c.rank == stopped) {
+                  c.store->wait({"test/got_pid"});  // the store may be the one stopped
                   ::raise(SIGSTOP);
                   return;
                 }
                 const auto v = c.store->get("test/pid/" + std::to_string(stopped));
                 const pid_t other = std::stoi(std::string(v.begin(), v.end()));
+                c.store->set("test/got_pid", bytes("1"));
                 Tensor t = Tensor::full({16}, 1.0);
                 const std::string e = error_of([&] { c.group->allreduce(t)->wait(); });
                 ::kill(other, SIGCONT);
