@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -248,5 +249,70 @@ TEST(Launch, ConfigErrorOfAWorkerStopsRestartsButOtherFailuresRestart) {
   EXPECT_EQ(slurp(dir / "starts1"), "start 0\nstart 1\nstart 2\n") << err;
   EXPECT_TRUE(has(err, "restart 2/2 after rank 0 exited with exit status 1")) << err;
   EXPECT_FALSE(has(err, "permanent")) << err;
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// The RANK a worker process was started with (from its environment), or -1.
+int rank_of(pid_t pid) {
+  const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ");
+  for (size_t at = 0; at < env.size(); at = env.find('\0', at) + 1) {
+    if (env.compare(at, 5, "RANK=") == 0) return std::atoi(env.c_str() + at + 5);
+    if (env.find('\0', at) == std::string::npos) break;
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST(Launch, StoppedWorkerIsNamedNotTheRankThatTimedOut) {
+  // Rank 1 is stopped mid-training (as SIGSTOP or a debugger would); rank 0's gradient
+  // allreduce times out after dist.timeout_seconds and rank 0 exits first. Both rank 0's
+  // error and launch's report must name rank 1.
+  const fs::path dir = fs::temp_directory_path() / ("mt_test_launch_hung_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    if (::chdir(dir.c_str()) != 0 || !std::freopen("stdout", "w", stdout) || !std::freopen("stderr", "w", stderr)) {
+      ::_exit(126);
+    }
+    ::setenv("OMP_NUM_THREADS", "1", 1);
+    ::execl(kBinary.c_str(), kBinary.c_str(), "launch", "--nproc-per-node=2", "--grace=1", "--", "train",
+            (kConfigs + "mlp_synthetic.prototxt").c_str(), "--set", "epochs=100000", "--set",
+            "dist.timeout_seconds=3", "--output", "run", nullptr);
+    ::_exit(127);
+  }
+  // Stop rank 1 once training runs (rank 0 has printed a progress line).
+  pid_t rank1 = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (rank1 < 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!has(slurp(dir / "stdout"), "[rank 0] epoch 1/")) continue;
+    for (const pid_t w : children_of(launcher)) {
+      if (rank_of(w) == 1) rank1 = w;
+    }
+  }
+  ASSERT_GT(rank1, 0) << slurp(dir / "stdout") << slurp(dir / "stderr");
+  ::kill(rank1, SIGSTOP);
+  int status = 0;
+  pid_t done = 0;
+  const auto exit_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((done = ::waitpid(launcher, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < exit_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (done == 0) {
+    ::kill(launcher, SIGKILL);
+    ::waitpid(launcher, &status, 0);
+  }
+  ::kill(rank1, SIGKILL);
+  const std::string err = slurp(dir / "stderr");
+  ASSERT_NE(done, 0) << "launch did not end after a worker was stopped\n" << err;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << err;
+  EXPECT_TRUE(has(err, "[rank 0] mintrain: error: ")) << err;
+  EXPECT_TRUE(has(err, "timed out after 3 s waiting for a peer; rank(s) 1 did not answer")) << err;
+  EXPECT_TRUE(has(err, "mintrain launch: rank(s) 1 (stopped) still ran when rank 0 failed")) << err;
   fs::remove_all(dir);
 }
