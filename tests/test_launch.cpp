@@ -17,6 +17,7 @@
 
 #include "apps/launch.h"
 #include "core/error.h"
+#include "support/multiprocess.h"
 
 namespace fs = std::filesystem;
 
@@ -162,7 +163,7 @@ TEST(Launch, SigkilledLauncherLeavesNoWorkerAlive) {
   // which makes them long-running workers that cost no CPU.
   const fs::path dir = fs::temp_directory_path() / ("mt_test_launch_kill_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string port = std::to_string(29000 + ::getpid() % 1000);
+  const std::string port = std::to_string(mt::testing::free_port());
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
@@ -182,6 +183,7 @@ TEST(Launch, SigkilledLauncherLeavesNoWorkerAlive) {
   }
   ASSERT_EQ(workers.size(), 2u) << slurp(dir / "stderr");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let them reach rendezvous
+  for (const pid_t w : workers) ASSERT_FALSE(is_dead(w)) << "a worker ended early:\n" << slurp(dir / "stderr");
   ::kill(launcher, SIGKILL);
   ::waitpid(launcher, nullptr, 0);
 
