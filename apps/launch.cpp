@@ -225,6 +225,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
       // headless workers would train on and race a restarted launcher for the run folder.
       // SIGKILL rather than SIGTERM: a worker stuck in a collective would never act on SIGTERM,
       // and an orderly stop always comes through the launcher (which forwards SIGTERM first).
+      // The signal follows the forking thread, which here runs the whole job (run_launch).
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != launcher) ::_exit(128 + SIGKILL);  // it died before prctl took effect
       // One process group for all workers, apart from the terminal's: Ctrl-C reaches launch
