@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -123,23 +125,35 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
   bool port_given = false;
   size_t i = 0;
   for (; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a == "--") {
+    if (argv[i] == "--") {
       ++i;
       break;
     }
+    // torchrun's habits: `--flag=value` as well as `--flag value`, and `--nproc_per_node` as
+    // well as `--nproc-per-node` (the underscore spelling of every option).
+    std::string a = argv[i];
+    std::string inline_value;
+    bool has_inline_value = false;
+    if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = a.substr(eq + 1);
+      a.resize(eq);
+      has_inline_value = true;
+    }
+    std::string name = a;
+    std::replace(name.begin(), name.end(), '_', '-');
     auto value = [&]() -> std::string {
+      if (has_inline_value) return inline_value;
       MT_CHECK(i + 1 < argv.size(), "launch: ", a, " needs a value");
       return argv[++i];
     };
-    if (a == "--nproc-per-node" || a == "--nproc_per_node") o.nproc_per_node = to_int(a, value());
-    else if (a == "--nnodes") o.nnodes = to_int(a, value());
-    else if (a == "--node-rank" || a == "--node_rank") o.node_rank = to_int(a, value());
-    else if (a == "--master-addr" || a == "--master_addr") o.master_addr = value();
-    else if (a == "--master-port" || a == "--master_port") o.master_port = to_int(a, value()), port_given = true;
-    else if (a == "--grace") o.grace_seconds = to_int(a, value());
-    else if (a == "--stop-timeout" || a == "--stop_timeout") o.stop_timeout_seconds = to_int(a, value());
-    else if (a == "--max-restarts" || a == "--max_restarts") o.max_restarts = to_int(a, value());
+    if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, value());
+    else if (name == "--nnodes") o.nnodes = to_int(a, value());
+    else if (name == "--node-rank") o.node_rank = to_int(a, value());
+    else if (name == "--master-addr") o.master_addr = value();
+    else if (name == "--master-port") o.master_port = to_int(a, value()), port_given = true;
+    else if (name == "--grace") o.grace_seconds = to_int(a, value());
+    else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, value());
+    else if (name == "--max-restarts") o.max_restarts = to_int(a, value());
     else MT_FAIL("launch: unknown option \"", a, "\" (the worker's command goes after --)");
   }
   o.command.assign(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
@@ -160,13 +174,44 @@ struct GroupOutcome {
   int interrupt = 0;        // the signal launch got and forwarded (0: none)
   int failed_rank = -1;     // the first worker that failed (-1: none)
   int failed_status = 0;    // its waitpid status
+  // The workers still running when the first one failed, e.g. "1 (stopped), 3": when the
+  // failure is a timeout, these are the ranks the failed one was waiting for.
+  std::string running_at_failure;
 };
+
+// The scheduler state of a process ('R', 'S', 'D', 'T' stopped, 't' traced), or 0 if unknown.
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto paren = stat.rfind(')');  // the command name may itself contain spaces or ')'
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
+}
+
+std::string running_workers(const std::vector<Worker>& workers) {
+  std::string out;
+  for (const auto& w : workers) {
+    if (w.done) continue;
+    const char state = process_state(w.pid);
+    if (state == 'Z') continue;  // exited, not yet reaped
+    out += (out.empty() ? "" : ", ") + std::to_string(w.rank) +
+           (state == 'T' || state == 't' ? " (stopped)" : "");
+  }
+  return out;
+}
+
+// Exit statuses that say a restart would fail the same way: 2 is a usage error, 3 a config
+// error (`mintrain train` exits 3 when the config cannot run).
+bool is_permanent_failure(int status) {
+  return WIFEXITED(status) && (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 3);
+}
 
 GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int port,
                        const std::string& token, int restart) {
   const int world = o.nnodes * o.nproc_per_node;
   std::vector<Worker> workers;
   OutputPump pump;
+  const pid_t launcher = ::getpid();
+  pid_t group = 0;  // the workers' process group: the first worker's pid
   for (int local = 0; local < o.nproc_per_node; ++local) {
     const int rank = o.node_rank * o.nproc_per_node + local;
     int out[2], err[2];
@@ -176,7 +221,17 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
     const pid_t pid = ::fork();
     MT_CHECK(pid >= 0, "launch: fork failed: ", std::strerror(errno));
     if (pid == 0) {
-      ::setpgid(0, 0);  // the terminal's Ctrl-C reaches launch only; launch forwards it once
+      // Die with the launcher, however it ends (even SIGKILL, which it cannot forward):
+      // headless workers would train on and race a restarted launcher for the run folder.
+      // SIGKILL rather than SIGTERM: a worker stuck in a collective would never act on SIGTERM,
+      // and an orderly stop always comes through the launcher (which forwards SIGTERM first).
+      // The signal follows the forking thread, which here runs the whole job (run_launch).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(128 + SIGKILL);  // it died before prctl took effect
+      // One process group for all workers, apart from the terminal's: Ctrl-C reaches launch
+      // only (launch forwards it once), and launch signals the group, so whatever a worker
+      // started itself is stopped with it.
+      ::setpgid(0, group);
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
       ::dup2(out[1], STDOUT_FILENO);
@@ -203,6 +258,8 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
       [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, msg.data(), msg.size());
       ::_exit(127);
     }
+    if (group == 0) group = pid;
+    ::setpgid(pid, group);  // also here, so the group exists before we first signal it
     ::close(out[1]);
     ::close(err[1]);
     pump.add(out[0], rank, false);
@@ -216,9 +273,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
   Clock::time_point kill_at{};
   bool killed = false;
   auto signal_all = [&](int sig) {
-    for (const auto& w : workers) {
-      if (!w.done) ::kill(w.pid, sig);
-    }
+    if (alive > 0) ::kill(-group, sig);
   };
   auto kill_after = [&](double seconds) {
     const auto at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -244,6 +299,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
       if (!ok && outcome.failed_rank < 0 && outcome.interrupt == 0) {
         outcome.failed_rank = w.rank;
         outcome.failed_status = status;
+        outcome.running_at_failure = running_workers(workers);
         signal_all(SIGTERM);
         kill_after(o.grace_seconds);
       }
@@ -287,6 +343,22 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
     if (g.failed_rank < 0) return 0;
     const std::string why = "rank " + std::to_string(g.failed_rank) + " exited with " +
                             describe_status(g.failed_status);
+    // A rank that fails while others still run may have been waiting for them (a collective
+    // timed out): name them, so a hung or stopped rank is not hidden behind the healthy one.
+    if (!g.running_at_failure.empty() && !is_permanent_failure(g.failed_status)) {
+      std::fprintf(stderr, "mintrain launch: rank(s) %s still ran when rank %d failed; if its error "
+                   "is a timeout, they are the ones it waited for\n",
+                   g.running_at_failure.c_str(), g.failed_rank);
+    }
+    if (is_permanent_failure(g.failed_status)) {
+      const int left = o.max_restarts - restart;
+      const std::string skipped =
+          left > 0 ? ", so the " + std::to_string(left) + " restart(s) left were skipped" : "";
+      std::fprintf(stderr, "mintrain launch: %s: a permanent error (a usage or config error, which "
+                   "a restart cannot fix)%s; stopped the other workers\n", why.c_str(),
+                   skipped.c_str());
+      return 1;
+    }
     if (restart < o.max_restarts) {
       std::fprintf(stderr, "mintrain launch: restart %d/%d after %s\n", restart + 1,
                    o.max_restarts, why.c_str());

@@ -10,10 +10,16 @@
 // restarts are left (--max-restarts, default 0), the whole group starts again with
 // MINTRAIN_RESTART_COUNT one higher (`train` then resumes from the newest checkpoint) and a
 // fresh rendezvous port when the port was picked automatically; otherwise launch exits 1
-// naming the rank and its status.
-// Ctrl-C / SIGTERM to launch is forwarded to the workers (they run in their own process group,
-// so the terminal does not signal them twice): they checkpoint and exit; after --stop-timeout
-// seconds the stragglers get SIGKILL. launch then exits 128 + the signal and restarts nothing.
+// naming the rank and its status. A worker exiting 2 (usage error) or 3 (config error) failed
+// for good: launch says the error is permanent and restarts nothing, whatever --max-restarts.
+// When the failed worker was waiting for others (a collective timed out), the ranks still
+// running at that moment are named too ("1 (stopped)"), since they are the suspects.
+// Ctrl-C / SIGTERM to launch is forwarded to the workers (they share one process group apart
+// from the terminal's, so the terminal does not signal them twice): they checkpoint and exit;
+// after --stop-timeout seconds the stragglers get SIGKILL. launch then exits 128 + the signal
+// and restarts nothing. Workers die with launch however it ends: each has PR_SET_PDEATHSIG
+// SIGKILL, so even a SIGKILLed launch leaves no worker behind.
+// Options are accepted as torchrun writes them too: `--nproc-per-node=2`, `--nproc_per_node 2`.
 #pragma once
 #include <string>
 #include <vector>

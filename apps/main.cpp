@@ -30,6 +30,7 @@
 #include "apps/config.h"
 #include "apps/launch.h"
 #include "apps/model_command.h"
+#include "apps/plot_command.h"
 #include "apps/profile_comm_command.h"
 #include "apps/tokenize_command.h"
 #include "apps/trainer.h"
@@ -87,6 +88,10 @@ const char* kProfileCommUsage =
 const char* kTokenizeSummary =
     "  tokenize --vocab vocab.txt [--cased | --uncased]\n"
     "                     BERT token ids and pieces of each line of standard input\n";
+const char* kPlotSummary =
+    "  plot RUN_DIR... [--out DIR]\n"
+    "                     PNG curves (loss, accuracy, learning rate, throughput against iterations\n"
+    "                     and time) of each run's metrics.jsonl, runs overlaid; needs gnuplot\n";
 const char* kTail =
     "\n"
     "--set path.to.field=value overrides one config field (see configs/mintrain.proto), e.g.\n"
@@ -105,7 +110,7 @@ const char* kTail =
 
 std::string usage() {
   return std::string("usage: mintrain <command> [args]\n\ncommands:\n") + kTrainUsage + kEvalUsage +
-         kLaunchUsage + kModelUsage + kProfileCommUsage + kTokenizeSummary +
+         kLaunchUsage + kModelUsage + kProfileCommUsage + kTokenizeSummary + kPlotSummary +
          "  help               this text, with the models, optimizers, schedules, datasets and\n"
          "                     distributed algorithms\n"
          "  version            the version\n" +
@@ -345,6 +350,8 @@ int cmd_profile_comm(const std::vector<std::string>& argv) {
   return mt::apps::run_profile_comm_command(argv, std::cout);
 }
 
+int cmd_plot(const std::vector<std::string>& argv) { return mt::apps::run_plot_command(argv, std::cout); }
+
 int cmd_tokenize(const std::vector<std::string>& argv) {
   return mt::apps::run_tokenize_command(argv, std::cin, std::cout);
 }
@@ -383,6 +390,7 @@ const std::map<std::string, Command>& commands() {
       {"model", {cmd_model, ""}},
       {"profile-comm", {cmd_profile_comm, kProfileCommUsage}},
       {"tokenize", {cmd_tokenize, ""}},
+      {"plot", {cmd_plot, ""}},
       {"help", {cmd_help, ""}},
       {"version", {cmd_version, ""}},
   };

@@ -6,8 +6,9 @@ namespace mt::dist {
 
 using Clock = std::chrono::steady_clock;
 
-// A gloo op that misses its own timeout by more than this is considered stuck.
-constexpr auto kGrace = std::chrono::seconds(2);
+// A gloo op that misses its own timeout by more than this is considered stuck. It covers the
+// roll call a timed-out op takes before failing (at most kMaxRollCall, silent_ranks.h).
+constexpr auto kGrace = std::chrono::seconds(2) + kMaxRollCall;
 
 std::string seconds(std::chrono::milliseconds ms) {
   const auto tenths = ms.count() / 100;

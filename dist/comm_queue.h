@@ -26,6 +26,10 @@ namespace mt::dist {
 
 class QueuedWork;
 
+// The longest a timed-out operation spends naming the ranks that did not answer before it
+// fails (dist/silent_ranks.h); wait() allows for it on top of the timeout.
+inline constexpr std::chrono::milliseconds kMaxRollCall{5000};
+
 // The group's health, shared with its Work handles (which may outlive the group).
 struct CommHealth {
   std::mutex mutex;

@@ -22,6 +22,7 @@
 #include <gloo/types.h>
 
 #include "core/error.h"
+#include "dist/silent_ranks.h"
 
 namespace mt::dist {
 
@@ -141,13 +142,21 @@ void check_cpu(const Tensor& t, const std::string& who, const std::string& op, c
   MT_CHECK(t.is_contiguous(), who, ": ", op, ": the ", what, " tensor must be contiguous (call .contiguous())");
 }
 
+// A Gloo call that gave up waiting for a peer (not one that lost it): issue() then names the
+// ranks that did not answer.
+struct CollectiveTimeout : core::Error {
+  using core::Error::Error;
+};
+
 // Runs one Gloo call, turning Gloo's exceptions (peer gone, timeout) into text for the Work.
 template <typename F>
 void gloo_call(F&& f) {
   try {
     f();
   } catch (const gloo::IoException& e) {
-    throw core::Error(std::string("Gloo I/O error (peer gone or timed out): ") + e.what());
+    const std::string what = e.what();
+    if (what.find("Timed out") != std::string::npos) throw CollectiveTimeout("Gloo: " + what);
+    throw core::Error("Gloo I/O error (peer gone or timed out): " + what);
   } catch (const gloo::Exception& e) {
     throw core::Error(std::string("Gloo error: ") + e.what());
   }
@@ -251,7 +260,22 @@ std::string GlooProcessGroup::who() const { return "rank " + std::to_string(rank
 std::shared_ptr<Work> GlooProcessGroup::issue(std::string op, std::function<void(uint32_t)> run) {
   std::lock_guard<std::mutex> lock(issue_mutex_);
   const uint32_t tag = tag_++;
-  return queue_->enqueue(std::move(op), [run = std::move(run), tag] { run(tag); });
+  // On a timeout, the roll call of silent_ranks.h: the error names who did not answer, rather
+  // than leaving the blame on whichever rank times out and exits first.
+  const auto timeout = shared_->options.timeout;
+  const auto window = std::min(kMaxRollCall, std::chrono::duration_cast<std::chrono::milliseconds>(timeout / 2));
+  return queue_->enqueue(std::move(op), [run = std::move(run), tag, shared = shared_, prefix = prefix_,
+                                         me = rank_, members = world_ranks_, timeout, window] {
+    try {
+      run(tag);
+    } catch (const CollectiveTimeout& e) {
+      const std::string who = name_silent_ranks(*shared->store, prefix, me, members, window);
+      const auto tenths = timeout.count() / 100;
+      std::string secs = std::to_string(tenths / 10);
+      if (tenths % 10 != 0) secs += '.' + std::to_string(tenths % 10);
+      throw core::Error("timed out after " + secs + " s waiting for a peer" + (who.empty() ? "" : "; " + who) + " (" + e.what() + ")");
+    }
+  });
 }
 
 std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, ReduceOp op) {

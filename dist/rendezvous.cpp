@@ -2,8 +2,9 @@
 
 #include <cerrno>
 #include <chrono>
-#include <thread>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,14 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+// "30" or "0.3": whole seconds when the value has no tenths.
+std::string seconds_number(std::chrono::milliseconds ms) {
+  const auto tenths = (ms.count() + 50) / 100;
+  std::string text = std::to_string(tenths / 10);
+  if (tenths % 10 != 0) text += '.' + std::to_string(tenths % 10);
+  return text;
+}
+
 }  // namespace
 
 WorldInfo world_from_env() {
@@ -145,7 +154,8 @@ WorldInfo world_from_env() {
   return w;
 }
 
-Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options) {
+Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options,
+                      std::chrono::milliseconds report_every) {
   validate(world);
   Rendezvous rv;
   rv.world = world;
@@ -156,6 +166,7 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
   so.is_server = world.rank == 0;
   so.timeout = options.timeout;
   so.rank = world.rank;
+  so.report_every = report_every;
   auto store = std::make_shared<TCPStore>(so);
   rv.store = store;
 
@@ -178,7 +189,9 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
   // (rank 0) may be timing out and exiting at the same moment.
   std::vector<int> missing;
   for (int r = 0; r < world.world_size; ++r) missing.push_back(r);
-  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options.timeout;
+  auto waited = report_every;  // the next "waiting" line is due at start + waited
   for (;;) {
     std::vector<int> still;
     try {
@@ -197,6 +210,12 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
              rank_list(missing), " of ", world.world_size, " (store at ", world.master_addr, ":",
              store->port(), "): start them, or check that they use the same "
              "MASTER_ADDR/MASTER_PORT and can reach it");
+    if (report_every.count() > 0 && std::chrono::steady_clock::now() >= start + waited) {
+      std::fprintf(stderr, "rank %d: waiting for rank(s) %s at %s:%d, %s/%s s\n", world.rank,
+                   rank_list(missing).c_str(), world.master_addr.c_str(), store->port(),
+                   seconds_number(waited).c_str(), seconds_number(options.timeout).c_str());
+      waited += report_every;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (int r = 1; r < world.world_size && world.rank == 0; ++r) {

@@ -4,6 +4,7 @@
 // Open MPI's (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, ...).
 // No variables at all means a single process (rank 0 of 1).
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -25,12 +26,16 @@ struct WorldInfo {
 WorldInfo world_from_env();
 
 // Connects to (rank 0: hosts) the TCP store at master_addr:master_port, waits for all ranks
-// (naming the missing ones on timeout), and creates the world process group.
+// (naming the missing ones on timeout), and creates the world process group. While it waits,
+// a line on stderr every `report_every` says for whom and how long, e.g. "rank 1: waiting for
+// rank 0 at 10.0.0.1:29500, 30/300 s (Connection refused)", so a wrong MASTER_PORT or a rank
+// that never started shows long before the timeout's error.
 struct Rendezvous {
   WorldInfo world;
   std::shared_ptr<Store> store;
   std::shared_ptr<ProcessGroup> group;
 };
-Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options);
+Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options,
+                      std::chrono::milliseconds report_every = std::chrono::seconds(30));
 
 }  // namespace mt::dist

@@ -23,6 +23,9 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys) = 0;
   virtual bool check(const std::vector<std::string>& keys) = 0;  // non-blocking
   virtual std::chrono::milliseconds timeout() const = 0;
+  // Another handle on the same store whose calls give up after `timeout` instead of the
+  // store's own: a short question (who is still there?) to a store whose host may be stuck.
+  virtual std::shared_ptr<Store> with_timeout(std::chrono::milliseconds timeout) const = 0;
 };
 
 }  // namespace mt::dist

@@ -1,6 +1,9 @@
 #include "dist/tcp_store.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "dist/socket.h"
@@ -21,6 +24,14 @@ std::string key_list(const std::vector<std::string>& keys) {
   for (size_t i = 0; i < keys.size() && i < 16; ++i) out += (i ? ", \"" : "\"") + keys[i] + "\"";
   if (keys.size() > 16) out += " and " + std::to_string(keys.size() - 16) + " more";
   return out;
+}
+
+// "30" or "0.3": whole seconds when the value has no tenths.
+std::string seconds_number(std::chrono::milliseconds ms) {
+  const auto tenths = (ms.count() + 50) / 100;
+  std::string text = std::to_string(tenths / 10);
+  if (tenths % 10 != 0) text += '.' + std::to_string(tenths % 10);
+  return text;
 }
 
 }  // namespace
@@ -54,11 +65,31 @@ std::string TCPStore::who() const {
   return options_.rank >= 0 ? "rank " + std::to_string(options_.rank) : std::string("this process");
 }
 
+std::shared_ptr<Store> TCPStore::with_timeout(std::chrono::milliseconds timeout) const {
+  TCPStoreOptions o = options_;
+  o.is_server = false;
+  o.port = port_;
+  o.timeout = timeout;
+  o.report_every = std::chrono::milliseconds(0);
+  return std::make_shared<TCPStore>(o);
+}
+
 void TCPStore::connect_locked() {
   if (fd_ >= 0) return;
-  const auto deadline = net::Clock::now() + options_.timeout;
+  const auto start = net::Clock::now();
+  const auto deadline = start + options_.timeout;
   std::string last_error;
-  fd_ = net::connect_until(options_.host, port_, deadline, &last_error);
+  // In slices of report_every, saying after each that we still wait: a wrong MASTER_PORT
+  // must not look like a silent hang for the whole timeout.
+  const bool report = options_.report_every.count() > 0;
+  for (auto waited = options_.report_every;; waited += options_.report_every) {
+    const auto until = report ? std::min(deadline, start + waited) : deadline;
+    fd_ = net::connect_until(options_.host, port_, until, &last_error);
+    if (fd_ >= 0 || until >= deadline) break;
+    std::this_thread::sleep_until(until);  // connect_until may give up a backoff early
+    std::fprintf(stderr, "%s: waiting for rank 0 at %s, %s/%s s (%s)\n", who().c_str(), address().c_str(),
+                 seconds_number(waited).c_str(), seconds_number(options_.timeout).c_str(), last_error.c_str());
+  }
   if (fd_ < 0) {
     MT_FAIL(who(), ": could not reach the store at ", address(), " after ", seconds(options_.timeout),
             " (", last_error, "): is rank 0 running? check MASTER_ADDR/MASTER_PORT");

@@ -31,6 +31,9 @@ struct TCPStoreOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::string token;               // defaults to $MINTRAIN_JOB_TOKEN when left empty
   int rank = -1;                   // for error messages only (-1: unknown)
+  // While connecting takes longer than this, a line every interval on stderr says so
+  // ("rank 1: waiting for rank 0 at host:port, 30/300 s (...)"); 0: silent.
+  std::chrono::milliseconds report_every{0};
 };
 
 class TCPStore : public Store {
@@ -48,6 +51,10 @@ class TCPStore : public Store {
   void wait(const std::vector<std::string>& keys) override;
   bool check(const std::vector<std::string>& keys) override;
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
+
+  // A second connection to this store whose calls give up after `timeout`: for questions that
+  // must not wait the job's whole timeout (who else is there, after a collective timed out).
+  std::shared_ptr<Store> with_timeout(std::chrono::milliseconds timeout) const override;
 
   // Like wait() but with its own timeout; throws Error naming the missing keys.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);

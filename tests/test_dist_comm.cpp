@@ -1,6 +1,7 @@
 // The communication runtime: TCP store, launch environment, rendezvous, Gloo process groups.
 // Multi-rank tests fork real processes on loopback (support/multiprocess.h).
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -296,6 +297,38 @@ TEST(Rendezvous, TimeoutNamesTheMissingRanks) {
   EXPECT_TRUE(result.ok_or_report());
 }
 
+TEST(Rendezvous, WrongPortSaysWhoItWaitsForLongBeforeTheTimeout) {
+  // Rank 1 of 2 at a port where nothing listens (a wrong MASTER_PORT): a waiting line every
+  // report interval, then the error naming the address.
+  mt::dist::WorldInfo w;
+  w.rank = 1, w.world_size = 2, w.local_rank = 1, w.local_world_size = 2;
+  w.master_port = mt::testing::free_port();
+  mt::dist::ProcessGroupOptions po = mt::testing::test_group_options();
+  po.timeout = 1500ms;
+  ::testing::internal::CaptureStderr();
+  const std::string e = error_of([&] { mt::dist::rendezvous(w, po, 400ms); });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string at = "127.0.0.1:" + std::to_string(w.master_port);
+  EXPECT_NE(err.find("rank 1: waiting for rank 0 at " + at + ", 0.4/1.5 s"), std::string::npos) << err;
+  EXPECT_NE(err.find("rank 1: waiting for rank 0 at " + at + ", 0.8/1.5 s"), std::string::npos) << err;
+  EXPECT_NE(err.find("Connection refused"), std::string::npos) << err;
+  EXPECT_NE(e.find("could not reach the store at " + at + " after 1.5 s"), std::string::npos) << e;
+}
+
+TEST(Rendezvous, HostSaysWhichRanksItWaitsFor) {
+  mt::dist::WorldInfo w;
+  w.rank = 0, w.world_size = 3, w.local_rank = 0, w.local_world_size = 3;
+  w.master_port = mt::testing::free_port();
+  mt::dist::ProcessGroupOptions po = mt::testing::test_group_options();
+  po.timeout = 1s;
+  ::testing::internal::CaptureStderr();
+  const std::string e = error_of([&] { mt::dist::rendezvous(w, po, 300ms); });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("rank 0: waiting for rank(s) 1, 2 at 127.0.0.1:" + std::to_string(w.master_port) + ", 0.3/1 s"),
+            std::string::npos) << err;
+  EXPECT_NE(e.find("waiting for rank(s) 1, 2 of 3"), std::string::npos) << e;
+}
+
 TEST(Rendezvous, WorldSizeMismatchIsReported) {
   MultiprocessOptions o;
   o.create_store = false;
@@ -542,3 +575,43 @@ TEST(ProcessGroup, SingleRankAndBadArguments) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- a hung rank is named
+
+namespace {
+
+// Rank `stopped` publishes its pid and stops itself (as SIGSTOP or a debugger would); the other
+// rank's allreduce times out and its error must name the stopped rank. Then it wakes the
+// stopped rank (SIGCONT), so both end normally.
+void expect_stopped_rank_named(int stopped, const std::string& expected) {
+  MultiprocessOptions o;
+  o.group.timeout = 2s;
+  o.timeout = 40s;
+  EXPECT_TRUE(run_ranks(2, [stopped, expected](RankContext& c) {
+                const std::string pid = std::to_string(::getpid());
+                c.store->set("test/pid/" + std::to_string(c.rank), bytes(pid));
+                if (c.rank == stopped) {
+                  c.store->wait({"test/got_pid"});  // the store may be the one stopped
+                  ::raise(SIGSTOP);
+                  return;
+                }
+                const auto v = c.store->get("test/pid/" + std::to_string(stopped));
+                const pid_t other = std::stoi(std::string(v.begin(), v.end()));
+                c.store->set("test/got_pid", bytes("1"));
+                Tensor t = Tensor::full({16}, 1.0);
+                const std::string e = error_of([&] { c.group->allreduce(t)->wait(); });
+                ::kill(other, SIGCONT);
+                EXPECT_NE(e.find("timed out after 2 s waiting for a peer"), std::string::npos) << e;
+                EXPECT_NE(e.find(expected), std::string::npos) << e;
+              }, o).ok_or_report());
+}
+
+}  // namespace
+
+TEST(HungRank, TimeoutNamesTheStoppedRank) {
+  expect_stopped_rank_named(1, "rank(s) 1 did not answer");
+}
+
+TEST(HungRank, TimeoutNamesTheStoppedStoreHost) {
+  expect_stopped_rank_named(0, "the store's host, rank 0, does not answer either");
+}
