@@ -404,6 +404,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   return config;
 }
 
+std::string config_identity_text(const RunConfig& config) {
+  RunConfig c = config;
+  if (c.device().rfind("cuda", 0) == 0) c.set_device("cuda");
+  return config_to_text(c);
+}
+
 std::string config_differences(const std::string& old_text, const std::string& new_text) {
   RunConfig before, after;
   if (!pb::TextFormat::ParseFromString(old_text, &before)) return "the stored config cannot be read by this build";

@@ -40,6 +40,10 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 // The config as text format (saved into the output folder and into checkpoints).
 std::string config_to_text(const RunConfig& config);
 
+// The config as every rank of a job must have it, in text format: the same as config_to_text
+// except that a GPU index (device "cuda:3") counts as "cuda", since each rank may bind its own.
+std::string config_identity_text(const RunConfig& config);
+
 // What differs between two configs in text format, one "field: old -> new" entry per field,
 // "; "-separated ("" when they agree). Where the output goes (output_dir) does not count: it
 // does not change the training. A text this build cannot parse is reported as such.

@@ -89,16 +89,14 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   core::cuda::set_conv_workspace_limit(static_cast<size_t>(config_.cuda().cudnn_workspace_mb()) << 20);
 #endif
 
-  device_ = core::Device::parse(config_.device());
-  MT_CHECK(device_.is_cpu() || core::cuda_device_count() > device_.index, "device \"",
-           config_.device(), "\" is not available (",
-           core::cuda_device_count(), " CUDA devices visible",
-#ifdef MT_WITH_CUDA
-           ""
-#else
-           "; this build has no CUDA support"
-#endif
-           "); set device: \"cpu\" or use a GPU build");
+  // "cuda" is this rank's own GPU (its LOCAL_RANK among the node's visible devices).
+  device_ = core::resolve_device(config_.device(), core::local_rank_from_env(),
+                                 config_.device() == "cuda" ? core::cuda_device_count() : 0);
+  MT_CHECK(device_.is_cpu() || core::cuda_device_count() > device_.index, "device \"", config_.device(),
+           "\" (", device_.str(), ") is not available: ",
+           core::cuda_device_count() == 0 ? core::cuda_unavailable_reason()
+                                          : std::to_string(core::cuda_device_count()) + " CUDA devices are visible",
+           "; set device: \"cpu\", or run where that GPU is");
 
   output_dir_ = config_.output_dir().empty() ? "runs/" + config_.name() : config_.output_dir();
   gen_ = std::make_unique<core::Generator>(config_.seed());
@@ -267,7 +265,7 @@ void Trainer::connect() {
   sc.nesterov = oc.nesterov();
   sc.weight_decay = oc.weight_decay();
   sc.decoupled_weight_decay = oc.decoupled_weight_decay();
-  sc.config_text = config_to_text(config_);
+  sc.config_text = config_identity_text(config_);
   sc.timeline = timeline_;
   sc.log = options_.quiet ? nullptr : &log();
   sync_ = dist::make_synchronizer(group_, sc);

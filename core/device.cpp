@@ -1,5 +1,9 @@
 #include "core/device.h"
 
+#include <dlfcn.h>
+
+#include <cstdlib>
+
 #include "core/error.h"
 
 #ifdef MT_WITH_CUDA
@@ -37,5 +41,49 @@ int cuda_device_count() {
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }
+
+std::string cuda_unavailable_reason() {
+#ifdef MT_WITH_CUDA
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return "";
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string mask = visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=\"") + visible + "\")" : "";
+  if (e == cudaSuccess || e == cudaErrorNoDevice) return "no CUDA device is visible" + mask;
+  if (e == cudaErrorInsufficientDriver) {
+    // The runtime says the same when there is no driver at all: look for the driver library.
+    void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) return "no NVIDIA driver is installed (libcuda.so.1 not found): no GPU here";
+    ::dlclose(driver);
+  }
+  return std::string("a CUDA device is present but cannot be used: ") + cudaGetErrorString(e) + " (" +
+         cudaGetErrorName(e) + ")" + mask;
+#else
+  return "this build has no CUDA support";
+#endif
+}
+
+int local_rank_from_env() {
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    MT_CHECK(*end == '\0' && r >= 0 && r < 1 << 20, name, "=\"", v, "\" is not a local rank (a number >= 0); ",
+             "it is set by the launcher (mintrain launch, torchrun, srun, mpirun)");
+    return static_cast<int>(r);
+  }
+  return -1;
+}
+
+Device resolve_device(const std::string& spec, int local_rank, int visible_devices) {
+  const Device d = Device::parse(spec);
+  if (!d.is_cuda() || spec != "cuda" || local_rank < 0) return d;
+  MT_CHECK(local_rank < visible_devices, "device \"cuda\" means this rank's own GPU, but local rank ",
+           local_rank, " needs at least ", local_rank + 1, " visible CUDA devices and ", visible_devices,
+           " are visible; start at most ", visible_devices, " processes per node (--nproc-per-node ",
+           visible_devices, "), or check CUDA_VISIBLE_DEVICES");
+  return Device::cuda(local_rank);
+}
 
 }  // namespace mt::core

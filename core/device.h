@@ -24,5 +24,20 @@ struct Device {
 // True when this binary was built with CUDA and at least one device is visible.
 bool cuda_available();
 int cuda_device_count();
+// Why no CUDA device can be used, or "" when one can. It tells "there is no GPU" (a CPU-only
+// build, no NVIDIA driver, no visible device) from "there is a GPU we cannot use" (a driver
+// older than the toolkit, a device in a bad state), with CUDA's own error text.
+std::string cuda_unavailable_reason();
+
+// This process's index among the ranks of its node, by the torchrun convention: LOCAL_RANK
+// (mintrain launch, torchrun), else SLURM_LOCALID (srun), else OMPI_COMM_WORLD_LOCAL_RANK
+// (mpirun); -1 when none is set (a process started by hand).
+int local_rank_from_env();
+
+// The device a config's `device` means for this process. "cuda" is the node-local rank's GPU
+// (cuda:local_rank, counted among the visible devices: CUDA_VISIBLE_DEVICES renumbers them
+// from 0), so every rank of a node gets its own; "cuda:N" and "cpu" are taken as written. More
+// local ranks than visible devices is an error naming both numbers.
+Device resolve_device(const std::string& spec, int local_rank, int visible_devices);
 
 }  // namespace mt::core

@@ -2,6 +2,9 @@
 // parts skip themselves (visibly) where no CUDA device exists.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "core/ops/elementwise.h"
 #include "core/random.h"
 #include "support/gradcheck.h"
@@ -37,8 +40,67 @@ TEST(Device, CpuOnlyBuildRefusesCudaClearly) {
 #endif
 }
 
+// Device binding by the torchrun convention (no GPU needed: the visible count is given).
+TEST(DeviceBinding, CudaMeansThisRanksOwnGpu) {
+  EXPECT_EQ(resolve_device("cuda", 3, 8), Device::cuda(3));
+  EXPECT_EQ(resolve_device("cuda", 0, 1), Device::cuda(0));
+  EXPECT_EQ(resolve_device("cuda", -1, 0), Device::cuda(0));  // not under a launcher
+  EXPECT_EQ(resolve_device("cuda:2", 5, 8), Device::cuda(2));  // an explicit index is taken as written
+  EXPECT_EQ(resolve_device("cpu", 3, 0), Device::cpu());
+  try {
+    resolve_device("cuda", 4, 2);
+    FAIL() << "5 local ranks on 2 visible GPUs";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("local rank 4"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("2 are visible"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << msg;
+  }
+}
+
+// Sets (or clears, with nullptr) an environment variable for one scope.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_.empty() ? ::unsetenv(name_) : ::setenv(name_, old_.c_str(), 1); }
+  const char* name_;
+  std::string old_;
+};
+
+TEST(DeviceBinding, TheLocalRankComesFromTheLauncherSlurmOrOpenMpi) {
+  ScopedEnv a("LOCAL_RANK", nullptr), b("SLURM_LOCALID", nullptr), c("OMPI_COMM_WORLD_LOCAL_RANK", nullptr);
+  EXPECT_EQ(local_rank_from_env(), -1);
+  {
+    ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_RANK", "5");
+    EXPECT_EQ(local_rank_from_env(), 5);
+    ScopedEnv slurm("SLURM_LOCALID", "2");
+    EXPECT_EQ(local_rank_from_env(), 2);  // Slurm before Open MPI
+    ScopedEnv torchrun("LOCAL_RANK", "1");
+    EXPECT_EQ(local_rank_from_env(), 1);  // the launcher's own first
+  }
+  ScopedEnv bad("LOCAL_RANK", "one");
+  EXPECT_THROW(local_rank_from_env(), Error);
+}
+
+TEST(DeviceBinding, NoGpuIsToldApartFromAGpuThatCannotBeUsed) {
+  const std::string reason = cuda_unavailable_reason();
+  if (cuda_available()) {
+    EXPECT_EQ(reason, "");
+    return;
+  }
+  // On the CPU machines: no driver at all, or no device, or a CPU-only build; each says so.
+  EXPECT_FALSE(reason.empty());
+  const bool no_gpu = reason.find("no NVIDIA driver") != std::string::npos ||
+                      reason.find("no CUDA device") != std::string::npos ||
+                      reason.find("no CUDA support") != std::string::npos;
+  const bool unusable = reason.find("present but cannot be used") != std::string::npos;
+  EXPECT_TRUE(no_gpu != unusable) << reason;
+}
+
 TEST(DeviceGpu, RoundTripAndAllocatorReuse) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: host<->device copies not run";
+  MT_REQUIRE_GPU();
 #ifdef MT_WITH_CUDA
   Generator gen(7);
   Tensor x = rand_uniform({3, 5, 7}, -1, 1, gen);

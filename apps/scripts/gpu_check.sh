@@ -132,7 +132,9 @@ case "$mode" in
     prepare
     say "gpu_check run: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
     # 1. Every test binary. The tests find their inputs from the source tree (the working
-    # directory); GPU tests print SKIPPED only where no device is visible.
+    # directory). MT_STRICT_GPU=1: a GPU test that finds no usable device fails (with CUDA's
+    # reason) instead of skipping, so this run cannot be green while testing nothing.
+    export MT_STRICT_GPU=1
     for t in "$BUNDLE"/bin/test_*; do
       step "$(basename "$t")" tests 240 "$t" --gtest_brief=1
     done

@@ -5,6 +5,8 @@
 // the central difference (loss(x + eps) - loss(x - eps)) / (2 eps), computed in double from
 // float32 outputs.
 #pragma once
+#include <cstdlib>
+#include <string>
 #include <functional>
 #include <vector>
 
@@ -37,15 +39,29 @@ Tensor random_tensor(const core::Shape& shape, uint64_t seed, float low = -1.0f,
 
 }  // namespace mt::testing
 
-// For CPU-vs-GPU op comparisons: skips, visibly, when no CUDA device is present or when this
-// build has no CUDA op kernels yet (MT_CUDA_KERNELS, added by the CUDA backend).
+// For GPU tests: skips, visibly and with the reason (no GPU, or a GPU that cannot be used, in
+// CUDA's words), when no CUDA device can be used. With MT_STRICT_GPU=1 in the environment (set
+// by apps/scripts/gpu_check.sh on a GPU machine) it fails instead: a GPU run that tested nothing
+// must not come out green.
+namespace mt::testing {
+inline bool strict_gpu() {
+  const char* v = std::getenv("MT_STRICT_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+}  // namespace mt::testing
 #ifdef MT_CUDA_KERNELS
-#define MT_REQUIRE_GPU()                                                                   \
-  do {                                                                                     \
-    if (!::mt::core::cuda_available())                                                     \
-      GTEST_SKIP() << "no CUDA device (or a CPU-only build): GPU comparison not run";      \
+#define MT_REQUIRE_GPU()                                                                              \
+  do {                                                                                                \
+    if (!::mt::core::cuda_available()) {                                                              \
+      if (::mt::testing::strict_gpu())                                                                \
+        FAIL() << "MT_STRICT_GPU=1 but " << ::mt::core::cuda_unavailable_reason();                    \
+      GTEST_SKIP() << ::mt::core::cuda_unavailable_reason() << ": GPU test not run";                  \
+    }                                                                                                 \
   } while (0)
 #else
-#define MT_REQUIRE_GPU() \
-  GTEST_SKIP() << "this build has no CUDA op kernels yet: GPU comparison not run"
+#define MT_REQUIRE_GPU()                                                                              \
+  do {                                                                                                \
+    if (::mt::testing::strict_gpu()) FAIL() << "MT_STRICT_GPU=1 but this build has no CUDA kernels"; \
+    GTEST_SKIP() << "this build has no CUDA op kernels: GPU test not run";                            \
+  } while (0)
 #endif
