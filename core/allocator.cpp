@@ -9,7 +9,7 @@
 namespace mt::core {
 
 #ifdef MT_WITH_CUDA
-Allocator& cuda_caching_allocator();  // core/cuda/caching_allocator.cpp
+Allocator& cuda_caching_allocator(int device);  // core/cuda/caching_allocator.cpp
 #endif
 
 namespace {
@@ -30,7 +30,7 @@ Allocator& allocator_for(Device device) {
   static CpuAllocator cpu;
   if (device.is_cpu()) return cpu;
 #ifdef MT_WITH_CUDA
-  return cuda_caching_allocator();
+  return cuda_caching_allocator(device.index);  // each GPU its own pool, allocating there
 #else
   MT_FAIL("this mintrain was built without CUDA; use device \"cpu\" or rebuild where the CUDA "
           "toolkit is installed");

@@ -1,13 +1,15 @@
-// A caching device allocator: freed blocks are kept in per-size free lists and reused, so the
-// steady state of a training loop makes no cudaMalloc/cudaFree calls (both synchronize the
-// device). Sizes are rounded to 512 bytes (small) or 2 MiB (large) to make reuse likely.
+// The CUDA caching allocator: one BlockPool (core/block_pool.h: best fit, splitting, merging,
+// per-stream reuse) per GPU, with cudaMalloc/cudaFree behind it. Each pool allocates on its own
+// device (a device guard around cudaMalloc), so a tensor labelled cuda:1 lives on GPU 1 whatever
+// device the calling thread had selected.
 #include <cstdio>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "core/allocator.h"
+#include "core/block_pool.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_memory.h"
 
@@ -15,122 +17,123 @@ namespace mt::core {
 
 namespace {
 
-size_t round_size(size_t n) {
-  constexpr size_t kSmall = 512, kLarge = size_t(2) << 20;
-  if (n <= (size_t(1) << 20)) return (n + kSmall - 1) / kSmall * kSmall;
-  return (n + kLarge - 1) / kLarge * kLarge;
+// Selects `device` for this thread while it lives, and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    (void)cudaGetDevice(&previous_);
+    if (previous_ != device) MT_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = previous_ != device;
+  }
+  ~DeviceGuard() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
 }
 
-class CudaCachingAllocator final : public Allocator {
+class CudaDeviceAllocator final : public Allocator {
  public:
+  explicit CudaDeviceAllocator(int device)
+      : device_(device),
+        pool_(
+            [this](size_t bytes) -> void* {
+              void* p = nullptr;
+              const cudaError_t err = cudaMalloc(&p, bytes);
+              if (err == cudaSuccess) return p;
+              (void)cudaGetLastError();
+              if (err != cudaErrorMemoryAllocation) {
+                MT_FAIL("CUDA error allocating ", bytes, " bytes on cuda:", device_, ": ", cudaGetErrorString(err),
+                        " (is the GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+              }
+              return nullptr;
+            },
+            [](void* segment) { (void)cudaFree(segment); }) {}
+
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    const size_t size = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mu_);
-    void* p = nullptr;
-    size_t cached_before_retry = 0;
-    auto it = free_.lower_bound(size);
-    // Reuse a cached block of the same size class (no more than twice the request, to bound waste).
-    if (it != free_.end() && it->first <= 2 * size) {
-      p = it->second;
-      live_[p] = it->first;
-      stats_.cached_bytes -= it->first;
-      stats_.current_bytes += it->first;
-      free_.erase(it);
-    } else {
-      cudaError_t err = cudaMalloc(&p, size);
-      if (err != cudaSuccess && err != cudaErrorMemoryAllocation) {
-        (void)cudaGetLastError();
-        MT_FAIL("CUDA error allocating ", size, " bytes: ", cudaGetErrorString(err),
-                " (is a GPU visible? check nvidia-smi and CUDA_VISIBLE_DEVICES)");
-      }
-      if (err != cudaSuccess) {
-        // The cache may hold enough memory in blocks of other sizes: give it all back to the
-        // driver and try once more before giving up.
-        cached_before_retry = stats_.cached_bytes;
-        release_cache_locked();
-        (void)cudaGetLastError();
-        err = cudaMalloc(&p, size);
-      }
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        fail_out_of_memory(size, cached_before_retry);
-      }
-      ++stats_.device_allocations;
-      live_[p] = size;
-      stats_.current_bytes += size;
-    }
-    if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+    DeviceGuard guard(device_);
+    const size_t cached = pool_.stats().cached_bytes;
+    void* p = pool_.allocate(nbytes);
+    if (p == nullptr) fail_out_of_memory(BlockPool::round_size(nbytes), cached);
     return p;
   }
 
   void deallocate(void* ptr, size_t) override {
     if (!ptr) return;
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = live_.find(ptr);
-    if (it == live_.end()) return;
-    stats_.current_bytes -= it->second;
-    stats_.cached_bytes += it->second;
-    free_.emplace(it->second, ptr);
-    live_.erase(it);
+    pool_.deallocate(ptr);
   }
 
-  cuda::AllocatorStats stats() {
+  BlockPoolStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    return pool_.stats();
   }
 
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mu_);
-    release_cache_locked();
+    DeviceGuard guard(device_);
+    pool_.release_cached();
   }
 
  private:
   // What a user needs to act on an out-of-memory error: how much was asked, what the device
   // had, what this process holds, and the usual ways out.
-  [[noreturn]] void fail_out_of_memory(size_t size, size_t cached_before_retry) const {
-    int device = -1;
+  [[noreturn]] void fail_out_of_memory(size_t size, size_t cached_before_retry) {
     size_t free_b = 0, total_b = 0;
-    (void)cudaGetDevice(&device);
     (void)cudaMemGetInfo(&free_b, &total_b);
     (void)cudaGetLastError();
-    MT_FAIL("CUDA out of memory: asked for ", mib(size), " on cuda:", device, "; ", mib(free_b),
-            " free of ", mib(total_b), "; cached by mintrain: ", mib(cached_before_retry),
-            " (returned to the driver before retrying), held by its tensors: ",
-            mib(stats_.current_bytes), ". To fit: lower data.batch_size "
-            "(and raise dist.grad_accumulation_steps to keep the global batch), use a smaller "
-            "model, or check with nvidia-smi that no other process holds this GPU");
-  }
-  static std::string mib(size_t bytes) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-    return buf;
+    MT_FAIL("CUDA out of memory: asked for ", mib(size), " on cuda:", device_, "; ", mib(free_b), " free of ",
+            mib(total_b), "; cached by mintrain: ", mib(cached_before_retry),
+            " (returned to the driver before retrying), held by its tensors: ", mib(pool_.stats().current_bytes),
+            ". To fit: lower data.batch_size (and raise dist.grad_accumulation_steps to keep the global batch), "
+            "use a smaller model, or check with nvidia-smi that no other process holds this GPU");
   }
 
-  void release_cache_locked() {
-    for (auto& [size, p] : free_) cudaFree(p);
-    free_.clear();
-    stats_.cached_bytes = 0;
-  }
-
+  int device_;
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;
-  std::unordered_map<void*, size_t> live_;
-  cuda::AllocatorStats stats_;
+  BlockPool pool_;
 };
 
-CudaCachingAllocator& instance() {
-  static auto* a = new CudaCachingAllocator();  // never destroyed: tensors may outlive statics
+// One allocator per device, made on first use; never destroyed (tensors may outlive statics).
+CudaDeviceAllocator& instance(int device) {
+  static std::mutex mu;
+  static auto* allocators = new std::vector<std::unique_ptr<CudaDeviceAllocator>>();
+  MT_CHECK(device >= 0, "internal: CUDA device index ", device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (allocators->size() <= static_cast<size_t>(device)) allocators->resize(device + 1);
+  auto& a = (*allocators)[device];
+  if (!a) a = std::make_unique<CudaDeviceAllocator>(device);
   return *a;
+}
+
+int current_device() {
+  int device = 0;
+  (void)cudaGetDevice(&device);
+  return device;
 }
 
 }  // namespace
 
-Allocator& cuda_caching_allocator() { return instance(); }
+Allocator& cuda_caching_allocator(int device) { return instance(device); }
 
 namespace cuda {
-AllocatorStats allocator_stats() { return instance().stats(); }
-void empty_cache() { instance().empty_cache(); }
+AllocatorStats allocator_stats() {
+  const BlockPoolStats s = instance(current_device()).stats();
+  return {s.current_bytes, s.peak_bytes, s.cached_bytes, s.device_allocations};
+}
+void empty_cache() { instance(current_device()).empty_cache(); }
 
 void copy_between_devices(const Tensor& src, Tensor& dst) {
   MT_CHECK(src.is_contiguous() && dst.is_contiguous() && src.nbytes() == dst.nbytes(),

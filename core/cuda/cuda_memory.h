@@ -16,7 +16,8 @@ struct AllocatorStats {
   size_t cached_bytes = 0;   // freed by tensors, kept for reuse
   size_t device_allocations = 0;  // cudaMalloc calls so far
 };
+// Of the current device's pool (core/block_pool.h).
 AllocatorStats allocator_stats();
-void empty_cache();  // returns cached blocks to the driver
+void empty_cache();  // returns the current device's wholly free segments to the driver
 
 }  // namespace mt::core::cuda

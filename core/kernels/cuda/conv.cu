@@ -235,8 +235,10 @@ struct Descriptors {
 enum class Direction { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 
 struct Algo {
-  int algo = 0;  // the cudnnConvolution*Algo_t value
+  bool found = false;  // false: no cuDNN algorithm fits (the im2col path runs instead)
+  int algo = 0;        // the cudnnConvolution*Algo_t value
   size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // the math type the algorithm was ranked with
 };
 
 // Everything the choice depends on: device, shape, direction and the numeric switches.
@@ -266,7 +268,7 @@ bool pick(const Perf* perf, int count, bool tf32, Algo& out) {
     if (!tf32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
                   perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
-    out = {static_cast<int>(perf[i].algo), perf[i].memory};
+    out = {true, static_cast<int>(perf[i].algo), perf[i].memory, perf[i].mathType};
     return true;
   }
   return false;
@@ -350,22 +352,25 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
       }
     }
   }
-  // Nothing fit: the classic algorithm 0 of each direction (implicit GEMM / ALGO_0), which needs
-  // little or no scratch; its size is asked for.
-  if (!found) {
-    chosen.algo = 0;
+  // The algorithm runs with the math type it was ranked with, and its scratch is asked for again
+  // under that math type (the ranking's figure can be for another). Nothing fit (every result
+  // failed, or needs more than the workspace limit, or is TF32 where TF32 is off): the caller
+  // takes the im2col path, which is always available.
+  if (found) {
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
     switch (dir) {
       case Direction::Forward:
         MT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-            h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &chosen.workspace));
+            h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algo), &chosen.workspace));
         break;
       case Direction::BackwardData:
         MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-            h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, &chosen.workspace));
+            h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algo), &chosen.workspace));
         break;
       case Direction::BackwardFilter:
         MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-            h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, &chosen.workspace));
+            h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algo),
+            &chosen.workspace));
         break;
     }
   }
@@ -374,34 +379,49 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
   return chosen;
 }
 
-// x, w, y (and gy, gx, gw below) hold storage_dtype(p) elements, contiguous.
-void cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, ComputePrecision p) {
+// x, w, y (and gy, gx, gw below) hold storage_dtype(p) elements, contiguous. Each returns
+// whether cuDNN did the work (false: no algorithm fits; the caller runs the im2col path).
+bool cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, ComputePrecision p) {
   const Descriptors d(g, allow_tf32(), p);
   const Algo a = choose(g, Direction::Forward, d, x, w, y, p);
+  if (!a.found) return false;
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a.math));
   Tensor ws = workspace_tensor(a.workspace, x.device());
   const float one = 1.0f, zero = 0.0f;
   MT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
                                          static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ptr_of(ws),
                                          a.workspace, &zero, d.y, y.raw_data()));
+  return true;
 }
 
+// Computes what it can of dx and dw; an output left to the im2col path is reset to undefined in
+// `gx_left` / `gw_left` (which start as gx and gw).
 void cudnn_backward(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& gy, Tensor& gx,
-                    Tensor& gw, ComputePrecision p) {
+                    Tensor& gw, ComputePrecision p, bool& gx_done, bool& gw_done) {
   const Descriptors d(g, allow_tf32(), p);
   const float one = 1.0f, zero = 0.0f;
+  gx_done = gw_done = false;
   if (gx.defined()) {
     const Algo a = choose(g, Direction::BackwardData, d, gx, w, gy, p);
-    Tensor ws = workspace_tensor(a.workspace, x.device());
-    MT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, d.w, w.raw_data(), d.y, gy.raw_data(),
-                                                d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
-                                                ptr_of(ws), a.workspace, &zero, d.x, gx.raw_data()));
+    if (a.found) {
+      MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a.math));
+      Tensor ws = workspace_tensor(a.workspace, x.device());
+      MT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, d.w, w.raw_data(), d.y, gy.raw_data(),
+                                                  d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
+                                                  ptr_of(ws), a.workspace, &zero, d.x, gx.raw_data()));
+      gx_done = true;
+    }
   }
   if (gw.defined()) {
     const Algo a = choose(g, Direction::BackwardFilter, d, x, gw, gy, p);
-    Tensor ws = workspace_tensor(a.workspace, x.device());
-    MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(), &one, d.x, x.raw_data(), d.y, gy.raw_data(),
-                                                  d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
-                                                  ptr_of(ws), a.workspace, &zero, d.w, gw.raw_data()));
+    if (a.found) {
+      MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a.math));
+      Tensor ws = workspace_tensor(a.workspace, x.device());
+      MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(), &one, d.x, x.raw_data(), d.y, gy.raw_data(),
+                                                    d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+                                                    ptr_of(ws), a.workspace, &zero, d.w, gw.raw_data()));
+      gw_done = true;
+    }
   }
 }
 
@@ -421,15 +441,18 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_
   const ComputePrecision p = compute_precision();
 #ifdef MT_WITH_CUDNN
   if (use_cudnn() && x.numel() > 0 && w.numel() > 0) {
+    bool done = false;
     if (p == ComputePrecision::FP32) {
-      cudnn_forward(g, x, w, y, p);
+      done = cudnn_forward(g, x, w, y, p);
     } else {
       Tensor yh = reduced_like(y, p);
-      cudnn_forward(g, to_reduced(x, p), to_reduced(w, p), yh, p);
-      from_reduced(yh, y);
+      done = cudnn_forward(g, to_reduced(x, p), to_reduced(w, p), yh, p);
+      if (done) from_reduced(yh, y);
     }
-    bias_forward(g, bias, y);
-    return;
+    if (done) {
+      bias_forward(g, bias, y);
+      return;
+    }
   }
 #endif
   if (p == ComputePrecision::FP32) {
@@ -446,33 +469,36 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t
   const Geometry g = geometry(x, w, gy, stride, padding);
   if (gb.defined()) bias_backward(g, gy, gb);  // float32 dy in every precision
   const ComputePrecision p = compute_precision();
+  // What cuDNN leaves (no algorithm fits) the im2col path computes: gx_left and gw_left.
+  Tensor gx_left = gx, gw_left = gw;
 #ifdef MT_WITH_CUDNN
   if (use_cudnn() && x.numel() > 0 && w.numel() > 0 && gy.numel() > 0) {
+    bool gx_done = false, gw_done = false;
     if (p == ComputePrecision::FP32) {
-      cudnn_backward(g, x, w, gy, gx, gw, p);
-      return;
+      cudnn_backward(g, x, w, gy, gx, gw, p, gx_done, gw_done);
+    } else if (gx.defined() || gw.defined()) {
+      // dx reads w and dy, dw reads x and dy: cast only what the requested passes use
+      // (cudnn_backward touches x's data only for dw and w's only for dx).
+      Tensor gxh = reduced_like(gx, p), gwh = reduced_like(gw, p);
+      const Tensor xh = gw.defined() ? to_reduced(x, p) : x;
+      const Tensor wh = gx.defined() ? to_reduced(w, p) : w;
+      cudnn_backward(g, xh, wh, to_reduced(gy, p), gxh, gwh, p, gx_done, gw_done);
+      if (gx_done) from_reduced(gxh, gx);
+      if (gw_done) from_reduced(gwh, gw);
     }
-    if (!gx.defined() && !gw.defined()) return;
-    // dx reads w and dy, dw reads x and dy: cast only what the requested passes use
-    // (cudnn_backward touches x's data only for dw and w's only for dx).
-    Tensor gxh = reduced_like(gx, p), gwh = reduced_like(gw, p);
-    const Tensor xh = gw.defined() ? to_reduced(x, p) : x;
-    const Tensor wh = gx.defined() ? to_reduced(w, p) : w;
-    cudnn_backward(g, xh, wh, to_reduced(gy, p), gxh, gwh, p);
-    if (gx.defined()) from_reduced(gxh, gx);
-    if (gw.defined()) from_reduced(gwh, gw);
-    return;
+    if (gx_done) gx_left = Tensor();
+    if (gw_done) gw_left = Tensor();
   }
 #endif
+  if (!gx_left.defined() && !gw_left.defined()) return;
   if (p == ComputePrecision::FP32) {
-    gemm_conv_backward(g, x, w, gy, gx, gw);
+    gemm_conv_backward(g, x, w, gy, gx_left, gw_left);
     return;
   }
-  if (!gx.defined() && !gw.defined()) return;
-  gemm_conv_backward(g, gw.defined() ? rounded_copy(x, p) : x, gx.defined() ? rounded_copy(w, p) : w,
-                     rounded_copy(gy, p), gx, gw);
-  if (gx.defined()) round_in_place(gx, p);
-  if (gw.defined()) round_in_place(gw, p);
+  gemm_conv_backward(g, gw_left.defined() ? rounded_copy(x, p) : x, gx_left.defined() ? rounded_copy(w, p) : w,
+                     rounded_copy(gy, p), gx_left, gw_left);
+  if (gx_left.defined()) round_in_place(gx_left, p);
+  if (gw_left.defined()) round_in_place(gw_left, p);
 }
 
 }  // namespace mt::core::cuda
