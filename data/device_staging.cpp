@@ -31,6 +31,9 @@ DeviceStaging::~DeviceStaging() {
 
 void* DeviceStaging::grow(void*& buffer, size_t& capacity, size_t bytes) {
   if (bytes > capacity) {
+    // Pinned memory belongs to the calling thread's current device's context: select ours
+    // first, or a loader thread (whose current device starts at 0) makes a context on GPU 0.
+    MT_CUDA_CHECK(cudaSetDevice(device_.index));
     if (buffer) MT_CUDA_CHECK(cudaFreeHost(buffer));
     buffer = nullptr;
     capacity = 0;
