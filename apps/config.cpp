@@ -20,6 +20,7 @@
 #include "dist/cost_model.h"
 #include "dist/dssync_schedule.h"
 #include "dist/factory.h"
+#include "dist/process_group.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"
@@ -162,6 +163,7 @@ void validate_dist(const mintrain::DistConfig& d) {
   check_name("dist.dssync_schedule", d.dssync_schedule(), dist::dssync_schedule_types());
   check_name("dist.backend", d.backend(), {"", "gloo", "nccl"});
   check_name("dist.transport", d.transport(), {"tcp", "ibverbs"});
+  dist::check_collective_transport(d.transport());
   check_min("dist.timeout_seconds", d.timeout_seconds(), 1);
   check_min("dist.bucket_cap_mb", d.bucket_cap_mb(), 0.0, ">");
   check_min("dist.first_bucket_cap_mb", d.first_bucket_cap_mb(), 0.0, ">");

@@ -29,7 +29,7 @@ const char* kProfileCommUsage =
     "           [--gamma-message-floats F]\n"
     "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]\n"
     "            [--dssync-repeats R] [--dssync-compute-ms X]]\n"
-    "           [--interface IF] [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]\n"
+    "           [--interface IF] [--transport tcp] [--timeout-seconds S] [--threads T]\n"
     "  every rank runs it (at least 2; the environment of `mintrain launch`, torchrun, srun or\n"
     "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
     "  message, default 256,2048,16384,131072,524288,1048576), each at least --repeats times\n"
@@ -260,7 +260,10 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
       options.dssync_compute_seconds = compute_ms * 1e-3;
     }
     else if (a == "--interface") po.interface = value();
-    else if (a == "--transport") po.transport = value();
+    else if (a == "--transport") {
+      po.transport = value();
+      dist::check_collective_transport(po.transport);
+    }
     else if (a == "--timeout-seconds") po.timeout = std::chrono::seconds(parse_count(a, value(), 1));
     else if (a == "--threads") threads = parse_count(a, value(), 1);
     else if (a == "--help" || a == "-h") {

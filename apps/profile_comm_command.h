@@ -4,7 +4,7 @@
 //   mintrain launch --nproc-per-node N -- profile-comm [--out FILE.json] [--sizes 256,2048,...]
 //                   [--repeats R] [--seconds-per-size S] [--max-repeats R] [--no-gamma]
 //                   [--gamma-rounds K] [--gamma-messages M] [--gamma-chunk-ms X] [--interface IF]
-//                   [--transport tcp|ibverbs] [--timeout-seconds S] [--threads T]
+//                   [--transport tcp] [--timeout-seconds S] [--threads T]
 //
 // Every rank runs it, as a worker of `mintrain launch`, torchrun, srun or mpirun (the same
 // environment `mintrain train` reads; dist/rendezvous.h), so it needs at least 2 ranks. It

@@ -12,6 +12,16 @@
 
 namespace mt::dist {
 
+void check_collective_transport(const std::string& transport) {
+  if (transport == "tcp") return;
+  MT_CHECK(transport != "ibverbs",
+           "dist.transport \"ibverbs\": this Gloo runs only its bound-buffer algorithms over ibverbs, and "
+           "mintrain's collectives use unbound buffers, so no collective could run on it. On an InfiniBand "
+           "cluster use transport \"tcp\" over IPoIB (dist.interface: \"ib0\") for CPU training, or train on "
+           "GPUs with backend \"nccl\", whose InfiniBand transport uses rdma-core directly");
+  MT_FAIL("unknown dist.transport \"", transport, "\"; use \"tcp\"");
+}
+
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                    const ProcessGroupOptions& options) {
   // A peer that dies closes its sockets; Gloo's next write to one would raise SIGPIPE and kill

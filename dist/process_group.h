@@ -65,6 +65,14 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
+// Whether a job can run its collectives on this Gloo transport; throws a core::Error saying
+// why not and what to use instead. "ibverbs": Debian's Gloo runs only its bound-buffer
+// algorithms on it, and every collective of ours uses unbound buffers (they are what lets one
+// context carry many collectives in flight), so the transport is refused when the config is
+// read, never mid-run. On an InfiniBand cluster: "tcp" over IPoIB for CPU jobs, or CUDA tensors
+// with backend "nccl", whose IB transport uses rdma-core directly.
+void check_collective_transport(const std::string& transport);
+
 // Creates the world group; every rank calls it with the same store.
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                    const ProcessGroupOptions& options);

@@ -332,6 +332,16 @@ TEST(ConfigValidation, EveryFloatMustBeFiniteAndDistIsCheckedInOneProcess) {
   }
 }
 
+// ibverbs is refused when the config is read, with what to use instead, never mid-run.
+TEST(ConfigValidation, TheIbverbsTransportIsRefusedAtOnceWithTheWayOut) {
+  RunConfig c = load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
+  apply_override(c, "dist.transport=ibverbs");
+  const std::string msg = th::error_of([&] { validate_config(c); });
+  EXPECT_TRUE(th::contains(msg, "unbound buffers")) << msg;
+  EXPECT_TRUE(th::contains(msg, "IPoIB")) << msg;
+  EXPECT_TRUE(th::contains(msg, "nccl")) << msg;
+}
+
 TEST(ConfigValidation, NamesAreMatchedInAnyCase) {
   RunConfig c = load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
   apply_override(c, "dist.schedule=MGWFBP");
