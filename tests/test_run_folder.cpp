@@ -15,6 +15,7 @@
 #include "apps/run_folder.h"
 #include "apps/trainer.h"
 #include "core/error.h"
+#include "support/multiprocess.h"
 #include "support/test_helpers.h"
 
 using namespace mt::apps;
@@ -235,6 +236,64 @@ TEST(JobShape, ResumingWithAnotherGlobalBatchContinuesAtTheSameSampleCount) {
   EXPECT_TRUE(th::contains(log.str(), "iteration 40 -> 20")) << log.str();
   const TrainResult r = t.train();
   EXPECT_EQ(r.iterations, 64);  // 2 epochs of 32 iterations: the schedule's end is unchanged
+}
+
+// The case: a 2-rank checkpoint resumed by one process of the same per-rank batch
+// continues the schedule at the same sample count; CD-SGD, whose state is per rank, refuses.
+TEST(JobShape, TwoRanksResumedOnOneProcessContinueTheSchedule) {
+  const fs::path out = temp_dir("two_to_one");
+  // Two ranks of batch 16 (global 32): 32 iterations an epoch; stop after 10.
+  ASSERT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+                RunConfig c = tiny(out, {"data.batch_size=16", "epochs=2"});
+                TrainerOptions o;
+                o.group = ctx.group;
+                o.quiet = true;
+                o.stop_at_iteration = 10;
+                Trainer t(c, o);
+                EXPECT_TRUE(t.train().interrupted);
+              }).ok_or_report());
+  const std::string ckpt = CheckpointDir::list((out / "checkpoints").string()).back();
+  const TrainingState saved = load_checkpoint(ckpt, nullptr, nullptr, nullptr);
+  ASSERT_EQ(saved.world_size, 2);
+  ASSERT_EQ(saved.global_iteration, 10);
+
+  // One process of batch 16: 64 iterations an epoch, and 320 samples seen = iteration 20.
+  std::ostringstream log;
+  TrainerOptions o;
+  o.log = &log;
+  Trainer t(tiny(out, {"data.batch_size=16", "epochs=2"}), o);
+  t.resume(ckpt);
+  EXPECT_EQ(t.state().global_iteration, 20);
+  EXPECT_EQ(t.state().next_batch, 20);
+  EXPECT_TRUE(th::contains(log.str(), "global batch 32 (2 ranks x 16")) << log.str();
+  // The learning rate at the resumed point is the schedule's at the same fraction of the run.
+  EXPECT_EQ(t.train().iterations, 128);
+
+}
+
+TEST(JobShape, PerRankStateRefusesAnotherWorldSizeNamingBoth) {
+  const fs::path out = temp_dir("per_rank");
+  const std::vector<std::string> cdsgd = {"data.batch_size=16", "epochs=2", "dist.algorithm=cdsgd",
+                                          "dist.compression=two_bit", "dist.cdsgd_warmup_iters=2"};
+  ASSERT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+                TrainerOptions o;
+                o.group = ctx.group;
+                o.quiet = true;
+                o.stop_at_iteration = 6;
+                Trainer t(tiny(out, cdsgd), o);
+                t.train();
+              }).ok_or_report());
+  const std::string ckpt = CheckpointDir::list((out / "checkpoints").string()).back();
+  // CD-SGD's residuals and velocities belong to the two ranks that wrote them: four refuse.
+  EXPECT_TRUE(mt::testing::run_ranks(4, [&](mt::testing::RankContext& ctx) {
+                TrainerOptions o;
+                o.group = ctx.group;
+                o.quiet = true;
+                Trainer t(tiny(out, cdsgd), o);
+                const std::string msg = th::error_of([&] { t.resume(ckpt); });
+                EXPECT_TRUE(th::contains(msg, "written by 2 ranks, and this job has 4")) << msg;
+                EXPECT_TRUE(th::contains(msg, "--nproc-per-node 2")) << msg;
+              }).ok_or_report());
 }
 
 TEST(JobShape, TheConfigNoteNamesEachDifferingFieldAndIgnoresTheOutputFolder) {
