@@ -1,5 +1,7 @@
 #include "dist/nccl_process_group.h"
 
+#include <cstdio>
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -57,6 +59,7 @@ struct NcclProcessGroup::Comm {
   std::string who;
   std::mutex mutex;
   std::string broken;  // set once the communicator was aborted
+  uint64_t issued = 0;  // collectives issued so far: each one's sequence number, for messages
 
   // A non-blocking communicator answers ncclInProgress until the call has been enqueued (or
   // the init finished); poll until done, aborting at the deadline so that nothing hangs.
@@ -87,9 +90,22 @@ struct NcclProcessGroup::Comm {
   }
   ~Comm() {
     if (comm != nullptr) {
-      // Finalize would wait for peers; destroy after our own stream has drained is enough.
-      cudaStreamSynchronize(stream);
-      ncclCommDestroy(comm);
+      // Finalize would wait for peers; destroy after our own stream has drained is enough. The
+      // drain is bounded like every other wait: a collective stuck on a dead peer would keep
+      // the stream busy forever, and then the communicator is aborted instead.
+      const auto deadline = Clock::now() + timeout;
+      cudaError_t e = cudaStreamQuery(stream);
+      while (e == cudaErrorNotReady && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        e = cudaStreamQuery(stream);
+      }
+      if (e == cudaSuccess) {
+        ncclCommDestroy(comm);
+      } else {
+        std::fprintf(stderr, "%s: the NCCL stream did not drain within %lld s at shutdown; aborting the communicator\n",
+                     who.c_str(), static_cast<long long>(timeout.count() / 1000));
+        ncclCommAbort(comm);
+      }
     }
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -207,6 +223,9 @@ std::shared_ptr<Work> NcclProcessGroup::issue(const std::string& op, const std::
   }
   std::lock_guard<std::mutex> lock(mutex_);
   comm_->check_healthy(op);
+  // Every message about this collective names its sequence number: the ranks issue the same
+  // collectives in the same order, so a rank stuck at #N shows where the others went on.
+  const std::string numbered = op + " (collective #" + std::to_string(++comm_->issued) + ")";
   // Our kernels run on the default stream: the collective must start after them.
   cudaEvent_t ready = nullptr;
   cudaEvent_t done = nullptr;
@@ -215,10 +234,10 @@ std::shared_ptr<Work> NcclProcessGroup::issue(const std::string& op, const std::
   cuda_ok(cudaStreamWaitEvent(comm_->stream, ready, 0), who(), "cudaStreamWaitEvent");
   cudaEventDestroy(ready);
   const auto deadline = Clock::now() + options_.timeout;
-  comm_->settle(static_cast<ncclResult_t>(launch()), op, deadline);
+  comm_->settle(static_cast<ncclResult_t>(launch()), numbered, deadline);
   cuda_ok(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), who(), "cudaEventCreate");
   cuda_ok(cudaEventRecord(done, comm_->stream), who(), "cudaEventRecord");
-  return std::make_shared<NcclWork>(comm_, op, done, keep);
+  return std::make_shared<NcclWork>(comm_, numbered, done, keep);
 }
 
 std::shared_ptr<Work> NcclProcessGroup::allreduce(Tensor& tensor, ReduceOp op) {
