@@ -39,7 +39,7 @@
 #include "dist/compressor.h"
 #include "dist/cost_model.h"
 #include "dist/dssync_schedule.h"
-#include "dist/factory.h"
+#include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"
@@ -356,10 +356,10 @@ int cmd_help(const std::vector<std::string>&) {
             << "optimizers:        " << join(mt::optim::optimizer_names()) << "\n"
             << "lr schedules:      " << join(mt::optim::lr_schedule_types()) << "\n"
             << "datasets:          " << join(mt::apps::data_types()) << "\n"
-            << "dist.algorithm:    " << join(mt::dist::synchronizer_names()) << "\n"
-            << "dist.schedule:     " << join(mt::dist::schedule_names()) << " (algorithm ssgd)\n"
-            << "dist.compression:  " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
-            << "dist.dssync_schedule: " << join(mt::dist::dssync_schedule_types()) << " (dssync)\n";
+            << "dist.algorithm:    " << join(mt::dist::algorithm_names()) << "\n"
+            << "dist.ssgd.schedule: " << join(mt::dist::schedule_names()) << "\n"
+            << "dist.compressor.type: " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
+            << "dist.dssync.schedule: " << join(mt::dist::dssync_schedule_types()) << "\n";
   return 0;
 }
 

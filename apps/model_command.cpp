@@ -21,6 +21,8 @@
 #include "core/json_escape.h"
 #include "core/random.h"
 #include "dist/comm_profile.h"
+#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/dist_config.h"
 #include "dist/compressor.h"
 #include "dist/error_feedback.h"
 #include "dist/rendezvous.h"
@@ -517,7 +519,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   }
   MT_CHECK(!config_path.empty(), "model: missing CONFIG\n", kModelUsage);
   const RunConfig config = load_run_config(config_path, sets);
-  const auto& dc = config.dist();
+  const mintrain::DistConfig dc = dist::resolve_dist_config(config.dist());  // flat fields mapped
 
   const auto& nc = dc.network();
   const bool bandwidth_given = bandwidth || nc.has_bandwidth_gbps();
@@ -581,12 +583,10 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   const int64_t grad_values = static_cast<int64_t>(profile.gradient_bytes() / 4.0);
 
   AlgorithmSettings s;
-  s.bucket_cap_mb = dc.bucket_cap_mb();
-  s.first_bucket_cap_mb = dc.first_bucket_cap_mb();
+  s.bucket_cap_mb = dc.ssgd().bucket_cap_mb();
+  s.first_bucket_cap_mb = dc.ssgd().first_bucket_cap_mb();
   dist::CompressionOptions co;
-  co.type = dc.compression();
-  co.tau = dc.compression_tau();
-  co.topk_ratio = dc.topk_ratio();
+  co = dist::compression_options(dc.compressor());
   const auto compressor = dist::make_compressor(co);
   s.compression = compressor->name();
   s.cdsgd_summable = compressor->summable();
@@ -596,11 +596,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   }
   s.cdsgd_per_exchange.compress = profile.compress_seconds;
   s.cdsgd_per_exchange.decompress = profile.decode_seconds;
-  s.cdsgd_per_exchange.full_precision_every = dc.cdsgd_k();
-  s.dssync_group_size = dc.dssync_group_size();
-  s.dssync_cross_period = dc.dssync_cross_period();
-  s.dssync_global_average_every = dc.dssync_global_average_every();
-  s.dssync_rack_aware = dc.dssync_rack_size() > 0 || dc.dssync_ranks_per_rack() > 0 || dc.dssync_measure_racks();
+  s.cdsgd_per_exchange.full_precision_every = dc.cdsgd().k();
+  s.dssync_group_size = dc.dssync().group_size();
+  s.dssync_cross_period = dc.dssync().cross_period();
+  s.dssync_global_average_every = dc.dssync().global_average_every();
+  s.dssync_rack_aware = dc.dssync().rack_size() > 0 || dc.dssync().ranks_per_rack() > 0 || dc.dssync().measure_racks();
   if (measured) {
     s.measured_world = measured->world;
     s.measured = measured->cost;
@@ -655,8 +655,8 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   out << "CD-SGD: " << s.compression << ", " << (s.cdsgd_summable ? "allreduce" : "allgather") << " of "
       << mb(s.cdsgd_payload_bytes) << " per rank, compress " << ms(profile.compress_seconds)
       << ", decode " << ms(profile.decode_seconds) << " per payload, full precision "
-      << (dc.cdsgd_k() > 0 ? "every " + std::to_string(dc.cdsgd_k()) + " iterations" : "never")
-      << " (steady state, after " << dc.cdsgd_warmup_iters() << " warm-up iterations)\n";
+      << (dc.cdsgd().k() > 0 ? "every " + std::to_string(dc.cdsgd().k()) + " iterations" : "never")
+      << " (steady state, after " << dc.cdsgd().warmup_iters() << " warm-up iterations)\n";
   out << "DS-Sync: groups of " << s.dssync_group_size << ", "
       << (s.dssync_rack_aware ? "rack-aware, crossing racks every " + std::to_string(s.dssync_cross_period)
                               : std::string("butterfly over the racks"))

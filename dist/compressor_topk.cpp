@@ -25,7 +25,7 @@ namespace {
 class TopkCompressor final : public Compressor {
  public:
   explicit TopkCompressor(double ratio) : ratio_(ratio) {}
-  std::string name() const override { return "TOPK(ratio=" + std::to_string(ratio_) + ")"; }
+  std::string name() const override { return "topk(ratio=" + std::to_string(ratio_) + ")"; }
 
   int64_t k_for(int64_t n) const {
     if (n == 0) return 0;

@@ -16,7 +16,7 @@ namespace {
 class TwoBitCompressor final : public Compressor {
  public:
   explicit TwoBitCompressor(float tau) : tau_(tau) {}
-  std::string name() const override { return "TWO_BIT(tau=" + std::to_string(tau_) + ")"; }
+  std::string name() const override { return "two_bit(tau=" + std::to_string(tau_) + ")"; }
 
   Tensor compress(const Tensor& in) const override {
 #ifdef MT_CUDA_KERNELS

@@ -7,7 +7,8 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "dist/factory.h"
+#include "dist/dist_config.h"
+#include "dist/registry.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {
@@ -33,16 +34,16 @@ std::optional<int64_t> saved_step(const core::StateDict& state) {
 DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
     : group_(std::move(group)), options_(std::move(options)) {
   MT_CHECK(group_ != nullptr, "DS-Sync needs a process group");
-  MT_CHECK(options_.global_average_every >= 0, "dist.dssync_global_average_every must be >= 0 "
+  MT_CHECK(options_.global_average_every >= 0, "dist.dssync.global_average_every must be >= 0 "
            "(0 = never), got ", options_.global_average_every);
-  MT_CHECK(options_.spread_every >= 0, "dist.dssync_spread_every must be >= 0 (0 = never), got ",
+  MT_CHECK(options_.spread_every >= 0, "dist.dssync.spread_every must be >= 0 (0 = never), got ",
            options_.spread_every);
   options_.schedule.world_size = group_->size();
   MT_CHECK(!options_.measure_racks || options_.schedule.rack_of.empty(),
-           "set the racks (dist.dssync_rack / dist.dssync_ranks_per_rack) or dist.dssync_measure_racks, "
+           "set the racks (dist.dssync.rack / dist.dssync.ranks_per_rack) or dist.dssync.measure_racks, "
            "not both");
   MT_CHECK(!options_.measure_racks || options_.schedule.type != "random" || options_.schedule.cross_period == 1,
-           "dist.dssync_measure_racks with dist.dssync_cross_period > 1 needs dist.dssync_schedule "
+           "dist.dssync.measure_racks with dist.dssync.cross_period > 1 needs dist.dssync.schedule "
            "\"butterfly\"; the random schedule ignores racks");
   // Built here, not at setup: a bad schedule config fails before any communication.
   schedule_ = std::make_unique<DsSyncSchedule>(options_.schedule);
@@ -188,7 +189,7 @@ double DsSyncSynchronizer::measure_spread() {
     d2 += d * d;
   }
   // Mean over ranks of the squared distance, in double precision on the host.
-  last_spread_ = std::sqrt(std::max(0.0, average(d2)));
+  last_spread_ = std::sqrt(std::max(0.0, mean_over_ranks(*group_, d2, params_.empty() ? core::Device::cpu() : params_[0].device())));
   return last_spread_;
 }
 
@@ -218,18 +219,6 @@ void DsSyncSynchronizer::restore_local() {
   local_copy_ = Tensor();
   replica_states_.forget();  // training goes on: they no longer describe the ranks
   holds_average_ = false;
-}
-
-double DsSyncSynchronizer::average(double value) {
-  // Two float32 halves would lose little, but the spread's sum of squares wants double range:
-  // send the value split into a high part and the rounding remainder.
-  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
-  const float hi = static_cast<float>(value);
-  const float lo = static_cast<float>(value - static_cast<double>(hi));
-  Tensor t = Tensor::from_vector(std::vector<float>{hi, lo}, {2}).to(device);
-  finish(group_->allreduce(t), *group_, "averaging a metric over ranks");
-  const std::vector<float> v = t.to_vector();
-  return (static_cast<double>(v[0]) + static_cast<double>(v[1])) / world_size();
 }
 
 core::StateDict DsSyncSynchronizer::state_dict() const {
@@ -288,30 +277,42 @@ void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
   unflatten(local->to(params_.empty() ? core::Device::cpu() : params_[0].device()));
 }
 
-std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGroup> group,
-                                                       const SyncConfig& config) {
-  MT_CHECK(group != nullptr, "DS-Sync needs a process group");
-  MT_CHECK(config.dssync_ranks_per_rack >= 0, "dist.dssync_ranks_per_rack must be >= 0 (0 = unset), got ",
-           config.dssync_ranks_per_rack);
-  MT_CHECK(config.dssync_rack.empty() || config.dssync_ranks_per_rack == 0,
-           "set dist.dssync_rack (one id per rank) or dist.dssync_ranks_per_rack, not both");
-  DsSyncOptions o;
-  o.schedule.group_size = config.dssync_group_size;
-  o.schedule.type = config.dssync_schedule;
-  o.schedule.seed = config.dssync_seed;
-  o.schedule.pool_size = config.dssync_pool_size;
-  o.schedule.cross_period = config.dssync_cross_period;
-  // At most one of the two is set (checked above).
-  o.schedule.rack_of = config.dssync_ranks_per_rack > 0
-                           ? racks_of_consecutive(group->size(), config.dssync_ranks_per_rack)
-                           : config.dssync_rack;
-  o.global_average_every = config.dssync_global_average_every;
-  o.spread_every = config.dssync_spread_every;
-  o.measure_racks = config.dssync_measure_racks;
-  o.config_text = config.config_text;
-  o.timeline = config.timeline;
-  o.log = config.log;
-  return std::make_unique<DsSyncSynchronizer>(std::move(group), std::move(o));
+namespace {
+
+void validate_dssync(const mintrain::DistConfig& d) {
+  const mintrain::DssyncConfig& s = d.dssync();
+  check_at_least("dist.dssync.group_size", s.group_size(), 2);
+  check_name("dist.dssync.schedule", s.schedule(), dssync_schedule_types());
+  check_at_least("dist.dssync.cross_period", s.cross_period(), 1);
+  check_at_least("dist.dssync.ranks_per_rack", s.ranks_per_rack(), 0);
+  for (int r : s.rack()) check_at_least("dist.dssync.rack values", r, 0);
+  MT_CHECK(s.rack().empty() || s.ranks_per_rack() == 0,
+           "set dist.dssync.rack (one id per rank) or dist.dssync.ranks_per_rack, not both");
+  check_at_least("dist.dssync.global_average_every", s.global_average_every(), 0);
+  check_at_least("dist.dssync.pool_size", s.pool_size(), 1);
+  check_at_least("dist.dssync.spread_every", s.spread_every(), 0);
 }
 
+std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
+  const mintrain::DssyncConfig& s = c.dist.dssync();
+  DsSyncOptions o;
+  o.schedule.group_size = s.group_size();
+  o.schedule.type = s.schedule();
+  o.schedule.seed = s.seed();
+  o.schedule.pool_size = s.pool_size();
+  o.schedule.cross_period = s.cross_period();
+  o.schedule.rack_of = s.ranks_per_rack() > 0 ? racks_of_consecutive(c.group->size(), s.ranks_per_rack())
+                                              : std::vector<int>(s.rack().begin(), s.rack().end());
+  o.global_average_every = s.global_average_every();
+  o.spread_every = s.spread_every();
+  o.measure_racks = s.measure_racks();
+  o.config_text = c.config_text;
+  o.timeline = c.timeline;
+  o.log = c.log;
+  return std::make_unique<DsSyncSynchronizer>(c.group, std::move(o));
+}
+
+}  // namespace
 }  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(dssync, mt::dist::validate_dssync, mt::dist::make_dssync)

@@ -60,15 +60,14 @@ class DsSyncSynchronizer final : public Synchronizer {
   DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options);
 
   std::string name() const override { return "dssync/" + options_.schedule.type; }
-  int rank() const override { return group_->rank(); }
-  int world_size() const override { return group_->size(); }
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
   void prepare_checkpoint(layers::Module& model) override;
-  double average(double value) override;
 
   // "dssync.step" (steps taken = the schedule position) and, when prepare_checkpoint() ran since
   // the last step (the trainer calls it before every checkpoint), on rank 0 "dssync.ranks" (world
@@ -115,11 +114,5 @@ class DsSyncSynchronizer final : public Synchronizer {
   bool set_up_ = false;
   std::optional<core::StateDict> pending_state_;  // loaded before setup
 };
-
-struct SyncConfig;  // factory.h
-// The factory's "dssync" branch: translates dist.dssync_* (rack ids or ranks_per_rack) into
-// DsSyncOptions; bad values are Errors naming the field.
-std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGroup> group,
-                                                       const SyncConfig& config);
 
 }  // namespace mt::dist

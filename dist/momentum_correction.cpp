@@ -8,7 +8,7 @@ namespace mt::dist {
 
 MomentumCorrection::MomentumCorrection(int64_t numel, MomentumCorrectionOptions options)
     : options_(options), velocity_(Tensor::zeros({numel})) {
-  MT_CHECK(options_.momentum > 0 && options_.momentum < 1, "dist.momentum_correction needs "
+  MT_CHECK(options_.momentum > 0 && options_.momentum < 1, "dist.compressor.momentum_correction needs "
            "optimizer.momentum in (0, 1) (it takes the momentum over from the optimizer), got ",
            options_.momentum);
   MT_CHECK(options_.dampening >= 0 && options_.dampening <= 1,

@@ -8,6 +8,9 @@
 
 #include "core/error.h"
 #include "dist/comm_profile.h"
+#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/dist_config.h"
+#include "dist/registry.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {
@@ -87,9 +90,9 @@ SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOpti
   MT_CHECK(options_.grad_accumulation_steps >= 1, "dist.grad_accumulation_steps must be >= 1, got ",
            options_.grad_accumulation_steps);
   MT_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
-           "dist.bucket_cap_mb and dist.first_bucket_cap_mb must be > 0");
-  MT_CHECK(options_.profile_iters >= 1, "dist.profile_iters must be >= 1, got ", options_.profile_iters);
-  MT_CHECK(options_.gamma >= 0, "dist.gamma must be >= 0 seconds per message, got ", options_.gamma);
+           "dist.ssgd.bucket_cap_mb and dist.ssgd.first_bucket_cap_mb must be > 0");
+  MT_CHECK(options_.profile_iters >= 1, "dist.ssgd.profile_iters must be >= 1, got ", options_.profile_iters);
+  MT_CHECK(options_.gamma >= 0, "dist.ssgd.gamma must be >= 0 seconds per message, got ", options_.gamma);
   MT_CHECK(!(options_.cost && options_.alpha >= 0), "S-SGD: give the MG-WFBP network cost either as alpha and "
            "beta or as a measured profile (", options_.cost_source, "), not both");
   if (options_.cost) cost_ = *options_.cost;
@@ -529,11 +532,43 @@ void SsgdSynchronizer::prepare_eval(layers::Module& model) {
   broadcast_buffers(*group_, model);
 }
 
-double SsgdSynchronizer::average(double value) {
-  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
-  Tensor t = Tensor::full({1}, value, core::DType::Float32, device);
-  finish(group_->allreduce(t), *group_, "averaging a metric over ranks");
-  return static_cast<double>(t.to(core::Device::cpu()).item()) / world_size();
+namespace {
+
+void validate_ssgd(const mintrain::DistConfig& d) {
+  const mintrain::SsgdConfig& s = d.ssgd();
+  check_name("dist.ssgd.schedule", s.schedule(), schedule_names());
+  check_above("dist.ssgd.bucket_cap_mb", s.bucket_cap_mb(), 0.0);
+  check_above("dist.ssgd.first_bucket_cap_mb", s.first_bucket_cap_mb(), 0.0);
+  check_at_least("dist.ssgd.profile_iters", s.profile_iters(), 1);
+  MT_CHECK(s.has_alpha() == s.has_beta(), "set both dist.ssgd.alpha and dist.ssgd.beta (the network cost T(M) = "
+           "alpha + beta*M), or neither to measure them at start-up");
+  if (s.has_alpha()) {
+    check_at_least("dist.ssgd.alpha", s.alpha(), 0.0);
+    check_at_least("dist.ssgd.beta", s.beta(), 0.0);
+  }
+  check_at_least("dist.ssgd.gamma", s.gamma(), 0.0);
+  validate_compressor(d.compressor());
 }
 
+std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
+  if (c.dist.compressor().type() != "none") return make_compressed_ssgd(c);
+  const mintrain::SsgdConfig& s = c.dist.ssgd();
+  SsgdOptions o;
+  o.schedule = parse_schedule(s.schedule());
+  o.bucket_cap_mb = s.bucket_cap_mb();
+  o.first_bucket_cap_mb = s.first_bucket_cap_mb();
+  o.profile_iters = s.profile_iters();
+  o.alpha = s.has_alpha() ? s.alpha() : -1.0;
+  o.beta = s.has_beta() ? s.beta() : -1.0;
+  o.gamma = s.gamma();
+  o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
+  o.config_text = c.config_text;
+  o.timeline = c.timeline;
+  o.log = c.log;
+  return std::make_unique<SsgdSynchronizer>(c.group, std::move(o));
+}
+
+}  // namespace
 }  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(ssgd, mt::dist::validate_ssgd, mt::dist::make_ssgd)

@@ -73,15 +73,16 @@ class SsgdSynchronizer final : public Synchronizer {
   SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options);
 
   std::string name() const override { return "ssgd/" + schedule_name(options_.schedule); }
-  int rank() const override { return group_->rank(); }
-  int world_size() const override { return group_->size(); }
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
-  double average(double value) override;
+  bool steps_on_gradient_average() const override { return true; }
+  bool keeps_state_per_rank() const override { return false; }
 
   // "ssgd.*" entries: the settings the layout was made under (schedule, world size, parameter
   // sizes, bucket caps, MG-WFBP's profile_iters and configured alpha/beta), the bucket layout,

@@ -22,7 +22,7 @@
 #include "core/runtime.h"
 #include "dist/dssync_schedule.h"
 #include "dist/dssync_synchronizer.h"
-#include "dist/factory.h"
+#include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 #include "support/dist_training.h"
@@ -190,25 +190,25 @@ TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   o.world_size = 4;
   auto bad = o;
   bad.group_size = 1;
-  expect_error(bad, "dist.dssync_group_size");
+  expect_error(bad, "dist.dssync.group_size");
   bad = o;
   bad.type = "ring";
-  expect_error(bad, "dist.dssync_schedule");
+  expect_error(bad, "dist.dssync.schedule");
   bad = o;
   bad.rack_of = {0, 1};
-  expect_error(bad, "dist.dssync_rack");
+  expect_error(bad, "dist.dssync.rack");
   bad = o;
   bad.cross_period = 0;
-  expect_error(bad, "dist.dssync_cross_period");
+  expect_error(bad, "dist.dssync.cross_period");
   bad = o;
   bad.type = "random";
   bad.rack_of = {0, 0, 1, 1};
   bad.cross_period = 2;
-  expect_error(bad, "dist.dssync_cross_period");
+  expect_error(bad, "dist.dssync.cross_period");
   bad = o;
   bad.type = "random";
   bad.pool_size = 0;
-  expect_error(bad, "dist.dssync_pool_size");
+  expect_error(bad, "dist.dssync.pool_size");
 }
 
 // ---- The synchronizer over Gloo, ranks as forked processes ----
@@ -395,34 +395,37 @@ TEST(DsSyncGloo, GlobalAveragingEveryKIterationsEqualizesTheReplicas) {
 
 TEST(DsSyncGloo, FactoryRejectsBadConfigWithTheFieldName) {
   const auto result = mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
-    auto expect_error = [&](dist::SyncConfig sc, const std::string& needle) {
-      sc.algorithm = "dssync";
+    auto expect_error = [&](mintrain::DistConfig dc, const std::string& needle) {
+      mintrain::RunConfig run;
+      *run.mutable_dist() = dc;
+      run.mutable_dist()->set_algorithm("dssync");
       try {
-        dist::make_synchronizer(c.group, sc);
+        dist::make_synchronizer(c.group, run);
         ADD_FAILURE() << "no error; expected one mentioning " << needle;
       } catch (const core::Error& e) {
         EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
       }
     };
-    dist::SyncConfig sc;
-    sc.dssync_group_size = 0;
+    mintrain::DistConfig sc;
+    sc.set_dssync_group_size(0);
     expect_error(sc, "dist.dssync_group_size");
     sc = {};
-    sc.dssync_rack = {0, 1};
-    sc.dssync_ranks_per_rack = 1;
+    sc.add_dssync_rack(0);
+    sc.add_dssync_rack(1);
+    sc.set_dssync_ranks_per_rack(1);
     expect_error(sc, "dist.dssync_ranks_per_rack");
     sc = {};
-    sc.dssync_rack = {0, 1, 2};
+    for (int r : {0, 1, 2}) sc.add_dssync_rack(r);
     expect_error(sc, "dist.dssync_rack");
     sc = {};
-    sc.dssync_global_average_every = -1;
+    sc.set_dssync_global_average_every(-1);
     expect_error(sc, "dist.dssync_global_average_every");
     sc = {};
-    sc.dssync_schedule = "shuffle";
+    sc.set_dssync_schedule("shuffle");
     expect_error(sc, "dist.dssync_schedule");
-    sc = {};
-    sc.algorithm = "dssync";
-    EXPECT_EQ(dist::make_synchronizer(c.group, sc)->name(), "dssync/butterfly");
+    mintrain::RunConfig run;
+    run.mutable_dist()->set_algorithm("dssync");
+    EXPECT_EQ(dist::make_synchronizer(c.group, run)->name(), "dssync/butterfly");
   });
   EXPECT_TRUE(result.ok_or_report());
 }

@@ -23,7 +23,6 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/factory.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
@@ -544,60 +543,37 @@ TEST_F(SsgdTest, TrainerLearnsOnFourRanks) {
   fs::remove_all(dir);
 }
 
-// dist.comm_profile: MG-WFBP plans with a profile-comm file instead of timing allreduces at
-// start-up, so a run and `mintrain model --comm-profile` plan from the same measurement. The
-// file's cost decides the plan: one second per message merges every gradient into one message;
-// free messages leave one per parameter (the MLP has 4).
-TEST_F(SsgdTest, TrainerPlansMgwfbpWithTheCommProfileItsConfigNames) {
-  const fs::path dir = fs::temp_directory_path() / ("mt_ssgd_comm_profile_" + std::to_string(::getpid()));
+// MG-WFBP plans with the network cost its config gives (dist.ssgd.alpha/beta, what `mintrain
+// profile-comm` measures) instead of timing allreduces at start-up. The cost decides the plan:
+// one second per message merges every gradient into one message; free messages leave one per
+// parameter (the MLP has 4). Training reads no profile file: dist.comm_profile is an error that
+// names the fields to use.
+TEST_F(SsgdTest, TrainerPlansMgwfbpWithTheNetworkCostItsConfigGives) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_ssgd_config_cost_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  auto write = [&](const std::string& name, int world, double alpha) {
-    const std::string path = (dir / name).string();
-    std::ofstream(path) << "{\"world\": " << world << ", \"alpha_s\": " << alpha
-                        << ", \"beta_s_per_byte\": 1e-12, \"gamma_s\": 0}\n";
-    return path;
-  };
-  const std::string slow = write("slow.json", 2, 1.0), free = write("free.json", 2, 0.0);
-  for (const auto& [path, messages] : {std::pair{slow, 1}, std::pair{free, 4}}) {
+  for (const auto& [alpha, messages] : {std::pair{"1", 1}, std::pair{"0", 4}}) {
     std::ostringstream log0;
     run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-      mt::testing::train_synthetic_mlp(
-          g, r, (dir / "out").string(), {"dist.schedule=MGWFBP", "dist.profile_iters=2", "dist.comm_profile=" + path},
-          log0);
+      mt::testing::train_synthetic_mlp(g, r, (dir / ("out" + std::to_string(messages))).string(),
+                                       {"dist.ssgd.schedule=mgwfbp", "dist.ssgd.profile_iters=2",
+                                        std::string("dist.ssgd.alpha=") + alpha, "dist.ssgd.beta=1e-12"},
+                                       log0);
     });
-    EXPECT_NE(log0.str().find("(from the communication profile " + path + ")"), std::string::npos) << log0.str();
+    EXPECT_NE(log0.str().find("(from the config)"), std::string::npos) << log0.str();
     EXPECT_EQ(log0.str().find("fitted at start-up"), std::string::npos) << log0.str();
     EXPECT_NE(log0.str().find("4 gradients in " + std::to_string(messages) + " messages"), std::string::npos)
         << log0.str();
   }
-
-  // Bad input: a profile of another world size, a missing file, and both ways of giving the cost.
-  auto error_of = [&](const std::vector<std::string>& overrides) {
-    std::string e;
+  std::string e;
+  try {
     std::ostringstream log0;
-    try {
-      run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-        std::vector<std::string> o = {"dist.schedule=MGWFBP"};
-        o.insert(o.end(), overrides.begin(), overrides.end());
-        mt::testing::train_synthetic_mlp(g, r, (dir / "out").string(), o, log0);
-      });
-    } catch (const core::Error& error) {
-      e = error.what();
-    }
-    return e;
-  };
-  const std::string four = write("four.json", 4, 0.001);
-  std::string e = error_of({"dist.comm_profile=" + four});
-  EXPECT_NE(e.find("dist.comm_profile \"" + four + "\" was measured on 4 ranks, but this job has 2"),
-            std::string::npos) << e;
-  EXPECT_NE(e.find("--nproc-per-node 2 -- profile-comm"), std::string::npos) << e;
-  const std::string missing = (dir / "missing.json").string();
-  e = error_of({"dist.comm_profile=" + missing});
-  EXPECT_NE(e.find("cannot read the communication profile \"" + missing + "\" (dist.comm_profile)"),
-            std::string::npos) << e;
-  e = error_of({"dist.comm_profile=" + slow, "dist.alpha=0.001", "dist.beta=1e-9"});
-  EXPECT_NE(e.find("dist.comm_profile and dist.alpha/dist.beta"), std::string::npos) << e;
+    mt::testing::train_synthetic_mlp(nullptr, 0, (dir / "out").string(), {"dist.comm_profile=x.json"}, log0);
+  } catch (const core::Error& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("dist.comm_profile is no longer read by training"), std::string::npos) << e;
+  EXPECT_NE(e.find("dist.ssgd.alpha and dist.ssgd.beta"), std::string::npos) << e;
   fs::remove_all(dir);
 }
 
