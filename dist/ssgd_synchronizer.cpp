@@ -7,7 +7,6 @@
 #include <ostream>
 
 #include "core/error.h"
-#include "dist/comm_profile.h"
 #include "dist/compressed_ssgd_synchronizer.h"
 #include "dist/dist_config.h"
 #include "dist/registry.h"
@@ -93,9 +92,6 @@ SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOpti
            "dist.ssgd.bucket_cap_mb and dist.ssgd.first_bucket_cap_mb must be > 0");
   MT_CHECK(options_.profile_iters >= 1, "dist.ssgd.profile_iters must be >= 1, got ", options_.profile_iters);
   MT_CHECK(options_.gamma >= 0, "dist.ssgd.gamma must be >= 0 seconds per message, got ", options_.gamma);
-  MT_CHECK(!(options_.cost && options_.alpha >= 0), "S-SGD: give the MG-WFBP network cost either as alpha and "
-           "beta or as a measured profile (", options_.cost_source, "), not both");
-  if (options_.cost) cost_ = *options_.cost;
   if (options_.alpha >= 0 && options_.beta >= 0) cost_ = {options_.alpha, options_.beta, options_.gamma};
 }
 
@@ -123,16 +119,17 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   }
   if (P > 0) build_buckets(groups);
 
-  const bool cost_given = options_.cost || (options_.alpha >= 0 && options_.beta >= 0);
-  if (options_.schedule == Schedule::MGWFBP && !cost_given) cost_ = measure_cost();
+  const bool cost_given = options_.alpha >= 0 && options_.beta >= 0;
+  if (options_.schedule == Schedule::MGWFBP && !cost_given) {
+    // Timed allreduces of several sizes, alpha and beta fitted (every rank ends with rank 0's).
+    cost_ = measure_link_cost(*group_, params_.empty() ? core::Device::cpu() : params_[0].device());
+  }
   if (options_.schedule == Schedule::MGWFBP && rank() == 0 && options_.log) {
     *options_.log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
-                  << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB, gamma " << cost_.gamma * 1e6
-                  << " us of compute per message sent during backward, "
-                  << cost_.overlap_slowdown * 100 << "% of it lost while a message is in flight"
-                  << (options_.cost      ? " (from " + options_.cost_source + ")"
-                      : options_.alpha >= 0 ? std::string(" (from the config)")
-                                            : std::string(" (fitted at start-up)"))
+                  << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB"
+                  << (cost_.gamma > 0 ? ", gamma " + text_of(cost_.gamma * 1e6) + " us of compute per message (shared cores)"
+                                      : std::string())
+                  << (cost_given ? std::string(" (from the config)") : std::string(" (fitted at start-up)"))
                   << "; profiling " << options_.profile_iters << " iterations (as BSP meanwhile)"
                   << std::endl;
   }
@@ -329,24 +326,21 @@ void SsgdSynchronizer::adopt_plan_from_rank0() {
   build_buckets(groups);
 
   if (rank() == 0 && options_.log && options_.schedule == Schedule::MGWFBP) {
-    std::vector<LayerCost> layers(P);
+    // The plan's inputs in the merge plan's numbering (layer L-1 is the first hook).
+    std::vector<double> tb(P, 0.0), bytes(P, 0.0);
     double total_tb = 0;
     for (size_t pos = 0; pos < P; ++pos) {
-      LayerCost& l = layers[P - 1 - pos];
-      l.backward = pos < profiled_tb_.size() ? profiled_tb_[pos] : 0.0;
-      l.bytes = static_cast<double>(params_[hook_order_.size() == P ? hook_order_[pos] : P - 1 - pos].numel()) * 4.0;
-      total_tb += l.backward;
+      tb[P - 1 - pos] = pos < profiled_tb_.size() ? profiled_tb_[pos] : 0.0;
+      bytes[P - 1 - pos] = static_cast<double>(params_[hook_order_.size() == P ? hook_order_[pos] : P - 1 - pos].numel()) * 4.0;
+      total_tb += tb[P - 1 - pos];
     }
-    std::vector<double> tb, bytes;
-    for (const auto& l : layers) { tb.push_back(l.backward); bytes.push_back(l.bytes); }
-    const auto wfbp = predict_iteration(layers, wfbp_plan(static_cast<int>(P)), cost_, 0.0, false);
-    const auto mg = predict_iteration(layers, mgwfbp_best_plan(tb, bytes, cost_), cost_, 0.0, false);
+    const int L = static_cast<int>(P);
     *options_.log << "MG-WFBP plan after " << profiled_ << " profiled iterations: " << P
                   << " gradients in " << groups.size() << " messages (sizes";
     for (const auto& b : buckets_) *options_.log << " " << mb(b.bytes());
-    *options_.log << "); profiled backward " << total_tb * 1e3
-                  << " ms; predicted backward+communication: WFBP " << wfbp.comm_end * 1e3
-                  << " ms, MG-WFBP " << mg.comm_end * 1e3 << " ms" << std::endl;
+    *options_.log << "); profiled backward " << total_tb * 1e3 << " ms; predicted backward+communication: WFBP "
+                  << plan_comm_end(tb, bytes, wfbp_plan(L), cost_) * 1e3 << " ms, MG-WFBP "
+                  << plan_comm_end(tb, bytes, mgwfbp_best_plan(tb, bytes, cost_), cost_) * 1e3 << " ms" << std::endl;
   }
 }
 
@@ -373,17 +367,12 @@ core::StateDict SsgdSynchronizer::state_dict() const {
       {"ssgd.param_numel", int64_tensor(numel)},
       {"ssgd.buckets", int64_tensor(layout)},
       {"ssgd.progress", int64_tensor({communicated_iters_, profiled_, plan_ready_ ? 1 : 0})},
-      {"ssgd.cost", float64_bits_tensor({cost_.alpha, cost_.beta, cost_.gamma, cost_.overlap_slowdown})},
+      {"ssgd.cost", float64_bits_tensor({cost_.alpha, cost_.beta, cost_.gamma})},
   };
   if (!hook_order_.empty())
     state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(hook_order_.begin(), hook_order_.end())));
   if (!tb_sum_.empty()) state.emplace_back("ssgd.backward_sums", float64_bits_tensor(tb_sum_));
   if (!profiled_tb_.empty()) state.emplace_back("ssgd.backward_means", float64_bits_tensor(profiled_tb_));
-  if (!cost_.measured_bytes.empty()) {  // the measured curve: sizes, then their times
-    std::vector<double> curve = cost_.measured_bytes;
-    curve.insert(curve.end(), cost_.measured_seconds.begin(), cost_.measured_seconds.end());
-    state.emplace_back("ssgd.cost_curve", float64_bits_tensor(curve));
-  }
   return state;
 }
 
@@ -475,23 +464,12 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   MT_CHECK(progress[0] >= 0 && progress[1] >= 0 && (progress[2] == 0 || progress[2] == 1),
            "checkpoint entry sync.ssgd.progress holds impossible counts (", progress[0], ", ", progress[1],
            ", ", progress[2], ")");
-  // alpha, beta and (since gamma exists) gamma; older checkpoints hold the first two.
+  // alpha, beta, gamma; older checkpoints hold two, or a fourth number (a share of compute lost
+  // while a message flies, which training no longer models) and a measured curve (ignored).
   const std::vector<double> cost = in.doubles("ssgd.cost", -1);
-  // alpha, beta; gamma and overlap_slowdown from the builds that measured them.
   MT_CHECK(cost.size() >= 2 && cost.size() <= 4, "checkpoint entry sync.ssgd.cost must hold 2 to 4 values, got ",
            cost.size());
-  LinearCost restored{cost[0], cost[1], cost.size() >= 3 ? cost[2] : 0.0};
-  restored.overlap_slowdown = cost.size() == 4 ? cost[3] : 0.0;
-  MT_CHECK(restored.overlap_slowdown >= 0 && restored.overlap_slowdown < 1, "checkpoint entry sync.ssgd.cost holds "
-           "the share of compute lost while a message is in flight ", restored.overlap_slowdown, ", outside [0, 1)");
-  if (in.has("ssgd.cost_curve")) {
-    const std::vector<double> curve = in.doubles("ssgd.cost_curve", -1);
-    const size_t k = curve.size() / 2;
-    MT_CHECK(curve.size() % 2 == 0 && k >= 1, "checkpoint entry sync.ssgd.cost_curve must hold sizes and their times "
-             "(an even count), got ", curve.size(), " values");
-    set_measured_curve(restored, {curve.begin(), curve.begin() + static_cast<std::ptrdiff_t>(k)},
-                       {curve.begin() + static_cast<std::ptrdiff_t>(k), curve.end()});
-  }
+  const LinkCost restored{cost[0], cost[1], cost.size() >= 3 ? cost[2] : 0.0};
   std::vector<size_t> hook_order;
   if (in.has("ssgd.hook_order")) {
     std::vector<bool> seen(P, false);
@@ -511,19 +489,10 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   communicated_iters_ = progress[0];
   profiled_ = static_cast<int>(progress[1]);
   plan_ready_ = progress[2] == 1;
-  cost_ = std::move(restored);
+  cost_ = restored;
   hook_order_ = std::move(hook_order);
   tb_sum_ = std::move(tb_sum);
   profiled_tb_ = std::move(profiled_tb);
-}
-
-LinearCost SsgdSynchronizer::measure_cost() {
-  // Timed allreduces of 1 KiB .. 4 MiB give the measured curve and fit alpha and beta; gamma
-  // (the compute a message sent during backward costs when ranks share cores) is measured with a
-  // synthetic computation. Every rank runs the same collectives and ends with rank 0's numbers,
-  // so all plan alike.
-  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
-  return profile_communication(*group_, device).cost;
 }
 
 void SsgdSynchronizer::prepare_eval(layers::Module& model) {

@@ -8,12 +8,11 @@
 //   FUSION  gradients are packed, in backward order, into buckets of at most bucket_cap_mb (the
 //           first one first_bucket_cap_mb, so communication starts early); a bucket's allreduce
 //           starts when its last gradient arrives.
-//   MGWFBP  buckets chosen by the cost model (cost_model.h): runs as BSP while it profiles the
+//   MGWFBP  buckets from the merge plan (merge_plan.h): runs as BSP while it profiles the
 //           backward time between consecutive grad-ready hooks (no message is sent during those
-//           backward passes, so the times are the computation's own: a message sent meanwhile
-//           would add its gamma to them, which the plan counts separately), then rank 0 computes
-//           the merge plan from those times and the T(M) = alpha + beta*M and gamma measured at
-//           start-up, and broadcasts it.
+//           backward passes, so the times are the computation's own), then rank 0 computes the
+//           plan from those times and T(M) = alpha + beta*M (timed at start-up, or the config's),
+//           and broadcasts it.
 //
 // Collectives must be issued in the same order on every rank. The hooks fire in an order fixed
 // by the autograd graph (the engine runs ready nodes by sequence number), and every rank builds
@@ -43,7 +42,7 @@
 #include <vector>
 
 #include "dist/bucket.h"
-#include "dist/cost_model.h"
+#include "dist/merge_plan.h"
 #include "dist/process_group.h"
 #include "dist/synchronizer.h"
 #include "dist/timeline.h"
@@ -57,11 +56,7 @@ struct SsgdOptions {
   int profile_iters = 5;              // MGWFBP: iterations profiled (after one warm-up iteration)
   double alpha = -1.0;                // MGWFBP: seconds per message; < 0 = measure at start-up
   double beta = -1.0;                 // MGWFBP: seconds per byte; < 0 = measure at start-up
-  double gamma = 0.0;                 // MGWFBP with alpha, beta given: compute lost per message
-  // MGWFBP: the network cost to plan with, measured beforehand (dist.comm_profile, with its
-  // measured curves); instead of alpha/beta/gamma and of timing allreduces at start-up.
-  std::optional<LinearCost> cost;
-  std::string cost_source;            // where `cost` came from, for the log (e.g. the file)
+  double gamma = 0.0;                 // MGWFBP, shared cores only: compute lost per message
   int grad_accumulation_steps = 1;
   std::string config_text;            // must be the same on every rank (checked at setup)
   std::shared_ptr<Timeline> timeline; // optional trace
@@ -102,7 +97,7 @@ class SsgdSynchronizer final : public Synchronizer {
 
   // Introspection (tests, benchmarks, logs).
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  const LinearCost& cost() const { return cost_; }
+  const LinkCost& cost() const { return cost_; }
   bool plan_ready() const { return plan_ready_; }
   // Mean profiled backward time per parameter, in hook order (MGWFBP, once profiled).
   const std::vector<double>& profiled_backward() const { return profiled_tb_; }
@@ -113,7 +108,6 @@ class SsgdSynchronizer final : public Synchronizer {
   void launch(size_t bucket);
   void poll_completions();
   void wait_all();
-  LinearCost measure_cost();
   // Rank 0 computes groups of parameters (from its observed hook order) and broadcasts them;
   // every rank rebuilds its buckets from the result.
   void adopt_plan_from_rank0();
@@ -141,7 +135,7 @@ class SsgdSynchronizer final : public Synchronizer {
   int profiled_ = 0;
   std::vector<double> profiled_tb_;
   bool plan_ready_ = false;
-  LinearCost cost_;
+  LinkCost cost_;
 
   bool set_up_ = false;
   std::optional<core::StateDict> pending_state_;  // loaded before setup

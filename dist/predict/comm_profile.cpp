@@ -1,4 +1,4 @@
-#include "dist/comm_profile.h"
+#include "dist/predict/comm_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_escape.h"
-#include "dist/profile_compute.h"
+#include "dist/predict/profile_compute.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {

@@ -14,7 +14,7 @@
 # `mintrain model` exists) and PNG plots made by gnuplot:
 #   iter_time.png, throughput.png, accuracy_vs_time.png, predicted_vs_measured.png (with the model)
 #
-#   bash apps/scripts/report.sh [--quick] [--out DIR] [--bin PATH] [--rate RATE] [--presets "P ..."]
+#   bash dist/predict/report.sh [--quick] [--out DIR] [--bin PATH] [--rate RATE] [--presets "P ..."]
 #                               [--algorithms "A ..."] [--nproc N] [--model NAME] [--batch B]
 #                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
 #                               [--max-steal P] [--set KEY=VALUE]...
@@ -545,7 +545,7 @@ fi
   echo "# Distributed algorithms on an emulated cluster"
   echo
   echo "$what; $epochs epochs x $limit iterations per epoch, test accuracy on $((eval_limit * 500 * NPROC)) test images (each rank evaluates $eval_limit batches of 500)."
-  echo "Generated $(date -u '+%F %T') UTC by \`bash apps/scripts/report.sh${args_given:+ $args_given}\`" \
+  echo "Generated $(date -u '+%F %T') UTC by \`bash dist/predict/report.sh${args_given:+ $args_given}\`" \
        "(network namespaces, tbf rate shaping, no delay; all ranks share this machine's $(nproc --all) cores)."
   echo
   if ((have_model)); then

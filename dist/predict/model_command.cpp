@@ -1,4 +1,4 @@
-#include "apps/model_command.h"
+#include "dist/predict/model_command.h"
 
 #include <algorithm>
 #include <optional>
@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/json_escape.h"
 #include "core/random.h"
-#include "dist/comm_profile.h"
+#include "dist/predict/comm_profile.h"
 #include "dist/compressed_ssgd_synchronizer.h"
 #include "dist/dist_config.h"
 #include "dist/compressor.h"

@@ -30,7 +30,7 @@
 #pragma once
 #include <string>
 
-#include "dist/cost_model.h"
+#include "dist/predict/cost_model.h"
 
 namespace mt::dist {
 

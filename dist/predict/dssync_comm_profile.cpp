@@ -1,4 +1,4 @@
-#include "dist/dssync_comm_profile.h"
+#include "dist/predict/dssync_comm_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "dist/comm_profile.h"
-#include "dist/profile_compute.h"
+#include "dist/predict/comm_profile.h"
+#include "dist/predict/profile_compute.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {

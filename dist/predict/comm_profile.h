@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "core/device.h"
-#include "dist/cost_model.h"
-#include "dist/dssync_comm_profile.h"
+#include "dist/predict/cost_model.h"
+#include "dist/predict/dssync_comm_profile.h"
 #include "dist/process_group.h"
 
 namespace mt::dist {

@@ -1,4 +1,4 @@
-#include "dist/profile_compute.h"
+#include "dist/predict/profile_compute.h"
 
 #include <algorithm>
 #include <chrono>
