@@ -327,6 +327,56 @@ class SsgdTest : public ::testing::Test {
 
 }  // namespace
 
+// WFBP and FUSION overlap communication with backward: by the time the last gradient of
+// backward is ready, messages of the gradients before it are already with the process group.
+// A hook registered after the synchronizer's counts the launched messages at every gradient; the
+// count at the second-to-last gradient is what left while backward still ran. BSP sends nothing
+// before backward ends (the contrast that makes the counter meaningful). Both iterations count:
+// FUSION rebuilds its buckets after the first.
+TEST_F(SsgdTest, WfbpAndFusionStartCommunicatingBeforeBackwardEnds) {
+  for (const auto schedule : {dist::Schedule::BSP, dist::Schedule::WFBP, dist::Schedule::FUSION}) {
+    std::vector<std::vector<size_t>> early(2);  // per rank, per iteration
+    run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+      auto model = tiny_mlp(7);
+      auto opt = sgd(*model);
+      dist::SsgdSynchronizer sync(g, options(schedule));
+      sync.setup(*model, *opt);
+      std::vector<size_t> launched_at_hook;
+      for (const Tensor& p : opt->params()) {
+        p.register_grad_ready_hook([&](Tensor&) {
+          size_t launched = 0;
+          for (const auto& b : sync.buckets()) launched += b.launched ? 1 : 0;
+          launched_at_hook.push_back(launched);
+        });
+      }
+      for (int s = 0; s < 2; ++s) {
+        launched_at_hook.clear();
+        sync.begin_iteration(s);
+        auto [x, y] = slice(global_batch(s, 8), r * 4, 4);
+        core::cross_entropy(model->forward(x), y).backward();
+        ASSERT_EQ(launched_at_hook.size(), opt->params().size());
+        early[r].push_back(launched_at_hook[launched_at_hook.size() - 2]);
+        sync.step(*opt);
+        opt->zero_grad();
+      }
+    });
+    const std::string name = dist::schedule_name(schedule);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(early[r].size(), 2u);
+      for (size_t it = 0; it < 2; ++it) {
+        if (schedule == dist::Schedule::BSP) {
+          EXPECT_EQ(early[r][it], 0u) << name << " rank " << r << " iteration " << it;
+        } else if (schedule == dist::Schedule::WFBP) {
+          // One message per parameter: all but the last gradient's have left.
+          EXPECT_EQ(early[r][it], 5u) << name << " rank " << r << " iteration " << it;
+        } else {
+          EXPECT_GE(early[r][it], 1u) << name << " rank " << r << " iteration " << it;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(SsgdTest, EverySchedule_NRanksMatchOneRankWithNTimesTheBatch) {
   constexpr int kSteps = 5;
   constexpr int64_t kRows = 16;
