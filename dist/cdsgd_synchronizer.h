@@ -1,4 +1,4 @@
-// CD-SGD: compressed, one-step-delayed exchange with delay compensation (algorithms.md
+// CD-SGD: compressed, one-step-delayed exchange with delay compensation (docs/algorithms.md
 // section 2; Yu et al. 2021). Every rank keeps two sets of weights:
 //
 //   w_i  local weights: the model's parameters, on which forward/backward run

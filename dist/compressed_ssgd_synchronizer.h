@@ -1,5 +1,5 @@
 // Compressed S-SGD: synchronous data parallelism whose gradients travel compressed, with error
-// feedback (algorithms.md section 2). After backward, all gradients are flattened into one
+// feedback (docs/algorithms.md section 1). After backward, all gradients are flattened into one
 // buffer, g + r is compressed and exchanged (allreduce when summable, else allgather), every
 // rank decodes and averages the same payloads and takes the same optimizer step, so replicas
 // stay identical. Selected by dist.algorithm "ssgd" with a dist.compression other than NONE

@@ -1,4 +1,4 @@
-// DS-Sync, divide and shuffle (algorithms.md section 3). Each iteration every rank takes a purely
+// DS-Sync, divide and shuffle (docs/algorithms.md section 3). Each iteration every rank takes a purely
 // local optimizer step on its own gradient (momentum and Adam moments stay local), then the ranks
 // of its current group (dssync_schedule.h) average their parameters and float32 buffers
 // (batch-norm running statistics) in one flattened allreduce on the group's communicator. No

@@ -1,4 +1,4 @@
-// S-SGD (algorithms.md section 1): every rank holds a full replica, computes gradients on its
+// S-SGD (docs/algorithms.md section 1): every rank holds a full replica, computes gradients on its
 // shard of the global batch, and the gradients are averaged (allreduce sum, then / N) before
 // the same optimizer step everywhere. The schedule decides *when* each gradient travels:
 //

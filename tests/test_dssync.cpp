@@ -1,4 +1,4 @@
-// DS-Sync (algorithms.md section 3). Schedules: every partition is valid, and information
+// DS-Sync (docs/algorithms.md section 3). Schedules: every partition is valid, and information
 // reaches every rank within the stated period (the product of the mixing matrices over any
 // window of that length has no zero entry); the bottleneck schedule crosses racks only every
 // cross_period iterations. Synchronizer, over real Gloo with forked ranks: zero learning rate

@@ -1,5 +1,5 @@
 // Measuring the communication side of the cost model on the machine and network at hand
-// (algorithms.md section 5): the (trimmed) mean time of allreduces of several sizes, kept as the
+// (docs/algorithms.md section 5): the (trimmed) mean time of allreduces of several sizes, kept as the
 // cost's measured curve and fitted by T(M) = alpha + beta * M, and gamma, the compute a message
 // takes from the training thread when it is sent while computation goes on (cost_model.h
 // explains why that matters for ranks that share cores).

@@ -139,7 +139,7 @@ Prediction predict_schedule(Schedule schedule, const std::vector<LayerCost>& lay
                             const LinearCost& cost, double update_seconds, double cap_bytes,
                             double first_cap_bytes);
 
-// ---- CD-SGD and DS-Sync (algorithms.md sections 2 and 3) ----
+// ---- CD-SGD and DS-Sync (docs/algorithms.md sections 2 and 3) ----
 //
 // CD-SGD, steady state (after the warm-up iterations, which are S-SGD BSP). Iteration t launches
 // the exchange of its compressed gradient and then, before its local step, waits for exchange

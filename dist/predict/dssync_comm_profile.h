@@ -1,4 +1,4 @@
-// DS-Sync's communication measured the way it runs (algorithms.md sections 3 and 5): all groups
+// DS-Sync's communication measured the way it runs (docs/algorithms.md sections 3 and 5): all groups
 // of one partition average at the same time, so what an iteration pays is the slowest of
 // several concurrent allreduces that may share links, not one ring's time.
 //
