@@ -144,7 +144,7 @@ const char* kModelUsage =
     "                      [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]\n"
     "                      [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]\n"
     "                      [--layer-times FILE.json] [--save-profile FILE.json]\n"
-    "                      [--comm-profile FILE.json]\n"
+    "                      [--comm-profile FILE.json [--shared-cores]]\n"
     "  --comm-profile: the network as measured by `mintrain profile-comm` on n ranks (Gloo's ring\n"
     "    allreduce, T(M) = alpha + beta * M, and gamma). Per-hop latency alpha / (2(n-1)) replaces\n"
     "    --latency-us and --inter-latency-us. With --bandwidth-gbps, every link's bandwidth is scaled\n"
@@ -154,7 +154,10 @@ const char* kModelUsage =
     "    after backward and never pays it). At N = n, an allreduce costs what the profile measured\n"
     "    for that size (the mean, interpolated between the measured sizes), not the fitted line;\n"
     "    when it was also timed after idling (profile-comm --idle-ms), a message that follows that\n"
-    "    much idle network or more takes the after-idle time, and less idle a share of the saving.";
+    "    much idle network or more takes the after-idle time, and less idle a share of the saving.\n"
+    "  --shared-cores: also apply the profile's core-sharing terms (gamma, the share of compute lost\n"
+    "    while a message is in flight, the during-compute curve), for ranks that share CPU cores. Off by\n"
+    "    default: they were fitted where ranks share cores and do not carry over to other machines.";
 
 }  // namespace
 
@@ -482,6 +485,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<int> workers;
   for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
   int at = -1, profile_iters = 10, warmup_iters = 2;
+  bool shared_cores = false;
   // Flags win over the config's dist.network, which wins over the defaults.
   std::optional<double> bandwidth, latency, inter_bandwidth, inter_latency;
   std::optional<int> ranks_per_rack;
@@ -506,6 +510,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     else if (a == "--layer-times") layer_times = value();
     else if (a == "--save-profile") save_profile = value();
     else if (a == "--comm-profile") comm_profile = value();
+    else if (a == "--shared-cores") shared_cores = true;
     else if (a == "--help" || a == "-h") {
       out << kModelUsage << "\n";
       return 0;
@@ -536,6 +541,12 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::string measured_line;
   if (!comm_profile.empty()) {
     measured = read_comm_profile(comm_profile);
+    if (!shared_cores) {
+      // Cores of their own for communication: the core-sharing terms stay out of the model.
+      measured->cost.gamma = 0.0;
+      measured->cost.overlap_slowdown = 0.0;
+      measured->cost.busy_measured_seconds.clear();
+    }
     const CalibratedNetwork c = calibrate_network(net, bandwidth_given, *measured);
     net = c.spec;
     const int n = measured->world;

@@ -415,7 +415,8 @@ if ((have_model)); then
       contention) ;;  # the model knows no time-varying links: the full rate
     esac
     comm_args=()
-    [[ -s $out/comm/$preset.json ]] && comm_args=(--comm-profile "$out/comm/$preset.json")
+    # The emulated hosts share this machine's cores: the model's shared-cores terms apply.
+    [[ -s $out/comm/$preset.json ]] && comm_args=(--comm-profile "$out/comm/$preset.json" --shared-cores)
     "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
         "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" "${comm_args[@]}" \
         --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$out/model_$preset.txt" 2>&1 || {
