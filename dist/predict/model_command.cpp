@@ -13,7 +13,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "apps/flag_values.h"
+#include "apps/flags.h"
 #include "apps/json_file.h"
 #include "apps/task.h"
 #include "apps/trainer.h"
@@ -490,36 +490,31 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::optional<double> bandwidth, latency, inter_bandwidth, inter_latency;
   std::optional<int> ranks_per_rack;
   std::optional<std::string> allreduce;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      MT_CHECK(i + 1 < args.size(), "model: ", a, " needs a value\n", kModelUsage);
-      return args[++i];
-    };
-    if (a == "--set") sets.push_back(value());
-    else if (a == "--workers") workers = parse_workers(value());
-    else if (a == "--at") at = parse_int(a, value(), 1);
-    else if (a == "--bandwidth-gbps") bandwidth = parse_number(a, value());
-    else if (a == "--latency-us") latency = parse_number(a, value());
-    else if (a == "--ranks-per-rack") ranks_per_rack = parse_int(a, value(), 0);
-    else if (a == "--inter-bandwidth-gbps") inter_bandwidth = parse_number(a, value());
-    else if (a == "--inter-latency-us") inter_latency = parse_number(a, value());
-    else if (a == "--allreduce") allreduce = value();
-    else if (a == "--profile-iters") profile_iters = parse_int(a, value(), 1);
-    else if (a == "--warmup-iters") warmup_iters = parse_int(a, value(), 0);
-    else if (a == "--layer-times") layer_times = value();
-    else if (a == "--save-profile") save_profile = value();
-    else if (a == "--comm-profile") comm_profile = value();
-    else if (a == "--shared-cores") shared_cores = true;
-    else if (a == "--help" || a == "-h") {
+  Flags f("model", args, kModelUsage);
+  while (f.next()) {
+    if (f.is("--set")) sets.push_back(f.value());
+    else if (f.is("--workers")) workers = parse_workers(f.value());
+    else if (f.is("--at")) at = f.integer(1);
+    else if (f.is("--bandwidth-gbps")) bandwidth = f.number();
+    else if (f.is("--latency-us")) latency = f.number();
+    else if (f.is("--ranks-per-rack")) ranks_per_rack = f.integer(0);
+    else if (f.is("--inter-bandwidth-gbps")) inter_bandwidth = f.number();
+    else if (f.is("--inter-latency-us")) inter_latency = f.number();
+    else if (f.is("--allreduce")) allreduce = f.value();
+    else if (f.is("--profile-iters")) profile_iters = f.integer(1);
+    else if (f.is("--warmup-iters")) warmup_iters = f.integer(0);
+    else if (f.is("--layer-times")) layer_times = f.value();
+    else if (f.is("--save-profile")) save_profile = f.value();
+    else if (f.is("--comm-profile")) comm_profile = f.value();
+    else if (f.is("--shared-cores")) shared_cores = true;
+    else if (f.is("--help") || f.is("-h")) {
       out << kModelUsage << "\n";
       return 0;
-    } else if (!a.empty() && a[0] == '-') {
-      MT_FAIL("model: unknown option \"", a, "\"\n", kModelUsage);
+    } else if (f.arg().rfind("-", 0) == 0) {
+      f.unknown();
     } else {
-      MT_CHECK(config_path.empty(), "model: more than one CONFIG (\"", config_path, "\" and \"", a,
-               "\")\n", kModelUsage);
-      config_path = a;
+      if (!config_path.empty()) f.fail("more than one CONFIG (\"" + config_path + "\" and \"" + f.arg() + "\")");
+      config_path = f.arg();
     }
   }
   MT_CHECK(!config_path.empty(), "model: missing CONFIG\n", kModelUsage);
