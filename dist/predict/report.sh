@@ -380,10 +380,14 @@ for preset in $presets; do
     fi
     sets=()
     for kv in $(algo_sets "$algo" "$preset"); do sets+=(--set "$kv"); done
-    # MG-WFBP plans from the profile the model predicts with (not from its own start-up timing),
-    # so the run and the prediction are of the same merge plan.
+    # MG-WFBP plans with the network cost the model predicts with (not its own start-up timing):
+    # the profile's alpha, beta and gamma (the emulated hosts share cores), so the run and the
+    # prediction merge by the same rule (dist/merge_plan.h).
     if [[ $algo == ssgd_mgwfbp && -s $out/comm/$preset.json ]]; then
-      sets+=(--set "dist.comm_profile=$out/comm/$preset.json")
+      for key in alpha_s:alpha beta_s_per_byte:beta gamma_s:gamma; do
+        value=$(sed -n "s/.*\"${key%%:*}\": *\([-0-9.eE+]*\).*/\1/p" "$out/comm/$preset.json" | head -1)
+        [[ -n $value ]] && sets+=(--set "dist.ssgd.${key#*:}=$value")
+      done
     fi
     rc=0
     steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
