@@ -16,11 +16,7 @@
 #include "core/error.h"
 #include "apps/task.h"
 #include "data/registry.h"
-#include "dist/compressor.h"
-#include "dist/cost_model.h"
-#include "dist/dssync_schedule.h"
-#include "dist/factory.h"
-#include "dist/process_group.h"
+#include "dist/dist_config.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"
@@ -154,43 +150,6 @@ void check_finite(const pb::Message& msg, const std::string& prefix) {
   }
 }
 
-// The dist block, checked in every run (also one process, which ignores it) so that a typo
-// fails at once instead of after the launch and the rendezvous of a distributed job.
-void validate_dist(const mintrain::DistConfig& d) {
-  check_name("dist.algorithm", d.algorithm(), dist::synchronizer_names());
-  check_name("dist.schedule", d.schedule(), dist::schedule_names());
-  check_name("dist.compression", d.compression(), dist::compressor_names());
-  check_name("dist.dssync_schedule", d.dssync_schedule(), dist::dssync_schedule_types());
-  check_name("dist.backend", d.backend(), {"", "gloo", "nccl"});
-  check_name("dist.transport", d.transport(), {"tcp", "ibverbs"});
-  dist::check_collective_transport(d.transport());
-  check_min("dist.timeout_seconds", d.timeout_seconds(), 1);
-  check_min("dist.bucket_cap_mb", d.bucket_cap_mb(), 0.0, ">");
-  check_min("dist.first_bucket_cap_mb", d.first_bucket_cap_mb(), 0.0, ">");
-  check_min("dist.profile_iters", d.profile_iters(), 1);
-  MT_CHECK(d.has_alpha() == d.has_beta(), "set both dist.alpha and dist.beta (the network cost T(M) = alpha + ",
-           "beta*M), or neither to measure them at start-up");
-  if (d.has_alpha()) {
-    check_min("dist.alpha", d.alpha(), 0.0);
-    check_min("dist.beta", d.beta(), 0.0);
-  }
-  check_min("dist.gamma", d.gamma(), 0.0);
-  check_min("dist.grad_accumulation_steps", d.grad_accumulation_steps(), 1);
-  check_min("dist.compression_tau", d.compression_tau(), 0.0, ">");
-  MT_CHECK(d.topk_ratio() > 0 && d.topk_ratio() <= 1, "dist.topk_ratio must be in (0, 1] (got ", d.topk_ratio(), ")");
-  check_min("dist.topk_warmup_iters", d.topk_warmup_iters(), 0);
-  check_min("dist.cdsgd_warmup_iters", d.cdsgd_warmup_iters(), 0);
-  check_min("dist.cdsgd_k", d.cdsgd_k(), 0);
-  check_min("dist.cdsgd_lambda", d.cdsgd_lambda(), 0.0);
-  check_min("dist.dssync_group_size", d.dssync_group_size(), 2);
-  check_min("dist.dssync_cross_period", d.dssync_cross_period(), 1);
-  check_min("dist.dssync_ranks_per_rack", d.dssync_ranks_per_rack(), 0);
-  for (int r : d.dssync_rack()) check_min("dist.dssync_rack values", r, 0);
-  check_min("dist.dssync_global_average_every", d.dssync_global_average_every(), 0);
-  check_min("dist.dssync_pool_size", d.dssync_pool_size(), 1);
-  check_min("dist.dssync_spread_every", d.dssync_spread_every(), 0);
-}
-
 }  // namespace
 
 RunConfig parse_config(const std::string& text, const std::string& source_name) {
@@ -289,13 +248,7 @@ void normalize_names(RunConfig& c) {
   c.mutable_data()->set_type(lower(c.data().type()));
   c.mutable_optimizer()->set_name(lower(c.optimizer().name()));
   c.mutable_lr_schedule()->set_type(lower(c.lr_schedule().type()));
-  auto* d = c.mutable_dist();
-  d->set_algorithm(lower(d->algorithm()));
-  d->set_schedule(lower(d->schedule()));
-  d->set_compression(lower(d->compression()));
-  d->set_dssync_schedule(lower(d->dssync_schedule()));
-  d->set_backend(lower(d->backend()));
-  d->set_transport(lower(d->transport()));
+  dist::normalize_dist_names(*c.mutable_dist());
 }
 
 void validate_config(const RunConfig& config) {
@@ -395,7 +348,7 @@ void validate_config(const RunConfig& config) {
   check_min<int64_t>("checkpoint.every_iters", c.checkpoint().every_iters(), 0);
   check_min("checkpoint.keep_last", c.checkpoint().keep_last(), 0);
   check_min<int64_t>("logging.print_every_iters", c.logging().print_every_iters(), 0);
-  validate_dist(c.dist());
+  dist::validate_dist_config(c.dist());
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {

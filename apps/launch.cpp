@@ -18,6 +18,7 @@
 #include <random>
 #include <thread>
 
+#include "apps/flags.h"
 #include "core/error.h"
 #include "dist/socket.h"
 
@@ -123,29 +124,14 @@ std::string random_token() {
 LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
   LaunchOptions o;
   bool port_given = false;
-  size_t i = 0;
-  for (; i < argv.size(); ++i) {
-    if (argv[i] == "--") {
-      ++i;
-      break;
-    }
-    // torchrun's habits: `--flag=value` as well as `--flag value`, and `--nproc_per_node` as
-    // well as `--nproc-per-node` (the underscore spelling of every option).
-    std::string a = argv[i];
-    std::string inline_value;
-    bool has_inline_value = false;
-    if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = a.substr(eq + 1);
-      a.resize(eq);
-      has_inline_value = true;
-    }
+  Flags f("launch", argv);
+  while (f.next()) {
+    const std::string& a = f.arg();
+    // torchrun's habits: `--nproc_per_node` as well as `--nproc-per-node` (the underscore
+    // spelling of every option); Flags takes `--flag=value` as well as `--flag value`.
     std::string name = a;
     std::replace(name.begin(), name.end(), '_', '-');
-    auto value = [&]() -> std::string {
-      if (has_inline_value) return inline_value;
-      MT_CHECK(i + 1 < argv.size(), "launch: ", a, " needs a value");
-      return argv[++i];
-    };
+    auto value = [&] { return f.value(); };
     if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, value());
     else if (name == "--nnodes") o.nnodes = to_int(a, value());
     else if (name == "--node-rank") o.node_rank = to_int(a, value());
@@ -154,9 +140,9 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
     else if (name == "--grace") o.grace_seconds = to_int(a, value());
     else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, value());
     else if (name == "--max-restarts") o.max_restarts = to_int(a, value());
-    else MT_FAIL("launch: unknown option \"", a, "\" (the worker's command goes after --)");
+    else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
   }
-  o.command.assign(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
+  o.command = f.rest();
   MT_CHECK(!o.command.empty(), "launch: no command: put the worker's arguments after --, e.g. "
            "mintrain launch --nproc-per-node 2 -- train CONFIG");
   MT_CHECK(o.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1");

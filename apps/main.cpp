@@ -28,19 +28,20 @@
 
 #include "apps/checkpoint.h"
 #include "apps/config.h"
+#include "apps/flags.h"
 #include "apps/launch.h"
-#include "apps/model_command.h"
 #include "apps/plot_command.h"
-#include "apps/profile_comm_command.h"
+#include "dist/predict/model_command.h"
+#include "dist/predict/profile_comm_command.h"
 #include "apps/tokenize_command.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/serialize.h"
 #include "data/registry.h"
 #include "dist/compressor.h"
-#include "dist/cost_model.h"
+#include "dist/merge_plan.h"
 #include "dist/dssync_schedule.h"
-#include "dist/factory.h"
+#include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"
@@ -117,10 +118,9 @@ std::string usage() {
          kTail;
 }
 
-// Thrown for malformed command lines: main prints the usage after the message.
-struct UsageError : mt::core::Error {
-  using mt::core::Error::Error;
-};
+// Thrown for malformed command lines (also by the flag parser of every subcommand,
+// apps/flags.h): main prints the usage after the message and exits 2.
+using UsageError = mt::apps::FlagError;
 
 // Stopping on a signal. The first SIGINT or SIGTERM sets g_stop: the trainer finishes the
 // iteration, saves a checkpoint and returns, and every rank stops at the same iteration. The
@@ -216,38 +216,28 @@ struct Args {
 Args parse_args(const std::string& command, const std::vector<std::string>& argv,
                 const std::vector<std::string>& allowed, const std::vector<std::string>& flags = {}) {
   Args a;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) == 0) {
-      std::string value;
-      bool has_value = false;
-      if (const auto eq = arg.find('='); eq != std::string::npos) {  // --opt=value form
-        value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
-        has_value = true;
-      }
-      if (arg == "--set" || std::find(allowed.begin(), allowed.end(), arg) != allowed.end()) {
-        if (!has_value) {
-          if (i + 1 >= argv.size()) throw UsageError(command + ": " + arg + " needs a value");
-          value = argv[++i];
-        }
-        if (arg == "--set") a.sets.push_back(value);
-        else a.options[arg] = value;
-        continue;
-      }
-      if (std::find(flags.begin(), flags.end(), arg) != flags.end()) {
-        if (has_value) throw UsageError(command + ": " + arg + " takes no value");
-        a.flags.push_back(arg);
-        continue;
-      }
-      throw UsageError(command + ": unknown option \"" + arg + "\"");
+  mt::apps::Flags f(command, argv);
+  auto among = [&](const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), f.arg()) != names.end();
+  };
+  while (f.next()) {
+    if (f.is("--set")) {
+      a.sets.push_back(f.value());
+    } else if (among(allowed)) {
+      a.options[f.arg()] = f.value();
+    } else if (among(flags)) {
+      f.no_value();
+      a.flags.push_back(f.arg());
+    } else if (f.is_flag()) {
+      f.unknown();
+    } else if (!a.config.empty()) {
+      f.fail("unexpected argument \"" + f.arg() + "\" (CONFIG is already \"" + a.config + "\")");
+    } else {
+      a.config = f.arg();
     }
-    if (!a.config.empty()) {
-      throw UsageError(command + ": unexpected argument \"" + arg + "\" (CONFIG is already \"" +
-                       a.config + "\")");
-    }
-    a.config = arg;
   }
+  if (!f.rest().empty() || (!argv.empty() && argv.back() == "--"))
+    throw UsageError(command + ": unexpected \"--\" (only launch runs a command after it)");
   if (a.config.empty()) throw UsageError(command + ": missing CONFIG (a .prototxt file)");
   return a;
 }
@@ -363,10 +353,10 @@ int cmd_help(const std::vector<std::string>&) {
             << "optimizers:        " << join(mt::optim::optimizer_names()) << "\n"
             << "lr schedules:      " << join(mt::optim::lr_schedule_types()) << "\n"
             << "datasets:          " << join(mt::apps::data_types()) << "\n"
-            << "dist.algorithm:    " << join(mt::dist::synchronizer_names()) << "\n"
-            << "dist.schedule:     " << join(mt::dist::schedule_names()) << " (algorithm ssgd)\n"
-            << "dist.compression:  " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
-            << "dist.dssync_schedule: " << join(mt::dist::dssync_schedule_types()) << " (dssync)\n";
+            << "dist.algorithm:    " << join(mt::dist::algorithm_names()) << "\n"
+            << "dist.ssgd.schedule: " << join(mt::dist::schedule_names()) << "\n"
+            << "dist.compressor.type: " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
+            << "dist.dssync.schedule: " << join(mt::dist::dssync_schedule_types()) << "\n";
   return 0;
 }
 

@@ -8,7 +8,6 @@
 #include <iostream>
 #include <numeric>
 
-#include "apps/comm_profile_file.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "core/ops/nn.h"
@@ -18,7 +17,7 @@
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/math_mode.h"
 #endif
-#include "dist/factory.h"
+#include "dist/registry.h"
 #include "dist/rendezvous.h"
 #include "dist/replicas.h"
 #include "optim/registry.h"
@@ -28,10 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// Stop votes (Trainer::stop_vote): about one a second, and at least one every 100 iterations.
-constexpr double kStopVoteSeconds = 1.0;
-constexpr int64_t kMaxStopVoteInterval = 100;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -104,8 +99,8 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
 
   // Data and model, from the task.
   TaskContext tctx;
-  tctx.rank = sync_->rank();
-  tctx.world_size = sync_->world_size();
+  tctx.rank = job_->rank();
+  tctx.world_size = job_->world_size();
   tctx.device = device_;
   tctx.output_dir = output_dir_;
   tctx.eval_only = options_.eval_only;
@@ -154,12 +149,10 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
     // only right where the exchange is a plain average: compressed exchanges keep residuals
     // and momenta of scaled values across steps, and CD-SGD and DS-Sync step on local
     // gradients outside the guard (or per rank, so the ranks' scales would drift apart).
-    const auto& dc = config_.dist();
-    MT_CHECK(dc.algorithm() == "ssgd" && dc.compression() == "none", "loss scaling (precision \"",
-             config_.precision(), "\", loss_scale.mode \"", loss_scale_mode(config_),
-             "\") works with dist.algorithm \"ssgd\" without compression only (got algorithm \"",
-             dc.algorithm(), "\", compression \"", dc.compression(),
-             "\"); use precision \"bf16\", which needs no loss scaling, or plain S-SGD");
+    MT_CHECK(sync_->steps_on_gradient_average(), "loss scaling (precision \"", config_.precision(),
+             "\", loss_scale.mode \"", loss_scale_mode(config_), "\") works where the optimizer steps on the "
+             "plain average of the step's gradients (dist.algorithm \"ssgd\" without compression), not with ",
+             sync_->name(), "; use precision \"bf16\", which needs no loss scaling, or plain S-SGD");
   }
   optimizer_ = std::make_unique<optim::StepGuard>(
       optim::build_optimizer(oc.name(), model_->parameters(), oopt), oc.max_grad_norm(),
@@ -182,11 +175,6 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   schedule_ = std::make_unique<optim::LrSchedule>(sopt);
 
   sync_->setup(*model_, *optimizer_);
-  if (group_ && group_->size() > 1 && group_->backend() == "gloo") {
-    std::vector<int> everyone(static_cast<size_t>(group_->size()));
-    std::iota(everyone.begin(), everyone.end(), 0);
-    control_ = group_->subgroup(everyone);  // a second connection of the same ranks
-  }
   state_.config_text = config_to_text(config_);
   state_.rng_seed = gen_->seed();
   state_.rng_offset = gen_->offset();
@@ -215,60 +203,11 @@ void Trainer::connect() {
   if (!dc.timeline_file().empty()) {
     timeline_ = std::make_shared<dist::Timeline>(resolve_in_output(dc.timeline_file()), group_ ? group_->rank() : 0);
   }
-  if (!group_) {
-    sync_ = std::make_unique<dist::LocalSynchronizer>();
-    return;
-  }
-  dist::SyncConfig sc;
-  sc.algorithm = dc.algorithm();
-  sc.schedule = dc.schedule();
-  sc.bucket_cap_mb = dc.bucket_cap_mb();
-  sc.first_bucket_cap_mb = dc.first_bucket_cap_mb();
-  sc.profile_iters = dc.profile_iters();
-  sc.alpha = dc.has_alpha() ? dc.alpha() : -1.0;
-  sc.beta = dc.has_beta() ? dc.beta() : -1.0;
-  sc.gamma = dc.gamma();
-  if (!dc.comm_profile().empty() && dc.schedule() == "mgwfbp") {
-    MT_CHECK(!dc.has_alpha() && !dc.has_beta(), "dist.comm_profile and dist.alpha/dist.beta both give MG-WFBP's "
-             "network cost; set one of them");
-    const MeasuredComm measured = read_comm_profile(dc.comm_profile(), "dist.comm_profile");
-    MT_CHECK(measured.world == group_->size(), "dist.comm_profile \"", dc.comm_profile(), "\" was measured on ",
-             measured.world, " ranks, but this job has ", group_->size(), "; measure one on ", group_->size(),
-             " ranks with `mintrain launch --nproc-per-node ", group_->size(), " -- profile-comm --out ",
-             dc.comm_profile(), "`, or leave dist.comm_profile empty to time allreduces at start-up");
-    sc.cost = measured.cost;
-    sc.cost_source = "the communication profile " + dc.comm_profile();
-  }
-  sc.grad_accumulation_steps = std::max(1, dc.grad_accumulation_steps());
-  sc.dssync_group_size = dc.dssync_group_size();
-  sc.dssync_schedule = dc.dssync_schedule();
-  sc.dssync_cross_period = dc.dssync_cross_period();
-  sc.dssync_rack.assign(dc.dssync_rack().begin(), dc.dssync_rack().end());
-  sc.dssync_ranks_per_rack = dc.dssync_ranks_per_rack();
-  sc.dssync_global_average_every = dc.dssync_global_average_every();
-  sc.dssync_seed = dc.dssync_seed();
-  sc.dssync_pool_size = dc.dssync_pool_size();
-  sc.dssync_spread_every = dc.dssync_spread_every();
-  sc.dssync_measure_racks = dc.dssync_measure_racks();
-  sc.compression = dc.compression();
-  sc.compression_tau = dc.compression_tau();
-  sc.topk_ratio = dc.topk_ratio();
-  sc.cdsgd_warmup_iters = dc.cdsgd_warmup_iters();
-  sc.cdsgd_k = dc.cdsgd_k();
-  sc.cdsgd_lambda = dc.cdsgd_lambda();
-  sc.momentum_correction = dc.momentum_correction();
-  sc.topk_warmup_iters = dc.topk_warmup_iters();
-  const auto& oc = config_.optimizer();
-  sc.optimizer_name = oc.name();
-  sc.momentum = oc.momentum();
-  sc.dampening = oc.dampening();
-  sc.nesterov = oc.nesterov();
-  sc.weight_decay = oc.weight_decay();
-  sc.decoupled_weight_decay = oc.decoupled_weight_decay();
-  sc.config_text = config_identity_text(config_);
-  sc.timeline = timeline_;
-  sc.log = options_.quiet ? nullptr : &log();
-  sync_ = dist::make_synchronizer(group_, sc);
+  job_ = std::make_unique<dist::Job>(group_, device_);
+  // The algorithm reads its own message of config.dist (dist/registry.h). The ranks check that
+  // they run one config, up to the GPU index each may bind (config_identity_text).
+  sync_ = dist::make_synchronizer(group_, config_, config_identity_text(config_), timeline_,
+                                  options_.quiet ? nullptr : &log());
 }
 
 std::ostream& Trainer::log() { return options_.log ? *options_.log : std::cout; }
@@ -282,7 +221,7 @@ void Trainer::resume(const std::string& path) {
   const std::string file = resolve_checkpoint(path);
   const core::Archive archive = core::load_archive(file);
   TrainingState s = read_training_state(archive, file);
-  const bool chatty = !options_.quiet && sync_->rank() == 0;
+  const bool chatty = !options_.quiet && job_->rank() == 0;
   convert_job_shape(s, file, chatty);
   restore_checkpoint(archive, file, model_.get(), optimizer_.get(), sync_.get());
   MT_CHECK(s.next_batch <= iters_per_epoch_ || iters_per_epoch_ == 0, "checkpoint \"", file,
@@ -313,7 +252,7 @@ void Trainer::resume(const std::string& path) {
 }
 
 void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool chatty) {
-  const int64_t world = sync_->world_size(), batch = config_.data().batch_size();
+  const int64_t world = job_->world_size(), batch = config_.data().batch_size();
   const int64_t ours = world * batch * accumulation_;
   if (s.global_batch() == 0 || s.global_batch() == ours) return;  // older checkpoint, or the same job
   const std::string theirs_text = std::to_string(s.global_batch()) + " (" + std::to_string(s.world_size) +
@@ -323,11 +262,10 @@ void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool 
                                 std::to_string(batch) + " x " + std::to_string(accumulation_) + " micro-batches)";
   // Only plain S-SGD keeps no state of its own per rank: the others' residuals, velocities
   // and local models belong to the ranks that wrote them.
-  const auto& dc = config_.dist();
-  const bool per_rank_state = world > 1 && (dc.algorithm() != "ssgd" || dc.compression() != "none");
+  const bool per_rank_state = world > 1 && sync_->keeps_state_per_rank();
   MT_CHECK(!(per_rank_state && s.world_size != world), "checkpoint \"", file, "\" was written by ",
-           s.world_size, " ranks, and this job has ", world, "; dist.algorithm \"", dc.algorithm(),
-           "\" (compression \"", dc.compression(), "\") keeps state per rank, so it resumes on ", s.world_size,
+           s.world_size, " ranks, and this job has ", world, "; ", sync_->name(),
+           " keeps state per rank, so it resumes on ", s.world_size,
            " ranks only (`mintrain launch --nproc-per-node ", s.world_size, "`)");
   // Same samples seen, same point of the schedule: an iteration of theirs is g_theirs / g_ours
   // of ours (the data order from here on differs from an uninterrupted run's).
@@ -352,7 +290,7 @@ void Trainer::load_weights(const std::string& path) {
 
 void Trainer::init_from_weights(const std::string& path) {
   const std::string account = load_matching_weights(resolve_checkpoint(path), *model_);
-  if (!options_.quiet && sync_->rank() == 0) log() << "--weights: " << account << "\n";
+  if (!options_.quiet && job_->rank() == 0) log() << "--weights: " << account << "\n";
 }
 
 TrainingState Trainer::snapshot() const {
@@ -361,7 +299,7 @@ TrainingState Trainer::snapshot() const {
   s.rng_offset = gen_->offset();
   s.loss_scale.reset();
   if (const optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) s.loss_scale = scaler->state_dict();
-  s.world_size = sync_->world_size();
+  s.world_size = job_->world_size();
   s.batch_size = config_.data().batch_size();
   s.accumulation = accumulation_;
   s.elapsed_seconds = state_.elapsed_seconds + (training_ ? seconds_since(train_start_) : 0.0);
@@ -371,7 +309,7 @@ TrainingState Trainer::snapshot() const {
 std::string Trainer::save_checkpoint(bool best) {
   if (config_.checkpoint().dir().empty()) return "";
   sync_->prepare_checkpoint(*model_);  // collective (every rank's state to rank 0): all call it
-  if (sync_->rank() != 0) return "";
+  if (job_->rank() != 0) return "";
   if (!checkpoints_) {
     checkpoints_ = std::make_unique<CheckpointDir>(resolve_in_output(config_.checkpoint().dir()),
                                                    config_.checkpoint().keep_last());
@@ -412,54 +350,13 @@ EvalResult Trainer::evaluate() {
 
   // Ratio of averages = ratio of sums: every rank contributes in proportion to its examples.
   EvalResult r;
-  const double total = sync_->average(static_cast<double>(count));
-  r.loss = sync_->average(loss_sum) / total;
-  r.accuracy = 100.0 * sync_->average(static_cast<double>(correct)) / total;
-  r.examples = static_cast<int64_t>(std::llround(total * sync_->world_size()));
-  r.units = static_cast<int64_t>(std::llround(sync_->average(static_cast<double>(units)) * sync_->world_size()));
+  const double total = job_->average(static_cast<double>(count));
+  r.loss = job_->average(loss_sum) / total;
+  r.accuracy = 100.0 * job_->average(static_cast<double>(correct)) / total;
+  r.examples = static_cast<int64_t>(std::llround(total * job_->world_size()));
+  r.units = static_cast<int64_t>(std::llround(job_->average(static_cast<double>(units)) * job_->world_size()));
   r.seconds = seconds_since(start);
   return r;
-}
-
-bool Trainer::agree_to_stop(bool local) {
-  if (sync_->world_size() == 1) return local;
-  return sync_->average(local ? 1.0 : 0.0) > 0.0;
-}
-
-bool Trainer::stop_vote(bool local) {
-  if (!control_) return agree_to_stop(local);
-  stop_asked_ = stop_asked_ || local;
-  if (--checks_to_next_vote_ > 0) return false;
-  bool stop = false;
-  int64_t next = 1;  // no vote counted yet: the next check votes again (and times an iteration)
-  if (stop_vote_work_) {
-    dist::finish(stop_vote_work_, *control_, "agreeing whether to stop (the previous vote)");
-    const std::vector<float> votes = stop_vote_.to_vector();
-    stop = votes[0] > 0.0f;
-    next = std::clamp<int64_t>(std::llround(votes[1]), 1, kMaxStopVoteInterval);
-  }
-  float proposal = 0.0f;
-  if (group_->rank() == 0) {
-    // About kStopVoteSeconds of iterations, from the iterations since the last vote.
-    const auto now = Clock::now();
-    const double per_iteration =
-        stop_vote_work_ ? std::chrono::duration<double>(now - last_vote_).count() / vote_interval_ : 0.0;
-    proposal = per_iteration > 0 ? static_cast<float>(std::clamp<double>(
-                                       std::ceil(kStopVoteSeconds / per_iteration), 1, kMaxStopVoteInterval))
-                                 : 1.0f;
-    last_vote_ = now;
-  }
-  stop_vote_ = core::Tensor::from_vector(std::vector<float>{stop_asked_ ? 1.0f : 0.0f, proposal}, {2});
-  stop_vote_work_ = control_->allreduce(stop_vote_);
-  stop_asked_ = false;
-  vote_interval_ = checks_to_next_vote_ = next;
-  return stop;
-}
-
-void Trainer::drain_stop_vote() {
-  if (!stop_vote_work_) return;
-  dist::finish(stop_vote_work_, *control_, "agreeing whether to stop (the last vote)");
-  stop_vote_work_.reset();
 }
 
 bool Trainer::bad_step_after_guard(double step_loss) {
@@ -468,7 +365,7 @@ bool Trainer::bad_step_after_guard(double step_loss) {
   // A loss-scale overflow is routine (the scale was lowered) unless the loss itself was NaN or
   // Inf, on any rank. Every rank saw the same averaged gradients and so the same overflow, so
   // they all join this collective.
-  return agree_to_stop(!std::isfinite(step_loss));
+  return job_->any(!std::isfinite(step_loss));
 }
 
 void Trainer::handle_nonfinite_step(double loss) {
@@ -481,7 +378,7 @@ void Trainer::handle_nonfinite_step(double loss) {
                                   static_cast<long long>(state_.global_iteration + 1),
                                   optimizer_->last_grad_norm(), loss);
   if (skip && nonfinite_in_a_row_ < kMaxInARow) {
-    if (!options_.quiet && sync_->rank() == 0) {
+    if (!options_.quiet && job_->rank() == 0) {
       log() << "warning: " << what << "; step skipped (" << bad_steps_ << " skipped so far)" << std::endl;
     }
     return;
@@ -496,7 +393,7 @@ void Trainer::claim_output_folder() {
   // 0: claimed; 1: failed (the folder is in use, or not writable); 2: refused for good.
   int code = 0;
   std::string error;
-  if (sync_->rank() == 0) {
+  if (job_->rank() == 0) {
     try {
       RunFolderPaths paths;
       paths.output_dir = output_dir_;
@@ -531,7 +428,7 @@ void Trainer::claim_output_folder() {
   }
   // Only rank 0 has a say; the others hear its verdict instead of waiting in the first
   // collective until the timeout.
-  const int agreed = static_cast<int>(std::lround(sync_->average(code) * sync_->world_size()));
+  const int agreed = static_cast<int>(std::lround(job_->average(code) * job_->world_size()));
   if (agreed == 0) return;
   if (error.empty()) error = "rank 0 could not claim the output folder \"" + output_dir_ + "\" (see its error)";
   if (agreed == 2) throw core::ConfigError(error);
@@ -549,7 +446,7 @@ EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
   const EvalResult r = evaluate();
   *is_best = r.accuracy > state_.best_accuracy;
   if (*is_best) state_.best_accuracy = r.accuracy;
-  if (!options_.quiet && sync_->rank() == 0) {
+  if (!options_.quiet && job_->rank() == 0) {
     const bool mid_epoch = state_.next_batch > 0;
     log() << format("epoch %lld/%lld%s test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
@@ -594,7 +491,7 @@ TrainResult Trainer::train() {
   const int ckpt_every_epochs = config_.checkpoint().every_epochs();
   const int eval_every = config_.eval().every_epochs();
   const int64_t eval_every_iters = config_.eval().every_iters();
-  const bool chatty = !options_.quiet && sync_->rank() == 0;
+  const bool chatty = !options_.quiet && job_->rank() == 0;
 
   if (chatty) {
     log() << "model " << config_.model().name() << " (" << model_->num_parameters()
@@ -612,9 +509,9 @@ TrainResult Trainer::train() {
           << "output: " << output_dir_ << std::endl;
     if (group_) {
       log() << "distributed: " << sync_->name() << " on " << group_->describe() << "; batch "
-            << config_.data().batch_size() << " per rank x " << sync_->world_size() << " ranks";
+            << config_.data().batch_size() << " per rank x " << job_->world_size() << " ranks";
       if (accumulation_ > 1) log() << " x " << accumulation_ << " micro-batches";
-      log() << " = " << config_.data().batch_size() * sync_->world_size() * accumulation_
+      log() << " = " << config_.data().batch_size() * job_->world_size() * accumulation_
             << " per step" << std::endl;
     }
   }
@@ -622,7 +519,7 @@ TrainResult Trainer::train() {
   TrainResult result;
   auto stop_requested = [&] {
     const bool at_limit = options_.stop_at_iteration >= 0 && state_.global_iteration >= options_.stop_at_iteration;
-    return at_limit || stop_vote(options_.stop_flag && options_.stop_flag->load());
+    return at_limit || job_->stop_vote(options_.stop_flag && options_.stop_flag->load());
   };
   bool warned_contention = false;
 
@@ -699,9 +596,9 @@ TrainResult Trainer::train() {
       if (print_now || record_now) {
         const double secs = seconds_since(window_start);
         const double wait = train_loader->wait_seconds() - window_wait_start;
-        const double loss_avg = sync_->average(window_loss / window_predictions);
-        const double acc = sync_->average(100.0 * window_correct / window_predictions);
-        const double units_s = secs > 0 ? window_units * sync_->world_size() / secs : 0.0;
+        const double loss_avg = job_->average(window_loss / window_predictions);
+        const double acc = job_->average(100.0 * window_correct / window_predictions);
+        const double units_s = secs > 0 ? window_units * job_->world_size() / secs : 0.0;
         const double eta = secs / window_iters * (total_iters - state_.global_iteration);
         const double grad_norm = window_norms > 0 ? window_norm / window_norms : 0.0;
         // What the loader's threads could prepare per second in this window (if never paused).
@@ -719,7 +616,7 @@ TrainResult Trainer::train() {
                           secs > 0 ? 100.0 * wait / secs : 0.0)
                 << (unit == "img" ? format(" decode %.0f img/s", decode_s) : std::string())
                 << " eta " << hms(eta)
-                << (sync_->world_size() > 1 ? " world " + std::to_string(sync_->world_size()) : "")
+                << (job_->world_size() > 1 ? " world " + std::to_string(job_->world_size()) : "")
                 << std::endl;
           // Threads that wait for a CPU as long as they run: other processes take the cores.
           const core::CpuSchedTimes cpu = core::cpu_sched_times();
@@ -798,7 +695,7 @@ TrainResult Trainer::train() {
     const std::string path = timeline_->write();
     if (chatty) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
   }
-  drain_stop_vote();
+  job_->drain_stop_vote();
   result.iterations = state_.global_iteration;
   result.best_accuracy = state_.best_accuracy;
   result.seconds = seconds_since(start);

@@ -16,9 +16,10 @@
 // scale) and the guard unscales, skips overflowing steps and adapts the scale
 // (optim/loss_scaler.h), which checkpoints keep. config.cuda sets TF32 and cuDNN's workspace.
 // Distributed (WORLD_SIZE > 1 from the launcher, or dist.force_distributed): the trainer joins
-// the rendezvous, builds the synchronizer from config.dist, and each rank reads a disjoint
-// shard of the data (data.batch_size is per rank). Only rank 0 prints, writes metrics and
-// checkpoints; metrics are averaged over ranks. Evaluation: every rank evaluates its shard of
+// the rendezvous, asks the registry for the synchronizer config.dist names (dist/registry.h),
+// and each rank reads a disjoint shard of the data (data.batch_size is per rank). The job
+// (dist/job.h) averages metrics and takes the stop vote. Only rank 0 prints, writes metrics and
+// checkpoints. Evaluation: every rank evaluates its shard of
 // the test set and the sums are combined (DistributedSampler pads an uneven split by wrapping
 // around, so up to world_size-1 test images may count twice).
 // Every run is reproducible from (config, thread count): weights come from a Generator seeded by
@@ -40,6 +41,7 @@
 #include "apps/task.h"
 #include "core/device.h"
 #include "core/random.h"
+#include "dist/job.h"
 #include "dist/process_group.h"
 #include "dist/store.h"
 #include "dist/synchronizer.h"
@@ -119,7 +121,7 @@ class Trainer {
   int64_t iterations_per_epoch() const { return iters_per_epoch_; }
 
   // This process's rank in the data-parallel job (0 when training alone); only rank 0 reports.
-  int rank() const { return sync_->rank(); }
+  int rank() const { return job_->rank(); }
 
  private:
   std::ostream& log();
@@ -136,22 +138,6 @@ class Trainer {
   void write_metrics(const std::string& json);
   std::string resolve_in_output(const std::string& path) const;
   void connect();  // the process group and synchronizer (before the loaders: they shard by rank)
-  // Whether to stop now. In a distributed run every rank must stop at the same iteration (a
-  // signal reaches the ranks at different moments), so the ranks agree with one tiny
-  // collective: any rank asking to stop stops them all.
-  bool agree_to_stop(bool local);
-  // The per-iteration stop check: the same agreement, but on its own communicator and late
-  // (a vote is counted at the next vote), so it never waits behind a gradient exchange still in
-  // flight (CD-SGD overlaps the next iteration with it; a vote queued behind it on the world
-  // group would serialize the two). Votes are taken about once every kStopVoteSeconds, not
-  // every iteration: each is an allreduce of the whole world, and on a slow shared link (DS-Sync
-  // on two racks, whose groups fill the uplink) its every hop waits in the link's queue, which
-  // made 8-rank DS-Sync iterations 25% slower (docs/PERF.md). Rank 0 proposes the interval in
-  // iterations with each vote, so every rank votes at the same iterations; a stop asked for is
-  // honoured within about two intervals. Gloo runs; NCCL runs and one process fall back to
-  // agree_to_stop.
-  bool stop_vote(bool local);
-  void drain_stop_vote();  // waits for the vote in flight (before train() returns)
   // Whether the step just taken counts as bad (NaN/Inf gradients that loss scaling does not
   // explain, or a NaN/Inf loss on any rank); then handle_nonfinite_step decides.
   bool bad_step_after_guard(double step_loss);
@@ -170,14 +156,8 @@ class Trainer {
   std::shared_ptr<dist::Store> store_;         // distributed runs: the rendezvous store
   std::shared_ptr<dist::ProcessGroup> group_;  // and the world group (null: one process)
   std::shared_ptr<dist::Timeline> timeline_;   // dist.timeline_file (null: off)
-  std::unique_ptr<dist::Synchronizer> sync_;
-  std::shared_ptr<dist::ProcessGroup> control_;  // stop votes (stop_vote); null: none
-  core::Tensor stop_vote_;  // {any rank asks to stop, rank 0's proposed interval} (summed)
-  std::shared_ptr<dist::Work> stop_vote_work_;
-  int64_t checks_to_next_vote_ = 0;  // stop_vote calls until the next vote (agreed by all ranks)
-  int64_t vote_interval_ = 1;        // the interval the last vote set
-  bool stop_asked_ = false;          // a local stop request not voted yet
-  std::chrono::steady_clock::time_point last_vote_;  // rank 0: when the last vote was cast
+  std::unique_ptr<dist::Job> job_;  // rank, world size, metric averages, the stop vote
+  std::unique_ptr<dist::Synchronizer> sync_;  // the algorithm config.dist names
   int accumulation_ = 1;                       // micro-batches per optimizer step
   std::unique_ptr<CheckpointDir> checkpoints_;
   std::ofstream metrics_;

@@ -5,9 +5,10 @@
 
 #include "core/error.h"
 #include "dist/compressed_ssgd_synchronizer.h"
-#include "dist/factory.h"
 #include "dist/flat.h"
 #include "dist/replicas.h"
+#include "dist/dist_config.h"
+#include "dist/registry.h"
 
 namespace mt::dist {
 
@@ -15,11 +16,11 @@ CdsgdSynchronizer::CdsgdSynchronizer(std::shared_ptr<ProcessGroup> group, CdsgdO
     : group_(std::move(group)), options_(std::move(options)),
       compressor_(make_compressor(options_.compression)) {
   MT_CHECK(group_ != nullptr, "CD-SGD needs a process group");
-  MT_CHECK(options_.warmup_iters >= 0, "dist.cdsgd_warmup_iters must be >= 0 (plain S-SGD "
+  MT_CHECK(options_.warmup_iters >= 0, "dist.cdsgd.warmup_iters must be >= 0 (plain S-SGD "
            "iterations before CD-SGD starts), got ", options_.warmup_iters);
-  MT_CHECK(options_.k >= 0, "dist.cdsgd_k must be >= 0 (every k-th iteration is full "
+  MT_CHECK(options_.k >= 0, "dist.cdsgd.k must be >= 0 (every k-th iteration is full "
            "precision; 0 = never), got ", options_.k);
-  MT_CHECK(std::isfinite(options_.lambda) && options_.lambda >= 0, "dist.cdsgd_lambda must be "
+  MT_CHECK(std::isfinite(options_.lambda) && options_.lambda >= 0, "dist.cdsgd.lambda must be "
            ">= 0 (delay compensation; 0 = plain one-step delay), got ", options_.lambda);
 }
 
@@ -138,8 +139,6 @@ void CdsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
   rank_states_.collect(*group_, own_state(), "CD-SGD checkpoint state");
 }
 
-double CdsgdSynchronizer::average(double value) { return average_over_ranks(*group_, value); }
-
 std::string CdsgdSynchronizer::epoch_summary() {
   if (!exchange_) return "";
   const int64_t full = full_since_summary_, iters = iterations_since_summary_;
@@ -205,43 +204,30 @@ void CdsgdSynchronizer::load_state_dict(const core::StateDict& state) {
   showing_global_ = true;
 }
 
-std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<ProcessGroup> group,
-                                                           const SyncConfig& config) {
-  CompressionOptions c;
-  c.type = config.compression;
-  c.tau = config.compression_tau;
-  c.topk_ratio = config.topk_ratio;
-  c.topk_warmup_iters = config.topk_warmup_iters;
-  std::optional<MomentumCorrectionOptions> momentum;
-  // Momentum correction applies where there is an SGD momentum to take over (not to Adam).
-  if (config.momentum_correction && config.optimizer_name == "sgd" && config.momentum > 0) {
-    MomentumCorrectionOptions m;
-    m.momentum = config.momentum;
-    m.dampening = config.dampening;
-    m.nesterov = config.nesterov;
-    if (!config.decoupled_weight_decay) m.weight_decay = config.weight_decay;
-    m.mask_sent = config.compression == "topk";  // momentum factor masking, for sparse payloads
-    momentum = m;
-  }
-  MT_CHECK(config.grad_accumulation_steps == 1, "dist.grad_accumulation_steps must be 1 with "
-           "dist.algorithm \"", config.algorithm, "\" and dist.compression \"", config.compression,
-           "\" (gradient accumulation is implemented for uncompressed S-SGD only), got ",
-           config.grad_accumulation_steps);
-  if (config.algorithm == "ssgd") {
-    CompressedSsgdOptions o;
-    o.compression = c;
-    o.momentum_correction = momentum;
-    o.config_text = config.config_text;
-    return std::make_unique<CompressedSsgdSynchronizer>(std::move(group), std::move(o));
-  }
-  CdsgdOptions o;
-  o.compression = c;
-  o.warmup_iters = config.cdsgd_warmup_iters;
-  o.k = config.cdsgd_k;
-  o.lambda = config.cdsgd_lambda;
-  o.momentum_correction = momentum;
-  o.config_text = config.config_text;
-  return std::make_unique<CdsgdSynchronizer>(std::move(group), std::move(o));
+namespace {
+
+void validate_cdsgd(const mintrain::DistConfig& d) {
+  check_at_least("dist.cdsgd.warmup_iters", d.cdsgd().warmup_iters(), 0);
+  check_at_least("dist.cdsgd.k", d.cdsgd().k(), 0);
+  check_at_least("dist.cdsgd.lambda", d.cdsgd().lambda(), 0.0);
+  validate_compressor(d.compressor());
 }
 
+std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
+  MT_CHECK(c.dist.grad_accumulation_steps() == 1, "dist.grad_accumulation_steps must be 1 with dist.algorithm "
+           "\"cdsgd\" (gradient accumulation is implemented for uncompressed S-SGD only), got ",
+           c.dist.grad_accumulation_steps());
+  CdsgdOptions o;
+  o.compression = compression_options(c.dist.compressor());
+  o.warmup_iters = c.dist.cdsgd().warmup_iters();
+  o.k = c.dist.cdsgd().k();
+  o.lambda = c.dist.cdsgd().lambda();
+  o.momentum_correction = momentum_correction_options(c);
+  o.config_text = c.config_text;
+  return std::make_unique<CdsgdSynchronizer>(c.group, std::move(o));
+}
+
+}  // namespace
 }  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(cdsgd, mt::dist::validate_cdsgd, mt::dist::make_cdsgd)

@@ -1,4 +1,4 @@
-// CD-SGD: compressed, one-step-delayed exchange with delay compensation (algorithms.md
+// CD-SGD: compressed, one-step-delayed exchange with delay compensation (docs/algorithms.md
 // section 2; Yu et al. 2021). Every rank keeps two sets of weights:
 //
 //   w_i  local weights: the model's parameters, on which forward/backward run
@@ -61,8 +61,8 @@ class CdsgdSynchronizer final : public Synchronizer {
   CdsgdSynchronizer(std::shared_ptr<ProcessGroup> group, CdsgdOptions options);
 
   std::string name() const override;
-  int rank() const override { return group_->rank(); }
-  int world_size() const override { return group_->size(); }
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
@@ -71,7 +71,6 @@ class CdsgdSynchronizer final : public Synchronizer {
   // prepare_eval, then every rank's local weights, residual and velocity to rank 0 (they differ
   // between ranks; replicas.h), stored by state_dict as "cdsgd.rank<r>.*".
   void prepare_checkpoint(layers::Module& model) override;
-  double average(double value) override;
   std::string epoch_summary() override;
   bool takes_over_momentum() const override { return options_.momentum_correction.has_value(); }
 
@@ -109,11 +108,5 @@ class CdsgdSynchronizer final : public Synchronizer {
   int64_t steps_ = 0;  // optimizer steps taken (iterations)
   int64_t iterations_since_summary_ = 0, full_since_summary_ = 0;
 };
-
-struct SyncConfig;  // factory.h
-// The factory's branch for dist.algorithm "cdsgd", and "ssgd" with a compression other than
-// NONE (CompressedSsgdSynchronizer). Checks the CD-SGD fields (errors name them).
-std::unique_ptr<Synchronizer> make_compressed_synchronizer(std::shared_ptr<ProcessGroup> group,
-                                                           const SyncConfig& config);
 
 }  // namespace mt::dist

@@ -4,13 +4,10 @@
 #include "dist/flat.h"
 #include "dist/replicas.h"
 
-namespace mt::dist {
+#include "dist/dist_config.h"
+#include "dist/registry.h"
 
-double average_over_ranks(ProcessGroup& group, double value) {
-  Tensor t = Tensor::full({1}, value);
-  finish(group.allreduce(t), group, "averaging a metric over ranks");
-  return static_cast<double>(t.item()) / group.size();
-}
+namespace mt::dist {
 
 CompressedSsgdSynchronizer::CompressedSsgdSynchronizer(std::shared_ptr<ProcessGroup> group,
                                                        CompressedSsgdOptions options)
@@ -23,7 +20,7 @@ void CompressedSsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& 
   params_ = optimizer.params();
   for (const auto& p : params_)
     MT_CHECK(p.device().is_cpu(), "rank ", rank(), ": gradient compression runs on CPU tensors "
-             "only (CUDA kernels are not written yet); use dist.compression NONE on GPUs");
+             "only (CUDA kernels are not written yet); use dist.compressor.type none on GPUs");
   check_replicas_agree(*group_, model, options_.config_text);
   broadcast_parameters(*group_, model);
   broadcast_buffers(*group_, model);
@@ -67,8 +64,6 @@ void CompressedSsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
   rank_states_.collect(*group_, mine, "compressed S-SGD checkpoint state");
 }
 
-double CompressedSsgdSynchronizer::average(double value) { return average_over_ranks(*group_, value); }
-
 std::string CompressedSsgdSynchronizer::epoch_summary() {
   if (!exchange_) return "";
   const std::string s = exchange_->take_summary(iterations_since_summary_);
@@ -106,6 +101,48 @@ void CompressedSsgdSynchronizer::load_state_dict(const core::StateDict& state) {
     }
     if (momentum_) momentum_->load_state(*mine);
   }
+}
+
+CompressionOptions compression_options(const mintrain::CompressorConfig& config) {
+  CompressionOptions c;
+  c.type = config.type();
+  c.tau = config.tau();
+  c.topk_ratio = config.topk_ratio();
+  c.topk_warmup_iters = config.topk_warmup_iters();
+  return c;
+}
+
+void validate_compressor(const mintrain::CompressorConfig& config) {
+  check_name("dist.compressor.type", config.type(), compressor_names());
+  check_above("dist.compressor.tau", config.tau(), 0.0);
+  MT_CHECK(config.topk_ratio() > 0 && config.topk_ratio() <= 1, "dist.compressor.topk_ratio must be in (0, 1] (got ",
+           config.topk_ratio(), ")");
+  check_at_least("dist.compressor.topk_warmup_iters", config.topk_warmup_iters(), 0);
+}
+
+std::optional<MomentumCorrectionOptions> momentum_correction_options(const AlgorithmContext& c) {
+  const mintrain::OptimizerConfig& opt = c.optimizer;
+  // Only an SGD momentum can be taken over (Adam keeps its moments).
+  if (!c.dist.compressor().momentum_correction() || opt.name() != "sgd" || opt.momentum() <= 0) return std::nullopt;
+  MomentumCorrectionOptions m;
+  m.momentum = opt.momentum();
+  m.dampening = opt.dampening();
+  m.nesterov = opt.nesterov();
+  if (!opt.decoupled_weight_decay()) m.weight_decay = opt.weight_decay();
+  m.mask_sent = c.dist.compressor().type() == "topk";  // momentum factor masking, for sparse payloads
+  return m;
+}
+
+std::unique_ptr<Synchronizer> make_compressed_ssgd(const AlgorithmContext& c) {
+  MT_CHECK(c.dist.grad_accumulation_steps() == 1, "dist.grad_accumulation_steps must be 1 with dist.algorithm \"",
+           c.dist.algorithm(), "\" and dist.compressor.type \"", c.dist.compressor().type(),
+           "\" (gradient accumulation is implemented for uncompressed S-SGD only), got ",
+           c.dist.grad_accumulation_steps());
+  CompressedSsgdOptions o;
+  o.compression = compression_options(c.dist.compressor());
+  o.momentum_correction = momentum_correction_options(c);
+  o.config_text = c.config_text;
+  return std::make_unique<CompressedSsgdSynchronizer>(c.group, std::move(o));
 }
 
 }  // namespace mt::dist

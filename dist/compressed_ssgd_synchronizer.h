@@ -1,5 +1,5 @@
 // Compressed S-SGD: synchronous data parallelism whose gradients travel compressed, with error
-// feedback (algorithms.md section 2). After backward, all gradients are flattened into one
+// feedback (docs/algorithms.md section 1). After backward, all gradients are flattened into one
 // buffer, g + r is compressed and exchanged (allreduce when summable, else allgather), every
 // rank decodes and averages the same payloads and takes the same optimizer step, so replicas
 // stay identical. Selected by dist.algorithm "ssgd" with a dist.compression other than NONE
@@ -14,6 +14,7 @@
 #include "dist/momentum_correction.h"
 #include "dist/replicas.h"
 #include "dist/synchronizer.h"
+#include "mintrain.pb.h"
 
 namespace mt::dist {
 
@@ -33,8 +34,8 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
     return "ssgd/" + (exchange_ ? exchange_->compressor().name() : compressor_->name()) +
            (options_.momentum_correction ? "+momentum-correction" : "");
   }
-  int rank() const override { return group_->rank(); }
-  int world_size() const override { return group_->size(); }
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void step(optim::Optimizer& optimizer) override;
@@ -42,9 +43,9 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
   // prepare_eval, then every rank's residual and velocity to rank 0 (they differ between ranks;
   // replicas.h), stored by state_dict as "cssgd.rank<r>.*".
   void prepare_checkpoint(layers::Module& model) override;
-  double average(double value) override;
   std::string epoch_summary() override;
   bool takes_over_momentum() const override { return options_.momentum_correction.has_value(); }
+  bool keeps_state_per_rank() const override { return true; }  // residual, velocity
 
   // The error-feedback residual, the velocity (momentum correction) and the iteration count
   // (TOPK warm-up) travel with checkpoints.
@@ -66,6 +67,14 @@ class CompressedSsgdSynchronizer final : public Synchronizer {
 };
 
 // Averages one value over the group's ranks (metrics); shared by the compressed synchronizers.
-double average_over_ranks(ProcessGroup& group, double value);
+struct AlgorithmContext;  // registry.h
+
+// dist.compressor as the exchange uses it, and its checks (errors name the field).
+CompressionOptions compression_options(const mintrain::CompressorConfig& config);
+void validate_compressor(const mintrain::CompressorConfig& config);
+// DGC momentum correction, where the config asks for it and the optimizer is SGD with momentum.
+std::optional<MomentumCorrectionOptions> momentum_correction_options(const AlgorithmContext& context);
+// S-SGD with dist.compressor (algorithm "ssgd" builds it when the type is not "none").
+std::unique_ptr<Synchronizer> make_compressed_ssgd(const AlgorithmContext& context);
 
 }  // namespace mt::dist

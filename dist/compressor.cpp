@@ -12,22 +12,22 @@ std::unique_ptr<Compressor> make_compressor(const CompressionOptions& o) {
   if (o.type == "none") return make_none_compressor();
   if (o.type == "fp16") return make_fp16_compressor();
   if (o.type == "two_bit") {
-    MT_CHECK(std::isfinite(o.tau) && o.tau > 0, "dist.compression_tau must be > 0 (the TWO_BIT "
+    MT_CHECK(std::isfinite(o.tau) && o.tau > 0, "dist.compressor.tau must be > 0 (the TWO_BIT "
              "threshold; the reference uses 0.5), got ", o.tau);
     return make_two_bit_compressor(static_cast<float>(o.tau));
   }
   if (o.type == "topk") {
-    MT_CHECK(o.topk_ratio > 0 && o.topk_ratio <= 1, "dist.topk_ratio must be in (0, 1] (the "
+    MT_CHECK(o.topk_ratio > 0 && o.topk_ratio <= 1, "dist.compressor.topk_ratio must be in (0, 1] (the "
              "fraction of gradient values sent, e.g. 0.01), got ", o.topk_ratio);
-    MT_CHECK(o.topk_warmup_iters >= 0, "dist.topk_warmup_iters must be >= 0 (iterations over "
-             "which the TOPK ratio falls from 1 to dist.topk_ratio; 0 = none), got ",
+    MT_CHECK(o.topk_warmup_iters >= 0, "dist.compressor.topk_warmup_iters must be >= 0 (iterations over "
+             "which the TOPK ratio falls from 1 to dist.compressor.topk_ratio; 0 = none), got ",
              o.topk_warmup_iters);
     return make_topk_compressor(o.topk_ratio);
   }
   if (o.type == "sign") return make_sign_compressor();
   std::string names;
   for (const auto& n : compressor_names()) names += (names.empty() ? "" : ", ") + n;
-  MT_FAIL("unknown dist.compression \"", o.type, "\"; valid: ", names);
+  MT_FAIL("unknown dist.compressor.type \"", o.type, "\"; valid: ", names);
 }
 
 }  // namespace mt::dist

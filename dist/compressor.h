@@ -1,4 +1,4 @@
-// Gradient compressors (algorithms.md section 2): one interface so every compressor works with
+// Gradient compressors (docs/algorithms.md section 1): one interface so every compressor works with
 // both compressed S-SGD and CD-SGD. A compressor maps a flat float32 vector to a payload (the
 // bytes that travel) and back; it keeps no memory of earlier calls. What a lossy compressor
 // drops is kept by the caller's error feedback (error_feedback.h) and added to the next input.

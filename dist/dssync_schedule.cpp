@@ -45,7 +45,7 @@ int64_t lcm64(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
 std::vector<std::string> dssync_schedule_types() { return {"butterfly", "random"}; }
 
 std::vector<Partition> butterfly_phases(int n, int g) {
-  MT_CHECK(g >= 2, "dist.dssync_group_size must be >= 2, got ", g);
+  MT_CHECK(g >= 2, "dist.dssync.group_size must be >= 2, got ", g);
   MT_CHECK(n >= 1, "DS-Sync needs at least one rank, got ", n);
   int m = 0;
   int64_t power = 1;
@@ -78,7 +78,7 @@ std::vector<int> racks_of_consecutive(int world, int ranks_per_rack) {
 }
 
 std::vector<Partition> folded_butterfly_phases(int n, int g) {
-  MT_CHECK(g >= 2, "dist.dssync_group_size must be >= 2, got ", g);
+  MT_CHECK(g >= 2, "dist.dssync.group_size must be >= 2, got ", g);
   MT_CHECK(n >= 1, "DS-Sync needs at least one rank, got ", n);
   int64_t M = 1;
   while (M * g <= n) M *= g;
@@ -146,18 +146,18 @@ std::string partition_str(const Partition& partition) {
 DsSyncSchedule::DsSyncSchedule(DsSyncScheduleOptions options) : options_(std::move(options)) {
   const int n = options_.world_size, g = options_.group_size;
   MT_CHECK(n >= 1, "DS-Sync needs at least one rank, got a world of ", n);
-  MT_CHECK(g >= 2, "dist.dssync_group_size must be >= 2 (the ranks that average together), got ", g);
-  MT_CHECK(options_.cross_period >= 1, "dist.dssync_cross_period must be >= 1, got ",
+  MT_CHECK(g >= 2, "dist.dssync.group_size must be >= 2 (the ranks that average together), got ", g);
+  MT_CHECK(options_.cross_period >= 1, "dist.dssync.cross_period must be >= 1, got ",
            options_.cross_period);
   const auto& types = dssync_schedule_types();
   MT_CHECK(std::find(types.begin(), types.end(), options_.type) != types.end(),
-           "unknown dist.dssync_schedule \"", options_.type, "\"; valid: \"butterfly\", \"random\"");
+           "unknown dist.dssync.schedule \"", options_.type, "\"; valid: \"butterfly\", \"random\"");
   if (!options_.rack_of.empty()) {
-    MT_CHECK(static_cast<int>(options_.rack_of.size()) == n, "dist.dssync_rack has ",
+    MT_CHECK(static_cast<int>(options_.rack_of.size()) == n, "dist.dssync.rack has ",
              options_.rack_of.size(), " entries but the world has ", n,
-             " ranks; give one rack id per rank (or use dist.dssync_ranks_per_rack)");
+             " ranks; give one rack id per rank (or use dist.dssync.ranks_per_rack)");
     for (int r = 0; r < n; ++r)
-      MT_CHECK(options_.rack_of[r] >= 0, "dist.dssync_rack: rank ", r, " has rack id ",
+      MT_CHECK(options_.rack_of[r] >= 0, "dist.dssync.rack: rank ", r, " has rack id ",
                options_.rack_of[r], "; rack ids must be >= 0");
   }
   std::set<int> racks(options_.rack_of.begin(), options_.rack_of.end());
@@ -172,9 +172,9 @@ DsSyncSchedule::DsSyncSchedule(DsSyncScheduleOptions options) : options_(std::mo
   };
 
   if (options_.type == "random") {
-    MT_CHECK(!bottleneck, "dist.dssync_cross_period > 1 (bottleneck awareness) needs "
-             "dist.dssync_schedule \"butterfly\"; the random schedule ignores racks");
-    MT_CHECK(options_.pool_size >= 1, "dist.dssync_pool_size must be >= 1, got ", options_.pool_size);
+    MT_CHECK(!bottleneck, "dist.dssync.cross_period > 1 (bottleneck awareness) needs "
+             "dist.dssync.schedule \"butterfly\"; the random schedule ignores racks");
+    MT_CHECK(options_.pool_size >= 1, "dist.dssync.pool_size must be >= 1, got ", options_.pool_size);
     std::mt19937_64 rng(mix(options_.seed));  // mt19937_64's sequence is fixed by the standard
     for (int k = 0; k < options_.pool_size; ++k) {
       std::vector<int> perm(static_cast<size_t>(n));

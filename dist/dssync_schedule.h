@@ -1,4 +1,4 @@
-// DS-Sync schedules (algorithms.md section 3): for every iteration t, a partition of the N ranks
+// DS-Sync schedules (docs/algorithms.md section 3): for every iteration t, a partition of the N ranks
 // into disjoint groups; the ranks of a group average their models after that iteration's local
 // step. A schedule is a pure function of t (and of a seed shared by all ranks), so every rank
 // computes the same partition without talking, and a resumed run continues exactly where it

@@ -7,7 +7,8 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "dist/factory.h"
+#include "dist/dist_config.h"
+#include "dist/registry.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {
@@ -33,16 +34,16 @@ std::optional<int64_t> saved_step(const core::StateDict& state) {
 DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
     : group_(std::move(group)), options_(std::move(options)) {
   MT_CHECK(group_ != nullptr, "DS-Sync needs a process group");
-  MT_CHECK(options_.global_average_every >= 0, "dist.dssync_global_average_every must be >= 0 "
+  MT_CHECK(options_.global_average_every >= 0, "dist.dssync.global_average_every must be >= 0 "
            "(0 = never), got ", options_.global_average_every);
-  MT_CHECK(options_.spread_every >= 0, "dist.dssync_spread_every must be >= 0 (0 = never), got ",
+  MT_CHECK(options_.spread_every >= 0, "dist.dssync.spread_every must be >= 0 (0 = never), got ",
            options_.spread_every);
   options_.schedule.world_size = group_->size();
   MT_CHECK(!options_.measure_racks || options_.schedule.rack_of.empty(),
-           "set the racks (dist.dssync_rack / dist.dssync_ranks_per_rack) or dist.dssync_measure_racks, "
+           "set the racks (dist.dssync.rack / dist.dssync.ranks_per_rack) or dist.dssync.measure_racks, "
            "not both");
   MT_CHECK(!options_.measure_racks || options_.schedule.type != "random" || options_.schedule.cross_period == 1,
-           "dist.dssync_measure_racks with dist.dssync_cross_period > 1 needs dist.dssync_schedule "
+           "dist.dssync.measure_racks with dist.dssync.cross_period > 1 needs dist.dssync.schedule "
            "\"butterfly\"; the random schedule ignores racks");
   // Built here, not at setup: a bad schedule config fails before any communication.
   schedule_ = std::make_unique<DsSyncSchedule>(options_.schedule);
@@ -51,12 +52,7 @@ DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSy
 void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
   optimizer_ = &optimizer;
-  buffers_.clear();
-  for (const auto& [name, b] : model.named_buffers())
-    if (b.dtype() == core::DType::Float32) buffers_.push_back(b);
-  numel_ = 0;
-  for (const auto& t : params_) numel_ += t.numel();
-  for (const auto& t : buffers_) numel_ += t.numel();
+  model_ = ModelVector(model, params_);
 
   check_replicas_agree(*group_, model, options_.config_text);
   if (options_.broadcast_initial_weights) {
@@ -91,37 +87,6 @@ void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
 
 void DsSyncSynchronizer::begin_iteration(int64_t iteration) { restore_local(); }
 
-Tensor DsSyncSynchronizer::flatten() const {
-  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
-  Tensor flat = Tensor::empty({numel_}, core::DType::Float32, device);
-  int64_t off = 0;
-  for (const auto* list : {&params_, &buffers_})
-    for (const auto& t : *list) {
-      flat.narrow(0, off, t.numel()).copy_(t.contiguous().view({-1}));
-      off += t.numel();
-    }
-  return flat;
-}
-
-void DsSyncSynchronizer::unflatten(const Tensor& flat) {
-  int64_t off = 0;
-  for (auto* list : {&params_, &buffers_})
-    for (auto& t : *list) {
-      Tensor dst = t;
-      dst.copy_(flat.narrow(0, off, t.numel()));
-      off += t.numel();
-    }
-}
-
-void DsSyncSynchronizer::average_over(ProcessGroup& group, const std::string& what) {
-  if (group.size() < 2 || numel_ == 0) return;
-  core::NoGradGuard no_grad;
-  Tensor flat = flatten();
-  finish(group.allreduce(flat, ReduceOp::Sum), group, what);
-  flat.mul_(1.0f / static_cast<float>(group.size()));
-  unflatten(flat);
-}
-
 void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
   restore_local();  // in case a caller evaluated without a begin_iteration after it
   {
@@ -133,7 +98,7 @@ void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
   const bool global = options_.global_average_every > 0 && (t + 1) % options_.global_average_every == 0;
   std::string label;
   if (global) {
-    average_over(*group_, "DS-Sync global average at iteration " + std::to_string(t));
+    model_.average_over(*group_, "DS-Sync global average at iteration " + std::to_string(t));
     label = "global average";
   } else {
     const RankGroup& g = schedule_->group_of(t, rank());
@@ -144,7 +109,7 @@ void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
     }
     label = "group {" + members + "}";
     if (g.size() >= 2) {
-      average_over(*communicators_.at(g), "DS-Sync average in group {" + members + "} at iteration " +
+      model_.average_over(*communicators_.at(g), "DS-Sync average in group {" + members + "} at iteration " +
                                               std::to_string(t));
     }
   }
@@ -188,48 +153,29 @@ double DsSyncSynchronizer::measure_spread() {
     d2 += d * d;
   }
   // Mean over ranks of the squared distance, in double precision on the host.
-  last_spread_ = std::sqrt(std::max(0.0, average(d2)));
+  last_spread_ = std::sqrt(std::max(0.0, mean_over_ranks(*group_, d2, params_.empty() ? core::Device::cpu() : params_[0].device())));
   return last_spread_;
 }
 
 void DsSyncSynchronizer::prepare_eval(layers::Module& model) {
-  if (holds_average_) return;  // the model already holds the average (nothing trained since)
-  core::NoGradGuard no_grad;
-  local_copy_ = flatten();
-  average_over(*group_, "DS-Sync world average for evaluation");
-  holds_average_ = true;
+  model_.show_average(*group_, "DS-Sync world average for evaluation");
 }
 
 void DsSyncSynchronizer::prepare_checkpoint(layers::Module& model) {
   prepare_eval(model);
   // Not trained yet (nothing differs between ranks), or already collected for this state.
-  if (!holds_average_ || replica_states_.collected()) return;
+  if (!model_.showing_average() || replica_states_.collected()) return;
   MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync checkpoint before setup");
-  core::StateDict mine = {{"local", local_copy_}};
+  core::StateDict mine = {{"local", model_.aside()}};
   for (const auto& [name, t] : optimizer_->state_dict()) mine.emplace_back("optim." + name, t);
   replica_states_.collect(*group_, mine, "DS-Sync checkpoint state",
                           params_.empty() ? core::Device::cpu() : params_[0].device());
 }
 
 void DsSyncSynchronizer::restore_local() {
-  if (!holds_average_) return;
-  core::NoGradGuard no_grad;
-  unflatten(local_copy_);
-  local_copy_ = Tensor();
+  if (!model_.showing_average()) return;
+  model_.show_local();
   replica_states_.forget();  // training goes on: they no longer describe the ranks
-  holds_average_ = false;
-}
-
-double DsSyncSynchronizer::average(double value) {
-  // Two float32 halves would lose little, but the spread's sum of squares wants double range:
-  // send the value split into a high part and the rounding remainder.
-  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
-  const float hi = static_cast<float>(value);
-  const float lo = static_cast<float>(value - static_cast<double>(hi));
-  Tensor t = Tensor::from_vector(std::vector<float>{hi, lo}, {2}).to(device);
-  finish(group_->allreduce(t), *group_, "averaging a metric over ranks");
-  const std::vector<float> v = t.to_vector();
-  return (static_cast<double>(v[0]) + static_cast<double>(v[1])) / world_size();
 }
 
 core::StateDict DsSyncSynchronizer::state_dict() const {
@@ -274,44 +220,55 @@ void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
   }
   MT_CHECK(local != nullptr, "checkpoint entry sync.", kRankPrefix, "rank", rank(), ".local is "
            "missing although the checkpoint holds per-rank DS-Sync state (a damaged checkpoint?)");
-  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == numel_, "checkpoint entry sync.",
+  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == model_.numel(), "checkpoint entry sync.",
            kRankPrefix, "rank", rank(), ".local is ", local->str(), "; this model's parameters and "
-           "float32 buffers hold ", numel_, " float32 values (was it written for another model?)");
+           "float32 buffers hold ", model_.numel(), " float32 values (was it written for another model?)");
   MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync restored without an optimizer");
   optimizer_->load_state_dict(optim_state);
   core::NoGradGuard no_grad;
   // Whatever the model held (the loaded average, or an average shown for evaluation), this
   // rank's own weights are what it trains on from here.
-  holds_average_ = false;
-  local_copy_ = Tensor();
+  model_.drop_aside();
   replica_states_.forget();
-  unflatten(local->to(params_.empty() ? core::Device::cpu() : params_[0].device()));
+  model_.unflatten(local->to(model_.device()));
 }
 
-std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGroup> group,
-                                                       const SyncConfig& config) {
-  MT_CHECK(group != nullptr, "DS-Sync needs a process group");
-  MT_CHECK(config.dssync_ranks_per_rack >= 0, "dist.dssync_ranks_per_rack must be >= 0 (0 = unset), got ",
-           config.dssync_ranks_per_rack);
-  MT_CHECK(config.dssync_rack.empty() || config.dssync_ranks_per_rack == 0,
-           "set dist.dssync_rack (one id per rank) or dist.dssync_ranks_per_rack, not both");
+namespace {
+
+void validate_dssync(const mintrain::DistConfig& d) {
+  const mintrain::DssyncConfig& s = d.dssync();
+  check_at_least("dist.dssync.group_size", s.group_size(), 2);
+  check_name("dist.dssync.schedule", s.schedule(), dssync_schedule_types());
+  check_at_least("dist.dssync.cross_period", s.cross_period(), 1);
+  check_at_least("dist.dssync.ranks_per_rack", s.ranks_per_rack(), 0);
+  for (int r : s.rack()) check_at_least("dist.dssync.rack values", r, 0);
+  MT_CHECK(s.rack().empty() || s.ranks_per_rack() == 0,
+           "set dist.dssync.rack (one id per rank) or dist.dssync.ranks_per_rack, not both");
+  check_at_least("dist.dssync.global_average_every", s.global_average_every(), 0);
+  check_at_least("dist.dssync.pool_size", s.pool_size(), 1);
+  check_at_least("dist.dssync.spread_every", s.spread_every(), 0);
+}
+
+std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
+  const mintrain::DssyncConfig& s = c.dist.dssync();
   DsSyncOptions o;
-  o.schedule.group_size = config.dssync_group_size;
-  o.schedule.type = config.dssync_schedule;
-  o.schedule.seed = config.dssync_seed;
-  o.schedule.pool_size = config.dssync_pool_size;
-  o.schedule.cross_period = config.dssync_cross_period;
-  // At most one of the two is set (checked above).
-  o.schedule.rack_of = config.dssync_ranks_per_rack > 0
-                           ? racks_of_consecutive(group->size(), config.dssync_ranks_per_rack)
-                           : config.dssync_rack;
-  o.global_average_every = config.dssync_global_average_every;
-  o.spread_every = config.dssync_spread_every;
-  o.measure_racks = config.dssync_measure_racks;
-  o.config_text = config.config_text;
-  o.timeline = config.timeline;
-  o.log = config.log;
-  return std::make_unique<DsSyncSynchronizer>(std::move(group), std::move(o));
+  o.schedule.group_size = s.group_size();
+  o.schedule.type = s.schedule();
+  o.schedule.seed = s.seed();
+  o.schedule.pool_size = s.pool_size();
+  o.schedule.cross_period = s.cross_period();
+  o.schedule.rack_of = s.ranks_per_rack() > 0 ? racks_of_consecutive(c.group->size(), s.ranks_per_rack())
+                                              : std::vector<int>(s.rack().begin(), s.rack().end());
+  o.global_average_every = s.global_average_every();
+  o.spread_every = s.spread_every();
+  o.measure_racks = s.measure_racks();
+  o.config_text = c.config_text;
+  o.timeline = c.timeline;
+  o.log = c.log;
+  return std::make_unique<DsSyncSynchronizer>(c.group, std::move(o));
 }
 
+}  // namespace
 }  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(dssync, mt::dist::validate_dssync, mt::dist::make_dssync)

@@ -1,4 +1,4 @@
-// DS-Sync, divide and shuffle (algorithms.md section 3). Each iteration every rank takes a purely
+// DS-Sync, divide and shuffle (docs/algorithms.md section 3). Each iteration every rank takes a purely
 // local optimizer step on its own gradient (momentum and Adam moments stay local), then the ranks
 // of its current group (dssync_schedule.h) average their parameters and float32 buffers
 // (batch-norm running statistics) in one flattened allreduce on the group's communicator. No
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "dist/dssync_schedule.h"
+#include "dist/model_vector.h"
 #include "dist/process_group.h"
 #include "dist/replicas.h"
 #include "dist/synchronizer.h"
@@ -60,15 +61,14 @@ class DsSyncSynchronizer final : public Synchronizer {
   DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options);
 
   std::string name() const override { return "dssync/" + options_.schedule.type; }
-  int rank() const override { return group_->rank(); }
-  int world_size() const override { return group_->size(); }
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
   void prepare_checkpoint(layers::Module& model) override;
-  double average(double value) override;
 
   // "dssync.step" (steps taken = the schedule position) and, when prepare_checkpoint() ran since
   // the last step (the trainer calls it before every checkpoint), on rank 0 "dssync.ranks" (world
@@ -89,10 +89,6 @@ class DsSyncSynchronizer final : public Synchronizer {
   double last_spread() const { return last_spread_; }
 
  private:
-  // Copies the averaged tensors (parameters, float32 buffers) into one flat buffer and back.
-  Tensor flatten() const;
-  void unflatten(const Tensor& flat);
-  void average_over(ProcessGroup& group, const std::string& what);
   void restore_local();
   void restore_state(const core::StateDict& state);
   void note(const std::string& text) const;  // rank 0's log, if any
@@ -102,11 +98,8 @@ class DsSyncSynchronizer final : public Synchronizer {
   std::unique_ptr<DsSyncSchedule> schedule_;
   std::map<RankGroup, std::shared_ptr<ProcessGroup>> communicators_;  // my groups only
   std::vector<Tensor> params_;
-  std::vector<Tensor> buffers_;  // float32 buffers (batch-norm statistics)
-  int64_t numel_ = 0;
+  ModelVector model_;            // parameters and float32 buffers (batch-norm statistics)
   int64_t step_ = 0;             // optimizer steps taken = the schedule position
-  bool holds_average_ = false;   // prepare_eval swapped the average in
-  Tensor local_copy_;            // the local weights while holds_average_
   double last_spread_ = 0.0;
   optim::Optimizer* optimizer_ = nullptr;  // setup's: per-rank optimizer state for checkpoints
   // Between prepare_checkpoint and the next step: every rank's {"local", "optim.<entry>"}
@@ -115,11 +108,5 @@ class DsSyncSynchronizer final : public Synchronizer {
   bool set_up_ = false;
   std::optional<core::StateDict> pending_state_;  // loaded before setup
 };
-
-struct SyncConfig;  // factory.h
-// The factory's "dssync" branch: translates dist.dssync_* (rack ids or ranks_per_rack) into
-// DsSyncOptions; bad values are Errors naming the field.
-std::unique_ptr<Synchronizer> make_dssync_synchronizer(std::shared_ptr<ProcessGroup> group,
-                                                       const SyncConfig& config);
 
 }  // namespace mt::dist

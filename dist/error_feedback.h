@@ -6,7 +6,7 @@
 //   v = g + r;  send Q(v);  r <- v - decode(Q(v))
 //
 // so that, exactly, r_new + decode(Q(v)) == g + r_old. A full-precision step sends v itself
-// and clears r (algorithms.md section 2).
+// and clears r (docs/algorithms.md section 1).
 //
 // Only tensor ops, so it runs on the gradient's device. The residual starts on `device` and
 // follows the gradients: the first gradient from another device moves it there (values kept),

@@ -64,8 +64,8 @@ class GlooProcessGroup : public ProcessGroup,
   // old-style algorithm classes (AllreduceRing, AllreduceRingChunked, ...) register send
   // buffers, and libgloo's tcp pair then sets SO_SNDBUF to that buffer's size for the rest of
   // the context's life - down to the kernel's 4608-byte minimum for their small notification
-  // buffers. Every later collective on such a pair stalls on delayed ACKs (1 MiB allreduce on
-  // 4 ranks: 570 ms instead of 5 ms, docs/PERF.md). Give old-style classes a group of their own.
+  // buffers. Every later collective on such a pair stalls on delayed ACKs (measured in
+  // docs/PERF.md). Give old-style classes a group of their own.
   const std::shared_ptr<gloo::Context>& gloo_context() const { return context_; }
 
   struct Shared;  // the store, options and transport device, shared with subgroups

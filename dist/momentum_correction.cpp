@@ -3,12 +3,13 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/kernels/cuda/sgd_update.h"
 
 namespace mt::dist {
 
 MomentumCorrection::MomentumCorrection(int64_t numel, MomentumCorrectionOptions options)
     : options_(options), velocity_(Tensor::zeros({numel})) {
-  MT_CHECK(options_.momentum > 0 && options_.momentum < 1, "dist.momentum_correction needs "
+  MT_CHECK(options_.momentum > 0 && options_.momentum < 1, "dist.compressor.momentum_correction needs "
            "optimizer.momentum in (0, 1) (it takes the momentum over from the optimizer), got ",
            options_.momentum);
   MT_CHECK(options_.dampening >= 0 && options_.dampening <= 1,
@@ -29,17 +30,14 @@ Tensor MomentumCorrection::direction(const Tensor& grad, const Tensor& weights) 
   const float* wp = w.data<float>();
   float* u = velocity_.data<float>();
   float* o = out.data<float>();
-  // The same float arithmetic, in the same order, as optim::SGD's fused CPU step.
-  const float m = static_cast<float>(options_.momentum);
-  const float keep = 1.0f - static_cast<float>(options_.dampening);
-  const float wd = static_cast<float>(options_.weight_decay);
-  const bool first = !started_, nesterov = options_.nesterov;
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = gp[i] + wd * wp[i];
-    const float buf = first ? d : m * u[i] + keep * d;
-    u[i] = buf;
-    o[i] = nesterov ? d + m * buf : buf;
-  }
+  // optim::SGD's direction, the same function (sgd_element's first half), without the step.
+  core::cuda::SgdUpdate su;
+  su.l2 = static_cast<float>(options_.weight_decay);
+  su.momentum = static_cast<float>(options_.momentum);
+  su.keep = 1.0f - static_cast<float>(options_.dampening);
+  su.nesterov = options_.nesterov;
+  const bool first = !started_;
+  for (int64_t i = 0; i < n; ++i) o[i] = core::cuda::sgd_direction(wp[i], gp[i], u[i], first, su);
   started_ = true;
   return out;
 }

@@ -61,6 +61,15 @@ void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const 
   }
 }
 
+double mean_over_ranks(ProcessGroup& group, double value, core::Device device) {
+  const float hi = static_cast<float>(value);
+  const float lo = static_cast<float>(value - static_cast<double>(hi));
+  Tensor t = Tensor::from_vector(std::vector<float>{hi, lo}, {2}).to(device);
+  finish(group.allreduce(t), group, "averaging a metric over ranks");
+  const std::vector<float> v = t.to_vector();
+  return (static_cast<double>(v[0]) + static_cast<double>(v[1])) / group.size();
+}
+
 uint64_t stable_hash(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text) {

@@ -18,6 +18,10 @@ namespace mt::dist {
 // this rank was doing, so the first line of the log is enough to find the problem.
 void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what);
 
+// The mean of `value` over the group's ranks (collective), sent as a float32 high part and its
+// rounding remainder so that metric sums keep double precision. The one metric average.
+double mean_over_ranks(ProcessGroup& group, double value, core::Device device);
+
 // FNV-1a: a stable 64-bit hash (std::hash may differ between builds).
 uint64_t stable_hash(const std::string& text);
 

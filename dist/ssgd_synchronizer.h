@@ -1,4 +1,4 @@
-// S-SGD (algorithms.md section 1): every rank holds a full replica, computes gradients on its
+// S-SGD (docs/algorithms.md section 1): every rank holds a full replica, computes gradients on its
 // shard of the global batch, and the gradients are averaged (allreduce sum, then / N) before
 // the same optimizer step everywhere. The schedule decides *when* each gradient travels:
 //
@@ -8,12 +8,11 @@
 //   FUSION  gradients are packed, in backward order, into buckets of at most bucket_cap_mb (the
 //           first one first_bucket_cap_mb, so communication starts early); a bucket's allreduce
 //           starts when its last gradient arrives.
-//   MGWFBP  buckets chosen by the cost model (cost_model.h): runs as BSP while it profiles the
+//   MGWFBP  buckets from the merge plan (merge_plan.h): runs as BSP while it profiles the
 //           backward time between consecutive grad-ready hooks (no message is sent during those
-//           backward passes, so the times are the computation's own: a message sent meanwhile
-//           would add its gamma to them, which the plan counts separately), then rank 0 computes
-//           the merge plan from those times and the T(M) = alpha + beta*M and gamma measured at
-//           start-up, and broadcasts it.
+//           backward passes, so the times are the computation's own), then rank 0 computes the
+//           plan from those times and T(M) = alpha + beta*M (timed at start-up, or the config's),
+//           and broadcasts it.
 //
 // Collectives must be issued in the same order on every rank. The hooks fire in an order fixed
 // by the autograd graph (the engine runs ready nodes by sequence number), and every rank builds
@@ -29,7 +28,8 @@
 // summation order inside the ring allreduce (with 3+ ranks, (a+b)+c vs (b+c)+a), so a resumed run
 // must pack exactly as the stopped one did. state_dict() holds those decisions — the bucket
 // layout, FUSION's rebuild and MG-WFBP's profiling progress and plan — and load_state_dict()
-// puts them back (see load_state_dict for what happens with another config).
+// puts them back (see load_state_dict for what happens with another config); both live in
+// ssgd_state.cpp, apart from the schedules.
 //
 // Gradient accumulation: with grad_accumulation_steps = k the trainer calls begin_iteration(it)
 // once per micro-batch with the same `it`; the hooks do nothing on the first k-1 micro-batches
@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "dist/bucket.h"
-#include "dist/cost_model.h"
+#include "dist/merge_plan.h"
 #include "dist/process_group.h"
 #include "dist/synchronizer.h"
 #include "dist/timeline.h"
@@ -57,11 +57,7 @@ struct SsgdOptions {
   int profile_iters = 5;              // MGWFBP: iterations profiled (after one warm-up iteration)
   double alpha = -1.0;                // MGWFBP: seconds per message; < 0 = measure at start-up
   double beta = -1.0;                 // MGWFBP: seconds per byte; < 0 = measure at start-up
-  double gamma = 0.0;                 // MGWFBP with alpha, beta given: compute lost per message
-  // MGWFBP: the network cost to plan with, measured beforehand (dist.comm_profile, with its
-  // measured curves); instead of alpha/beta/gamma and of timing allreduces at start-up.
-  std::optional<LinearCost> cost;
-  std::string cost_source;            // where `cost` came from, for the log (e.g. the file)
+  double gamma = 0.0;                 // MGWFBP, shared cores only: compute lost per message
   int grad_accumulation_steps = 1;
   std::string config_text;            // must be the same on every rank (checked at setup)
   std::shared_ptr<Timeline> timeline; // optional trace
@@ -73,15 +69,16 @@ class SsgdSynchronizer final : public Synchronizer {
   SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options);
 
   std::string name() const override { return "ssgd/" + schedule_name(options_.schedule); }
-  int rank() const override { return group_->rank(); }
-  int world_size() const override { return group_->size(); }
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
-  double average(double value) override;
+  bool steps_on_gradient_average() const override { return true; }
+  bool keeps_state_per_rank() const override { return false; }
 
   // "ssgd.*" entries: the settings the layout was made under (schedule, world size, parameter
   // sizes, bucket caps, MG-WFBP's profile_iters and configured alpha/beta), the bucket layout,
@@ -101,7 +98,7 @@ class SsgdSynchronizer final : public Synchronizer {
 
   // Introspection (tests, benchmarks, logs).
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  const LinearCost& cost() const { return cost_; }
+  const LinkCost& cost() const { return cost_; }
   bool plan_ready() const { return plan_ready_; }
   // Mean profiled backward time per parameter, in hook order (MGWFBP, once profiled).
   const std::vector<double>& profiled_backward() const { return profiled_tb_; }
@@ -112,7 +109,6 @@ class SsgdSynchronizer final : public Synchronizer {
   void launch(size_t bucket);
   void poll_completions();
   void wait_all();
-  LinearCost measure_cost();
   // Rank 0 computes groups of parameters (from its observed hook order) and broadcasts them;
   // every rank rebuilds its buckets from the result.
   void adopt_plan_from_rank0();
@@ -140,7 +136,7 @@ class SsgdSynchronizer final : public Synchronizer {
   int profiled_ = 0;
   std::vector<double> profiled_tb_;
   bool plan_ready_ = false;
-  LinearCost cost_;
+  LinkCost cost_;
 
   bool set_up_ = false;
   std::optional<core::StateDict> pending_state_;  // loaded before setup

@@ -1,6 +1,7 @@
-// The Synchronizer: the one seam between training and communication (design.md). The trainer
-// calls it at fixed points of every iteration; each data-parallel algorithm is a subclass, and
-// the trainer does not change when one is added.
+// The Synchronizer: the one seam between training and communication. The trainer calls it at
+// fixed points of every iteration; each data-parallel algorithm implements it and registers
+// itself by name (registry.h), and the trainer does not change when one is added. Rank, world
+// size, metric averages and the stop vote belong to the job (job.h), not to an algorithm.
 //
 //   setup(model, optimizer)        once: broadcast initial weights, check replicas agree,
 //                                  register the gradient-ready hooks
@@ -26,8 +27,6 @@ class Synchronizer {
  public:
   virtual ~Synchronizer() = default;
   virtual std::string name() const = 0;
-  virtual int rank() const { return 0; }
-  virtual int world_size() const { return 1; }
 
   virtual void setup(layers::Module& model, optim::Optimizer& optimizer);
   virtual void begin_iteration(int64_t iteration) {}
@@ -43,8 +42,12 @@ class Synchronizer {
   // step must then be plain SGD without them, which the trainer builds (it still checks the
   // averaged update for NaN/Inf and clips it, as for every algorithm).
   virtual bool takes_over_momentum() const { return false; }
-  // Averages a metric over ranks (loss, accuracy); identity on one process.
-  virtual double average(double value) { return value; }
+  // True when the optimizer steps on the plain average of this step's gradients, the same on
+  // every rank: the step guard's loss-scale unscaling is then exact (loss scaling needs it).
+  virtual bool steps_on_gradient_average() const { return false; }
+  // True when ranks hold state of their own (local weights, residuals, velocities): such a
+  // checkpoint resumes on as many ranks only.
+  virtual bool keeps_state_per_rank() const { return true; }
   // Statistics since the last call (bytes per iteration, compression ratio, wait time); "" =
   // nothing to report. Rank-local: the trainer prints rank 0's.
   virtual std::string epoch_summary() { return ""; }
@@ -57,6 +60,8 @@ class Synchronizer {
 class LocalSynchronizer final : public Synchronizer {
  public:
   std::string name() const override { return "local"; }
+  bool steps_on_gradient_average() const override { return true; }
+  bool keeps_state_per_rank() const override { return false; }
 };
 
 }  // namespace mt::dist

@@ -42,8 +42,8 @@ std::vector<int> racks_from_times(const std::vector<std::vector<double>>& second
 
 std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe) {
   const int n = world.size(), me = world.rank();
-  MT_CHECK(world.backend() == "gloo", "measuring racks (dist.dssync_measure_racks) works on the gloo "
-           "backend only; give the racks with dist.dssync_rack or dist.dssync_ranks_per_rack");
+  MT_CHECK(world.backend() == "gloo", "measuring racks (dist.dssync.measure_racks) works on the gloo "
+           "backend only; give the racks with dist.dssync.rack or dist.dssync.ranks_per_rack");
   MT_CHECK(probe.repetitions >= 1 && probe.message_floats >= 1,
            "topology probe: repetitions and message size must be >= 1");
   std::vector<float> row(static_cast<size_t>(n), 0.0f);  // my time to every other rank

@@ -3,9 +3,7 @@
 #include <string>
 
 #include "core/grad_mode.h"
-#ifdef MT_CUDA_KERNELS
-#include "core/kernels/cuda/sgd_update.h"
-#endif
+#include "core/kernels/cuda/sgd_update.h"  // sgd_element: plain C++, shared with the CUDA kernel
 
 namespace mt::optim {
 
@@ -53,15 +51,7 @@ void SGD::step() {
 #ifdef MT_CUDA_KERNELS
     if (p.device().is_cuda()) {
       MT_CHECK(p.is_contiguous(), "SGD: parameter ", i, " (", p.str(), ") is not contiguous");
-      // The same constants as step_cpu, folded once here.
-      core::cuda::SgdUpdate u;
-      u.lr = static_cast<float>(lr_);
-      const float wd = static_cast<float>(opt_.weight_decay);
-      u.l2 = opt_.decoupled_weight_decay ? 0.0f : wd;
-      u.shrink = opt_.decoupled_weight_decay ? 1.0f - u.lr * wd : 1.0f;
-      u.momentum = static_cast<float>(opt_.momentum);
-      u.keep = 1.0f - static_cast<float>(opt_.dampening);
-      u.nesterov = opt_.nesterov;
+      const core::cuda::SgdUpdate u = update_constants();
       const bool first = u.momentum != 0.0f && !momentum_[i].defined();
       if (first) momentum_[i] = Tensor::empty(p.shape(), core::DType::Float32, p.device());
       core::cuda::sgd_update(p, g.contiguous(), momentum_[i], first, u);
@@ -78,35 +68,27 @@ void SGD::step_cpu(size_t i, Tensor& param, const Tensor& grad_in) {
   const int64_t n = param.numel();
   float* p = param.data<float>();
   const float* g = grad.data<float>();
-  // Accumulate in float like PyTorch's CPU kernel; the constants are folded once here.
-  const float lr = static_cast<float>(lr_);
-  const float wd = static_cast<float>(opt_.weight_decay);
-  const float l2 = opt_.decoupled_weight_decay ? 0.0f : wd;
-  const float shrink = opt_.decoupled_weight_decay ? 1.0f - lr * wd : 1.0f;
-  const float mu = static_cast<float>(opt_.momentum);
-  const float keep = 1.0f - static_cast<float>(opt_.dampening);
-
-  if (mu == 0.0f) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (int64_t k = 0; k < n; ++k) {
-      const float d = g[k] + l2 * p[k];
-      p[k] = p[k] * shrink - lr * d;
-    }
-    return;
-  }
-
-  const bool first = !momentum_[i].defined();
+  const core::cuda::SgdUpdate u = update_constants();
+  const bool first = u.momentum != 0.0f && !momentum_[i].defined();
   if (first) momentum_[i] = Tensor::empty(param.shape());
-  float* b = momentum_[i].data<float>();
-  const bool nesterov = opt_.nesterov;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t k = 0; k < n; ++k) {
-    const float d = g[k] + l2 * p[k];
-    const float buf = first ? d : mu * b[k] + keep * d;
-    b[k] = buf;
-    const float step = nesterov ? d + mu * buf : buf;
-    p[k] = p[k] * shrink - lr * step;
-  }
+  float unused = 0.0f;  // no momentum: sgd_element leaves the buffer alone
+  float* b = u.momentum != 0.0f ? momentum_[i].data<float>() : nullptr;
+  // Accumulate in float like PyTorch's CPU kernel; sgd_element is the CUDA kernel's arithmetic too.
+#pragma omp parallel for schedule(static) if (n > (1 << 16)) firstprivate(unused)
+  for (int64_t k = 0; k < n; ++k) core::cuda::sgd_element(p[k], g[k], b ? b[k] : unused, first, u);
+}
+
+core::cuda::SgdUpdate SGD::update_constants() const {
+  // Folded once per step, in double, and rounded to float once.
+  core::cuda::SgdUpdate u;
+  u.lr = static_cast<float>(lr_);
+  const float wd = static_cast<float>(opt_.weight_decay);
+  u.l2 = opt_.decoupled_weight_decay ? 0.0f : wd;
+  u.shrink = opt_.decoupled_weight_decay ? 1.0f - u.lr * wd : 1.0f;
+  u.momentum = static_cast<float>(opt_.momentum);
+  u.keep = 1.0f - static_cast<float>(opt_.dampening);
+  u.nesterov = opt_.nesterov;
+  return u;
 }
 
 void SGD::step_generic(size_t i, Tensor& param, const Tensor& grad_in) {

@@ -16,6 +16,10 @@
 
 #include "optim/optimizer.h"
 
+namespace mt::core::cuda {
+struct SgdUpdate;  // core/kernels/cuda/sgd_update.h
+}  // namespace mt::core::cuda
+
 namespace mt::optim {
 
 struct SgdOptions {
@@ -43,6 +47,7 @@ class SGD : public Optimizer {
 
  private:
   void step_cpu(size_t i, Tensor& param, const Tensor& grad);
+  core::cuda::SgdUpdate update_constants() const;  // this step's lr, decay, momentum
   void step_generic(size_t i, Tensor& param, const Tensor& grad);
 
   SgdOptions opt_;

@@ -17,7 +17,7 @@
 #include "core/runtime.h"
 #include "dist/cdsgd_synchronizer.h"
 #include "dist/compressed_ssgd_synchronizer.h"
-#include "dist/factory.h"
+#include "dist/registry.h"
 #include "dist/momentum_correction.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
@@ -321,48 +321,49 @@ TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
 TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
   EXPECT_TRUE(mt::testing::run_ranks(1, [](mt::testing::RankContext& ctx) {
     auto make = [&](auto edit) {
-      dist::SyncConfig sc;
-      sc.algorithm = "cdsgd";
-      edit(sc);
-      return error_of([&] { dist::make_synchronizer(ctx.group, sc); });
+      mintrain::RunConfig run;
+      run.mutable_dist()->set_algorithm("cdsgd");
+      edit(*run.mutable_dist());
+      return error_of([&] { dist::make_synchronizer(ctx.group, run); });
     };
-    EXPECT_NE(make([](dist::SyncConfig& s) { s.cdsgd_k = -1; }).find("dist.cdsgd_k"), std::string::npos);
-    EXPECT_NE(make([](dist::SyncConfig& s) { s.cdsgd_warmup_iters = -5; }).find("dist.cdsgd_warmup_iters"),
+    using Dist = mintrain::DistConfig;
+    EXPECT_NE(make([](Dist& s) { s.set_cdsgd_k(-1); }).find("dist.cdsgd_k"), std::string::npos);
+    EXPECT_NE(make([](Dist& s) { s.set_cdsgd_warmup_iters(-5); }).find("dist.cdsgd_warmup_iters"),
               std::string::npos);
-    EXPECT_NE(make([](dist::SyncConfig& s) { s.cdsgd_lambda = -0.1; }).find("dist.cdsgd_lambda"),
+    EXPECT_NE(make([](Dist& s) { s.set_cdsgd_lambda(-0.1); }).find("dist.cdsgd_lambda"),
               std::string::npos);
-    EXPECT_NE(make([](dist::SyncConfig& s) { s.compression = "ZIP"; }).find("unknown dist.compression \"ZIP\""),
+    EXPECT_NE(make([](Dist& s) { s.set_compression("ZIP"); }).find("unknown dist.compression \"ZIP\""),
               std::string::npos);
-    EXPECT_NE(make([](dist::SyncConfig& s) { s.compression = "two_bit"; s.compression_tau = 0; })
+    EXPECT_NE(make([](Dist& s) { s.set_compression("two_bit"); s.set_compression_tau(0); })
                   .find("dist.compression_tau"),
               std::string::npos);
-    EXPECT_NE(make([](dist::SyncConfig& s) { s.grad_accumulation_steps = 2; })
+    EXPECT_NE(make([](Dist& s) { s.set_grad_accumulation_steps(2); })
                   .find("dist.grad_accumulation_steps must be 1"),
               std::string::npos);
     // "ssgd" with a compression builds compressed S-SGD; "cdsgd" CD-SGD.
-    dist::SyncConfig sc;
-    sc.compression = "sign";
+    mintrain::RunConfig sc;
+    sc.mutable_dist()->mutable_compressor()->set_type("sign");
     EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "ssgd/sign");
-    sc.algorithm = "cdsgd";
+    sc.mutable_dist()->set_algorithm("cdsgd");
     EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/sign");
     EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
     // With SGD momentum the correction is on by default, and the trainer must then build a
     // plain-SGD optimizer; Adam keeps its own moments.
-    sc.momentum = 0.9;
+    sc.mutable_optimizer()->set_momentum(0.9);
     EXPECT_TRUE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
     EXPECT_EQ(dist::make_synchronizer(ctx.group, sc)->name(), "cdsgd/sign+momentum-correction");
-    sc.optimizer_name = "adam";
+    sc.mutable_optimizer()->set_name("adam");
     EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
-    sc.optimizer_name = "sgd";
-    sc.momentum_correction = false;
+    sc.mutable_optimizer()->set_name("sgd");
+    sc.mutable_dist()->mutable_compressor()->set_momentum_correction(false);
     EXPECT_FALSE(dist::make_synchronizer(ctx.group, sc)->takes_over_momentum());
-    sc.momentum_correction = true;
-    sc.momentum = 0;
+    sc.mutable_dist()->mutable_compressor()->set_momentum_correction(true);
+    sc.mutable_optimizer()->set_momentum(0);
     // name() after setup (the compressor has moved into the exchange).
     VectorModel model({1, 2, 3});
     auto opt = plain_sgd(model, 0.1);
     for (const std::string algo : {"ssgd", "cdsgd"}) {
-      sc.algorithm = algo;
+      sc.mutable_dist()->set_algorithm(algo);
       auto s = dist::make_synchronizer(ctx.group, sc);
       s->setup(model, *opt);
       EXPECT_EQ(s->name(), algo + "/sign");
@@ -452,7 +453,7 @@ TEST(TopkWarmup, RatioFallsExponentiallyFromOneToTheTarget) {
   o.topk_warmup_iters = 0;
   EXPECT_EQ(dist::topk_ratio_at(o, 0), 0.01);
   o.topk_warmup_iters = -1;
-  EXPECT_NE(error_of([&] { dist::make_compressor(o); }).find("dist.topk_warmup_iters"), std::string::npos);
+  EXPECT_NE(error_of([&] { dist::make_compressor(o); }).find("dist.compressor.topk_warmup_iters"), std::string::npos);
 }
 
 // The exchange's payload follows the warm-up, and an exchange launched before a swap still

@@ -152,11 +152,11 @@ TEST(ErrorFeedback, ResidualPlusDecodedEqualsInputPlusOldResidual) {
 }
 
 TEST(Compressors, BadOptionsAreClearErrors) {
-  EXPECT_NE(error_of([] { dist::make_compressor(opts("two_bit", 0.0)); }).find("dist.compression_tau"),
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("two_bit", 0.0)); }).find("dist.compressor.tau"),
             std::string::npos);
   EXPECT_NE(error_of([] { dist::make_compressor(opts("two_bit", -1.0)); }).find("must be > 0"),
             std::string::npos);
-  EXPECT_NE(error_of([] { dist::make_compressor(opts("topk", 0.5, 0.0)); }).find("dist.topk_ratio"),
+  EXPECT_NE(error_of([] { dist::make_compressor(opts("topk", 0.5, 0.0)); }).find("dist.compressor.topk_ratio"),
             std::string::npos);
   EXPECT_NE(error_of([] { dist::make_compressor(opts("topk", 0.5, 1.5)); }).find("(0, 1]"),
             std::string::npos);

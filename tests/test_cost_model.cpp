@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "apps/config.h"
-#include "apps/model_command.h"
+#include "dist/predict/model_command.h"
 #include "core/error.h"
-#include "dist/cost_model.h"
-#include "dist/network_model.h"
+#include "dist/predict/cost_model.h"
+#include "dist/predict/network_model.h"
 #include "support/test_helpers.h"
 
 using namespace mt::dist;

@@ -328,8 +328,10 @@ TEST(DistResumeState, Gloo_MgwfbpPlanAndProfileAreRestored) {
     EXPECT_EQ(layout(s), planned);
     EXPECT_EQ(s.profiled_backward().size(), 6u);
 
-    // A measured allreduce curve (profile_communication's, when alpha/beta are not configured)
-    // travels with the cost: doubles as their bits, sizes then times.
+    // Checkpoints of older builds also hold a measured allreduce curve and a fourth cost number
+    // (the share of compute lost while a message flies): training no longer models either (the
+    // cost model does, dist/predict/), so they load, the plan is restored, and they are not saved
+    // again.
     auto bits = [](const std::vector<double>& values) {
       std::vector<int64_t> out;
       for (double v : values) out.push_back(std::bit_cast<int64_t>(v));
@@ -340,24 +342,11 @@ TEST(DistResumeState, Gloo_MgwfbpPlanAndProfileAreRestored) {
     dist::SsgdSynchronizer s3(ctx.group, o);
     s3.setup(*model, *opt);
     s3.load_state_dict(with_curve);
-    EXPECT_EQ(s3.cost().measured_bytes, (std::vector<double>{1024, 4096}));
-    EXPECT_EQ(s3.cost().measured_seconds, (std::vector<double>{0.001, 0.0025}));
-    auto int64s = [](const core::Tensor& t) {
-      const core::Tensor c = t.contiguous();
-      return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
-    };
-    bool saved = false;
-    for (const auto& [name, t] : s3.state_dict())
-      if (name == "ssgd.cost_curve") saved = int64s(t) == int64s(bits({1024, 4096, 0.001, 0.0025}));
-    EXPECT_TRUE(saved) << "the curve is saved again, unchanged";
-    core::StateDict odd = after;
-    odd.emplace_back("ssgd.cost_curve", bits({1024, 4096, 0.001}));
-    dist::SsgdSynchronizer s4(ctx.group, o);
-    s4.setup(*model, *opt);
-    EXPECT_TRUE(contains(error_of([&] { s4.load_state_dict(odd); }), "sync.ssgd.cost_curve"));
+    EXPECT_TRUE(s3.plan_ready());
+    EXPECT_EQ(layout(s3), planned);
+    for (const auto& [name, t] : s3.state_dict()) EXPECT_NE(name, "ssgd.cost_curve");
 
-    // The cost's four numbers (alpha, beta, gamma, the share of compute lost while a message flies)
-    // come back; older checkpoints hold two or three, and a share of 1 or more is damage.
+    // The cost's numbers (alpha, beta, gamma) come back; older checkpoints hold two or four.
     auto with_cost = [&](const std::vector<double>& cost) {
       core::StateDict state;
       for (const auto& [name, t] : after)
@@ -368,12 +357,12 @@ TEST(DistResumeState, Gloo_MgwfbpPlanAndProfileAreRestored) {
     dist::SsgdSynchronizer s5(ctx.group, o);
     s5.setup(*model, *opt);
     s5.load_state_dict(with_cost({0.001, 1e-8, 0.002, 0.25}));
+    EXPECT_EQ(s5.cost().alpha, 0.001);
     EXPECT_EQ(s5.cost().gamma, 0.002);
-    EXPECT_EQ(s5.cost().overlap_slowdown, 0.25);
-    s5.load_state_dict(with_cost({0.001, 1e-8, 0.002}));
-    EXPECT_EQ(s5.cost().overlap_slowdown, 0.0);
-    EXPECT_TRUE(contains(error_of([&] { s5.load_state_dict(with_cost({0.001, 1e-8, 0.002, 1.0})); }),
-                         "sync.ssgd.cost holds the share of compute lost while a message is in flight 1"));
+    s5.load_state_dict(with_cost({0.001, 1e-8}));
+    EXPECT_EQ(s5.cost().gamma, 0.0);
+    EXPECT_TRUE(contains(error_of([&] { s5.load_state_dict(with_cost({0.001, 1e-8, 0.002, 0.1, 0.2})); }),
+                         "sync.ssgd.cost must hold 2 to 4 values"));
 
     // Mid-profile (warm-up + 1 of 2): one more iteration completes the profile and makes the plan.
     const core::StateDict mid = trained_state(ctx.group, o, 2);

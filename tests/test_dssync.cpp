@@ -1,4 +1,4 @@
-// DS-Sync (algorithms.md section 3). Schedules: every partition is valid, and information
+// DS-Sync (docs/algorithms.md section 3). Schedules: every partition is valid, and information
 // reaches every rank within the stated period (the product of the mixing matrices over any
 // window of that length has no zero entry); the bottleneck schedule crosses racks only every
 // cross_period iterations. Synchronizer, over real Gloo with forked ranks: zero learning rate
@@ -22,7 +22,7 @@
 #include "core/runtime.h"
 #include "dist/dssync_schedule.h"
 #include "dist/dssync_synchronizer.h"
-#include "dist/factory.h"
+#include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 #include "support/dist_training.h"
@@ -190,25 +190,25 @@ TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   o.world_size = 4;
   auto bad = o;
   bad.group_size = 1;
-  expect_error(bad, "dist.dssync_group_size");
+  expect_error(bad, "dist.dssync.group_size");
   bad = o;
   bad.type = "ring";
-  expect_error(bad, "dist.dssync_schedule");
+  expect_error(bad, "dist.dssync.schedule");
   bad = o;
   bad.rack_of = {0, 1};
-  expect_error(bad, "dist.dssync_rack");
+  expect_error(bad, "dist.dssync.rack");
   bad = o;
   bad.cross_period = 0;
-  expect_error(bad, "dist.dssync_cross_period");
+  expect_error(bad, "dist.dssync.cross_period");
   bad = o;
   bad.type = "random";
   bad.rack_of = {0, 0, 1, 1};
   bad.cross_period = 2;
-  expect_error(bad, "dist.dssync_cross_period");
+  expect_error(bad, "dist.dssync.cross_period");
   bad = o;
   bad.type = "random";
   bad.pool_size = 0;
-  expect_error(bad, "dist.dssync_pool_size");
+  expect_error(bad, "dist.dssync.pool_size");
 }
 
 // ---- The synchronizer over Gloo, ranks as forked processes ----
@@ -395,34 +395,37 @@ TEST(DsSyncGloo, GlobalAveragingEveryKIterationsEqualizesTheReplicas) {
 
 TEST(DsSyncGloo, FactoryRejectsBadConfigWithTheFieldName) {
   const auto result = mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
-    auto expect_error = [&](dist::SyncConfig sc, const std::string& needle) {
-      sc.algorithm = "dssync";
+    auto expect_error = [&](mintrain::DistConfig dc, const std::string& needle) {
+      mintrain::RunConfig run;
+      *run.mutable_dist() = dc;
+      run.mutable_dist()->set_algorithm("dssync");
       try {
-        dist::make_synchronizer(c.group, sc);
+        dist::make_synchronizer(c.group, run);
         ADD_FAILURE() << "no error; expected one mentioning " << needle;
       } catch (const core::Error& e) {
         EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
       }
     };
-    dist::SyncConfig sc;
-    sc.dssync_group_size = 0;
+    mintrain::DistConfig sc;
+    sc.set_dssync_group_size(0);
     expect_error(sc, "dist.dssync_group_size");
     sc = {};
-    sc.dssync_rack = {0, 1};
-    sc.dssync_ranks_per_rack = 1;
+    sc.add_dssync_rack(0);
+    sc.add_dssync_rack(1);
+    sc.set_dssync_ranks_per_rack(1);
     expect_error(sc, "dist.dssync_ranks_per_rack");
     sc = {};
-    sc.dssync_rack = {0, 1, 2};
+    for (int r : {0, 1, 2}) sc.add_dssync_rack(r);
     expect_error(sc, "dist.dssync_rack");
     sc = {};
-    sc.dssync_global_average_every = -1;
+    sc.set_dssync_global_average_every(-1);
     expect_error(sc, "dist.dssync_global_average_every");
     sc = {};
-    sc.dssync_schedule = "shuffle";
+    sc.set_dssync_schedule("shuffle");
     expect_error(sc, "dist.dssync_schedule");
-    sc = {};
-    sc.algorithm = "dssync";
-    EXPECT_EQ(dist::make_synchronizer(c.group, sc)->name(), "dssync/butterfly");
+    mintrain::RunConfig run;
+    run.mutable_dist()->set_algorithm("dssync");
+    EXPECT_EQ(dist::make_synchronizer(c.group, run)->name(), "dssync/butterfly");
   });
   EXPECT_TRUE(result.ok_or_report());
 }
@@ -490,6 +493,62 @@ TEST(DsSyncTopology, MeasuredRacksAgreeOnEveryRankAndFeedTheSchedule) {
     sync.setup(*model, *opt);
     train_steps(sync, *model, *opt, c.rank, 3);
     EXPECT_EQ(sync.schedule().options().rack_of.size(), 3u);
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+namespace {
+
+// One parameter vector w; its gradient is set by hand.
+class VectorModel : public layers::Module {
+ public:
+  explicit VectorModel(std::vector<float> init) {
+    w_ = register_parameter("w", core::Tensor::from_vector(init, {static_cast<int64_t>(init.size())}));
+  }
+  core::Tensor forward(const core::Tensor&) override { return w_; }
+  std::string type_name() const override { return "VectorModel"; }
+  core::Tensor w_;
+};
+
+}  // namespace
+
+// DS-Sync with a learning rate, two iterations on 4 ranks computed by hand. Rank r's loss is
+// s_r/2 (w - c_r)^2 (curvatures differ, so the result is not S-SGD's), plain SGD at lr a:
+//   iteration 0, groups {0,1} {2,3}:  y_r = w0 - a s_r (w0 - c_r);  x_0 = x_1 = (y_0 + y_1)/2,
+//                                      x_2 = x_3 = (y_2 + y_3)/2
+//   iteration 1, groups {0,2} {1,3}:  z_r = x_r - a s_r (x_r - c_r); w_0 = w_2 = (z_0 + z_2)/2,
+//                                      w_1 = w_3 = (z_1 + z_3)/2
+TEST(DsSyncGloo, TwoStepsWithALearningRateMatchTheHandComputedReference) {
+  const double a = 0.25, w0 = 2.0;
+  auto s = [](int r) { return 1.0 + 0.5 * r; };
+  auto c = [](int r) { return -1.0 + r; };
+  double y[4], x[4], z[4], w[4];
+  for (int r = 0; r < 4; ++r) y[r] = w0 - a * s(r) * (w0 - c(r));
+  x[0] = x[1] = (y[0] + y[1]) / 2;
+  x[2] = x[3] = (y[2] + y[3]) / 2;
+  for (int r = 0; r < 4; ++r) z[r] = x[r] - a * s(r) * (x[r] - c(r));
+  w[0] = w[2] = (z[0] + z[2]) / 2;
+  w[1] = w[3] = (z[1] + z[3]) / 2;
+  const auto result = mt::testing::run_ranks(4, [&](mt::testing::RankContext& ctx) {
+    VectorModel model({static_cast<float>(w0)});
+    optim::OptimizerOptions oo;
+    oo.lr = a;
+    auto opt = optim::build_optimizer("sgd", model.parameters(), oo);
+    dist::DsSyncSynchronizer sync(ctx.group, options());
+    sync.setup(model, *opt);
+    // The groups the reference assumes.
+    EXPECT_EQ(sync.schedule().at(0), (dist::Partition{{0, 1}, {2, 3}}));
+    EXPECT_EQ(sync.schedule().at(1), (dist::Partition{{0, 2}, {1, 3}}));
+    for (int t = 0; t < 2; ++t) {
+      sync.begin_iteration(t);
+      const float v = model.w_.to_vector()[0];
+      core::Tensor(model.w_).set_grad(
+          core::Tensor::from_vector(std::vector<float>{static_cast<float>(s(ctx.rank) * (v - c(ctx.rank)))}, {1}));
+      sync.step(*opt);
+      opt->zero_grad();
+      EXPECT_NEAR(model.w_.to_vector()[0], t == 0 ? x[ctx.rank] : w[ctx.rank], 1e-6)
+          << "rank " << ctx.rank << " iteration " << t;
+    }
   });
   EXPECT_TRUE(result.ok_or_report());
 }

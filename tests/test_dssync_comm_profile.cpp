@@ -11,11 +11,11 @@
 
 #include <gtest/gtest.h>
 
-#include "apps/model_command.h"
-#include "apps/profile_comm_command.h"
+#include "dist/predict/model_command.h"
+#include "dist/predict/profile_comm_command.h"
 #include "core/tensor.h"
-#include "dist/comm_profile.h"
-#include "dist/dssync_comm_profile.h"
+#include "dist/predict/comm_profile.h"
+#include "dist/predict/dssync_comm_profile.h"
 #include "support/comm_profile_commands.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "dist/network_model.h"
+#include "dist/predict/network_model.h"
 
 using namespace mt::dist;
 

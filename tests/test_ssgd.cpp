@@ -23,7 +23,6 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/factory.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
@@ -328,6 +327,56 @@ class SsgdTest : public ::testing::Test {
 
 }  // namespace
 
+// WFBP and FUSION overlap communication with backward: by the time the last gradient of
+// backward is ready, messages of the gradients before it are already with the process group.
+// A hook registered after the synchronizer's counts the launched messages at every gradient; the
+// count at the second-to-last gradient is what left while backward still ran. BSP sends nothing
+// before backward ends (the contrast that makes the counter meaningful). Both iterations count:
+// FUSION rebuilds its buckets after the first.
+TEST_F(SsgdTest, WfbpAndFusionStartCommunicatingBeforeBackwardEnds) {
+  for (const auto schedule : {dist::Schedule::BSP, dist::Schedule::WFBP, dist::Schedule::FUSION}) {
+    std::vector<std::vector<size_t>> early(2);  // per rank, per iteration
+    run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+      auto model = tiny_mlp(7);
+      auto opt = sgd(*model);
+      dist::SsgdSynchronizer sync(g, options(schedule));
+      sync.setup(*model, *opt);
+      std::vector<size_t> launched_at_hook;
+      for (const Tensor& p : opt->params()) {
+        p.register_grad_ready_hook([&](Tensor&) {
+          size_t launched = 0;
+          for (const auto& b : sync.buckets()) launched += b.launched ? 1 : 0;
+          launched_at_hook.push_back(launched);
+        });
+      }
+      for (int s = 0; s < 2; ++s) {
+        launched_at_hook.clear();
+        sync.begin_iteration(s);
+        auto [x, y] = slice(global_batch(s, 8), r * 4, 4);
+        core::cross_entropy(model->forward(x), y).backward();
+        ASSERT_EQ(launched_at_hook.size(), opt->params().size());
+        early[r].push_back(launched_at_hook[launched_at_hook.size() - 2]);
+        sync.step(*opt);
+        opt->zero_grad();
+      }
+    });
+    const std::string name = dist::schedule_name(schedule);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(early[r].size(), 2u);
+      for (size_t it = 0; it < 2; ++it) {
+        if (schedule == dist::Schedule::BSP) {
+          EXPECT_EQ(early[r][it], 0u) << name << " rank " << r << " iteration " << it;
+        } else if (schedule == dist::Schedule::WFBP) {
+          // One message per parameter: all but the last gradient's have left.
+          EXPECT_EQ(early[r][it], 5u) << name << " rank " << r << " iteration " << it;
+        } else {
+          EXPECT_GE(early[r][it], 1u) << name << " rank " << r << " iteration " << it;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(SsgdTest, EverySchedule_NRanksMatchOneRankWithNTimesTheBatch) {
   constexpr int kSteps = 5;
   constexpr int64_t kRows = 16;
@@ -544,61 +593,37 @@ TEST_F(SsgdTest, TrainerLearnsOnFourRanks) {
   fs::remove_all(dir);
 }
 
-// dist.comm_profile: MG-WFBP plans with a profile-comm file instead of timing allreduces at
-// start-up, so a run and `mintrain model --comm-profile` plan from the same measurement. The
-// file's cost decides the plan: one second per message merges every gradient into one message;
-// free messages leave one per parameter (the MLP has 4).
-TEST_F(SsgdTest, TrainerPlansMgwfbpWithTheCommProfileItsConfigNames) {
-  const fs::path dir = fs::temp_directory_path() / ("mt_ssgd_comm_profile_" + std::to_string(::getpid()));
+// MG-WFBP plans with the network cost its config gives (dist.ssgd.alpha/beta, what `mintrain
+// profile-comm` measures) instead of timing allreduces at start-up. The cost decides the plan:
+// one second per message merges every gradient into one message; free messages leave one per
+// parameter (the MLP has 4). Training reads no profile file: dist.comm_profile is an error that
+// names the fields to use.
+TEST_F(SsgdTest, TrainerPlansMgwfbpWithTheNetworkCostItsConfigGives) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_ssgd_config_cost_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  auto write = [&](const std::string& name, int world, double alpha) {
-    const std::string path = (dir / name).string();
-    std::ofstream(path) << "{\"world\": " << world << ", \"alpha_s\": " << alpha
-                        << ", \"beta_s_per_byte\": 1e-12, \"gamma_s\": 0}\n";
-    return path;
-  };
-  const std::string slow = write("slow.json", 2, 1.0), free = write("free.json", 2, 0.0);
-  for (const auto& [path, messages] : {std::pair{slow, 1}, std::pair{free, 4}}) {
+  for (const auto& [alpha, messages] : {std::pair{"1", 1}, std::pair{"0", 4}}) {
     std::ostringstream log0;
     run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-      // Each run in a folder of its own (a used folder refuses a fresh run).
-      mt::testing::train_synthetic_mlp(
-          g, r, (dir / ("out_" + std::to_string(messages))).string(),
-          {"dist.schedule=MGWFBP", "dist.profile_iters=2", "dist.comm_profile=" + path}, log0);
+      mt::testing::train_synthetic_mlp(g, r, (dir / ("out" + std::to_string(messages))).string(),
+                                       {"dist.ssgd.schedule=mgwfbp", "dist.ssgd.profile_iters=2",
+                                        std::string("dist.ssgd.alpha=") + alpha, "dist.ssgd.beta=1e-12"},
+                                       log0);
     });
-    EXPECT_NE(log0.str().find("(from the communication profile " + path + ")"), std::string::npos) << log0.str();
+    EXPECT_NE(log0.str().find("(from the config)"), std::string::npos) << log0.str();
     EXPECT_EQ(log0.str().find("fitted at start-up"), std::string::npos) << log0.str();
     EXPECT_NE(log0.str().find("4 gradients in " + std::to_string(messages) + " messages"), std::string::npos)
         << log0.str();
   }
-
-  // Bad input: a profile of another world size, a missing file, and both ways of giving the cost.
-  auto error_of = [&](const std::vector<std::string>& overrides) {
-    std::string e;
+  std::string e;
+  try {
     std::ostringstream log0;
-    try {
-      run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-        std::vector<std::string> o = {"dist.schedule=MGWFBP"};
-        o.insert(o.end(), overrides.begin(), overrides.end());
-        mt::testing::train_synthetic_mlp(g, r, (dir / "out").string(), o, log0);
-      });
-    } catch (const core::Error& error) {
-      e = error.what();
-    }
-    return e;
-  };
-  const std::string four = write("four.json", 4, 0.001);
-  std::string e = error_of({"dist.comm_profile=" + four});
-  EXPECT_NE(e.find("dist.comm_profile \"" + four + "\" was measured on 4 ranks, but this job has 2"),
-            std::string::npos) << e;
-  EXPECT_NE(e.find("--nproc-per-node 2 -- profile-comm"), std::string::npos) << e;
-  const std::string missing = (dir / "missing.json").string();
-  e = error_of({"dist.comm_profile=" + missing});
-  EXPECT_NE(e.find("cannot read the communication profile \"" + missing + "\" (dist.comm_profile)"),
-            std::string::npos) << e;
-  e = error_of({"dist.comm_profile=" + slow, "dist.alpha=0.001", "dist.beta=1e-9"});
-  EXPECT_NE(e.find("dist.comm_profile and dist.alpha/dist.beta"), std::string::npos) << e;
+    mt::testing::train_synthetic_mlp(nullptr, 0, (dir / "out").string(), {"dist.comm_profile=x.json"}, log0);
+  } catch (const core::Error& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("dist.comm_profile is no longer read by training"), std::string::npos) << e;
+  EXPECT_NE(e.find("dist.ssgd.alpha and dist.ssgd.beta"), std::string::npos) << e;
   fs::remove_all(dir);
 }
 

@@ -181,9 +181,9 @@ TEST(TestbedScript, SaysWhenNotRoot) {
   }
 }
 
-// apps/scripts/report.sh builds the testbed too: without root it must say so before touching anything.
+// dist/predict/report.sh builds the testbed too: without root it must say so before touching anything.
 TEST(TestbedScript, ReportSaysWhenNotRoot) {
-  const std::string report = std::string(MT_SOURCE_DIR) + "/apps/scripts/report.sh --out /tmp/mt-test-report";
+  const std::string report = std::string(MT_SOURCE_DIR) + "/dist/predict/report.sh --out /tmp/mt-test-report";
   Result r;
   if (::geteuid() == 0) {
     if (sh("command -v setpriv >/dev/null").rc != 0) GTEST_SKIP() << "no setpriv to drop root";
@@ -199,7 +199,7 @@ TEST(TestbedScript, ReportSaysWhenNotRoot) {
 TEST(TestbedScript, ReportRejectsABadMaxSteal) {
   if (::geteuid() != 0) GTEST_SKIP() << "report.sh checks root first";
   if (sh("command -v gnuplot >/dev/null").rc != 0) GTEST_SKIP() << "report.sh checks gnuplot first";
-  const std::string report = std::string(MT_SOURCE_DIR) + "/apps/scripts/report.sh --bin /bin/true --out /tmp/mt-test-report";
+  const std::string report = std::string(MT_SOURCE_DIR) + "/dist/predict/report.sh --bin /bin/true --out /tmp/mt-test-report";
   for (const std::string bad : {"lots", "-1", ""}) {
     const Result r = sh("bash " + report + " --max-steal '" + bad + "'");
     EXPECT_EQ(r.rc, bad.empty() ? 1 : 2) << r.out;  // 1: bash's own ${2:?} check

@@ -25,7 +25,7 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/cost_model.h"
+#include "dist/predict/cost_model.h"
 #include "dist/rendezvous.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"

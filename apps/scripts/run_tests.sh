@@ -7,7 +7,11 @@ bash apps/scripts/install_deps.sh
 bash apps/scripts/build.sh release
 # Suites run side by side, one OpenMP thread each: OpenMP threads that outnumber the cores
 # spin at barriers waiting for descheduled peers and slow everything down many times over.
-OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ctest --preset release -j"$(nproc)"
+# The line counts print with the results, passed or failed, so growth is seen.
+status=0
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ctest --preset release -j"$(nproc)" || status=$?
+bash apps/scripts/line_counts.sh
+if ((status != 0)); then exit "$status"; fi
 
 # Sanitizers (reliability issue): the suites that read hostile input (configs, archives and
 # checkpoints, IDX/CIFAR files, tokenizer text, garbage on the store's socket) or handle faults

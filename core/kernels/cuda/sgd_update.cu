@@ -1,26 +1,14 @@
-// The fused SGD step: one thread per element does what one iteration of the CPU loop in
-// optim/sgd.cpp (SGD::step_cpu) does, with the same float arithmetic.
+// The fused SGD step: one thread per element runs sgd_element (sgd_update.h), the same function
+// as the CPU loop of optim/sgd.cpp (SGD::step_cpu).
 #include "core/kernels/cuda/launch.cuh"
 #include "core/kernels/cuda/sgd_update.h"
 
 namespace mt::core::cuda {
 
 namespace {
-__global__ void sgd_plain(float* p, const float* g, int64_t n, SgdUpdate u) {
-  for (int64_t k = first_index(); k < n; k += grid_stride()) {
-    const float d = g[k] + u.l2 * p[k];
-    p[k] = p[k] * u.shrink - u.lr * d;
-  }
-}
-
-__global__ void sgd_momentum(float* p, const float* g, float* b, int64_t n, bool first, SgdUpdate u) {
-  for (int64_t k = first_index(); k < n; k += grid_stride()) {
-    const float d = g[k] + u.l2 * p[k];
-    const float buf = first ? d : u.momentum * b[k] + u.keep * d;
-    b[k] = buf;
-    const float step = u.nesterov ? d + u.momentum * buf : buf;
-    p[k] = p[k] * u.shrink - u.lr * step;
-  }
+__global__ void sgd_kernel(float* p, const float* g, float* b, int64_t n, bool first, SgdUpdate u) {
+  float unused = 0.0f;  // no momentum: sgd_element leaves the buffer alone
+  for (int64_t k = first_index(); k < n; k += grid_stride()) sgd_element(p[k], g[k], b ? b[k] : unused, first, u);
 }
 }  // namespace
 
@@ -29,14 +17,12 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& buffer, bool first, c
            "internal: sgd_update needs contiguous parameter and gradient of one size");
   const int64_t n = param.numel();
   if (n == 0) return;
-  if (u.momentum == 0.0f) {
-    sgd_plain<<<blocks_for(n), kThreads>>>(param.data<float>(), grad.data<float>(), n, u);
-  } else {
+  if (u.momentum != 0.0f) {
     MT_CHECK(buffer.defined() && buffer.numel() == n && buffer.device() == param.device(),
              "internal: sgd_update needs a momentum buffer like the parameter");
-    sgd_momentum<<<blocks_for(n), kThreads>>>(param.data<float>(), grad.data<float>(),
-                                              buffer.data<float>(), n, first, u);
   }
+  sgd_kernel<<<blocks_for(n), kThreads>>>(param.data<float>(), grad.data<float>(),
+                                          u.momentum != 0.0f ? buffer.data<float>() : nullptr, n, first, u);
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,7 +1,7 @@
-// The cost model of S-SGD (algorithms.md section 5; Shi, Wang, Chu, Li 2018): an iteration is a
-// DAG of tasks (forward, per-layer backward, per-message allreduce, update) and its time is the
-// length of the DAG's critical path. It predicts the iteration time of each schedule, and it
-// drives MG-WFBP: the merge plan (which layers' gradients travel together) is computed from it.
+// The cost model of S-SGD (docs/algorithms.md; Shi, Wang, Chu, Li 2018): an iteration is a DAG
+// of tasks (forward, per-layer backward, per-message allreduce, update) and its time is the
+// length of the DAG's critical path. It predicts the iteration time of each schedule for the
+// plans the runtime makes (dist/merge_plan.h), and of CD-SGD and DS-Sync.
 //
 // Conventions: layers are numbered in forward order 0 .. L-1, so backward runs L-1 .. 0. Times
 // are seconds, sizes bytes. The network is T(M) = alpha + beta * M per message (alpha: start-up
@@ -11,29 +11,22 @@
 #include <string>
 #include <vector>
 
+#include "dist/link_cost.h"
+#include "dist/merge_plan.h"
+
 namespace mt::dist {
 
-// When the gradient exchange runs; see algorithms.md section 1.
-enum class Schedule { BSP, WFBP, FUSION, MGWFBP };
-Schedule parse_schedule(const std::string& name);  // "bsp", "wfbp", "fusion", "mgwfbp"
-std::vector<std::string> schedule_names();
-std::string schedule_name(Schedule schedule);
-
-struct LinearCost {
+// The link as the runtime plans with it (alpha, beta, gamma: dist/link_cost.h), plus what the
+// cost model also measures. gamma, overlap_slowdown and the during-compute curve describe ranks
+// that share CPU cores: `mintrain model` uses them in its "shared cores" mode only (off by
+// default), and the runtime never.
+struct LinearCost : LinkCost {
   LinearCost() = default;
-  LinearCost(double alpha_s, double beta_s_per_byte, double gamma_s = 0.0)
-      : alpha(alpha_s), beta(beta_s_per_byte), gamma(gamma_s) {}
+  LinearCost(double alpha_s, double beta_s_per_byte, double gamma_s = 0.0) : LinkCost(alpha_s, beta_s_per_byte, gamma_s) {}
+  LinearCost(const LinkCost& link) : LinkCost(link) {}
 
-  double alpha = 0.0;  // seconds per message
-  double beta = 0.0;   // seconds per byte
-  // Seconds of computation lost per message sent while backward still runs. Zero where the
-  // communication has resources of its own (a GPU's copy engines and NCCL's kernels, or a spare
-  // core per rank); on CPU ranks that share their cores (more runnable threads than cores) each
-  // message's protocol work (the communication thread's and the transport's wake-ups, system
-  // calls and copies) is taken from the training threads, so backward itself gets slower with
-  // every message: measured ~2 ms per message for 4 ranks on 2 cores (docs/PERF.md). It is what
-  // makes WFBP slower than BSP there, and what MG-WFBP's merging saves besides alpha.
-  double gamma = 0.0;
+  // gamma (LinkCost): on CPU ranks that share their cores each message's protocol work is taken
+  // from the training threads, so backward itself gets slower with every message sent during it.
   // Where > 0, the DAG charges the CPU that messages take from backward this way instead of gamma
   // per message: the share of the compute lost while a message is on the link during backward
   // (0 <= overlap_slowdown < 1) per second of the message's back-to-back time, each message charged
@@ -42,30 +35,26 @@ struct LinearCost {
   // it takes from backward, and overlap_slowdown was measured against the back-to-back time:
   // comm_profile.h.) gamma per message only holds for the ratio of message time to compute between
   // messages it was measured at: a message that waits in the queue behind others takes nothing
-  // from backward until it is sent, and a long one takes more. ResNet-20's MG-WFBP on 8 ranks lost
-  // 14 ms of backward per 0.14 MB message where the synthetic gamma, whose 16 KB messages queued
-  // behind each other, said 3 (docs/PERF.md). gamma stays MG-WFBP's rule (b) term.
+  // from backward until it is sent, and a long one takes more (docs/PERF.md). gamma stays
+  // MG-WFBP's rule (b) term.
   double overlap_slowdown = 0.0;
   // Optional: the mean times measured for allreduces of some sizes on the very group this cost
   // describes (ascending sizes, CommProfile's per-size means). Where present, time() follows
   // them, interpolating linearly between neighbouring sizes, holding the smallest size's time
   // below it and continuing with slope beta above the largest. Real links are not a straight
-  // line in size (tbf lets a 10 ms burst through at full speed: on 100 Mbit/s links 256 KiB took
-  // 33 ms, 4 MiB 560 ms, and the best line missed the large sizes by 11-18%); at the scale it was
-  // measured on, the measurement is the better model. alpha and beta stay the model for other
+  // line in size (a token-bucket shaper lets a burst through at full speed; docs/PERF.md): at
+  // the scale it was measured on, the measurement is the better model. alpha and beta stay the model for other
   // scales (NetworkModel) and for MG-WFBP's rule (b).
   std::vector<double> measured_bytes, measured_seconds;
   // Optional, with the measured curve: the same sizes' mean times when every allreduce came after
   // `idle_measured` seconds in which the network carried nothing (profile-comm --idle-ms). In
   // training the links idle while the ranks compute, and a link can be faster after idling than
-  // back to back: a tbf link lets its bucket through at once (on the testbed, LeNet's 0.24 MB
-  // took 33 ms back to back and 30 after 3.4 ms of idling).
+  // back to back: a token-bucket link lets its bucket through at once (docs/PERF.md).
   std::vector<double> idle_measured_seconds;
   double idle_measured = 0.0;
   // Optional, with the measured curve: the same sizes' mean times while every rank also computed
   // (profile-comm times them with a second thread computing on each rank). Where ranks share
-  // cores, the communication threads then get only part of a core: on 8 ranks ResNet-20's
-  // 0.14 MB messages took 41-60 ms during backward and 30 back to back (docs/PERF.md). The DAG
+  // cores, the communication threads then get only part of a core (docs/PERF.md). The DAG
   // charges a message this time for the share of it that overlaps backward.
   std::vector<double> busy_measured_seconds;
   double time(double bytes) const;
@@ -77,11 +66,7 @@ struct LinearCost {
   double time_during_compute(double bytes) const;
 };
 
-// Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes), in relative
-// error (each residual divided by its time): every size counts alike, where plain least squares
-// lets the largest messages decide alpha alone (a 4 MB message's noise outweighs a 4 KB
-// message's whole time). alpha is clamped at 0: a negative start-up cost is noise, and MG-WFBP's
-// rule (b) needs alpha >= 0. Times must be > 0.
+// fit_link_cost (dist/link_cost.h), as a LinearCost without curves.
 LinearCost fit_linear_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 // Attaches a measured curve to `cost` (any order of sizes; sorted here). Sizes and times must be
@@ -119,36 +104,6 @@ class Dag {
   std::vector<int> critical_pred_;  // the dependency that finishes last (-1: none)
 };
 
-// Messages: groups of layers sent as one allreduce, in send order; each group lists its layers
-// in backward order (so group.back() is the layer whose gradient completes the message).
-using MergePlan = std::vector<std::vector<int>>;
-
-MergePlan wfbp_plan(int layers);  // one message per layer, L-1 first
-MergePlan bsp_plan(int layers);   // one message with everything
-// Tensor fusion: layers packed in backward order into messages of at most cap_bytes (the first
-// message at most first_cap_bytes); a layer bigger than the cap gets a message of its own.
-MergePlan fusion_plan(const std::vector<double>& bytes, double cap_bytes, double first_cap_bytes);
-// MG-WFBP (algorithms.md section 1): walk l = L-1 .. 1 and merge l into l-1 when l's
-// communication cannot finish before l-1's gradient is ready and either (a) it has not started
-// by then or (b) it started less than alpha + gamma earlier (merging saves one start-up on the
-// link and, with gamma > 0, one message's worth of stolen compute: layer l-1's gradient is then
-// ready gamma sooner); recompute the start times after each merge. With gamma = 0 this is the
-// paper's rule exactly.
-MergePlan mgwfbp_plan(const std::vector<double>& backward_seconds, const std::vector<double>& bytes,
-                      const LinearCost& cost);
-
-// MG-WFBP as the synchronizer and `mintrain model` run it: the plan is chosen from the cost model.
-// The greedy rule above walks one pair of layers at a time, and where every layer's backward is
-// shorter than alpha + gamma (ResNet-20 on 8 CPU ranks: ~5 ms layers, 26 ms) rule (b) merges
-// everything into one message, although sending the last layers' gradients early and the rest
-// at the end is predicted faster (the model's own FUSION plan: 580 vs 684 ms; docs/PERF.md). So
-// the greedy plan is compared with WFBP, one message, and byte-capped buckets in backward order
-// (caps doubling from the smallest gradient to the whole), by the predicted end of backward and
-// communication, and another plan replaces it only when more than kPlanMargin faster.
-constexpr double kPlanMargin = 0.02;
-MergePlan mgwfbp_best_plan(const std::vector<double>& backward_seconds, const std::vector<double>& bytes,
-                           const LinearCost& cost);
-
 struct LayerCost {
   double forward = 0.0;   // seconds
   double backward = 0.0;  // seconds
@@ -180,7 +135,7 @@ Prediction predict_schedule(Schedule schedule, const std::vector<LayerCost>& lay
                             const LinearCost& cost, double update_seconds, double cap_bytes,
                             double first_cap_bytes);
 
-// ---- CD-SGD and DS-Sync (algorithms.md sections 2 and 3) ----
+// ---- CD-SGD and DS-Sync (docs/algorithms.md sections 2 and 3) ----
 //
 // CD-SGD, steady state (after the warm-up iterations, which are S-SGD BSP). Iteration t launches
 // the exchange of its compressed gradient and then, before its local step, waits for exchange
@@ -231,7 +186,5 @@ struct DssyncCost {
 double dssync_cross_fraction(int n, int g, int ranks_per_rack, bool rack_aware, int cross_period);
 Prediction predict_dssync(const std::vector<LayerCost>& layers, double update_seconds,
                           const DssyncCost& cost);
-
-std::string plan_str(const MergePlan& plan);  // e.g. "[7 6] [5 4 3] [2 1 0]"
 
 }  // namespace mt::dist

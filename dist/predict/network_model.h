@@ -1,4 +1,4 @@
-// The network side of the cost model (algorithms.md section 5): how long a collective takes on
+// The network side of the cost model (docs/algorithms.md section 5): how long a collective takes on
 // N workers, as a LinearCost T(M) = alpha + beta * M that the DAG model (cost_model.h) plugs
 // into its message tasks. Nothing here is measured; the numbers describe a network the user
 // names (a config or flags), so predictions can be made for machines we do not have.
@@ -30,7 +30,7 @@
 #pragma once
 #include <string>
 
-#include "dist/cost_model.h"
+#include "dist/predict/cost_model.h"
 
 namespace mt::dist {
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "dist/cost_model.h"
-#include "dist/dssync_comm_profile.h"
+#include "dist/predict/cost_model.h"
+#include "dist/predict/dssync_comm_profile.h"
 
 namespace mt::apps {
 

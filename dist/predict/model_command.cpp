@@ -1,4 +1,4 @@
-#include "apps/model_command.h"
+#include "dist/predict/model_command.h"
 
 #include <algorithm>
 #include <optional>
@@ -13,14 +13,16 @@
 #include <ostream>
 #include <sstream>
 
-#include "apps/flag_values.h"
+#include "apps/flags.h"
 #include "apps/json_file.h"
 #include "apps/task.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/json_escape.h"
 #include "core/random.h"
-#include "dist/comm_profile.h"
+#include "dist/predict/comm_profile.h"
+#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/dist_config.h"
 #include "dist/compressor.h"
 #include "dist/error_feedback.h"
 #include "dist/rendezvous.h"
@@ -142,7 +144,7 @@ const char* kModelUsage =
     "                      [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]\n"
     "                      [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]\n"
     "                      [--layer-times FILE.json] [--save-profile FILE.json]\n"
-    "                      [--comm-profile FILE.json]\n"
+    "                      [--comm-profile FILE.json [--shared-cores]]\n"
     "  --comm-profile: the network as measured by `mintrain profile-comm` on n ranks (Gloo's ring\n"
     "    allreduce, T(M) = alpha + beta * M, and gamma). Per-hop latency alpha / (2(n-1)) replaces\n"
     "    --latency-us and --inter-latency-us. With --bandwidth-gbps, every link's bandwidth is scaled\n"
@@ -152,7 +154,10 @@ const char* kModelUsage =
     "    after backward and never pays it). At N = n, an allreduce costs what the profile measured\n"
     "    for that size (the mean, interpolated between the measured sizes), not the fitted line;\n"
     "    when it was also timed after idling (profile-comm --idle-ms), a message that follows that\n"
-    "    much idle network or more takes the after-idle time, and less idle a share of the saving.";
+    "    much idle network or more takes the after-idle time, and less idle a share of the saving.\n"
+    "  --shared-cores: also apply the profile's core-sharing terms (gamma, the share of compute lost\n"
+    "    while a message is in flight, the during-compute curve), for ranks that share CPU cores. Off by\n"
+    "    default: they were fitted where ranks share cores and do not carry over to other machines.";
 
 }  // namespace
 
@@ -480,44 +485,41 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<int> workers;
   for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
   int at = -1, profile_iters = 10, warmup_iters = 2;
+  bool shared_cores = false;
   // Flags win over the config's dist.network, which wins over the defaults.
   std::optional<double> bandwidth, latency, inter_bandwidth, inter_latency;
   std::optional<int> ranks_per_rack;
   std::optional<std::string> allreduce;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      MT_CHECK(i + 1 < args.size(), "model: ", a, " needs a value\n", kModelUsage);
-      return args[++i];
-    };
-    if (a == "--set") sets.push_back(value());
-    else if (a == "--workers") workers = parse_workers(value());
-    else if (a == "--at") at = parse_int(a, value(), 1);
-    else if (a == "--bandwidth-gbps") bandwidth = parse_number(a, value());
-    else if (a == "--latency-us") latency = parse_number(a, value());
-    else if (a == "--ranks-per-rack") ranks_per_rack = parse_int(a, value(), 0);
-    else if (a == "--inter-bandwidth-gbps") inter_bandwidth = parse_number(a, value());
-    else if (a == "--inter-latency-us") inter_latency = parse_number(a, value());
-    else if (a == "--allreduce") allreduce = value();
-    else if (a == "--profile-iters") profile_iters = parse_int(a, value(), 1);
-    else if (a == "--warmup-iters") warmup_iters = parse_int(a, value(), 0);
-    else if (a == "--layer-times") layer_times = value();
-    else if (a == "--save-profile") save_profile = value();
-    else if (a == "--comm-profile") comm_profile = value();
-    else if (a == "--help" || a == "-h") {
+  Flags f("model", args, kModelUsage);
+  while (f.next()) {
+    if (f.is("--set")) sets.push_back(f.value());
+    else if (f.is("--workers")) workers = parse_workers(f.value());
+    else if (f.is("--at")) at = f.integer(1);
+    else if (f.is("--bandwidth-gbps")) bandwidth = f.number();
+    else if (f.is("--latency-us")) latency = f.number();
+    else if (f.is("--ranks-per-rack")) ranks_per_rack = f.integer(0);
+    else if (f.is("--inter-bandwidth-gbps")) inter_bandwidth = f.number();
+    else if (f.is("--inter-latency-us")) inter_latency = f.number();
+    else if (f.is("--allreduce")) allreduce = f.value();
+    else if (f.is("--profile-iters")) profile_iters = f.integer(1);
+    else if (f.is("--warmup-iters")) warmup_iters = f.integer(0);
+    else if (f.is("--layer-times")) layer_times = f.value();
+    else if (f.is("--save-profile")) save_profile = f.value();
+    else if (f.is("--comm-profile")) comm_profile = f.value();
+    else if (f.is("--shared-cores")) shared_cores = true;
+    else if (f.is("--help") || f.is("-h")) {
       out << kModelUsage << "\n";
       return 0;
-    } else if (!a.empty() && a[0] == '-') {
-      MT_FAIL("model: unknown option \"", a, "\"\n", kModelUsage);
+    } else if (f.arg().rfind("-", 0) == 0) {
+      f.unknown();
     } else {
-      MT_CHECK(config_path.empty(), "model: more than one CONFIG (\"", config_path, "\" and \"", a,
-               "\")\n", kModelUsage);
-      config_path = a;
+      if (!config_path.empty()) f.fail("more than one CONFIG (\"" + config_path + "\" and \"" + f.arg() + "\")");
+      config_path = f.arg();
     }
   }
   MT_CHECK(!config_path.empty(), "model: missing CONFIG\n", kModelUsage);
   const RunConfig config = load_run_config(config_path, sets);
-  const auto& dc = config.dist();
+  const mintrain::DistConfig dc = dist::resolve_dist_config(config.dist());  // flat fields mapped
 
   const auto& nc = dc.network();
   const bool bandwidth_given = bandwidth || nc.has_bandwidth_gbps();
@@ -534,6 +536,12 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::string measured_line;
   if (!comm_profile.empty()) {
     measured = read_comm_profile(comm_profile);
+    if (!shared_cores) {
+      // Cores of their own for communication: the core-sharing terms stay out of the model.
+      measured->cost.gamma = 0.0;
+      measured->cost.overlap_slowdown = 0.0;
+      measured->cost.busy_measured_seconds.clear();
+    }
     const CalibratedNetwork c = calibrate_network(net, bandwidth_given, *measured);
     net = c.spec;
     const int n = measured->world;
@@ -581,12 +589,10 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   const int64_t grad_values = static_cast<int64_t>(profile.gradient_bytes() / 4.0);
 
   AlgorithmSettings s;
-  s.bucket_cap_mb = dc.bucket_cap_mb();
-  s.first_bucket_cap_mb = dc.first_bucket_cap_mb();
+  s.bucket_cap_mb = dc.ssgd().bucket_cap_mb();
+  s.first_bucket_cap_mb = dc.ssgd().first_bucket_cap_mb();
   dist::CompressionOptions co;
-  co.type = dc.compression();
-  co.tau = dc.compression_tau();
-  co.topk_ratio = dc.topk_ratio();
+  co = dist::compression_options(dc.compressor());
   const auto compressor = dist::make_compressor(co);
   s.compression = compressor->name();
   s.cdsgd_summable = compressor->summable();
@@ -596,11 +602,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   }
   s.cdsgd_per_exchange.compress = profile.compress_seconds;
   s.cdsgd_per_exchange.decompress = profile.decode_seconds;
-  s.cdsgd_per_exchange.full_precision_every = dc.cdsgd_k();
-  s.dssync_group_size = dc.dssync_group_size();
-  s.dssync_cross_period = dc.dssync_cross_period();
-  s.dssync_global_average_every = dc.dssync_global_average_every();
-  s.dssync_rack_aware = dc.dssync_rack_size() > 0 || dc.dssync_ranks_per_rack() > 0 || dc.dssync_measure_racks();
+  s.cdsgd_per_exchange.full_precision_every = dc.cdsgd().k();
+  s.dssync_group_size = dc.dssync().group_size();
+  s.dssync_cross_period = dc.dssync().cross_period();
+  s.dssync_global_average_every = dc.dssync().global_average_every();
+  s.dssync_rack_aware = dc.dssync().rack_size() > 0 || dc.dssync().ranks_per_rack() > 0 || dc.dssync().measure_racks();
   if (measured) {
     s.measured_world = measured->world;
     s.measured = measured->cost;
@@ -655,8 +661,8 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   out << "CD-SGD: " << s.compression << ", " << (s.cdsgd_summable ? "allreduce" : "allgather") << " of "
       << mb(s.cdsgd_payload_bytes) << " per rank, compress " << ms(profile.compress_seconds)
       << ", decode " << ms(profile.decode_seconds) << " per payload, full precision "
-      << (dc.cdsgd_k() > 0 ? "every " + std::to_string(dc.cdsgd_k()) + " iterations" : "never")
-      << " (steady state, after " << dc.cdsgd_warmup_iters() << " warm-up iterations)\n";
+      << (dc.cdsgd().k() > 0 ? "every " + std::to_string(dc.cdsgd().k()) + " iterations" : "never")
+      << " (steady state, after " << dc.cdsgd().warmup_iters() << " warm-up iterations)\n";
   out << "DS-Sync: groups of " << s.dssync_group_size << ", "
       << (s.dssync_rack_aware ? "rack-aware, crossing racks every " + std::to_string(s.dssync_cross_period)
                               : std::string("butterfly over the racks"))

@@ -1,4 +1,4 @@
-#include "dist/network_model.h"
+#include "dist/predict/network_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
-#include "apps/comm_profile_file.h"
+#include "dist/predict/comm_profile_file.h"
 
 #include <cmath>
 
 #include "apps/json_file.h"
 #include "core/error.h"
-#include "dist/comm_profile.h"
+#include "dist/predict/comm_profile.h"
 
 namespace mt::apps {
 namespace {

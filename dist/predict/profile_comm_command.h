@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm_profile.h"
+#include "dist/predict/comm_profile.h"
 
 namespace mt::apps {
 

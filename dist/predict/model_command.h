@@ -48,11 +48,11 @@
 #include <string>
 #include <vector>
 
-#include "apps/comm_profile_file.h"
+#include "dist/predict/comm_profile_file.h"
 #include "apps/config.h"
-#include "dist/cost_model.h"
-#include "dist/dssync_comm_profile.h"
-#include "dist/network_model.h"
+#include "dist/predict/cost_model.h"
+#include "dist/predict/dssync_comm_profile.h"
+#include "dist/predict/network_model.h"
 
 namespace mt::apps {
 
