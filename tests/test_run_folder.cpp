@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
+#include <vector>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +18,7 @@
 #include "apps/run_folder.h"
 #include "apps/trainer.h"
 #include "core/error.h"
+#include "core/runtime.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"
 
@@ -428,4 +432,23 @@ TEST(Timeline, OneProcessWritesItsTraceToo) {
   const std::string trace = slurp(out / "trace-0.json");
   EXPECT_TRUE(th::contains(trace, "\"forward\"")) << "dist.timeline_file was ignored without force_distributed";
   EXPECT_TRUE(th::contains(trace, "\"backward\""));
+}
+
+// Other work on the same cores: the progress line is followed by a warning that says so.
+TEST(CpuContention, ATrainingRunWhoseThreadsWaitForCoresSaysSo) {
+  const fs::path out = temp_dir("contention");
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (int i = 0; i < 3 * mt::core::usable_cores(); ++i) {
+    spinners.emplace_back([&] {
+      volatile unsigned long x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  }
+  std::ostringstream log;
+  train(tiny(out, {"epochs=2", "model.hidden=[256,256]", "logging.print_every_iters=32"}), {}, "", &log);
+  stop = true;
+  for (auto& t : spinners) t.join();
+  EXPECT_TRUE(th::contains(log.str(), "warning: this process's threads waited")) << log.str();
+  EXPECT_TRUE(th::contains(log.str(), "lower `threads`")) << log.str();
 }
