@@ -19,8 +19,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
+#include "core/kernels/cpu/conv_dnnl.h"
 #include "core/kernels/cpu/gemm.h"
 #include "core/precision.h"
 
@@ -140,8 +142,10 @@ bool parallel_over_batch(const Geometry& g) {
   return g.n > 1 && g.n >= omp_get_max_threads() && macs >= (int64_t{1} << 18);
 }
 
-void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
-                         int64_t padding, Tensor& y) {
+}  // namespace
+
+void conv2d_forward_reference(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                              int64_t padding, Tensor& y) {
   const Geometry g = geometry(x, w, y, stride, padding);
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
@@ -168,8 +172,8 @@ void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, i
   }
 }
 
-void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
-                          int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
+void conv2d_backward_reference(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
+                               int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
   const Geometry g = geometry(x, w, gy, stride, padding);
   const bool want_gx = gx.defined(), want_gw = gw.defined(), want_gb = gb.defined();
   const float* px = x.data<float>();
@@ -247,7 +251,45 @@ void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, in
   }
 }
 
+namespace {
+
+std::atomic<ConvImpl> g_impl{ConvImpl::Fast};
+
+bool use_fast() {
+#ifdef MT_WITH_DNNL
+  return g_impl.load(std::memory_order_relaxed) == ConvImpl::Fast;
+#else
+  return false;
+#endif
+}
+
+void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                         int64_t padding, Tensor& y) {
+#ifdef MT_WITH_DNNL
+  if (use_fast()) return dnnl_conv::forward(x, w, bias, stride, padding, y);
+#endif
+  conv2d_forward_reference(x, w, bias, stride, padding, y);
+}
+
+void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
+                          int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
+#ifdef MT_WITH_DNNL
+  if (use_fast()) return dnnl_conv::backward(x, w, gy, stride, padding, gx, gw, gb);
+#endif
+  conv2d_backward_reference(x, w, gy, stride, padding, gx, gw, gb);
+}
+
 }  // namespace
+
+void set_conv_impl(ConvImpl impl) { g_impl.store(impl, std::memory_order_relaxed); }
+ConvImpl conv_impl() { return g_impl.load(std::memory_order_relaxed); }
+bool conv_has_fast_impl() {
+#ifdef MT_WITH_DNNL
+  return true;
+#else
+  return false;
+#endif
+}
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
                     int64_t padding, Tensor& y) {
