@@ -282,7 +282,8 @@ std::string train_benchmark_line(const TrainBenchmarkOptions& o, const TrainBenc
 std::string train_benchmark_profile_lines(const TrainBenchmarkResult& r) {
   std::ostringstream out;
   double inside = 0.0;
-  auto line = [&](const std::string& name, double seconds) {
+  auto line = [&](std::string name, double seconds) {
+    std::replace(name.begin(), name.end(), ' ', '_');  // one token, as the line's other fields
     out << "bench_train_op name=" << name << " ms_per_step=" << fixed(seconds * 1e3, 3)
         << " share=" << fixed(r.profile_step_seconds > 0 ? seconds / r.profile_step_seconds : 0.0, 3) << "\n";
   };

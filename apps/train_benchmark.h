@@ -70,7 +70,8 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options);
 // The one line bench_train prints and bench_train.sh parses: "bench_train key=value ...".
 std::string train_benchmark_line(const TrainBenchmarkOptions& options, const TrainBenchmarkResult& result);
 // --profile's lines, one per entry: "bench_train_op name=... ms_per_step=... share=..." (share:
-// of the profiled step's time), and a last one for the time outside every scope.
+// of the profiled step's time; spaces in names become '_'), and a last one for the time
+// outside every scope.
 std::string train_benchmark_profile_lines(const TrainBenchmarkResult& result);
 
 }  // namespace mt::apps

@@ -24,6 +24,7 @@
 #include <dnnl.hpp>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 
 namespace mt::core::cpu::dnnl_conv {
 
@@ -75,6 +76,7 @@ struct Operand {
     memory user(plain, engine(), const_cast<float*>(data));
     if (!to_want) return user;
     memory m(want, engine(), buffer(slot, want.get_size()));
+    ProfileScope scope("conv2d_reorder");
     to_want->execute(s, user, m);
     return m;
   }
@@ -86,6 +88,7 @@ struct Operand {
   void finish(dnnl::stream& s, memory& m, float* data) const {
     if (!to_plain) return;
     memory user(plain, engine(), data);
+    ProfileScope scope("conv2d_reorder");
     to_plain->execute(s, m, user);
   }
 };
@@ -182,6 +185,7 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t strid
     args[DNNL_ARG_BIAS] = memory({{w.shape()[0]}, dt::f32, tag::a}, engine(), const_cast<float*>(bias.data<float>()));
   }
   add_scratchpad(p.fwd_pd, args);
+  ProfileScope scope("conv2d_forward_dnnl");
   p.fwd->execute(s, args);
   p.f_dst->finish(s, dst, y.data<float>());
   s.wait();
@@ -205,6 +209,7 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride
     args[DNNL_ARG_DIFF_WEIGHTS] = dw;
     if (gb.defined()) args[DNNL_ARG_DIFF_BIAS] = memory({{w.shape()[0]}, dt::f32, tag::a}, engine(), gb.data<float>());
     add_scratchpad(p.weights_pd, args);
+    ProfileScope scope("conv2d_backward_weights_dnnl");
     p.bwd_weights->execute(s, args);
     p.w_dw->finish(s, dw, gw_data);
   }
@@ -219,6 +224,7 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride
                                             {DNNL_ARG_WEIGHTS, p.d_w->input(s, w.data<float>(), kWeights)},
                                             {DNNL_ARG_DIFF_SRC, dsrc}};
     add_scratchpad(p.data_pd, args);
+    ProfileScope scope("conv2d_backward_data_dnnl");
     p.bwd_data->execute(s, args);
     p.d_dsrc->finish(s, dsrc, gx.data<float>());
   }
