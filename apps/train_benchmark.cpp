@@ -244,6 +244,8 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
            " timed steps had NaN/Inf gradients and were skipped, so the figure is not a training step's; "
            "check the model at this precision");
   r.overflow_steps = scaler ? scaler->overflow_steps() - overflows_before : 0;
+  r.median = median(r.runs);
+  r.last_loss = loss.item();  // of the timed steps: the profiled ones below come after
   if (options.profile > 0) {
     core::reset_op_profile();
     core::set_op_profiling(true);
@@ -254,8 +256,6 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
     core::set_op_profiling(false);
     for (const auto& e : core::op_profile()) r.profile.emplace_back(e.name, e.seconds / options.profile);
   }
-  r.median = median(r.runs);
-  r.last_loss = loss.item();
   r.parameters = model.num_parameters();
   r.unit = is_bert(options.model) ? "seq" : "img";
   std::ostringstream setup;

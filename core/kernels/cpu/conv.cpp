@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/kernels/cpu/conv_dnnl.h"
@@ -253,7 +255,14 @@ void conv2d_backward_reference(const Tensor& x, const Tensor& w, const Tensor& g
 
 namespace {
 
-std::atomic<ConvImpl> g_impl{ConvImpl::Fast};
+// MT_CONV=reference in the environment starts a process on the im2col kernels: a fallback
+// should oneDNN misbehave on some machine, and the "before" of an end-to-end comparison.
+ConvImpl initial_impl() {
+  const char* v = std::getenv("MT_CONV");
+  return v && std::string(v) == "reference" ? ConvImpl::Reference : ConvImpl::Fast;
+}
+
+std::atomic<ConvImpl> g_impl{initial_impl()};
 
 bool use_fast() {
 #ifdef MT_WITH_DNNL

@@ -15,8 +15,8 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t
                      int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb);
 
 enum class ConvImpl { Fast, Reference };
-// Which implementation conv2d_forward/backward run (process-wide; Fast by default). Fast is
-// the reference in a build without oneDNN.
+// Which implementation conv2d_forward/backward run (process-wide; Fast by default, Reference
+// when the environment has MT_CONV=reference). Fast is the reference in a build without oneDNN.
 void set_conv_impl(ConvImpl impl);
 ConvImpl conv_impl();
 bool conv_has_fast_impl();  // built with oneDNN
