@@ -1,3 +1,6 @@
+// The reference convolution kernels, and the switch between them and oneDNN's (conv_dnnl.cpp,
+// in builds that have it; the switch is at the end of this file).
+//
 // Convolution as matrix products. For one sample, im2col unfolds the input into
 // col[C*kh*kw, Ho*Wo] (column j holds the receptive field of output pixel j), so that
 //   y[O, Ho*Wo]      = W[O, C*kh*kw] * col
@@ -272,10 +275,12 @@ bool use_fast() {
 #endif
 }
 
+// A shape oneDNN has no kernel for (it reports that when the primitive is made) falls back to
+// the reference.
 void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
                          int64_t padding, Tensor& y) {
 #ifdef MT_WITH_DNNL
-  if (use_fast()) return dnnl_conv::forward(x, w, bias, stride, padding, y);
+  if (use_fast() && dnnl_conv::forward(x, w, bias, stride, padding, y)) return;
 #endif
   conv2d_forward_reference(x, w, bias, stride, padding, y);
 }
@@ -283,7 +288,7 @@ void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, i
 void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
                           int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
 #ifdef MT_WITH_DNNL
-  if (use_fast()) return dnnl_conv::backward(x, w, gy, stride, padding, gx, gw, gb);
+  if (use_fast() && dnnl_conv::backward(x, w, gy, stride, padding, gx, gw, gb)) return;
 #endif
   conv2d_backward_reference(x, w, gy, stride, padding, gx, gw, gb);
 }

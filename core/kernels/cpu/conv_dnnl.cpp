@@ -50,7 +50,7 @@ Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool b
 memory::dims dims_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
 
 // Buffers for the reordered copies, by role; they grow to the largest layer and are reused.
-enum Slot { kSrc, kWeights, kDst, kDiffSrc, kDiffWeights, kDiffDst, kScratchpad, kSlots };
+enum Slot { kSrc, kWeights, kDst, kDiffSrc, kDiffWeights, kDiffDst, kScratchpad, kUnwanted, kSlots };
 void* buffer(Slot slot, size_t bytes) {
   thread_local std::vector<float> buffers[kSlots];
   auto& b = buffers[slot];
@@ -119,14 +119,9 @@ struct Plan {
   std::unique_ptr<Operand> f_src, f_w, f_dst, d_ddst, d_w, d_dsrc, w_src, w_ddst, w_dw;
 };
 
-Plan& plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
-  static std::map<Key, std::unique_ptr<Plan>> plans;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = plans[key_of(x, w, stride, pad, bias)];
-  if (slot) return *slot;
-  slot = std::make_unique<Plan>();
-  Plan& p = *slot;
+std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
 
   const int64_t n = x.shape()[0], o = w.shape()[0];
   const int64_t ho = (x.shape()[2] + 2 * pad - w.shape()[2]) / stride + 1;
@@ -169,13 +164,32 @@ Plan& plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bo
   p.w_src = std::make_unique<Operand>(weights_pd.src_desc(), src_plain);
   p.w_ddst = std::make_unique<Operand>(weights_pd.diff_dst_desc(), dst_plain);
   p.w_dw = std::make_unique<Operand>(weights_pd.diff_weights_desc(), w_plain);
-  return p;
+  return plan;
+}
+
+// The plan of a shape, made on its first call; null when oneDNN has no kernel for it (also
+// remembered, so that it is asked once).
+const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+  static std::map<Key, std::unique_ptr<Plan>> plans;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const Key key = key_of(x, w, stride, pad, bias);
+  if (auto it = plans.find(key); it != plans.end()) return it->second.get();
+  std::unique_ptr<Plan> plan;
+  try {
+    plan = make_plan(x, w, stride, pad, bias);
+  } catch (const dnnl::error&) {
+    plan.reset();
+  }
+  return (plans[key] = std::move(plan)).get();
 }
 
 }  // namespace
 
-void forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding, Tensor& y) {
-  Plan& p = plan_for(x, w, stride, padding, bias.defined());
+bool forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding, Tensor& y) {
+  const Plan* plan = plan_for(x, w, stride, padding, bias.defined());
+  if (!plan) return false;
+  const Plan& p = *plan;
   dnnl::stream s(engine());
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, p.f_src->input(s, x.data<float>(), kSrc)},
                                           {DNNL_ARG_WEIGHTS, p.f_w->input(s, w.data<float>(), kWeights)}};
@@ -189,22 +203,21 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t strid
   p.fwd->execute(s, args);
   p.f_dst->finish(s, dst, y.data<float>());
   s.wait();
+  return true;
 }
 
-void backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride, int64_t padding, Tensor& gx,
+bool backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride, int64_t padding, Tensor& gx,
               Tensor& gw, Tensor& gb) {
-  Plan& p = plan_for(x, w, stride, padding, gb.defined());
+  const Plan* plan = plan_for(x, w, stride, padding, gb.defined());
+  if (!plan) return false;
+  const Plan& p = *plan;
   dnnl::stream s(engine());
   if (gw.defined() || gb.defined()) {
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, p.w_src->input(s, x.data<float>(), kSrc)},
                                             {DNNL_ARG_DIFF_DST, p.w_ddst->input(s, gy.data<float>(), kDiffDst)}};
     // The weight gradient is always computed with the bias's when asked: one pass over dy.
-    std::vector<float> unused;
-    float* gw_data = gw.defined() ? gw.data<float>() : nullptr;
-    if (!gw_data) {
-      unused.resize(w.numel());
-      gw_data = unused.data();
-    }
+    float* gw_data = gw.defined() ? gw.data<float>()
+                                  : static_cast<float*>(buffer(kUnwanted, w.numel() * sizeof(float)));
     memory dw = p.w_dw->output(gw_data, kDiffWeights);
     args[DNNL_ARG_DIFF_WEIGHTS] = dw;
     if (gb.defined()) args[DNNL_ARG_DIFF_BIAS] = memory({{w.shape()[0]}, dt::f32, tag::a}, engine(), gb.data<float>());
@@ -229,6 +242,7 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride
     p.d_dsrc->finish(s, dsrc, gx.data<float>());
   }
   s.wait();
+  return true;
 }
 
 }  // namespace mt::core::cpu::dnnl_conv
