@@ -267,13 +267,9 @@ ConvImpl initial_impl() {
 
 std::atomic<ConvImpl> g_impl{initial_impl()};
 
-bool use_fast() {
 #ifdef MT_WITH_DNNL
-  return g_impl.load(std::memory_order_relaxed) == ConvImpl::Fast;
-#else
-  return false;
+bool use_fast() { return g_impl.load(std::memory_order_relaxed) == ConvImpl::Fast; }
 #endif
-}
 
 // A shape oneDNN has no kernel for (it reports that when the primitive is made) falls back to
 // the reference.
