@@ -10,6 +10,8 @@
 #include "apps/flags.h"
 #include "apps/trainer.h"
 #include "core/error.h"
+#include "core/kernels/cpu/conv.h"
+#include "core/op_profile.h"
 #include "core/runtime.h"
 #include "core/synchronize.h"
 #include "layers/models/registry.h"
@@ -116,11 +118,15 @@ std::string train_benchmark_usage() {
   return "usage: bench_train --model NAME [--batch N] [--device cpu|cuda|cuda:N]\n"
          "                   [--precision fp32|tf32|bf16|fp16] [--image-size N] [--seq-len N] [--vocab N]\n"
          "                   [--warmup N] [--iters N] [--repeats N] [--threads N] [--cudnn-benchmark 0|1]\n"
+         "                   [--profile N] [--conv fast|reference]\n"
          "  Times full training steps of one case on synthetic data already on the device and prints\n"
          "  one line: bench_train framework=mintrain model=... throughput=<median units/s> ...\n"
          "  models: " + joined(layers::model_names()) + "\n"
          "  defaults: --batch 64 --device cpu --precision fp32 --seq-len 128 --vocab 30522\n"
          "            --warmup 5 --iters 20 --repeats 3 --threads 0 (all cores) --cudnn-benchmark 1\n"
+         "  --profile N: then N more steps with per-op timing (self time per kernel, backward node and\n"
+         "            step phase; one bench_train_op line each, ms per step), not part of the figure\n"
+         "  --conv: the CPU convolutions, fast (oneDNN where built, the default) or reference (im2col)\n"
          "  apps/scripts/bench_train.sh runs a list of cases against PyTorch and prints a table.";
 }
 
@@ -143,12 +149,15 @@ TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>&
     else if (f.is("--repeats")) o.repeats = f.integer(1);
     else if (f.is("--threads")) o.threads = f.integer(0);
     else if (f.is("--cudnn-benchmark")) o.cudnn_benchmark = f.integer(0) != 0;
+    else if (f.is("--profile")) o.profile = f.integer(0);
+    else if (f.is("--conv")) o.conv = f.value();
     else f.unknown();
   }
   const std::vector<std::string> models = layers::model_names();
   MT_CHECK(model_given, "--model is required; give one of: ", joined(models));
   MT_CHECK(std::find(models.begin(), models.end(), o.model) != models.end(), "--model: unknown model \"",
            o.model, "\"; give one of: ", joined(models));
+  MT_CHECK(o.conv == "fast" || o.conv == "reference", "--conv: \"", o.conv, "\" is not fast or reference");
   MT_CHECK(std::find(kPrecisions.begin(), kPrecisions.end(), o.precision) != kPrecisions.end(),
            "--precision: \"", o.precision, "\" is not a precision; give one of: ", joined(kPrecisions));
   bool cpu = false;
@@ -168,6 +177,7 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
            ": not available here (", core::cuda_device_count(), " CUDA devices visible",
            core::cuda_device_count() == 0 && !built_with_cuda() ? ", and this build has no CUDA support" : "",
            "); give --device cpu, or run where nvidia-smi shows a GPU");
+  core::cpu::set_conv_impl(options.conv == "reference" ? core::cpu::ConvImpl::Reference : core::cpu::ConvImpl::Fast);
   TrainerOptions topts;
   topts.quiet = true;
   Trainer trainer(train_benchmark_config(options), topts);  // threads, precision, TF32, model, optimizer
@@ -189,13 +199,25 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
   optim::StepGuard& optimizer = trainer.optimizer();
   model.train();
   core::Tensor loss;
+  // The phases are profile scopes (core/op_profile.h): with --profile, each phase's time outside
+  // the kernels and backward nodes inside it is an entry of its own.
   auto step = [&] {
-    loss = task.predict(model, batch).loss;
+    {
+      core::ProfileScope scope("(forward outside kernels)");
+      loss = task.predict(model, batch).loss;
+    }
     // fp16 runs scale the loss (as the trainer does); the guard unscales before the update.
     const double scale = optimizer.loss_scale();
-    loss.backward(scale != 1.0 ? core::Tensor::full(loss.shape(), scale, core::DType::Float32, loss.device())
-                               : core::Tensor());
-    optimizer.step();
+    {
+      core::ProfileScope scope("(backward engine)");
+      loss.backward(scale != 1.0 ? core::Tensor::full(loss.shape(), scale, core::DType::Float32, loss.device())
+                                 : core::Tensor());
+    }
+    {
+      core::ProfileScope scope("(optimizer step and NaN check)");
+      optimizer.step();
+    }
+    core::ProfileScope scope("(zero_grad)");
     optimizer.zero_grad();
   };
 
@@ -219,12 +241,25 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
            "check the model at this precision");
   r.overflow_steps = scaler ? scaler->overflow_steps() - overflows_before : 0;
   r.median = median(r.runs);
-  r.last_loss = loss.item();
+  r.last_loss = loss.item();  // of the timed steps: the profiled ones below come after
+  if (options.profile > 0) {
+    core::reset_op_profile();
+    core::set_op_profiling(true);
+    const auto start = Clock::now();
+    for (int i = 0; i < options.profile; ++i) step();
+    core::synchronize(device);
+    r.profile_step_seconds = std::chrono::duration<double>(Clock::now() - start).count() / options.profile;
+    core::set_op_profiling(false);
+    for (const auto& e : core::op_profile()) r.profile.emplace_back(e.name, e.seconds / options.profile);
+  }
   r.parameters = model.num_parameters();
   r.unit = is_bert(options.model) ? "seq" : "img";
   std::ostringstream setup;
   setup << device.str();
-  if (device.is_cpu()) setup << "/" << core::num_threads() << "threads";
+  if (device.is_cpu()) {
+    setup << "/" << core::num_threads() << "threads";
+    if (options.conv == "reference" || !core::cpu::conv_has_fast_impl()) setup << "/im2col-conv";
+  }
   r.setup = setup.str();
   return r;
 }
@@ -238,6 +273,22 @@ std::string train_benchmark_line(const TrainBenchmarkOptions& o, const TrainBenc
   line << " iters=" << o.iters << " loss=" << fixed(r.last_loss, 4) << " overflow_steps=" << r.overflow_steps
        << " setup=" << r.setup;
   return line.str();
+}
+
+std::string train_benchmark_profile_lines(const TrainBenchmarkResult& r) {
+  std::ostringstream out;
+  double inside = 0.0;
+  auto line = [&](std::string name, double seconds) {
+    std::replace(name.begin(), name.end(), ' ', '_');  // one token, as the line's other fields
+    out << "bench_train_op name=" << name << " ms_per_step=" << fixed(seconds * 1e3, 3)
+        << " share=" << fixed(r.profile_step_seconds > 0 ? seconds / r.profile_step_seconds : 0.0, 3) << "\n";
+  };
+  for (const auto& [name, seconds] : r.profile) {
+    line(name, seconds);
+    inside += seconds;
+  }
+  if (!r.profile.empty()) line("(outside_scopes)", std::max(0.0, r.profile_step_seconds - inside));
+  return out.str();
 }
 
 }  // namespace mt::apps

@@ -36,6 +36,8 @@ struct TrainBenchmarkOptions {
   int repeats = 3;
   int threads = 0;             // CPU threads; 0 = OMP_NUM_THREADS, else all cores
   bool cudnn_benchmark = true;  // time cuDNN's algorithms per shape, as PyTorch's cudnn.benchmark
+  int profile = 0;              // steps to profile per op after the timed spans (0: none)
+  std::string conv = "fast";    // CPU convolutions: fast (oneDNN where built) | reference (im2col)
 };
 
 // Parses bench_train's flags ("--model resnet20 --batch 32 ..."). A bad flag or value is an
@@ -56,6 +58,10 @@ struct TrainBenchmarkResult {
   double last_loss = 0.0;       // of the last step (a sanity check: finite)
   int64_t overflow_steps = 0;   // fp16: steps the loss scaler skipped while timed
   std::string setup;            // what was measured: the device, threads, precision settings
+  // --profile: self time per kernel / backward node / step phase (core/op_profile.h), in
+  // seconds per step, largest first, and the profiled steps' own time per step.
+  std::vector<std::pair<std::string, double>> profile;
+  double profile_step_seconds = 0.0;
 };
 
 // Builds the case and times it. Errors (no such device, out of memory) are Errors.
@@ -63,5 +69,9 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options);
 
 // The one line bench_train prints and bench_train.sh parses: "bench_train key=value ...".
 std::string train_benchmark_line(const TrainBenchmarkOptions& options, const TrainBenchmarkResult& result);
+// --profile's lines, one per entry: "bench_train_op name=... ms_per_step=... share=..." (share:
+// of the profiled step's time; spaces in names become '_'), and a last one for the time
+// outside every scope.
+std::string train_benchmark_profile_lines(const TrainBenchmarkResult& result);
 
 }  // namespace mt::apps

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/autograd.h"
+#include "core/op_profile.h"
 #include "core/ops/elementwise.h"
 
 namespace mt::core {
@@ -84,7 +85,12 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor> in = std::move(buffers[node]);
     buffers.erase(node);
     in.resize(node->num_outputs);
-    std::vector<Tensor> out = node->apply(in);
+    std::vector<Tensor> out;
+    {
+      const std::string name = op_profiling() ? node->name() : std::string();
+      ProfileScope scope(name);
+      out = node->apply(in);
+    }
     if (!retain_graph) {
       node->release_saved();
       if (!dynamic_cast<AccumulateGrad*>(node)) node->released = true;

@@ -116,6 +116,33 @@ TEST(BenchTrain, TimesATinyBertCaseInSequences) {
   EXPECT_TRUE(std::isfinite(r.last_loss));
 }
 
+// --profile: entries for the convolution kernels and the step's phases, per step, that add up
+// to the profiled step (the last line is the time outside every scope); --conv reference runs
+// the im2col kernels and says so in the setup.
+TEST(BenchTrain, ProfilesPerOpAndRunsTheReferenceConvolutions) {
+  TrainBenchmarkOptions o = tiny("lenet5");
+  o.profile = 2;
+  o.conv = "reference";
+  const apps::TrainBenchmarkResult r = apps::run_train_benchmark(o);
+  EXPECT_TRUE(contains(r.setup, "im2col-conv")) << r.setup;
+  std::map<std::string, double> ms;
+  double sum = 0.0;
+  for (const auto& [name, seconds] : r.profile) {
+    ms[name] = seconds * 1e3;
+    sum += seconds;
+  }
+  EXPECT_GT(ms["conv2d_forward"], 0.0);
+  EXPECT_GT(ms["conv2d_backward"], 0.0);
+  EXPECT_GT(ms["(optimizer step and NaN check)"], 0.0);
+  EXPECT_GT(ms["Conv2dBackward"], 0.0);  // the node's own time, outside its kernel
+  EXPECT_LE(sum, r.profile_step_seconds * 1.001);
+  const std::string lines = apps::train_benchmark_profile_lines(r);
+  EXPECT_TRUE(contains(lines, "bench_train_op name=conv2d_forward ms_per_step=")) << lines;
+  EXPECT_TRUE(contains(lines, "bench_train_op name=(optimizer_step_and_NaN_check) ")) << lines;
+  EXPECT_TRUE(contains(lines, "bench_train_op name=(outside_scopes) ")) << lines;
+  EXPECT_TRUE(contains(parse_error({"--model", "lenet5", "--conv", "winograd"}), "--conv: \"winograd\" is not"));
+}
+
 TEST(BenchTrain, RejectsBadInputNamingTheFlag) {
   EXPECT_TRUE(contains(parse_error({"--model", "resnet9"}), "--model: unknown model \"resnet9\"; give one of: "));
   EXPECT_TRUE(contains(parse_error({"--batch", "8"}), "--model is required"));
@@ -171,6 +198,19 @@ TEST(BenchTrainPeer, ScriptPrintsOneTableRowPerCase) {
   EXPECT_TRUE(contains(r.output, "| case | device | precision | batch | mintrain | PyTorch | ratio | target |"));
   EXPECT_TRUE(contains(r.output, "| LeNet-5 28x28 | cpu | fp32 | 4 | "));
   EXPECT_TRUE(contains(r.output, "| equal (61706) |"));
+}
+
+TEST(BenchTrainPeer, ScriptProfilesBothSides) {
+  SKIP_WITHOUT_TORCH();
+  const Outcome r = run("bash " + kSource + "/apps/scripts/bench_train.sh --bin " + kBenchTrain +
+                        " --cases lenet5:fp32:4 --iters 2 --warmup 1 --repeats 1 --threads 1 --profile 2 --python " +
+                        torch_python());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "Per-op self time, LeNet-5 28x28 fp32 batch 4, 2 steps")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| # | mintrain | ms | PyTorch | ms |")) << r.output;
+  EXPECT_TRUE(contains(r.output, "aten::")) << r.output;
+  EXPECT_TRUE(contains(r.output, "conv2d_")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| | all (the step) | ")) << r.output;
 }
 
 TEST(BenchTrainScript, WithoutPyTorchTheRowSaysSo) {

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   }
   try {
     const mt::apps::TrainBenchmarkResult result = mt::apps::run_train_benchmark(options);
-    std::printf("%s\n", mt::apps::train_benchmark_line(options, result).c_str());
+    std::printf("%s\n%s", mt::apps::train_benchmark_line(options, result).c_str(),
+                mt::apps::train_benchmark_profile_lines(result).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: error: %s\n", e.what());
     return 1;

@@ -57,6 +57,9 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=0, help="0 = PyTorch's default")
     ap.add_argument("--cudnn-benchmark", type=int, default=1)
     ap.add_argument("--attention", default="auto", choices=["auto", "sdpa", "matmul"])
+    ap.add_argument("--profile", type=int, default=0,
+                    help="then this many steps under torch.profiler: one pytorch_train_op line per op "
+                         "(self CPU time per step), as bench_train --profile")
     ap.add_argument("--params-only", action="store_true",
                     help="print each model's parameter count and exit (no timing)")
     args = ap.parse_args(argv)
@@ -250,6 +253,28 @@ def set_tf32(torch, on):
         torch.backends.cudnn.allow_tf32 = on
 
 
+def profile_ops(args, torch, step, sync):
+    """Self CPU time per op (aten:: ops and the autograd nodes' own time), per step, largest
+    first, then the time outside every op: the counterpart of bench_train --profile's lines."""
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(args.profile):
+            step()
+        sync()
+        step_s = (time.perf_counter() - start) / args.profile
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    inside = 0.0
+    for e in events:
+        s = e.self_cpu_time_total / 1e6 / args.profile
+        if s <= 0:
+            continue
+        inside += s
+        print(f"pytorch_train_op name={e.key.replace(' ', '_')} ms_per_step={s * 1e3:.3f} share={s / step_s:.3f}")
+    print(f"pytorch_train_op name=(outside_ops) ms_per_step={max(0.0, step_s - inside) * 1e3:.3f} "
+          f"share={max(0.0, step_s - inside) / step_s:.3f}", flush=True)
+
+
 def run(args, torch, nn, F):
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -313,6 +338,8 @@ def run(args, torch, nn, F):
             loss = step()
         sync()
         runs.append(args.iters * args.batch / (time.perf_counter() - start))
+    if args.profile > 0:
+        profile_ops(args, torch, step, sync)
     setup = f"{device}/{torch.get_num_threads()}threads" if device.type == "cpu" else str(device)
     fields = dict(unit="img" if shape is not None else "seq",
                   params=sum(p.numel() for p in model.parameters()),

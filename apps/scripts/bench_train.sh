@@ -5,6 +5,7 @@
 #   apps/scripts/bench_train.sh [--device cpu|cuda] [--cases "CASE ..."] [--iters N] [--warmup N]
 #                               [--repeats N] [--threads N] [--cudnn-benchmark 0|1] [--python PY]
 #                               [--bin PATH] [--timeout S] [--budget S] [--out FILE.md] [--log FILE]
+#                               [--profile N]
 #
 # CASE is MODEL:PRECISION:BATCH (bench_train --help lists the models; precision fp32, tf32, bf16
 # or fp16), e.g. resnet50:bf16:128. Each case runs bench_train (our side, apps/train_benchmark.h)
@@ -33,6 +34,10 @@
 # --budget   seconds for the whole run (default 0: no limit): each side is stopped when it runs
 #            out, and the cases after it are listed as skipped
 # --out      also write the table (with the machine) to this file; --log: the raw result lines
+# --profile  N > 0: after its timed spans each side profiles N more steps per op (ours: self time
+#            per kernel, backward node and step phase, core/op_profile.h; PyTorch: torch.profiler's
+#            self CPU time per op), and a table per case after the main one lists each side's
+#            largest entries side by side, in ms per step (default 0: no profile)
 # The exit status is 0 when every cell has a figure, 1 otherwise, 2 for a bad command line.
 # MT_REVISION, when set, is the commit the table names (gpu_check.sh: the bundle's), else git's.
 # MT_PEER_LD_LIBRARY_PATH, when set, is the library path PyTorch runs with: gpu_check.sh gives
@@ -43,7 +48,7 @@ cd "$(dirname "$0")/../.." || exit 2
 die() { echo "bench_train.sh: error: $*" >&2; exit 2; }
 
 device=cpu cases="" iters="" warmup="" repeats=3 threads=0 cudnn_benchmark=1 python="" bin=build/release/apps/bench/bench_train
-timeout_s=240 budget=0 out="" log=""
+timeout_s=240 budget=0 out="" log="" profile=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -64,12 +69,13 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2 ;;
     --out) out=$2 ;;
     --log) log=$2 ;;
+    --profile) profile=$2 ;;
     *) die "unknown option \"$1\"; see --help" ;;
   esac
   shift 2
 done
 case "$device" in cpu|cuda|cuda:[0-9]*) ;; *) die "--device: \"$device\" is not cpu, cuda or cuda:N" ;; esac
-for v in iters warmup repeats threads timeout_s budget; do
+for v in iters warmup repeats threads timeout_s budget profile; do
   [[ -z "${!v}" || "${!v}" =~ ^[0-9]+$ ]] || die "--${v%_s}: \"${!v}\" is not a whole number (0, 1, 2, ...)"
 done
 [ "$repeats" -ge 1 ] || die "--repeats must be >= 1"
@@ -161,6 +167,7 @@ run_side() {
   output=$("${env[@]}" timeout --kill-after=10 "$limit" "$@" 2>&1)
   local rc=$?
   result_line=$(echo "$output" | grep -E '^(bench_train|pytorch_train) ' | tail -n 1)
+  op_lines=$(echo "$output" | grep -E '^(bench_train|pytorch_train)_op ')
   [ -n "$log" ] && echo "$output" >>"$log"
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then output="stopped after ${limit} s (--timeout or --budget)"; result_line=""; fi
   return $rc
@@ -171,7 +178,26 @@ side_limit() {  # seconds the next side may take: --timeout, or what is left of 
   local left=$((budget - (SECONDS - start)))
   if [ "$budget" -gt 0 ] && [ "$left" -lt "$timeout_s" ]; then echo "$left"; else echo "$timeout_s"; fi
 }
-rows=() failed=0 spans=""
+# profile_table TITLE OURS THEIRS: the largest entries of the two sides' op lines side by side,
+# then each side's total (its profiled step's time).
+by_ms() { awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^ms_per_step=/) { split($i, a, "="); print a[2] "\t" $0 } }' | sort -gr | cut -f2-; }
+profile_table() {
+  local title=$1 ours=$2 theirs=$3 n=15
+  echo
+  echo "Per-op self time, $title (ms per step; a name in parentheses is time outside the kernels):"
+  echo
+  echo "| # | mintrain | ms | PyTorch | ms |"
+  echo "|---:|---|---:|---|---:|"
+  paste -d'\t' <(echo "$ours" | by_ms | head -n $n) <(echo "$theirs" | by_ms | head -n $n) |
+    awk -F'\t' 'function f(l, k,   re, s) { re = "(^| )" k "=[^ ]*"; if (!match(l, re)) return ""; s = substr(l, RSTART, RLENGTH); sub(/^ /, "", s); sub(/^[^=]*=/, "", s); return s }
+      { printf "| %d | %s | %s | %s | %s |\n", NR, f($1, "name"), f($1, "ms_per_step"), f($2, "name"), f($2, "ms_per_step") }'
+  local total_ours total_theirs
+  total_ours=$(echo "$ours" | by_ms | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^ms_per_step=/) { split($i, a, "="); t += a[2] } } END { printf "%.3f", t }')
+  total_theirs=$(echo "$theirs" | by_ms | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^ms_per_step=/) { split($i, a, "="); t += a[2] } } END { printf "%.3f", t }')
+  echo "| | all (the step) | $total_ours | all (the step) | $total_theirs |"
+}
+
+rows=() failed=0 spans="" profiles=""
 for c in $cases; do
   IFS=: read -r model precision batch <<<"$c"
   w=${warmup:-$(default_warmup "$model")}
@@ -179,6 +205,8 @@ for c in $cases; do
   [[ "$spans" == *"$model "* ]] || spans+="${spans:+, }$model $w+$n"
   common=(--model "$model" --batch "$batch" --device "$device" --precision "$precision"
           --warmup "$w" --iters "$n" --repeats "$repeats" --threads "$threads" --cudnn-benchmark "$cudnn_benchmark")
+  [ "$profile" -eq 0 ] || common+=(--profile "$profile")
+  our_ops="" their_ops=""
   ours="" theirs="" theirs_note="" ratio="-" ours_params="" their_params="" unit=""
   if [ "$(side_limit)" -le 5 ]; then
     ours="skipped: over the --budget of $budget s" theirs="skipped"
@@ -188,6 +216,7 @@ for c in $cases; do
     if run_side "$(side_limit)" "$bin" "${common[@]}" && [ -n "$result_line" ]; then
       ours=$(field throughput "$result_line") unit=$(field unit "$result_line")
       ours_params=$(field params "$result_line")
+      our_ops=$op_lines
     else
       ours="failed: $(short "$(error_of "$result_line" "$output")")"
       failed=$((failed + 1))
@@ -201,6 +230,7 @@ for c in $cases; do
         [ -n "$result_line" ]; then
         theirs=$(field throughput "$result_line") unit=${unit:-$(field unit "$result_line")}
         their_params=$(field params "$result_line")
+        their_ops=$op_lines
         [ -z "$(field attention "$result_line")" ] || theirs_note=" ($(field attention "$result_line") attention)"
       else
         theirs="n/a: $(short "$(error_of "$result_line" "$output")")"
@@ -227,6 +257,10 @@ for c in $cases; do
     params=${ours_params:-${their_params:-"-"}}
   fi
   rows+=("| $(pretty_case "$model") | $device | $precision | $batch | $ours | $theirs | $ratio | $target | $params |")
+  if [ "$profile" -gt 0 ]; then
+    profiles+=$(profile_table "$(pretty_case "$model") $precision batch $batch, $profile steps" "$our_ops" "$their_ops")
+    profiles+=$'\n'
+  fi
 done
 
 # The machine, the versions and the settings, then the table.
@@ -245,6 +279,7 @@ table=$(
   echo "| case | device | precision | batch | mintrain | PyTorch | ratio | target | parameters |"
   echo "|---|---|---|---:|---:|---:|---:|---|---|"
   printf '%s\n' "${rows[@]}"
+  [ -z "$profiles" ] || printf '%s' "$profiles"
 )
 echo "$table"
 [ -z "$out" ] || echo "$table" >"$out"

@@ -90,12 +90,14 @@ case "$mode" in
   bundle)
     # A build without OpenCV by default: its image codecs (gdal, x265, icu ...) alone are
     # ~180 MiB of libraries, far over the carry budget, and the GPU checks do not need them.
+    # Nor oneDNN (40 MiB, for CPU convolutions only): the CPU side of the GPU tests then runs
+    # the reference convolution kernels.
     build="${2:-build/gpu-lean}"
     set -e
     # The carry budget (60 MiB with the data) does not hold every test binary: by default the
     # ones that touch the device; MT_GPU_TESTS="all" or a list of names picks others.
     sel="${MT_GPU_TESTS:-test_ops_gpu test_ops_nn test_device test_optim test_train_e2e}"
-    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMT_ENABLE_OPENCV=OFF >/dev/null
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMT_ENABLE_OPENCV=OFF -DMT_ENABLE_DNNL=OFF >/dev/null
     if [ "$sel" = all ]; then
       cmake --build "$build" -j"$(nproc)"
       mapfile -t tests < <(find "$build/tests" -maxdepth 1 -type f -name 'test_*' -perm -u+x | sort)

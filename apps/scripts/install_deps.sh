@@ -9,6 +9,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler   # run configs (text protobuf)
   nlohmann-json3-dev                  # profile files (mintrain model, profile-comm)
   libopenblas-dev                     # CPU GEMM
+  libdnnl-dev                         # CPU convolutions (oneDNN; the build works without it)
   zlib1g-dev                          # gzip'd IDX files, checksums
   libicu-dev                          # Unicode tables of the BERT tokenizer
   libgtest-dev libgmock-dev fortunes gnuplot-nox bc           # tests

@@ -1,3 +1,6 @@
+// The reference convolution kernels, and the switch between them and oneDNN's (conv_dnnl.cpp,
+// in builds that have it; the switch is at the end of this file).
+//
 // Convolution as matrix products. For one sample, im2col unfolds the input into
 // col[C*kh*kw, Ho*Wo] (column j holds the receptive field of output pixel j), so that
 //   y[O, Ho*Wo]      = W[O, C*kh*kw] * col
@@ -19,8 +22,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "core/kernels/cpu/conv_dnnl.h"
 #include "core/kernels/cpu/gemm.h"
 #include "core/precision.h"
 
@@ -140,8 +147,10 @@ bool parallel_over_batch(const Geometry& g) {
   return g.n > 1 && g.n >= omp_get_max_threads() && macs >= (int64_t{1} << 18);
 }
 
-void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
-                         int64_t padding, Tensor& y) {
+}  // namespace
+
+void conv2d_forward_reference(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                              int64_t padding, Tensor& y) {
   const Geometry g = geometry(x, w, y, stride, padding);
   const float* px = x.data<float>();
   const float* pw = w.data<float>();
@@ -168,8 +177,8 @@ void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, i
   }
 }
 
-void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
-                          int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
+void conv2d_backward_reference(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
+                               int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
   const Geometry g = geometry(x, w, gy, stride, padding);
   const bool want_gx = gx.defined(), want_gw = gw.defined(), want_gb = gb.defined();
   const float* px = x.data<float>();
@@ -247,7 +256,50 @@ void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, in
   }
 }
 
+namespace {
+
+// MT_CONV=reference in the environment starts a process on the im2col kernels: a fallback
+// should oneDNN misbehave on some machine, and the "before" of an end-to-end comparison.
+ConvImpl initial_impl() {
+  const char* v = std::getenv("MT_CONV");
+  return v && std::string(v) == "reference" ? ConvImpl::Reference : ConvImpl::Fast;
+}
+
+std::atomic<ConvImpl> g_impl{initial_impl()};
+
+#ifdef MT_WITH_DNNL
+bool use_fast() { return g_impl.load(std::memory_order_relaxed) == ConvImpl::Fast; }
+#endif
+
+// A shape oneDNN has no kernel for (it reports that when the primitive is made) falls back to
+// the reference.
+void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                         int64_t padding, Tensor& y) {
+#ifdef MT_WITH_DNNL
+  if (use_fast() && dnnl_conv::forward(x, w, bias, stride, padding, y)) return;
+#endif
+  conv2d_forward_reference(x, w, bias, stride, padding, y);
+}
+
+void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
+                          int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
+#ifdef MT_WITH_DNNL
+  if (use_fast() && dnnl_conv::backward(x, w, gy, stride, padding, gx, gw, gb)) return;
+#endif
+  conv2d_backward_reference(x, w, gy, stride, padding, gx, gw, gb);
+}
+
 }  // namespace
+
+void set_conv_impl(ConvImpl impl) { g_impl.store(impl, std::memory_order_relaxed); }
+ConvImpl conv_impl() { return g_impl.load(std::memory_order_relaxed); }
+bool conv_has_fast_impl() {
+#ifdef MT_WITH_DNNL
+  return true;
+#else
+  return false;
+#endif
+}
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
                     int64_t padding, Tensor& y) {

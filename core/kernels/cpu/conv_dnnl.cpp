@@ -1,0 +1,249 @@
+// Convolution through oneDNN's primitives, in the builds that find it (MT_WITH_DNNL).
+//
+// Our tensors stay NCHW; oneDNN picks the layouts its fastest kernel wants (format_tag::any:
+// a channel-blocked layout such as nChw16c on AVX-512), and reorders convert between the two
+// around each call, as PyTorch's CPU convolution does. oneDNN JIT-compiles its kernels for the
+// CPU it runs on, which is why it is faster than im2col + OpenBLAS: Debian's OpenBLAS 0.3.21
+// does not know newer AMD cores and runs its AVX2 kernels there.
+//
+// Creating a primitive costs far more than running it, so every primitive (and reorder) is
+// made once per shape and kept; the reordered copies and oneDNN's scratchpad live in per-thread
+// buffers that only grow, so a training step makes no large allocation, and threads that train
+// side by side (ranks as threads in the tests) share only the immutable primitives. oneDNN runs
+// on the same OpenMP runtime as our kernels (both libgomp) and takes omp_get_max_threads().
+#ifdef MT_WITH_DNNL
+#include "core/kernels/cpu/conv_dnnl.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "core/error.h"
+#include "core/op_profile.h"
+
+namespace mt::core::cpu::dnnl_conv {
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// The shape of one convolution: input, weight, stride, padding, whether it has a bias.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+
+Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0],
+          w.shape()[2], w.shape()[3], stride, pad, bias};
+}
+
+memory::dims dims_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
+
+// Buffers for the reordered copies, by role; they grow to the largest layer and are reused.
+enum Slot { kSrc, kWeights, kDst, kDiffSrc, kDiffWeights, kDiffDst, kScratchpad, kUnwanted, kSlots };
+void* buffer(Slot slot, size_t bytes) {
+  thread_local std::vector<float> buffers[kSlots];
+  auto& b = buffers[slot];
+  if (b.size() * sizeof(float) < bytes) b.resize(bytes / sizeof(float) + 1);
+  return b.data();
+}
+
+// A tensor given to oneDNN in our layout, and the memory the primitive wants: the same one
+// when the layouts agree, else a buffer and a reorder made once.
+struct Operand {
+  memory::desc want;
+  memory::desc plain;
+  std::unique_ptr<dnnl::reorder> to_want, to_plain;
+
+  Operand(const memory::desc& want_desc, const memory::desc& plain_desc)
+      : want(want_desc), plain(plain_desc) {
+    if (want == plain) return;
+    to_want = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), plain, engine(), want));
+    to_plain = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), want, engine(), plain));
+  }
+  // The memory the primitive reads, holding `data` (reordered into `slot` when needed).
+  memory input(dnnl::stream& s, const float* data, Slot slot) const {
+    memory user(plain, engine(), const_cast<float*>(data));
+    if (!to_want) return user;
+    memory m(want, engine(), buffer(slot, want.get_size()));
+    ProfileScope scope("conv2d_reorder");
+    to_want->execute(s, user, m);
+    return m;
+  }
+  // The memory the primitive writes; finish() brings it into `data`.
+  memory output(float* data, Slot slot) const {
+    if (!to_want) return memory(plain, engine(), data);
+    return memory(want, engine(), buffer(slot, want.get_size()));
+  }
+  void finish(dnnl::stream& s, memory& m, float* data) const {
+    if (!to_plain) return;
+    memory user(plain, engine(), data);
+    ProfileScope scope("conv2d_reorder");
+    to_plain->execute(s, m, user);
+  }
+};
+
+// Primitives keep no scratchpad of their own (the caller passes one), so one primitive can run
+// on several threads at once.
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+template <typename PrimitiveDesc>
+void add_scratchpad(const PrimitiveDesc& pd, std::unordered_map<int, memory>& args) {
+  const memory::desc d = pd.scratchpad_desc();
+  if (d.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = memory(d, engine(), buffer(kScratchpad, d.get_size()));
+}
+
+struct Plan {
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_backward_data::primitive_desc data_pd;
+  dnnl::convolution_backward_weights::primitive_desc weights_pd;
+  std::unique_ptr<dnnl::convolution_forward> fwd;
+  std::unique_ptr<dnnl::convolution_backward_data> bwd_data;
+  std::unique_ptr<dnnl::convolution_backward_weights> bwd_weights;
+  // Forward: src, weights, dst. Backward data: diff_dst, weights, diff_src. Backward weights:
+  // src, diff_dst, diff_weights. Each with its own wanted layout.
+  std::unique_ptr<Operand> f_src, f_w, f_dst, d_ddst, d_w, d_dsrc, w_src, w_ddst, w_dw;
+};
+
+std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
+
+  const int64_t n = x.shape()[0], o = w.shape()[0];
+  const int64_t ho = (x.shape()[2] + 2 * pad - w.shape()[2]) / stride + 1;
+  const int64_t wo = (x.shape()[3] + 2 * pad - w.shape()[3]) / stride + 1;
+  const memory::dims src_dims = dims_of(x), w_dims = dims_of(w), dst_dims = {n, o, ho, wo};
+  const memory::dims strides = {stride, stride}, padding = {pad, pad};
+  const memory::desc src_any(src_dims, dt::f32, tag::any), w_any(w_dims, dt::f32, tag::any),
+      dst_any(dst_dims, dt::f32, tag::any), bias_md({o}, dt::f32, tag::a);
+  const memory::desc src_plain(src_dims, dt::f32, tag::nchw), w_plain(w_dims, dt::f32, tag::oihw),
+      dst_plain(dst_dims, dt::f32, tag::nchw);
+  const auto algo = dnnl::algorithm::convolution_direct;
+
+  const auto fwd_desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, w_any,
+                                                               bias_md, dst_any, strides, padding, padding)
+                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, w_any,
+                                                               dst_any, strides, padding, padding);
+  const dnnl::primitive_attr attr = user_scratchpad();
+  const dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, engine());
+  p.fwd_pd = fwd_pd;
+  p.fwd = std::make_unique<dnnl::convolution_forward>(fwd_pd);
+  p.f_src = std::make_unique<Operand>(fwd_pd.src_desc(), src_plain);
+  p.f_w = std::make_unique<Operand>(fwd_pd.weights_desc(), w_plain);
+  p.f_dst = std::make_unique<Operand>(fwd_pd.dst_desc(), dst_plain);
+
+  const dnnl::convolution_backward_data::primitive_desc data_pd(
+      dnnl::convolution_backward_data::desc(algo, src_any, w_any, dst_any, strides, padding, padding), attr, engine(),
+      fwd_pd);
+  p.data_pd = data_pd;
+  p.bwd_data = std::make_unique<dnnl::convolution_backward_data>(data_pd);
+  p.d_ddst = std::make_unique<Operand>(data_pd.diff_dst_desc(), dst_plain);
+  p.d_w = std::make_unique<Operand>(data_pd.weights_desc(), w_plain);
+  p.d_dsrc = std::make_unique<Operand>(data_pd.diff_src_desc(), src_plain);
+
+  const auto weights_desc =
+      bias ? dnnl::convolution_backward_weights::desc(algo, src_any, w_any, bias_md, dst_any, strides, padding, padding)
+           : dnnl::convolution_backward_weights::desc(algo, src_any, w_any, dst_any, strides, padding, padding);
+  const dnnl::convolution_backward_weights::primitive_desc weights_pd(weights_desc, attr, engine(), fwd_pd);
+  p.weights_pd = weights_pd;
+  p.bwd_weights = std::make_unique<dnnl::convolution_backward_weights>(weights_pd);
+  p.w_src = std::make_unique<Operand>(weights_pd.src_desc(), src_plain);
+  p.w_ddst = std::make_unique<Operand>(weights_pd.diff_dst_desc(), dst_plain);
+  p.w_dw = std::make_unique<Operand>(weights_pd.diff_weights_desc(), w_plain);
+  return plan;
+}
+
+// The plan of a shape, made on its first call; null when oneDNN has no kernel for it (also
+// remembered, so that it is asked once).
+const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+  static std::map<Key, std::unique_ptr<Plan>> plans;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const Key key = key_of(x, w, stride, pad, bias);
+  if (auto it = plans.find(key); it != plans.end()) return it->second.get();
+  std::unique_ptr<Plan> plan;
+  try {
+    plan = make_plan(x, w, stride, pad, bias);
+  } catch (const dnnl::error&) {
+    plan.reset();
+  }
+  return (plans[key] = std::move(plan)).get();
+}
+
+}  // namespace
+
+bool forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding, Tensor& y) {
+  const Plan* plan = plan_for(x, w, stride, padding, bias.defined());
+  if (!plan) return false;
+  const Plan& p = *plan;
+  dnnl::stream s(engine());
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, p.f_src->input(s, x.data<float>(), kSrc)},
+                                          {DNNL_ARG_WEIGHTS, p.f_w->input(s, w.data<float>(), kWeights)}};
+  memory dst = p.f_dst->output(y.data<float>(), kDst);
+  args[DNNL_ARG_DST] = dst;
+  if (bias.defined()) {
+    args[DNNL_ARG_BIAS] = memory({{w.shape()[0]}, dt::f32, tag::a}, engine(), const_cast<float*>(bias.data<float>()));
+  }
+  add_scratchpad(p.fwd_pd, args);
+  ProfileScope scope("conv2d_forward_dnnl");
+  p.fwd->execute(s, args);
+  p.f_dst->finish(s, dst, y.data<float>());
+  s.wait();
+  return true;
+}
+
+bool backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride, int64_t padding, Tensor& gx,
+              Tensor& gw, Tensor& gb) {
+  const Plan* plan = plan_for(x, w, stride, padding, gb.defined());
+  if (!plan) return false;
+  const Plan& p = *plan;
+  dnnl::stream s(engine());
+  if (gw.defined() || gb.defined()) {
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, p.w_src->input(s, x.data<float>(), kSrc)},
+                                            {DNNL_ARG_DIFF_DST, p.w_ddst->input(s, gy.data<float>(), kDiffDst)}};
+    // The weight gradient is always computed with the bias's when asked: one pass over dy.
+    float* gw_data = gw.defined() ? gw.data<float>()
+                                  : static_cast<float*>(buffer(kUnwanted, w.numel() * sizeof(float)));
+    memory dw = p.w_dw->output(gw_data, kDiffWeights);
+    args[DNNL_ARG_DIFF_WEIGHTS] = dw;
+    if (gb.defined()) args[DNNL_ARG_DIFF_BIAS] = memory({{w.shape()[0]}, dt::f32, tag::a}, engine(), gb.data<float>());
+    add_scratchpad(p.weights_pd, args);
+    ProfileScope scope("conv2d_backward_weights_dnnl");
+    p.bwd_weights->execute(s, args);
+    p.w_dw->finish(s, dw, gw_data);
+  }
+  if (gx.defined()) {
+    // The same dy in the same wanted layout was reordered above for the weight gradient:
+    // reuse that copy rather than reordering it again.
+    const bool same = (gw.defined() || gb.defined()) && p.w_ddst->to_want && p.d_ddst->want == p.w_ddst->want;
+    memory ddst = same ? memory(p.d_ddst->want, engine(), buffer(kDiffDst, p.d_ddst->want.get_size()))
+                       : p.d_ddst->input(s, gy.data<float>(), kDiffDst);
+    memory dsrc = p.d_dsrc->output(gx.data<float>(), kDiffSrc);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, ddst},
+                                            {DNNL_ARG_WEIGHTS, p.d_w->input(s, w.data<float>(), kWeights)},
+                                            {DNNL_ARG_DIFF_SRC, dsrc}};
+    add_scratchpad(p.data_pd, args);
+    ProfileScope scope("conv2d_backward_data_dnnl");
+    p.bwd_data->execute(s, args);
+    p.d_dsrc->finish(s, dsrc, gx.data<float>());
+  }
+  s.wait();
+  return true;
+}
+
+}  // namespace mt::core::cpu::dnnl_conv
+#endif  // MT_WITH_DNNL
