@@ -1,7 +1,7 @@
 // `mintrain launch`: starts the workers of one node, the way torchrun does.
 //
 //   mintrain launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-//                   [--max-restarts R] [--grace S] [--stop-timeout S] -- train CONFIG ...
+//                   [--max-restarts R] [--grace S] [--stop-timeout S] [--nservers S] -- train CONFIG ...
 //
 // Forks N copies of this binary running the command after `--`, each with RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MINTRAIN_RESTART_COUNT set
@@ -11,6 +11,10 @@
 // MINTRAIN_RESTART_COUNT one higher (`train` then resumes from the newest checkpoint) and a
 // fresh rendezvous port when the port was picked automatically; otherwise launch exits 1
 // naming the rank and its status.
+// --nservers S adds S parameter servers (dist.algorithm "ps") to the job, started by node 0 with
+// the same command: ranks N..N+S-1 of a world of N+S (N = nnodes x nproc-per-node workers), with
+// MINTRAIN_NUM_SERVERS=S everywhere and MINTRAIN_ROLE=server|worker; their lines read
+// "[server s] ". A server that fails stops the job as a worker does.
 // Ctrl-C / SIGTERM to launch is forwarded to the workers (they run in their own process group,
 // so the terminal does not signal them twice): they checkpoint and exit; after --stop-timeout
 // seconds the stragglers get SIGKILL. launch then exits 128 + the signal and restarts nothing.
@@ -29,6 +33,7 @@ struct LaunchOptions {
   double grace_seconds = 5.0;     // after a worker failed: between SIGTERM and SIGKILL
   double stop_timeout_seconds = 60.0;  // after an interrupt: for the workers to checkpoint
   int max_restarts = 0;           // restarts of the whole group after a worker failed
+  int nservers = 0;               // parameter servers, started by node 0 (dist.algorithm "ps")
   std::vector<std::string> command;  // the worker's arguments (after `--`)
 };
 
