@@ -14,7 +14,8 @@
 // --nservers S adds S parameter servers (dist.algorithm "ps") to the job, started by node 0 with
 // the same command: ranks N..N+S-1 of a world of N+S (N = nnodes x nproc-per-node workers), with
 // MINTRAIN_NUM_SERVERS=S everywhere and MINTRAIN_ROLE=server|worker; their lines read
-// "[server s] ". A server that fails stops the job as a worker does.
+// "[server s] ". Every node's launcher takes the same S (it counts the world). A server that
+// fails stops the job as a worker does.
 // Ctrl-C / SIGTERM to launch is forwarded to the workers (they run in their own process group,
 // so the terminal does not signal them twice): they checkpoint and exit; after --stop-timeout
 // seconds the stragglers get SIGKILL. launch then exits 128 + the signal and restarts nothing.

@@ -2,7 +2,8 @@
 // ranks of the world, dist/rendezvous.h): it builds no model and reads no data. It checks that
 // the config asks for servers (dist.algorithm "ps", dist.ps.servers agreeing with the launch),
 // joins the rendezvous with the workers on Gloo, and serves partitions (dist/ps_server.h) until
-// worker 0 says stop. So one command line starts workers and servers alike, under `mintrain
+// worker 0 says stop (it ignores SIGINT and SIGTERM: the workers' checkpoint after Ctrl-C still
+// needs it). So one command line starts workers and servers alike, under `mintrain
 // launch --nservers S`, ssh, Slurm or mpirun.
 #pragma once
 #include <iosfwd>

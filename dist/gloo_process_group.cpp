@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include <gloo/allgather.h>
@@ -73,8 +74,10 @@ class PointToPointWork : public Work {
       const bool ok = is_send_ ? buffer_->waitSend(timeout_) : buffer_->waitRecv(timeout_);
       if (!ok) error_ = what_ + " was aborted";
     } catch (const gloo::IoException& e) {
-      error_ = what_ + ": Gloo I/O error (peer gone or timed out after " + std::to_string(timeout_.count() / 1000.0) +
-               " s): " + e.what();
+      char limit[32];
+      std::snprintf(limit, sizeof(limit), "%g s", static_cast<double>(timeout_.count()) / 1000.0);
+      error_ = what_ + ": Gloo I/O error (the peer is gone, or nothing came within the " + limit + " timeout): " +
+               e.what();
     } catch (const gloo::Exception& e) {
       error_ = what_ + ": Gloo error: " + e.what();
     }
@@ -448,7 +451,11 @@ std::shared_ptr<Work> GlooProcessGroup::send(const Tensor& tensor, int peer, uin
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   if (tensor.nbytes() > 0) {
     buffer = context_->createUnboundBuffer(tensor.raw_data(), tensor.nbytes());
-    gloo_call([&] { buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
+    try {
+      gloo_call([&] { buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
+    } catch (const core::Error& e) {
+      MT_FAIL(who(), ": ", name, ": ", e.what());  // the pair broke earlier: the peer is gone
+    }
   }
   return std::make_shared<PointToPointWork>(std::move(buffer), tensor, true, who() + ": " + name,
                                             shared_->options.timeout);
@@ -463,7 +470,11 @@ std::shared_ptr<Work> GlooProcessGroup::recv(Tensor& tensor, int peer, uint32_t 
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   if (tensor.nbytes() > 0) {
     buffer = context_->createUnboundBuffer(tensor.raw_data(), tensor.nbytes());
-    gloo_call([&] { buffer->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
+    try {
+      gloo_call([&] { buffer->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
+    } catch (const core::Error& e) {
+      MT_FAIL(who(), ": ", name, ": ", e.what());
+    }
   }
   return std::make_shared<PointToPointWork>(std::move(buffer), tensor, false, who() + ": " + name,
                                             shared_->options.timeout);

@@ -1,5 +1,6 @@
 #include "dist/ps_server.h"
 
+#include <functional>
 #include <ostream>
 #include <vector>
 
@@ -41,13 +42,25 @@ std::string ParameterServer::worker(int w) const {
 
 PsServerStats ParameterServer::run(std::ostream* log) {
   core::NoGradGuard no_grad;
-  // Every wait below names what it waited for and whom: a dead or silent worker is named.
+  // Every wait and post below names what it was for and whom: a dead or silent worker is named.
+  // (Posting fails at once when the worker's connection already broke.)
+  auto gone = [&](int w, const std::string& what, const std::exception& e) {
+    MT_FAIL(who(), ": ", worker(w), " is gone or silent (", what, "): ", e.what(),
+            "; stopping the server (the job cannot go on without it)");
+  };
   auto wait_for = [&](const std::shared_ptr<Work>& work, int w, const std::string& what) {
     try {
       work->wait();
     } catch (const std::exception& e) {
-      MT_FAIL(who(), ": ", worker(w), " is gone or silent (", what, "): ", e.what(),
-              "; stopping the server (the job cannot go on without it)");
+      gone(w, what, e);
+    }
+  };
+  auto post = [&](int w, const std::string& what, const std::function<std::shared_ptr<Work>()>& op) {
+    try {
+      return op();
+    } catch (const std::exception& e) {
+      gone(w, what, e);
+      throw;  // not reached: gone() throws
     }
   };
 
@@ -92,7 +105,8 @@ PsServerStats ParameterServer::run(std::ostream* log) {
     pushes[k].clear();
     for (int w = 0; w < N; ++w) {
       Tensor slice = received[k].narrow(0, w * numel[k], numel[k]);
-      pushes[k].push_back(world_->recv(slice, w, ps::push_tag(ids[k])));
+      pushes[k].push_back(post(w, "receiving its pushes of partition " + std::to_string(ids[k]),
+                               [&] { return world_->recv(slice, w, ps::push_tag(ids[k])); }));
     }
   };
   for (size_t k = 0; k < P; ++k) {
@@ -119,7 +133,9 @@ PsServerStats ParameterServer::run(std::ostream* log) {
       for (int w = 1; w < N; ++w) sums[k].add_(received[k].narrow(0, w * numel[k], numel[k]));
       receive_next_pushes(k);
       pulls[k].clear();
-      for (int w = 0; w < N; ++w) pulls[k].push_back(world_->send(sums[k], w, ps::pull_tag(ids[k])));
+      for (int w = 0; w < N; ++w)
+        pulls[k].push_back(post(w, "answering its pull of partition " + std::to_string(ids[k]) + " in " + iteration,
+                                [&] { return world_->send(sums[k], w, ps::pull_tag(ids[k])); }));
       stats.pushes_received += N;
       stats.pulls_answered += N;
       stats.bytes_received += N * numel[k] * 4;

@@ -56,6 +56,17 @@ PsSynchronizer::~PsSynchronizer() {
   }
 }
 
+template <typename F>
+void PsSynchronizer::with_server(int s, const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    failed_ = true;
+    MT_FAIL("worker ", workers_->rank(), ": ", server(s), " is gone or silent (", what, "): ", e.what(),
+            "; stopping (the job cannot go on without it)");
+  }
+}
+
 std::string PsSynchronizer::server(int s) const {
   return "parameter server " + std::to_string(s) + " (rank " + std::to_string(workers_->size() + s) + ")";
 }
@@ -152,9 +163,11 @@ void PsSynchronizer::handshake() {
 void PsSynchronizer::send_command(int64_t kind, int64_t value) {
   for (int s = 0; s < servers(); ++s) {
     const size_t i = static_cast<size_t>(s);
-    if (command_work_[i]) finish(command_work_[i], *world_, "the previous command to " + server(s));
-    commands_[i] = int64s({kind, value});
-    command_work_[i] = world_->send(commands_[i], workers_->size() + s, ps::kCommandTag);
+    with_server(s, kind == ps::kStop ? "telling it to stop" : "telling it iteration " + std::to_string(value) + " begins", [&] {
+      if (command_work_[i]) command_work_[i]->wait();
+      commands_[i] = int64s({kind, value});
+      command_work_[i] = world_->send(commands_[i], workers_->size() + s, ps::kCommandTag);
+    });
   }
 }
 
@@ -177,8 +190,10 @@ void PsSynchronizer::push(size_t k) {
   core::NoGradGuard no_grad;
   outgoing_[k].copy_(p.grad().contiguous().view({-1}).narrow(0, part.offset, part.numel));  // to host
   const int peer = workers_->size() + part.server;
-  pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
-  push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(static_cast<int64_t>(k)));
+  with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(iteration_), [&] {
+    pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
+    push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(static_cast<int64_t>(k)));
+  });
   pushed_at_[k] = Clock::now();
   pushed_[k] = true;
   ++pushes_;
@@ -207,14 +222,10 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
       const PsPartition& part = plan_[k];
       const std::string what = "partition " + std::to_string(k) + " (parameter " + std::to_string(part.param) + ", " +
                                std::to_string(part.bytes()) + " bytes) of iteration " + std::to_string(iteration_);
-      try {
+      with_server(part.server, "push/pull of " + what, [&] {
         push_work_[k]->wait();
         pull_work_[k]->wait();
-      } catch (const std::exception& e) {
-        failed_ = true;
-        MT_FAIL("worker ", workers_->rank(), ": ", server(part.server), " is gone or silent (push/pull of ", what,
-                "): ", e.what(), "; stopping (the job cannot go on without it)");
-      }
+      });
       ++pulls_;
       if (options_.timeline) {
         options_.timeline->add("ps p" + std::to_string(k) + " s" + std::to_string(part.server), Timeline::kComm,
@@ -227,7 +238,7 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
     }
   }
   for (int s = 0; s < servers() && workers_->rank() == 0; ++s)
-    finish(command_work_[static_cast<size_t>(s)], *world_, "telling " + server(s) + " the iteration began");
+    with_server(s, "telling it the iteration began", [&] { command_work_[static_cast<size_t>(s)]->wait(); });
   summary_wait_s_ += secs(Clock::now() - wait_start);
   ++summary_steps_;
   if (options_.timeline) options_.timeline->add("wait", Timeline::kCompute, wait_start, Clock::now());

@@ -450,11 +450,11 @@ struct CommandResult {
   std::string out, err;
 };
 
-CommandResult run_mintrain(const std::string& args) {
+// Runs a shell script in a fresh folder, capturing its output.
+CommandResult run_shell(const std::string& script) {
   const fs::path dir = fs::temp_directory_path() / ("mt_test_ps_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string cmd = "cd " + dir.string() + " && OMP_NUM_THREADS=1 timeout 120 " + std::string(MT_BINARY_DIR) +
-                          "/apps/mintrain " + args + " >out 2>err </dev/null";
+  const std::string cmd = "cd " + dir.string() + " && { " + script + "; } >out 2>err </dev/null";
   const int raw = std::system(cmd.c_str());
   CommandResult r;
   if (raw != -1 && WIFEXITED(raw)) r.status = WEXITSTATUS(raw);
@@ -463,6 +463,10 @@ CommandResult run_mintrain(const std::string& args) {
   fs::remove_all(dir);
   return r;
 }
+
+const std::string kMintrain = "OMP_NUM_THREADS=1 timeout 120 " + std::string(MT_BINARY_DIR) + "/apps/mintrain ";
+
+CommandResult run_mintrain(const std::string& args) { return run_shell(kMintrain + args); }
 
 TEST(PsLaunch, LaunchStartsServersBesideTheWorkersAndTrains) {
   const std::string config = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
@@ -477,12 +481,27 @@ TEST(PsLaunch, LaunchStartsServersBesideTheWorkersAndTrains) {
   EXPECT_TRUE(has(r.out, "[rank 0] done: 16 iterations")) << r.out;
 }
 
+// Ctrl-C to launch reaches workers and servers alike; the workers finish the iteration and
+// checkpoint (their last exchange needs the servers, which ignore the signal), then worker 0
+// tells the servers to stop.
+TEST(PsLaunch, InterruptCheckpointsAndStopsTheServers) {
+  const std::string config = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+  const CommandResult r = run_shell(
+      kMintrain + "launch --nproc-per-node 2 --nservers 1 -- train " + config + " --output run --set epochs=1000"
+      " --set dist.algorithm=ps --set dist.timeout_seconds=20 & pid=$!; sleep 3; kill -INT $pid; wait $pid");
+  EXPECT_EQ(r.status, 130) << r.out << r.err;
+  EXPECT_TRUE(has(r.err, "[rank 0] mintrain: interrupted; checkpoint")) << r.err;
+  EXPECT_TRUE(has(r.out, "[server 0] parameter server 0 (rank 2): done after")) << r.out << r.err;
+}
+
 TEST(PsLaunch, ServersWithAnAlgorithmThatUsesNoneAreRefused) {
   const std::string config = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
   const CommandResult r = run_mintrain("launch --nproc-per-node 1 --nservers 1 --grace 1 -- train " + config +
                              " --output run --set epochs=1 --set dist.timeout_seconds=10");
   EXPECT_NE(r.status, 0) << r.out << r.err;
-  EXPECT_TRUE(has(r.err, "but dist.algorithm \"ssgd\" uses none")) << r.err;
+  // Worker or server, whichever speaks first (the launcher then stops the other).
+  EXPECT_TRUE(has(r.err, "but dist.algorithm \"ssgd\" uses none; set dist.algorithm \"ps\" or start no servers"))
+      << r.err;
 }
 
 }  // namespace
