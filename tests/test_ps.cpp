@@ -470,10 +470,15 @@ CommandResult run_mintrain(const std::string& args) { return run_shell(kMintrain
 
 TEST(PsLaunch, LaunchStartsServersBesideTheWorkersAndTrains) {
   const std::string config = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+  // The timeline shows each partition's push-to-pull span, server by server.
   const CommandResult r = run_mintrain("launch --nproc-per-node 2 --nservers 2 -- train " + config +
-                             " --output run --set epochs=1 --set dist.algorithm=ps --set dist.ps.schedule=wfbp"
-                             " --set dist.ps.partition_bytes=4096 --set dist.timeout_seconds=20");
+                                       " --output run --set epochs=1 --set dist.algorithm=ps --set dist.ps.schedule=wfbp"
+                                       " --set dist.ps.partition_bytes=4096 --set dist.timeout_seconds=20"
+                                       " --set dist.timeline_file=timeline_{rank}.json"
+                                       " && grep -o '\"ps p[0-9]* s[0-9]*\"' run/timeline_1.json | sort -u");
   EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "\"ps p0 s")) << r.out;
+  EXPECT_TRUE(has(r.out, " s0\"") && has(r.out, " s1\"")) << "spans on both servers: " << r.out;
   EXPECT_TRUE(has(r.out, "[rank 0] distributed: ps/wfbp")) << r.out;
   EXPECT_TRUE(has(r.out, "[rank 0] parameter server: 2 servers")) << r.out;
   EXPECT_TRUE(has(r.out, "[server 0] parameter server 0 (rank 2): serving")) << r.out;
