@@ -66,11 +66,13 @@ PsServerStats ParameterServer::run(std::ostream* log) {
 
   // Handshake: each side sends what it believes, both compare.
   Tensor hello = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
-  wait_for(world_->recv(hello, 0, ps::kHelloTag), 0, "waiting for worker 0's hello at set-up");
+  const std::string at_setup = "waiting for worker 0's hello at set-up";
+  wait_for(post(0, at_setup, [&] { return world_->recv(hello, 0, ps::kHelloTag); }), 0, at_setup);
   const std::vector<int64_t> theirs = values(hello);
   const int64_t partitions = theirs[5];
   const Tensor answer = int64s({ps::kVersion, options_.workers, options_.servers, options_.partition_bytes, index(), partitions});
-  wait_for(world_->send(answer, 0, ps::kHelloTag), 0, "answering worker 0's hello");
+  wait_for(post(0, "answering worker 0's hello", [&] { return world_->send(answer, 0, ps::kHelloTag); }), 0,
+           "answering worker 0's hello");
   const std::string mismatch = ps::hello_mismatch(theirs, values(answer));
   MT_CHECK(mismatch.empty(), who(), " refuses the job: ", mismatch, ". Start workers and servers with the same "
            "config, WORLD_SIZE and MINTRAIN_NUM_SERVERS");
@@ -81,7 +83,8 @@ PsServerStats ParameterServer::run(std::ostream* log) {
   std::vector<int64_t> ids, numel;
   if (partitions > 0) {
     Tensor table = Tensor::zeros({2 * partitions}, core::DType::Int64);
-    wait_for(world_->recv(table, 0, ps::kTableTag), 0, "waiting for the partition table");
+    wait_for(post(0, "waiting for the partition table", [&] { return world_->recv(table, 0, ps::kTableTag); }), 0,
+             "waiting for the partition table");
     const std::vector<int64_t> t = values(table);
     for (int64_t k = 0; k < partitions; ++k) {
       ids.push_back(t[2 * k]);
@@ -117,8 +120,8 @@ PsServerStats ParameterServer::run(std::ostream* log) {
 
   Tensor command = Tensor::zeros({2}, core::DType::Int64);
   for (;;) {
-    wait_for(world_->recv(command, 0, ps::kCommandTag), 0,
-             "waiting for iteration " + std::to_string(stats.iterations) + " to begin");
+    const std::string next = "waiting for iteration " + std::to_string(stats.iterations) + " to begin";
+    wait_for(post(0, next, [&] { return world_->recv(command, 0, ps::kCommandTag); }), 0, next);
     const std::vector<int64_t> c = values(command);
     if (c[0] == ps::kStop) break;
     MT_CHECK(c[0] == ps::kStep, who(), ": worker 0 sent an unknown command ", c[0]);
