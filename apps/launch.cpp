@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "apps/flags.h"
 #include "core/error.h"
 #include "dist/socket.h"
 
@@ -122,17 +123,10 @@ std::string random_token() {
 LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
   LaunchOptions o;
   bool port_given = false;
-  size_t i = 0;
-  for (; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    auto value = [&]() -> std::string {
-      MT_CHECK(i + 1 < argv.size(), "launch: ", a, " needs a value");
-      return argv[++i];
-    };
+  Flags f("launch", argv);
+  while (f.next()) {
+    const std::string& a = f.arg();
+    auto value = [&] { return f.value(); };
     if (a == "--nproc-per-node" || a == "--nproc_per_node") o.nproc_per_node = to_int(a, value());
     else if (a == "--nnodes") o.nnodes = to_int(a, value());
     else if (a == "--node-rank" || a == "--node_rank") o.node_rank = to_int(a, value());
@@ -142,9 +136,9 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
     else if (a == "--stop-timeout" || a == "--stop_timeout") o.stop_timeout_seconds = to_int(a, value());
     else if (a == "--max-restarts" || a == "--max_restarts") o.max_restarts = to_int(a, value());
     else if (a == "--nservers") o.nservers = to_int(a, value());
-    else MT_FAIL("launch: unknown option \"", a, "\" (the worker's command goes after --)");
+    else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
   }
-  o.command.assign(argv.begin() + static_cast<std::ptrdiff_t>(i), argv.end());
+  o.command = f.rest();
   MT_CHECK(!o.command.empty(), "launch: no command: put the worker's arguments after --, e.g. "
            "mintrain launch --nproc-per-node 2 -- train CONFIG");
   MT_CHECK(o.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1");

@@ -28,6 +28,7 @@
 
 #include "apps/checkpoint.h"
 #include "apps/config.h"
+#include "apps/flags.h"
 #include "apps/launch.h"
 #include "apps/parameter_server_role.h"
 #include "dist/predict/model_command.h"
@@ -115,10 +116,9 @@ std::string usage() {
          kTail;
 }
 
-// Thrown for malformed command lines: main prints the usage after the message.
-struct UsageError : mt::core::Error {
-  using mt::core::Error::Error;
-};
+// Thrown for malformed command lines (also by the flag parser of every subcommand,
+// apps/flags.h): main prints the usage after the message and exits 2.
+using UsageError = mt::apps::FlagError;
 
 // Stopping on a signal. The first SIGINT or SIGTERM sets g_stop: the trainer finishes the
 // iteration, saves a checkpoint and returns, and every rank stops at the same iteration. The
@@ -214,38 +214,28 @@ struct Args {
 Args parse_args(const std::string& command, const std::vector<std::string>& argv,
                 const std::vector<std::string>& allowed, const std::vector<std::string>& flags = {}) {
   Args a;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) == 0) {
-      std::string value;
-      bool has_value = false;
-      if (const auto eq = arg.find('='); eq != std::string::npos) {  // --opt=value form
-        value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
-        has_value = true;
-      }
-      if (arg == "--set" || std::find(allowed.begin(), allowed.end(), arg) != allowed.end()) {
-        if (!has_value) {
-          if (i + 1 >= argv.size()) throw UsageError(command + ": " + arg + " needs a value");
-          value = argv[++i];
-        }
-        if (arg == "--set") a.sets.push_back(value);
-        else a.options[arg] = value;
-        continue;
-      }
-      if (std::find(flags.begin(), flags.end(), arg) != flags.end()) {
-        if (has_value) throw UsageError(command + ": " + arg + " takes no value");
-        a.flags.push_back(arg);
-        continue;
-      }
-      throw UsageError(command + ": unknown option \"" + arg + "\"");
+  mt::apps::Flags f(command, argv);
+  auto among = [&](const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), f.arg()) != names.end();
+  };
+  while (f.next()) {
+    if (f.is("--set")) {
+      a.sets.push_back(f.value());
+    } else if (among(allowed)) {
+      a.options[f.arg()] = f.value();
+    } else if (among(flags)) {
+      f.no_value();
+      a.flags.push_back(f.arg());
+    } else if (f.is_flag()) {
+      f.unknown();
+    } else if (!a.config.empty()) {
+      f.fail("unexpected argument \"" + f.arg() + "\" (CONFIG is already \"" + a.config + "\")");
+    } else {
+      a.config = f.arg();
     }
-    if (!a.config.empty()) {
-      throw UsageError(command + ": unexpected argument \"" + arg + "\" (CONFIG is already \"" +
-                       a.config + "\")");
-    }
-    a.config = arg;
   }
+  if (!f.rest().empty() || (!argv.empty() && argv.back() == "--"))
+    throw UsageError(command + ": unexpected \"--\" (only launch runs a command after it)");
   if (a.config.empty()) throw UsageError(command + ": missing CONFIG (a .prototxt file)");
   return a;
 }

@@ -4,6 +4,7 @@
 #include <optional>
 #include <ostream>
 
+#include "apps/flags.h"
 #include "core/error.h"
 #include "data/wordpiece_tokenizer.h"
 
@@ -19,20 +20,19 @@ const char* const kTokenizeUsage =
 int run_tokenize_command(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
   std::string vocab;
   std::optional<bool> lowercase;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--vocab") {
-      MT_CHECK(i + 1 < args.size(), "tokenize: --vocab needs a file\n", kTokenizeUsage);
-      vocab = args[++i];
-    } else if (a == "--cased" || a == "--uncased") {
-      MT_CHECK(!lowercase || *lowercase == (a == "--uncased"),
-               "tokenize: --cased and --uncased contradict each other\n", kTokenizeUsage);
-      lowercase = a == "--uncased";
-    } else if (a == "--help" || a == "-h") {
+  Flags f("tokenize", args, kTokenizeUsage);
+  while (f.next()) {
+    if (f.is("--vocab")) {
+      vocab = f.value();
+    } else if (f.is("--cased") || f.is("--uncased")) {
+      f.no_value();
+      if (lowercase && *lowercase != f.is("--uncased")) f.fail("--cased and --uncased contradict each other");
+      lowercase = f.is("--uncased");
+    } else if (f.is("--help") || f.is("-h")) {
       out << kTokenizeUsage << "\n";
       return 0;
     } else {
-      MT_FAIL("tokenize: unexpected argument \"", a, "\"\n", kTokenizeUsage);
+      f.fail("unexpected argument \"" + f.arg() + "\"");
     }
   }
   MT_CHECK(!vocab.empty(), "tokenize: missing --vocab vocab.txt\n", kTokenizeUsage);

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "apps/config.h"
-#include "apps/flag_values.h"
+#include "apps/flags.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/runtime.h"
@@ -127,27 +127,23 @@ std::string train_benchmark_usage() {
 TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>& args) {
   TrainBenchmarkOptions o;
   bool model_given = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    auto value = [&]() -> const std::string& {
-      MT_CHECK(i + 1 < args.size(), flag, " needs a value; see --help");
-      return args[++i];
-    };
-    if (flag == "--model") {
-      o.model = value();
+  Flags f("", args, "see --help");
+  while (f.next()) {
+    if (f.is("--model")) {
+      o.model = f.value();
       model_given = true;
-    } else if (flag == "--batch") o.batch = parse_int(flag, value(), 1);
-    else if (flag == "--device") o.device = value();
-    else if (flag == "--precision") o.precision = value();
-    else if (flag == "--image-size") o.image_size = parse_int(flag, value(), 1);
-    else if (flag == "--seq-len") o.seq_len = parse_int(flag, value(), 8);
-    else if (flag == "--vocab") o.vocab = parse_int(flag, value(), 16);
-    else if (flag == "--warmup") o.warmup = parse_int(flag, value(), 0);
-    else if (flag == "--iters") o.iters = parse_int(flag, value(), 1);
-    else if (flag == "--repeats") o.repeats = parse_int(flag, value(), 1);
-    else if (flag == "--threads") o.threads = parse_int(flag, value(), 0);
-    else if (flag == "--cudnn-benchmark") o.cudnn_benchmark = parse_int(flag, value(), 0) != 0;
-    else MT_FAIL("unknown option \"", flag, "\"; see --help for the valid ones");
+    } else if (f.is("--batch")) o.batch = f.integer(1);
+    else if (f.is("--device")) o.device = f.value();
+    else if (f.is("--precision")) o.precision = f.value();
+    else if (f.is("--image-size")) o.image_size = f.integer(1);
+    else if (f.is("--seq-len")) o.seq_len = f.integer(8);
+    else if (f.is("--vocab")) o.vocab = f.integer(16);
+    else if (f.is("--warmup")) o.warmup = f.integer(0);
+    else if (f.is("--iters")) o.iters = f.integer(1);
+    else if (f.is("--repeats")) o.repeats = f.integer(1);
+    else if (f.is("--threads")) o.threads = f.integer(0);
+    else if (f.is("--cudnn-benchmark")) o.cudnn_benchmark = f.integer(0) != 0;
+    else f.unknown();
   }
   const std::vector<std::string> models = layers::model_names();
   MT_CHECK(model_given, "--model is required; give one of: ", joined(models));

@@ -52,12 +52,7 @@ DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSy
 void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
   optimizer_ = &optimizer;
-  buffers_.clear();
-  for (const auto& [name, b] : model.named_buffers())
-    if (b.dtype() == core::DType::Float32) buffers_.push_back(b);
-  numel_ = 0;
-  for (const auto& t : params_) numel_ += t.numel();
-  for (const auto& t : buffers_) numel_ += t.numel();
+  model_ = ModelVector(model, params_);
 
   check_replicas_agree(*group_, model, options_.config_text);
   if (options_.broadcast_initial_weights) {
@@ -92,37 +87,6 @@ void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
 
 void DsSyncSynchronizer::begin_iteration(int64_t iteration) { restore_local(); }
 
-Tensor DsSyncSynchronizer::flatten() const {
-  const core::Device device = params_.empty() ? core::Device::cpu() : params_[0].device();
-  Tensor flat = Tensor::empty({numel_}, core::DType::Float32, device);
-  int64_t off = 0;
-  for (const auto* list : {&params_, &buffers_})
-    for (const auto& t : *list) {
-      flat.narrow(0, off, t.numel()).copy_(t.contiguous().view({-1}));
-      off += t.numel();
-    }
-  return flat;
-}
-
-void DsSyncSynchronizer::unflatten(const Tensor& flat) {
-  int64_t off = 0;
-  for (auto* list : {&params_, &buffers_})
-    for (auto& t : *list) {
-      Tensor dst = t;
-      dst.copy_(flat.narrow(0, off, t.numel()));
-      off += t.numel();
-    }
-}
-
-void DsSyncSynchronizer::average_over(ProcessGroup& group, const std::string& what) {
-  if (group.size() < 2 || numel_ == 0) return;
-  core::NoGradGuard no_grad;
-  Tensor flat = flatten();
-  finish(group.allreduce(flat, ReduceOp::Sum), group, what);
-  flat.mul_(1.0f / static_cast<float>(group.size()));
-  unflatten(flat);
-}
-
 void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
   restore_local();  // in case a caller evaluated without a begin_iteration after it
   {
@@ -134,7 +98,7 @@ void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
   const bool global = options_.global_average_every > 0 && (t + 1) % options_.global_average_every == 0;
   std::string label;
   if (global) {
-    average_over(*group_, "DS-Sync global average at iteration " + std::to_string(t));
+    model_.average_over(*group_, "DS-Sync global average at iteration " + std::to_string(t));
     label = "global average";
   } else {
     const RankGroup& g = schedule_->group_of(t, rank());
@@ -145,7 +109,7 @@ void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
     }
     label = "group {" + members + "}";
     if (g.size() >= 2) {
-      average_over(*communicators_.at(g), "DS-Sync average in group {" + members + "} at iteration " +
+      model_.average_over(*communicators_.at(g), "DS-Sync average in group {" + members + "} at iteration " +
                                               std::to_string(t));
     }
   }
@@ -194,31 +158,24 @@ double DsSyncSynchronizer::measure_spread() {
 }
 
 void DsSyncSynchronizer::prepare_eval(layers::Module& model) {
-  if (holds_average_) return;  // the model already holds the average (nothing trained since)
-  core::NoGradGuard no_grad;
-  local_copy_ = flatten();
-  average_over(*group_, "DS-Sync world average for evaluation");
-  holds_average_ = true;
+  model_.show_average(*group_, "DS-Sync world average for evaluation");
 }
 
 void DsSyncSynchronizer::prepare_checkpoint(layers::Module& model) {
   prepare_eval(model);
   // Not trained yet (nothing differs between ranks), or already collected for this state.
-  if (!holds_average_ || replica_states_.collected()) return;
+  if (!model_.showing_average() || replica_states_.collected()) return;
   MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync checkpoint before setup");
-  core::StateDict mine = {{"local", local_copy_}};
+  core::StateDict mine = {{"local", model_.aside()}};
   for (const auto& [name, t] : optimizer_->state_dict()) mine.emplace_back("optim." + name, t);
   replica_states_.collect(*group_, mine, "DS-Sync checkpoint state",
                           params_.empty() ? core::Device::cpu() : params_[0].device());
 }
 
 void DsSyncSynchronizer::restore_local() {
-  if (!holds_average_) return;
-  core::NoGradGuard no_grad;
-  unflatten(local_copy_);
-  local_copy_ = Tensor();
+  if (!model_.showing_average()) return;
+  model_.show_local();
   replica_states_.forget();  // training goes on: they no longer describe the ranks
-  holds_average_ = false;
 }
 
 core::StateDict DsSyncSynchronizer::state_dict() const {
@@ -263,18 +220,17 @@ void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
   }
   MT_CHECK(local != nullptr, "checkpoint entry sync.", kRankPrefix, "rank", rank(), ".local is "
            "missing although the checkpoint holds per-rank DS-Sync state (a damaged checkpoint?)");
-  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == numel_, "checkpoint entry sync.",
+  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == model_.numel(), "checkpoint entry sync.",
            kRankPrefix, "rank", rank(), ".local is ", local->str(), "; this model's parameters and "
-           "float32 buffers hold ", numel_, " float32 values (was it written for another model?)");
+           "float32 buffers hold ", model_.numel(), " float32 values (was it written for another model?)");
   MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync restored without an optimizer");
   optimizer_->load_state_dict(optim_state);
   core::NoGradGuard no_grad;
   // Whatever the model held (the loaded average, or an average shown for evaluation), this
   // rank's own weights are what it trains on from here.
-  holds_average_ = false;
-  local_copy_ = Tensor();
+  model_.drop_aside();
   replica_states_.forget();
-  unflatten(local->to(params_.empty() ? core::Device::cpu() : params_[0].device()));
+  model_.unflatten(local->to(model_.device()));
 }
 
 namespace {

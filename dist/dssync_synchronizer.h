@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "dist/dssync_schedule.h"
+#include "dist/model_vector.h"
 #include "dist/process_group.h"
 #include "dist/replicas.h"
 #include "dist/synchronizer.h"
@@ -88,10 +89,6 @@ class DsSyncSynchronizer final : public Synchronizer {
   double last_spread() const { return last_spread_; }
 
  private:
-  // Copies the averaged tensors (parameters, float32 buffers) into one flat buffer and back.
-  Tensor flatten() const;
-  void unflatten(const Tensor& flat);
-  void average_over(ProcessGroup& group, const std::string& what);
   void restore_local();
   void restore_state(const core::StateDict& state);
   void note(const std::string& text) const;  // rank 0's log, if any
@@ -101,11 +98,8 @@ class DsSyncSynchronizer final : public Synchronizer {
   std::unique_ptr<DsSyncSchedule> schedule_;
   std::map<RankGroup, std::shared_ptr<ProcessGroup>> communicators_;  // my groups only
   std::vector<Tensor> params_;
-  std::vector<Tensor> buffers_;  // float32 buffers (batch-norm statistics)
-  int64_t numel_ = 0;
+  ModelVector model_;            // parameters and float32 buffers (batch-norm statistics)
   int64_t step_ = 0;             // optimizer steps taken = the schedule position
-  bool holds_average_ = false;   // prepare_eval swapped the average in
-  Tensor local_copy_;            // the local weights while holds_average_
   double last_spread_ = 0.0;
   optim::Optimizer* optimizer_ = nullptr;  // setup's: per-rank optimizer state for checkpoints
   // Between prepare_checkpoint and the next step: every rank's {"local", "optim.<entry>"}

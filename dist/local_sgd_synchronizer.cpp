@@ -1,7 +1,6 @@
 #include "dist/local_sgd_synchronizer.h"
 
 #include "core/error.h"
-#include "core/grad_mode.h"
 #include "dist/dist_config.h"
 #include "dist/registry.h"
 #include "dist/replicas.h"
@@ -18,61 +17,20 @@ void LocalSgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimi
   check_replicas_agree(*group_, model, options_.config_text);
   broadcast_parameters(*group_, model);
   broadcast_buffers(*group_, model);
-  tensors_ = optimizer.params();
-  for (const auto& [name, b] : model.named_buffers())
-    if (b.dtype() == core::DType::Float32) tensors_.push_back(b);
-  numel_ = 0;
-  for (const auto& t : tensors_) numel_ += t.numel();
+  model_ = ModelVector(model, optimizer.params());
   // No gradient-ready hooks: gradients never leave the rank.
 }
 
-Tensor LocalSgdSynchronizer::flatten() const {
-  Tensor flat = Tensor::empty({numel_}, core::DType::Float32,
-                              tensors_.empty() ? core::Device::cpu() : tensors_[0].device());
-  int64_t off = 0;
-  for (const auto& t : tensors_) {
-    flat.narrow(0, off, t.numel()).copy_(t.contiguous().view({-1}));
-    off += t.numel();
-  }
-  return flat;
-}
-
-void LocalSgdSynchronizer::unflatten(const Tensor& flat) {
-  int64_t off = 0;
-  for (Tensor t : tensors_) {
-    t.copy_(flat.narrow(0, off, t.numel()).view(t.shape()));
-    off += t.numel();
-  }
-}
-
-void LocalSgdSynchronizer::average() {
-  if (numel_ == 0) return;
-  core::NoGradGuard no_grad;
-  Tensor flat = flatten();
-  finish(group_->allreduce(flat, ReduceOp::Sum), *group_,
-         "local SGD: averaging the model after step " + std::to_string(steps_));
-  flat.mul_(1.0f / static_cast<float>(group_->size()));
-  unflatten(flat);
-}
-
-void LocalSgdSynchronizer::show_local() {
-  if (!local_) return;
-  core::NoGradGuard no_grad;
-  unflatten(*local_);
-  local_.reset();
-}
-
 void LocalSgdSynchronizer::step(optim::Optimizer& optimizer) {
-  show_local();
+  model_.show_local();
   optimizer.step();  // this rank's gradient, this rank's optimizer state
-  if (++steps_ % options_.period == 0) average();
+  if (++steps_ % options_.period == 0)
+    model_.average_over(*group_, "local SGD: averaging the model after step " + std::to_string(steps_));
 }
 
 void LocalSgdSynchronizer::prepare_eval(layers::Module& model) {
-  if (local_ || steps_ % options_.period == 0) return;  // already the average (or all equal)
-  core::NoGradGuard no_grad;
-  local_ = flatten();
-  average();
+  if (steps_ % options_.period == 0) return;  // just averaged: every rank holds the average
+  model_.show_average(*group_, "local SGD: the world average for evaluation");
 }
 
 core::StateDict LocalSgdSynchronizer::state_dict() const {
@@ -82,7 +40,7 @@ core::StateDict LocalSgdSynchronizer::state_dict() const {
 void LocalSgdSynchronizer::load_state_dict(const core::StateDict& state) {
   // The model was loaded with the checkpoint's average; what remains is the step count, which
   // places the next average.
-  local_.reset();
+  model_.drop_aside();
   for (const auto& [name, t] : state) {
     if (name != "local_sgd.steps") continue;
     MT_CHECK(t.numel() == 1 && t.dtype() == core::DType::Int64, "checkpoint entry sync.local_sgd.steps must hold "

@@ -12,10 +12,10 @@
 // continues exactly; elsewhere every rank continues from the average.
 #pragma once
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "dist/model_vector.h"
 #include "dist/process_group.h"
 #include "dist/synchronizer.h"
 
@@ -32,7 +32,7 @@ class LocalSgdSynchronizer final : public Synchronizer {
 
   std::string name() const override { return "local_sgd/every " + std::to_string(options_.period); }
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
-  void begin_iteration(int64_t iteration) override { show_local(); }
+  void begin_iteration(int64_t iteration) override { model_.show_local(); }
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
 
@@ -42,17 +42,10 @@ class LocalSgdSynchronizer final : public Synchronizer {
   int64_t steps() const { return steps_; }
 
  private:
-  Tensor flatten() const;  // parameters, then float32 buffers
-  void unflatten(const Tensor& flat);
-  void average();
-  void show_local();
-
   std::shared_ptr<ProcessGroup> group_;
   LocalSgdOptions options_;
-  std::vector<Tensor> tensors_;  // what is averaged: parameters and float32 buffers
-  int64_t numel_ = 0;
+  ModelVector model_;  // what is averaged: parameters and float32 buffers
   int64_t steps_ = 0;
-  std::optional<Tensor> local_;  // this rank's weights while the model shows the average
 };
 
 }  // namespace mt::dist

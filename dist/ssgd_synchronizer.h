@@ -28,7 +28,8 @@
 // summation order inside the ring allreduce (with 3+ ranks, (a+b)+c vs (b+c)+a), so a resumed run
 // must pack exactly as the stopped one did. state_dict() holds those decisions — the bucket
 // layout, FUSION's rebuild and MG-WFBP's profiling progress and plan — and load_state_dict()
-// puts them back (see load_state_dict for what happens with another config).
+// puts them back (see load_state_dict for what happens with another config); both live in
+// ssgd_state.cpp, apart from the schedules.
 //
 // Gradient accumulation: with grad_accumulation_steps = k the trainer calls begin_iteration(it)
 // once per micro-batch with the same `it`; the hooks do nothing on the first k-1 micro-batches

@@ -355,12 +355,15 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   // was sent during backward), its message then 0.624 ms, update 0.5: 6.124 ms, 7.124 with gamma 1 ms.
   const std::vector<std::string> base = {kMlpConfig, "--layer-times", layers, "--workers", "1,4",
                                          "--bandwidth-gbps", "1", "--latency-us", "50"};
-  auto with = [&](const std::string& profile) {
+  // gamma is a core-sharing term: the model applies it with --shared-cores only.
+  auto with = [&](const std::string& profile, bool shared_cores = true) {
     std::vector<std::string> args = base;
     args.insert(args.end(), {"--comm-profile", profile});
+    if (shared_cores) args.push_back("--shared-cores");
     return model_output(args);
   };
   const std::string out0 = with(no_gamma), out1 = with(with_gamma);
+  EXPECT_TRUE(contains(table_row(with(with_gamma, false), 4), "6.124 (")) << "gamma off by default";
   EXPECT_TRUE(contains(out0, "efficiency 0.500"));
   EXPECT_TRUE(contains(out0, "100.00 us per hop"));
   EXPECT_TRUE(contains(out1, "gamma 1000.0 us per message"));
@@ -391,7 +394,7 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
 
   // Without --bandwidth-gbps the measured rate is used: at n = world the same predictions.
   const std::string bare = model_output({kMlpConfig, "--layer-times", layers, "--workers", "1,4", "--comm-profile",
-                                      with_gamma});
+                                      with_gamma, "--shared-cores"});
   EXPECT_EQ(table_row(bare, 4), row1);
   EXPECT_TRUE(contains(bare, "the measured ring's rate"));
 

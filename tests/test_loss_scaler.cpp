@@ -332,12 +332,16 @@ TEST(LossScaledTraining, CheckpointsWithoutAScaleStillLoad) {
   const fs::path out = fresh_dir("fp32_then_fp16");
   apps::TrainerOptions quiet;
   quiet.quiet = true;
-  // A float32 run: no scaler, and its checkpoints have no scale.
-  apps::Trainer plain(apps::load_run_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt",
-                                            {"threads=1", "epochs=1", "output_dir=" + out.string()}),
-                      quiet);
-  EXPECT_EQ(plain.loss_scaler(), nullptr);
-  const apps::TrainResult r = plain.train();
+  // A float32 run: no scaler, and its checkpoints have no scale. (Its trainer goes out of scope
+  // before the next one starts: a live trainer holds the output folder's lock.)
+  apps::TrainResult r;
+  {
+    apps::Trainer plain(apps::load_run_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt",
+                                              {"threads=1", "epochs=1", "output_dir=" + out.string()}),
+                        quiet);
+    EXPECT_EQ(plain.loss_scaler(), nullptr);
+    r = plain.train();
+  }
   ASSERT_FALSE(r.last_checkpoint.empty());
   EXPECT_FALSE(apps::load_checkpoint(r.last_checkpoint, nullptr, nullptr, nullptr).loss_scale.has_value());
   EXPECT_EQ(core::load_archive(r.last_checkpoint).meta.count("loss_scale"), 0u);

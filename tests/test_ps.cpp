@@ -78,7 +78,9 @@ TEST(PsPartition, BalancesBytesOverServers) {
     EXPECT_EQ(std::accumulate(bytes.begin(), bytes.end(), int64_t{0}), total);
     const auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
     EXPECT_LE(*hi - *lo, 256) << servers << " servers: " << dist::describe_plan(plan, servers, 256);
-    if (servers > 1) EXPECT_GT(*lo, 0) << servers << " servers";
+    if (servers > 1) {
+      EXPECT_GT(*lo, 0) << servers << " servers";
+    }
   }
 }
 
@@ -227,8 +229,11 @@ TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
             core::cross_entropy(model->forward(x), y).backward();
             ASSERT_EQ(pushed_at_hook.size(), opt->params().size());
             const int64_t early = pushed_at_hook[pushed_at_hook.size() - 2] - before;
-            if (schedule == "wfbp") EXPECT_GT(early, 0) << what << " step " << s;
-            else EXPECT_EQ(early, 0) << what << " step " << s;
+            if (schedule == "wfbp") {
+              EXPECT_GT(early, 0) << what << " step " << s;
+            } else {
+              EXPECT_EQ(early, 0) << what << " step " << s;
+            }
             sync->step(*opt);
             opt->zero_grad();
           }
@@ -407,8 +412,11 @@ TEST_F(PsTest, MismatchedServerIsRefusedNamingBothValues) {
         sync->setup(*model, *opt);
         ADD_FAILURE() << "worker " << c.rank << " accepted";
       } catch (const core::Error& e) {
-        if (c.rank == 0) EXPECT_TRUE(has(e.what(), "parameter server 1 (rank 3) refuses the job: " + expected)) << e.what();
-        else EXPECT_TRUE(has(e.what(), "the parameter servers refused the job")) << e.what();
+        if (c.rank == 0) {
+          EXPECT_TRUE(has(e.what(), "parameter server 1 (rank 3) refuses the job: " + expected)) << e.what();
+        } else {
+          EXPECT_TRUE(has(e.what(), "the parameter servers refused the job")) << e.what();
+        }
       }
     });
     EXPECT_TRUE(result.ok_or_report()) << (wrong_world ? "wrong world" : "wrong partition size");

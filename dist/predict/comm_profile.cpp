@@ -75,9 +75,8 @@ void time_sizes_in_turn(ProcessGroup& group, core::Device device, const CommProf
   std::vector<std::vector<double>> mine(S);
   auto cycle = [&](const std::vector<int>& wanted) {
     // Every cycle starts together: a rank leaves an allreduce as soon as its own result is in,
-    // and after the largest size the others can still be receiving for a while (two racks, 2 MB:
-    // ~170 ms), which the next cycle's small first message waited out (a 40 B allreduce measured
-    // 119 ms). Inside a cycle each size follows the next smaller one, as merged messages follow
+    // and after the largest size the others can still be receiving for a while, which the next
+    // cycle's small first message would wait out (docs/PERF.md). Inside a cycle each size follows the next smaller one, as merged messages follow
     // merged ones in training and small ones small ones.
     group.barrier();
     for (size_t s : order) {
@@ -181,8 +180,7 @@ CommProfile profile_communication(ProcessGroup& group, core::Device device, cons
     alone_chunks.push_back(means[0] / o.gamma_messages);
     with_chunks.push_back(means[1] / o.gamma_messages);
     // The share of the compute lost while the network was busy: the messages queue behind each
-    // other when they are longer than the chunks (8 ranks on 2 cores: 16 KB took 20 ms against
-    // 4 ms chunks), and then the network is busy for all of the compute after the first chunk.
+    // other when they are longer than the chunks, and then the network is busy for all of the compute after the first chunk.
     const double busy = std::min(means[1] * (1.0 - 1.0 / o.gamma_messages), messages_seconds);
     slowdowns.push_back(busy > 0 ? (means[1] - means[0]) / busy : 0.0);
   }

@@ -17,20 +17,14 @@
 // while a second thread on every rank computes (measured with gamma, skipped with it).
 //
 // Why a mean and many repeats: an iteration sends many messages, so what it costs is the sum of
-// their times, whose expectation is the sum of the means. Where ranks share cores, small
-// operations have a heavy tail (a woken thread waits one or two scheduler ticks: 4 ranks on 2
-// cores, 256 floats: fastest 1.3 ms, median 7 ms, slowest 26 ms in one run of 40). The median of a
-// few repeats saw a lucky 2.6 ms there and the model predicted WFBP 35% fast; so every size is
-// repeated until its timed operations add up to `seconds_per_size` (between `repeats` and
-// `max_repeats` times; rank 0 decides the count from its first times, so all ranks agree).
-// The sizes take turns, one allreduce of each per cycle, rather than one size after another:
-// this machine's speed drifts over seconds (4 ranks on 2 cores: 64 B took 1.4 ms for seconds at
-// a time and 5-6 ms for others), and a size timed alone in a fast spell had WFBP predicted 16%
-// fast; in turn, every size meets the drift alike.
-// Why trimmed (the top and bottom 10% dropped): on shaped links a few operations in fifty stall
-// for hundreds of milliseconds (a TCP retransmission timeout: 4 KiB on two racks, 48 runs, the
-// last four 127-418 ms), which made one size's plain mean 3-6x its neighbours' and the model
-// predict WFBP 40% slow; the common tail of scheduler ticks stays in.
+// their times, whose expectation is the sum of the means; where ranks share cores small
+// operations have a heavy tail, so every size is repeated until its timed operations add up to
+// `seconds_per_size` (between `repeats` and `max_repeats` times; rank 0 decides the count from
+// its first times, so all ranks agree). The sizes take turns, one allreduce of each per cycle,
+// so that every size meets the machine's drift in speed alike. Trimmed (the top and bottom 10%
+// dropped) because on shaped links a few operations in fifty stall for a TCP retransmission
+// timeout. The measurements behind each choice: docs/PERF.md, "Why the cost model measures as
+// it does".
 //
 // Collective: every rank of the group calls profile_communication with the same options.
 #pragma once

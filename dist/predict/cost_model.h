@@ -35,30 +35,26 @@ struct LinearCost : LinkCost {
   // it takes from backward, and overlap_slowdown was measured against the back-to-back time:
   // comm_profile.h.) gamma per message only holds for the ratio of message time to compute between
   // messages it was measured at: a message that waits in the queue behind others takes nothing
-  // from backward until it is sent, and a long one takes more. ResNet-20's MG-WFBP on 8 ranks lost
-  // 14 ms of backward per 0.14 MB message where the synthetic gamma, whose 16 KB messages queued
-  // behind each other, said 3 (docs/PERF.md). gamma stays MG-WFBP's rule (b) term.
+  // from backward until it is sent, and a long one takes more (docs/PERF.md). gamma stays
+  // MG-WFBP's rule (b) term.
   double overlap_slowdown = 0.0;
   // Optional: the mean times measured for allreduces of some sizes on the very group this cost
   // describes (ascending sizes, CommProfile's per-size means). Where present, time() follows
   // them, interpolating linearly between neighbouring sizes, holding the smallest size's time
   // below it and continuing with slope beta above the largest. Real links are not a straight
-  // line in size (tbf lets a 10 ms burst through at full speed: on 100 Mbit/s links 256 KiB took
-  // 33 ms, 4 MiB 560 ms, and the best line missed the large sizes by 11-18%); at the scale it was
-  // measured on, the measurement is the better model. alpha and beta stay the model for other
+  // line in size (a token-bucket shaper lets a burst through at full speed; docs/PERF.md): at
+  // the scale it was measured on, the measurement is the better model. alpha and beta stay the model for other
   // scales (NetworkModel) and for MG-WFBP's rule (b).
   std::vector<double> measured_bytes, measured_seconds;
   // Optional, with the measured curve: the same sizes' mean times when every allreduce came after
   // `idle_measured` seconds in which the network carried nothing (profile-comm --idle-ms). In
   // training the links idle while the ranks compute, and a link can be faster after idling than
-  // back to back: a tbf link lets its bucket through at once (on the testbed, LeNet's 0.24 MB
-  // took 33 ms back to back and 30 after 3.4 ms of idling).
+  // back to back: a token-bucket link lets its bucket through at once (docs/PERF.md).
   std::vector<double> idle_measured_seconds;
   double idle_measured = 0.0;
   // Optional, with the measured curve: the same sizes' mean times while every rank also computed
   // (profile-comm times them with a second thread computing on each rank). Where ranks share
-  // cores, the communication threads then get only part of a core: on 8 ranks ResNet-20's
-  // 0.14 MB messages took 41-60 ms during backward and 30 back to back (docs/PERF.md). The DAG
+  // cores, the communication threads then get only part of a core (docs/PERF.md). The DAG
   // charges a message this time for the share of it that overlaps backward.
   std::vector<double> busy_measured_seconds;
   double time(double bytes) const;

@@ -32,7 +32,7 @@ void time_in_step(ProcessGroup& world, core::Device device, const DsSyncSchedule
   // The compute alone, every rank at once and over several scheduler slices (5 runs, and at least
   // a quarter of a second): the part of an iteration that the model's layer profile already
   // holds (its profilers compute all at once for many iterations). A single short run after a
-  // barrier mostly has a core to itself: 8 ranks on 2 cores timed a 2.3 ms chunk at 0.6.
+  // barrier mostly has a core to itself (docs/PERF.md).
   world.barrier();
   const auto start = ProfileClock::now();
   int runs = 0;
@@ -139,8 +139,7 @@ DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device
   }
   // Every repeat starts on all groups at once. Timed back to back on their own, groups drift
   // apart: one that finishes its repeats early leaves the shared uplink to the others, and the
-  // crossing partition of LeNet on two racks measured 263 ms where four pairs' 0.99 MB through
-  // the 25 Mbit/s link need at least 315 (training paid about 390).
+  // partition then measures faster than the link allows (docs/PERF.md).
   CommProfileOptions together = o;
   together.start_together = true;
   for (size_t p = 0; p < mine.size(); ++p) {

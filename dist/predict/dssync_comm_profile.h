@@ -2,12 +2,10 @@
 // of one partition average at the same time, so what an iteration pays is the slowest of
 // several concurrent allreduces that may share links, not one ring's time.
 //
-// Why not derive it from the world ring's profile: on the two-rack testbed (8 ranks, groups of
-// 2, racks of 4 joined by one 25 Mbit/s link), a crossing iteration sends four pair allreduces
-// through the one slow link at once. Their TCP flows overflow its queue (the link's shaper
-// dropped ~6% of the packets) and retransmission timeouts, not the fair share of the rate, set
-// the time: the model that shared the ring's measured rate among the four predicted DS-Sync at
-// 0.56 of the measured time (docs/PERF.md). A ring of all ranks, one flow per direction on
+// Why not derive it from the world ring's profile: where groups share a slow link (two racks),
+// their TCP flows overflow its queue, and retransmission timeouts, not the fair share of the
+// rate, set the time; the ring's rate shared among the groups predicted DS-Sync far too fast
+// (docs/PERF.md). A ring of all ranks, one flow per direction on
 // that link, never shows it. Likewise, at 8 ranks on 2 cores the start-up time of a pair's
 // allreduce is set by the scheduler, not by the ring's 14 steps scaled down to 2.
 //
@@ -27,9 +25,7 @@
 // mean over ranks of its iterations' trimmed mean, less the compute timed alone: what an
 // iteration pays beyond its compute. Why: on ranks that share cores, partners fall out of step
 // (the later one's compute was descheduled longer) and one group averages while the others still
-// compute. Timed together after a barrier, LeNet's pair average on 4 flat ranks took 14.4 ms;
-// training paid 16.3 ms from the later partner's start plus the wait for it, and the model
-// predicted DS-Sync at 0.81-0.88 of the measured time in four grids (docs/PERF.md).
+// compute. Timed together after a barrier, the group average missed that wait (docs/PERF.md).
 //
 // Collective: every rank of `world` calls it with the same arguments.
 #pragma once

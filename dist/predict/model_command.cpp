@@ -13,7 +13,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "apps/flag_values.h"
+#include "apps/flags.h"
 #include "apps/json_file.h"
 #include "apps/task.h"
 #include "apps/trainer.h"
@@ -144,7 +144,7 @@ const char* kModelUsage =
     "                      [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]\n"
     "                      [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]\n"
     "                      [--layer-times FILE.json] [--save-profile FILE.json]\n"
-    "                      [--comm-profile FILE.json]\n"
+    "                      [--comm-profile FILE.json [--shared-cores]]\n"
     "  --comm-profile: the network as measured by `mintrain profile-comm` on n ranks (Gloo's ring\n"
     "    allreduce, T(M) = alpha + beta * M, and gamma). Per-hop latency alpha / (2(n-1)) replaces\n"
     "    --latency-us and --inter-latency-us. With --bandwidth-gbps, every link's bandwidth is scaled\n"
@@ -154,7 +154,10 @@ const char* kModelUsage =
     "    after backward and never pays it). At N = n, an allreduce costs what the profile measured\n"
     "    for that size (the mean, interpolated between the measured sizes), not the fitted line;\n"
     "    when it was also timed after idling (profile-comm --idle-ms), a message that follows that\n"
-    "    much idle network or more takes the after-idle time, and less idle a share of the saving.";
+    "    much idle network or more takes the after-idle time, and less idle a share of the saving.\n"
+    "  --shared-cores: also apply the profile's core-sharing terms (gamma, the share of compute lost\n"
+    "    while a message is in flight, the during-compute curve), for ranks that share CPU cores. Off by\n"
+    "    default: they were fitted where ranks share cores and do not carry over to other machines.";
 
 }  // namespace
 
@@ -482,39 +485,36 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<int> workers;
   for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
   int at = -1, profile_iters = 10, warmup_iters = 2;
+  bool shared_cores = false;
   // Flags win over the config's dist.network, which wins over the defaults.
   std::optional<double> bandwidth, latency, inter_bandwidth, inter_latency;
   std::optional<int> ranks_per_rack;
   std::optional<std::string> allreduce;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      MT_CHECK(i + 1 < args.size(), "model: ", a, " needs a value\n", kModelUsage);
-      return args[++i];
-    };
-    if (a == "--set") sets.push_back(value());
-    else if (a == "--workers") workers = parse_workers(value());
-    else if (a == "--at") at = parse_int(a, value(), 1);
-    else if (a == "--bandwidth-gbps") bandwidth = parse_number(a, value());
-    else if (a == "--latency-us") latency = parse_number(a, value());
-    else if (a == "--ranks-per-rack") ranks_per_rack = parse_int(a, value(), 0);
-    else if (a == "--inter-bandwidth-gbps") inter_bandwidth = parse_number(a, value());
-    else if (a == "--inter-latency-us") inter_latency = parse_number(a, value());
-    else if (a == "--allreduce") allreduce = value();
-    else if (a == "--profile-iters") profile_iters = parse_int(a, value(), 1);
-    else if (a == "--warmup-iters") warmup_iters = parse_int(a, value(), 0);
-    else if (a == "--layer-times") layer_times = value();
-    else if (a == "--save-profile") save_profile = value();
-    else if (a == "--comm-profile") comm_profile = value();
-    else if (a == "--help" || a == "-h") {
+  Flags f("model", args, kModelUsage);
+  while (f.next()) {
+    if (f.is("--set")) sets.push_back(f.value());
+    else if (f.is("--workers")) workers = parse_workers(f.value());
+    else if (f.is("--at")) at = f.integer(1);
+    else if (f.is("--bandwidth-gbps")) bandwidth = f.number();
+    else if (f.is("--latency-us")) latency = f.number();
+    else if (f.is("--ranks-per-rack")) ranks_per_rack = f.integer(0);
+    else if (f.is("--inter-bandwidth-gbps")) inter_bandwidth = f.number();
+    else if (f.is("--inter-latency-us")) inter_latency = f.number();
+    else if (f.is("--allreduce")) allreduce = f.value();
+    else if (f.is("--profile-iters")) profile_iters = f.integer(1);
+    else if (f.is("--warmup-iters")) warmup_iters = f.integer(0);
+    else if (f.is("--layer-times")) layer_times = f.value();
+    else if (f.is("--save-profile")) save_profile = f.value();
+    else if (f.is("--comm-profile")) comm_profile = f.value();
+    else if (f.is("--shared-cores")) shared_cores = true;
+    else if (f.is("--help") || f.is("-h")) {
       out << kModelUsage << "\n";
       return 0;
-    } else if (!a.empty() && a[0] == '-') {
-      MT_FAIL("model: unknown option \"", a, "\"\n", kModelUsage);
+    } else if (f.arg().rfind("-", 0) == 0) {
+      f.unknown();
     } else {
-      MT_CHECK(config_path.empty(), "model: more than one CONFIG (\"", config_path, "\" and \"", a,
-               "\")\n", kModelUsage);
-      config_path = a;
+      if (!config_path.empty()) f.fail("more than one CONFIG (\"" + config_path + "\" and \"" + f.arg() + "\")");
+      config_path = f.arg();
     }
   }
   MT_CHECK(!config_path.empty(), "model: missing CONFIG\n", kModelUsage);
@@ -536,6 +536,12 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::string measured_line;
   if (!comm_profile.empty()) {
     measured = read_comm_profile(comm_profile);
+    if (!shared_cores) {
+      // Cores of their own for communication: the core-sharing terms stay out of the model.
+      measured->cost.gamma = 0.0;
+      measured->cost.overlap_slowdown = 0.0;
+      measured->cost.busy_measured_seconds.clear();
+    }
     const CalibratedNetwork c = calibrate_network(net, bandwidth_given, *measured);
     net = c.spec;
     const int n = measured->world;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "apps/flags.h"
 #include "core/error.h"
 #include "core/runtime.h"
 #include "dist/rendezvous.h"
@@ -58,21 +59,6 @@ std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, v);
   return buf;
-}
-
-double parse_number(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  MT_CHECK(!text.empty() && *end == '\0' && std::isfinite(v), "profile-comm: ", flag, ": \"", text,
-           "\" is not a number\n", kProfileCommUsage);
-  return v;
-}
-
-int parse_count(const std::string& flag, const std::string& text, int min) {
-  const double v = parse_number(flag, text);
-  MT_CHECK(v == std::floor(v) && v >= min && v <= 1e9, "profile-comm: ", flag, ": \"", text,
-           "\" must be an integer >= ", min);
-  return static_cast<int>(v);
 }
 
 std::vector<int64_t> parse_sizes(const std::string& text) {
@@ -221,53 +207,50 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
   int threads = 0;
   int dssync_group_size = 0, dssync_ranks_per_rack = 0, dssync_repeats = 0;
   std::vector<int64_t> dssync_sizes;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      MT_CHECK(i + 1 < args.size(), "profile-comm: ", a, " needs a value\n", kProfileCommUsage);
-      return args[++i];
-    };
-    if (a == "--out") out_path = value();
-    else if (a == "--sizes") options.sizes_floats = parse_sizes(value());
-    else if (a == "--repeats") options.repeats = parse_count(a, value(), 1);
+  Flags f("profile-comm", args, kProfileCommUsage);
+  while (f.next()) {
+    const std::string& a = f.arg();
+    if (a == "--out") out_path = f.value();
+    else if (a == "--sizes") options.sizes_floats = parse_sizes(f.value());
+    else if (a == "--repeats") options.repeats = f.integer(1);
     else if (a == "--seconds-per-size") {
-      options.seconds_per_size = parse_number(a, value());
+      options.seconds_per_size = f.number();
       MT_CHECK(options.seconds_per_size >= 0 && options.seconds_per_size <= 600,
                "profile-comm: --seconds-per-size must be in [0, 600], got ", options.seconds_per_size);
-    } else if (a == "--max-repeats") options.max_repeats = parse_count(a, value(), 1);
+    } else if (a == "--max-repeats") options.max_repeats = f.integer(1);
     else if (a == "--idle-ms") {
-      const double idle_ms = parse_number(a, value());
+      const double idle_ms = f.number();
       MT_CHECK(idle_ms >= 0 && idle_ms <= 10000, "profile-comm: --idle-ms must be in [0, 10000], got ", idle_ms);
       options.idle_before_seconds = idle_ms * 1e-3;
     }
     else if (a == "--no-gamma") options.measure_gamma = false;
-    else if (a == "--gamma-rounds") options.gamma_rounds = parse_count(a, value(), 1);
-    else if (a == "--gamma-messages") options.gamma_messages = parse_count(a, value(), 1);
-    else if (a == "--gamma-message-floats") options.gamma_message_floats = parse_count(a, value(), 1);
+    else if (a == "--gamma-rounds") options.gamma_rounds = f.integer(1);
+    else if (a == "--gamma-messages") options.gamma_messages = f.integer(1);
+    else if (a == "--gamma-message-floats") options.gamma_message_floats = f.integer(1);
     else if (a == "--gamma-chunk-ms") {
-      const double chunk_ms = parse_number(a, value());
+      const double chunk_ms = f.number();
       MT_CHECK(chunk_ms > 0 && chunk_ms <= 10000, "profile-comm: --gamma-chunk-ms must be in (0, 10000], got ",
                chunk_ms);
       options.gamma_chunk_seconds = chunk_ms * 1e-3;
-    } else if (a == "--dssync-group-size") dssync_group_size = parse_count(a, value(), 2);
-    else if (a == "--dssync-ranks-per-rack") dssync_ranks_per_rack = parse_count(a, value(), 1);
-    else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(value());
-    else if (a == "--dssync-repeats") dssync_repeats = parse_count(a, value(), 1);
+    } else if (a == "--dssync-group-size") dssync_group_size = f.integer(2);
+    else if (a == "--dssync-ranks-per-rack") dssync_ranks_per_rack = f.integer(1);
+    else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(f.value());
+    else if (a == "--dssync-repeats") dssync_repeats = f.integer(1);
     else if (a == "--dssync-compute-ms") {
-      const double compute_ms = parse_number(a, value());
+      const double compute_ms = f.number();
       MT_CHECK(compute_ms > 0 && compute_ms <= 10000, "profile-comm: --dssync-compute-ms must be in (0, 10000], got ",
                compute_ms);
       options.dssync_compute_seconds = compute_ms * 1e-3;
     }
-    else if (a == "--interface") po.interface = value();
-    else if (a == "--transport") po.transport = value();
-    else if (a == "--timeout-seconds") po.timeout = std::chrono::seconds(parse_count(a, value(), 1));
-    else if (a == "--threads") threads = parse_count(a, value(), 1);
+    else if (a == "--interface") po.interface = f.value();
+    else if (a == "--transport") po.transport = f.value();
+    else if (a == "--timeout-seconds") po.timeout = std::chrono::seconds(f.integer(1));
+    else if (a == "--threads") threads = f.integer(1);
     else if (a == "--help" || a == "-h") {
       out << kProfileCommUsage << "\n";
       return 0;
     } else {
-      MT_FAIL("profile-comm: unknown argument \"", a, "\"\n", kProfileCommUsage);
+      f.unknown();
     }
   }
   if (threads > 0) core::set_num_threads(threads);

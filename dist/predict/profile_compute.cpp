@@ -27,7 +27,7 @@ ComputeChunk calibrated_chunk(ProcessGroup& group, core::Device device, double s
   group.barrier();
   // Products per second over a window of several scheduler time slices, every rank at once:
   // probes shorter than a slice mostly run undisturbed on a core and measured the speed of a
-  // core alone (4 ranks on 2 cores: chunks meant to take 236 ms took 936 with everyone computing).
+  // core alone (docs/PERF.md).
   constexpr double kWindow = 0.25;
   const auto start = ProfileClock::now();
   int64_t reps = 0;

@@ -52,8 +52,7 @@ class ComputeInBackground {
 // Computes (small chunks) until `seconds` have passed: the network idles, the cores do not, as in
 // training between one iteration's messages and the next. Sleeping instead would rest the cores
 // too, and with more ranks than cores the allreduce after it would start on idle cores that
-// training's never has (8 ranks on 2 cores: LeNet's gradient took 32 ms after sleeping and 38
-// back to back, where training's BSP iterations of 44-53 ms left it 38-47).
+// training's never has (docs/PERF.md).
 void compute_for(double seconds);
 
 // The same number on every rank: rank 0's value, broadcast. Collective.

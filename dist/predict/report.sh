@@ -384,10 +384,14 @@ for preset in $presets; do
     fi
     sets=()
     for kv in $(algo_sets "$algo" "$preset"); do sets+=(--set "$kv"); done
-    # MG-WFBP plans from the profile the model predicts with (not from its own start-up timing),
-    # so the run and the prediction are of the same merge plan.
+    # MG-WFBP plans with the network cost the model predicts with (not its own start-up timing):
+    # the profile's alpha, beta and gamma (the emulated hosts share cores), so the run and the
+    # prediction merge by the same rule (dist/merge_plan.h).
     if [[ $algo == ssgd_mgwfbp && -s $out/comm/$preset.json ]]; then
-      sets+=(--set "dist.comm_profile=$out/comm/$preset.json")
+      for key in alpha_s:alpha beta_s_per_byte:beta gamma_s:gamma; do
+        value=$(sed -n "s/.*\"${key%%:*}\": *\([-0-9.eE+]*\).*/\1/p" "$out/comm/$preset.json" | head -1)
+        [[ -n $value ]] && sets+=(--set "dist.ssgd.${key#*:}=$value")
+      done
     fi
     rc=0
     steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
@@ -419,7 +423,8 @@ if ((have_model)); then
       contention) ;;  # the model knows no time-varying links: the full rate
     esac
     comm_args=()
-    [[ -s $out/comm/$preset.json ]] && comm_args=(--comm-profile "$out/comm/$preset.json")
+    # The emulated hosts share this machine's cores: the model's shared-cores terms apply.
+    [[ -s $out/comm/$preset.json ]] && comm_args=(--comm-profile "$out/comm/$preset.json" --shared-cores)
     "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
         "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" "${comm_args[@]}" \
         --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$out/model_$preset.txt" 2>&1 || {
