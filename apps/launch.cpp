@@ -20,6 +20,7 @@
 
 #include "apps/flags.h"
 #include "core/error.h"
+#include "core/runtime.h"
 #include "dist/socket.h"
 
 namespace mt::apps {
@@ -38,18 +39,19 @@ int to_int(const std::string& flag, const std::string& v) {
   return static_cast<int>(x);
 }
 
-struct Worker {
+struct Worker {  // a worker or a parameter server
   int rank = 0;
   pid_t pid = -1;
   int status = 0;
   bool done = false;
+  std::string label;  // "rank 3", "server 0"
 };
 
 // One thread reads every worker's stdout and stderr and prints whole lines with the rank in
 // front, so lines of different workers never interleave mid-line.
 class OutputPump {
  public:
-  void add(int fd, int rank, bool is_err) { streams_.push_back({fd, rank, is_err, {}}); }
+  void add(int fd, std::string label, bool is_err) { streams_.push_back({fd, std::move(label), is_err, {}}); }
   void start() { thread_ = std::thread([this] { run(); }); }
   void join() {
     if (thread_.joinable()) thread_.join();
@@ -58,12 +60,12 @@ class OutputPump {
  private:
   struct Stream {
     int fd;
-    int rank;
+    std::string label;  // "rank 3", "server 0"
     bool is_err;
     std::string partial;
   };
   void emit(Stream& s, const std::string& line) {
-    const std::string out = "[rank " + std::to_string(s.rank) + "] " + line + "\n";
+    const std::string out = "[" + s.label + "] " + line + "\n";
     const int fd = s.is_err ? STDERR_FILENO : STDOUT_FILENO;
     size_t off = 0;
     while (off < out.size()) {
@@ -140,6 +142,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
     else if (name == "--grace") o.grace_seconds = to_int(a, value());
     else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, value());
     else if (name == "--max-restarts") o.max_restarts = to_int(a, value());
+    else if (name == "--nservers") o.nservers = to_int(a, value());
     else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
   }
   o.command = f.rest();
@@ -159,6 +162,7 @@ namespace {
 struct GroupOutcome {
   int interrupt = 0;        // the signal launch got and forwarded (0: none)
   int failed_rank = -1;     // the first worker that failed (-1: none)
+  std::string failed_label; // "rank 1", "server 0 (rank 4)"
   int failed_status = 0;    // its waitpid status
   // The workers still running when the first one failed, e.g. "1 (stopped), 3": when the
   // failure is a timeout, these are the ranks the failed one was waiting for.
@@ -193,13 +197,15 @@ bool is_permanent_failure(int status) {
 
 GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int port,
                        const std::string& token, int restart) {
-  const int world = o.nnodes * o.nproc_per_node;
+  const int workers_in_job = o.nnodes * o.nproc_per_node;
+  const int world = workers_in_job + o.nservers;
   std::vector<Worker> workers;
   OutputPump pump;
   const pid_t launcher = ::getpid();
   pid_t group = 0;  // the workers' process group: the first worker's pid
-  for (int local = 0; local < o.nproc_per_node; ++local) {
-    const int rank = o.node_rank * o.nproc_per_node + local;
+  const int worker_threads = core::default_threads(core::usable_cores(), o.nproc_per_node);
+  // Parameter servers are the last ranks of the world (dist/rendezvous.h); node 0 starts them.
+  auto spawn = [&](int rank, int local, int local_world, const std::string& label, bool server) {
     int out[2], err[2];
     MT_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "launch: pipe failed: ", std::strerror(errno));
     std::fflush(stdout);
@@ -225,15 +231,20 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(local_world).c_str(), 1);
       ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("MINTRAIN_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+      if (o.nservers > 0) {
+        ::setenv("MINTRAIN_NUM_SERVERS", std::to_string(o.nservers).c_str(), 1);
+        ::setenv("MINTRAIN_ROLE", server ? "server" : "worker", 1);
+      }
       if (!token.empty()) ::setenv("MINTRAIN_JOB_TOKEN", token.c_str(), 1);
-      // N workers share this machine's cores: split them unless the user chose (as torchrun).
+      // N workers share the cores this launch may use (its affinity and cgroup quota): split
+      // them unless the user chose (as torchrun). A server only sums, on one thread.
       if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-        const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
-        ::setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, cores / o.nproc_per_node)).c_str(), 1);
+        const int threads = server ? 1 : worker_threads;
+        ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
       }
       std::vector<char*> args;
       args.push_back(const_cast<char*>("mintrain"));
@@ -248,9 +259,17 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
     ::setpgid(pid, group);  // also here, so the group exists before we first signal it
     ::close(out[1]);
     ::close(err[1]);
-    pump.add(out[0], rank, false);
-    pump.add(err[0], rank, true);
-    workers.push_back({rank, pid});
+    pump.add(out[0], label, false);
+    pump.add(err[0], label, true);
+    workers.push_back({rank, pid, 0, false, label});
+  };
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    const int rank = o.node_rank * o.nproc_per_node + local;
+    spawn(rank, local, o.nproc_per_node, "rank " + std::to_string(rank), false);
+  }
+  for (int s = 0; s < o.nservers && o.node_rank == 0; ++s) {
+    const int rank = workers_in_job + s;
+    spawn(rank, s, o.nservers, "server " + std::to_string(s), true);
   }
   pump.start();
 
@@ -284,6 +303,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
       // After an interrupt the workers exit 128 + signal on purpose: not a failure.
       if (!ok && outcome.failed_rank < 0 && outcome.interrupt == 0) {
         outcome.failed_rank = w.rank;
+        outcome.failed_label = w.label.rfind("server", 0) == 0 ? w.label + " (rank " + std::to_string(w.rank) + ")" : w.label;
         outcome.failed_status = status;
         outcome.running_at_failure = running_workers(workers);
         signal_all(SIGTERM);
@@ -327,7 +347,7 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
       return 128 + interrupt;
     }
     if (g.failed_rank < 0) return 0;
-    const std::string why = "rank " + std::to_string(g.failed_rank) + " exited with " +
+    const std::string why = g.failed_label + " exited with " +
                             describe_status(g.failed_status);
     // A rank that fails while others still run may have been waiting for them (a collective
     // timed out): name them, so a hung or stopped rank is not hidden behind the healthy one.

@@ -1,7 +1,7 @@
 // `mintrain launch`: starts the workers of one node, the way torchrun does.
 //
 //   mintrain launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]
-//                   [--max-restarts R] [--grace S] [--stop-timeout S] -- train CONFIG ...
+//                   [--max-restarts R] [--grace S] [--stop-timeout S] [--nservers S] -- train CONFIG ...
 //
 // Forks N copies of this binary running the command after `--`, each with RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and MINTRAIN_RESTART_COUNT set
@@ -19,6 +19,11 @@
 // after --stop-timeout seconds the stragglers get SIGKILL. launch then exits 128 + the signal
 // and restarts nothing. Workers die with launch however it ends: each has PR_SET_PDEATHSIG
 // SIGKILL, so even a SIGKILLed launch leaves no worker behind.
+// --nservers S adds S parameter servers (dist.algorithm "ps") to the job, started by node 0 with
+// the same command: ranks N..N+S-1 of a world of N+S (N = nnodes x nproc-per-node workers), with
+// MINTRAIN_NUM_SERVERS=S everywhere and MINTRAIN_ROLE=server|worker; their lines read
+// "[server s] ". Every node's launcher takes the same S (it counts the world). A server that
+// fails stops the job as a worker does.
 // Options are accepted as torchrun writes them too: `--nproc-per-node=2`, `--nproc_per_node 2`.
 #pragma once
 #include <string>
@@ -35,6 +40,7 @@ struct LaunchOptions {
   double grace_seconds = 5.0;     // after a worker failed: between SIGTERM and SIGKILL
   double stop_timeout_seconds = 60.0;  // after an interrupt: for the workers to checkpoint
   int max_restarts = 0;           // restarts of the whole group after a worker failed
+  int nservers = 0;               // parameter servers, started by node 0 (dist.algorithm "ps")
   std::vector<std::string> command;  // the worker's arguments (after `--`)
 };
 

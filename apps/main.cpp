@@ -31,6 +31,7 @@
 #include "apps/flags.h"
 #include "apps/launch.h"
 #include "apps/plot_command.h"
+#include "apps/parameter_server_role.h"
 #include "dist/predict/model_command.h"
 #include "dist/predict/profile_comm_command.h"
 #include "apps/tokenize_command.h"
@@ -66,14 +67,16 @@ const char* kEvalUsage =
     "                     test accuracy and loss of a checkpoint\n";
 const char* kLaunchUsage =
     "  launch --nproc-per-node N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
-    "         [--max-restarts R] [--grace S] [--stop-timeout S] -- COMMAND ...\n"
+    "         [--max-restarts R] [--grace S] [--stop-timeout S] [--nservers S] -- COMMAND ...\n"
     "                     run N workers of `mintrain COMMAND ...` here (e.g. -- train CONFIG), each\n"
     "                     with RANK/WORLD_SIZE/MASTER_ADDR/...; output lines start with [rank R];\n"
     "                     when a worker fails, stop all and start the group again, up to R times\n"
     "                     (a restarted `train` resumes from its newest checkpoint; a config error\n"
     "                     is not retried); --grace: how long failed groups get before SIGKILL (5 s),\n"
     "                     --stop-timeout: how long workers get to checkpoint after Ctrl-C/SIGTERM\n"
-    "                     to launch (60 s); --opt=value and torchrun's --nproc_per_node work too\n";
+    "                     to launch (60 s); --nservers: S parameter servers beside the workers\n"
+    "                     (dist.algorithm \"ps\"; ranks after the workers, lines start [server s]);\n"
+    "                     --opt=value and torchrun's --nproc_per_node work too\n";
 const char* kModelUsage =
     "  model CONFIG [--set k=v ...] [--workers 1,2,...,1024] [--bandwidth-gbps X --latency-us Y]\n"
     "        [--ranks-per-rack R --inter-bandwidth-gbps X] [--layer-times F.json] [--save-profile F.json]\n"
@@ -268,6 +271,10 @@ int cmd_train(const std::vector<std::string>& argv) {
     throw UsageError("train: --weights starts a new run from a checkpoint's weights, --resume continues "
                      "one; give one of them");
   }
+
+  // A parameter server's rank (MINTRAIN_NUM_SERVERS) serves partitions instead of training.
+  if (const mt::dist::WorldInfo world = mt::dist::world_from_env(); world.servers > 0 && world.is_server())
+    return mt::apps::run_parameter_server(config, world, std::cout);
 
   install_stop_handler();
   mt::apps::TrainerOptions opt;

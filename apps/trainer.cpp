@@ -188,14 +188,28 @@ void Trainer::connect() {
   if (!group_) {
     const dist::WorldInfo world = dist::world_from_env();
     if (world.world_size > 1 || dc.force_distributed()) {
+      MT_CHECK(world.servers == 0 || dc.algorithm() == "ps", "rank ", world.rank, ": the job has ", world.servers,
+               " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(), "\" uses none; "
+               "set dist.algorithm \"ps\" or start no servers");
+      MT_CHECK(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
+               "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;
       po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
+      // The servers are CPU processes on Gloo; device gradients are staged through host memory.
+      if (world.servers > 0 && dc.backend().empty()) po.backend = "gloo";
       po.transport = dc.transport();
       po.interface = dc.interface();
       po.timeout = std::chrono::seconds(dc.timeout_seconds());
       dist::Rendezvous r = dist::rendezvous(world, po);
       store_ = r.store;
       group_ = r.group;
+      if (world.servers > 0) {
+        // Metric averages, stop votes and start-up broadcasts stay among the workers.
+        world_with_servers_ = r.group;
+        std::vector<int> workers(static_cast<size_t>(world.workers()));
+        std::iota(workers.begin(), workers.end(), 0);
+        group_ = r.group->subgroup(workers);
+      }
     }
   }
   // The timeline records forward, backward and the step in one process too (its
@@ -207,7 +221,7 @@ void Trainer::connect() {
   // The algorithm reads its own message of config.dist (dist/registry.h). The ranks check that
   // they run one config, up to the GPU index each may bind (config_identity_text).
   sync_ = dist::make_synchronizer(group_, config_, config_identity_text(config_), timeline_,
-                                  options_.quiet ? nullptr : &log());
+                                  options_.quiet ? nullptr : &log(), world_with_servers_);
 }
 
 std::ostream& Trainer::log() { return options_.log ? *options_.log : std::cout; }

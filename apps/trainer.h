@@ -154,7 +154,9 @@ class Trainer {
   std::unique_ptr<optim::StepGuard> optimizer_;  // the configured optimizer, NaN/Inf check, clipping
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::shared_ptr<dist::Store> store_;         // distributed runs: the rendezvous store
-  std::shared_ptr<dist::ProcessGroup> group_;  // and the world group (null: one process)
+  std::shared_ptr<dist::ProcessGroup> group_;  // and the workers' group (null: one process)
+  // With parameter servers: the world of workers and servers (group_ is its first ranks).
+  std::shared_ptr<dist::ProcessGroup> world_with_servers_;
   std::shared_ptr<dist::Timeline> timeline_;   // dist.timeline_file (null: off)
   std::unique_ptr<dist::Job> job_;  // rank, world size, metric averages, the stop vote
   std::unique_ptr<dist::Synchronizer> sync_;  // the algorithm config.dist names

@@ -109,6 +109,7 @@ void normalize_dist_names(mintrain::DistConfig& d) {
   if (d.ssgd().has_schedule()) d.mutable_ssgd()->set_schedule(lower(d.ssgd().schedule()));
   if (d.compressor().has_type()) d.mutable_compressor()->set_type(lower(d.compressor().type()));
   if (d.dssync().has_schedule()) d.mutable_dssync()->set_schedule(lower(d.dssync().schedule()));
+  if (d.ps().has_schedule()) d.mutable_ps()->set_schedule(lower(d.ps().schedule()));
 }
 
 mintrain::DistConfig resolve_dist_config(const mintrain::DistConfig& written) {

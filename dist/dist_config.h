@@ -1,6 +1,6 @@
 // The dist block of a run config as the algorithms read it. Each algorithm has its own message
-// (configs/mintrain.proto: dist.ssgd, dist.cdsgd, dist.dssync, dist.local_sgd, dist.compressor);
-// older configs set flat fields (dist.schedule, dist.cdsgd_k, ...), and this file is the one
+// (configs/mintrain.proto: dist.ssgd, dist.cdsgd, dist.dssync, dist.local_sgd, dist.ps,
+// dist.compressor); older configs set flat fields (dist.schedule, dist.cdsgd_k, ...), and this file is the one
 // place that maps them onto the messages.
 #pragma once
 #include <functional>

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include <gloo/allgather.h>
@@ -51,6 +52,54 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
 
 // Our reduce_scatter's slots; Gloo's own prefixes are 0x01..0x08 (gloo/types.h).
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+// send/recv's slots: the caller's tag, apart from every collective's.
+constexpr uint8_t kPointToPointSlotPrefix = 0x41;
+
+// A posted send or recv: wait() is Gloo's waitSend/waitRecv with the group's timeout. The
+// tensor is held until then, so its memory outlives the message.
+class PointToPointWork : public Work {
+ public:
+  PointToPointWork(std::unique_ptr<gloo::transport::UnboundBuffer> buffer, Tensor tensor, bool is_send,
+                   std::string what, std::chrono::milliseconds timeout)
+      : buffer_(std::move(buffer)), tensor_(std::move(tensor)), is_send_(is_send), what_(std::move(what)),
+        timeout_(timeout) {}
+  void wait() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    MT_CHECK(error_.empty(), error_);
+    if (!buffer_) {  // nothing to move
+      done_ = true;
+      return;
+    }
+    try {
+      const bool ok = is_send_ ? buffer_->waitSend(timeout_) : buffer_->waitRecv(timeout_);
+      if (!ok) error_ = what_ + " was aborted";
+    } catch (const gloo::IoException& e) {
+      char limit[32];
+      std::snprintf(limit, sizeof(limit), "%g s", static_cast<double>(timeout_.count()) / 1000.0);
+      error_ = what_ + ": Gloo I/O error (the peer is gone, or nothing came within the " + limit + " timeout): " +
+               e.what();
+    } catch (const gloo::Exception& e) {
+      error_ = what_ + ": Gloo error: " + e.what();
+    }
+    MT_CHECK(error_.empty(), error_);
+    done_ = true;
+  }
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
+  Tensor tensor_;
+  bool is_send_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
+  bool done_ = false;
+  std::string error_;  // a failed wait fails again the same way
+};
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
@@ -415,6 +464,44 @@ void GlooProcessGroup::barrier() {
     opts.setTimeout(timeout);
     gloo_call([&] { gloo::barrier(opts); });
   })->wait();
+}
+
+std::shared_ptr<Work> GlooProcessGroup::send(const Tensor& tensor, int peer, uint32_t tag) {
+  const std::string name = "send of " + tensor.str() + " to rank " + std::to_string(peer) + " (tag " +
+                           std::to_string(tag) + ")";
+  check_cpu(tensor, who(), name, "input");
+  MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, who(), ": ", name, ": the peer must be another rank of "
+           "the group of ", size_);
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  if (tensor.nbytes() > 0) {
+    buffer = context_->createUnboundBuffer(tensor.raw_data(), tensor.nbytes());
+    try {
+      gloo_call([&] { buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
+    } catch (const core::Error& e) {
+      MT_FAIL(who(), ": ", name, ": ", e.what());  // the pair broke earlier: the peer is gone
+    }
+  }
+  return std::make_shared<PointToPointWork>(std::move(buffer), tensor, true, who() + ": " + name,
+                                            shared_->options.timeout);
+}
+
+std::shared_ptr<Work> GlooProcessGroup::recv(Tensor& tensor, int peer, uint32_t tag) {
+  const std::string name = "recv of " + tensor.str() + " from rank " + std::to_string(peer) + " (tag " +
+                           std::to_string(tag) + ")";
+  check_cpu(tensor, who(), name, "output");
+  MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, who(), ": ", name, ": the peer must be another rank of "
+           "the group of ", size_);
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  if (tensor.nbytes() > 0) {
+    buffer = context_->createUnboundBuffer(tensor.raw_data(), tensor.nbytes());
+    try {
+      gloo_call([&] { buffer->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
+    } catch (const core::Error& e) {
+      MT_FAIL(who(), ": ", name, ": ", e.what());
+    }
+  }
+  return std::make_shared<PointToPointWork>(std::move(buffer), tensor, false, who() + ": " + name,
+                                            shared_->options.timeout);
 }
 
 std::shared_ptr<ProcessGroup> GlooProcessGroup::subgroup(const std::vector<int>& ranks) {

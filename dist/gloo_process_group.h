@@ -15,6 +15,7 @@
 // pre-registered buffers per call), so reduce_scatter is our own ring over Gloo's unbound
 // buffers: N-1 steps, each sending one block to the right neighbour and reducing the block
 // received from the left, so every rank moves (N-1)/N of the input, the bandwidth optimum.
+// send and recv are Gloo's unbound-buffer messages, on slots of their own.
 #pragma once
 #include <functional>
 #include <map>
@@ -56,6 +57,10 @@ class GlooProcessGroup : public ProcessGroup,
                                    const std::vector<int64_t>& counts) override;
   std::shared_ptr<Work> reduce_scatter(const Tensor& input, Tensor& output) override;
   void barrier() override;
+  // Posted on Gloo's unbound buffers from the calling thread (as PyTorch's ProcessGroupGloo
+  // does), beside the collectives that run on the communication thread.
+  std::shared_ptr<Work> send(const Tensor& tensor, int peer, uint32_t tag) override;
+  std::shared_ptr<Work> recv(Tensor& tensor, int peer, uint32_t tag) override;
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) override;
 
   // The connected Gloo context (for benchmarks that call Gloo directly on the same mesh;

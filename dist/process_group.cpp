@@ -22,6 +22,18 @@ void check_collective_transport(const std::string& transport) {
   MT_FAIL("unknown dist.transport \"", transport, "\"; use \"tcp\"");
 }
 
+std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int peer, uint32_t tag) {
+  MT_FAIL("rank ", rank(), " of ", describe(), ": send to rank ", peer, ": the ", backend(), " backend has no "
+          "point-to-point messages here; the parameter server (dist.algorithm \"ps\") needs dist.backend "
+          "\"gloo\" (device gradients are staged through host memory)");
+}
+
+std::shared_ptr<Work> ProcessGroup::recv(Tensor& tensor, int peer, uint32_t tag) {
+  MT_FAIL("rank ", rank(), " of ", describe(), ": recv from rank ", peer, ": the ", backend(), " backend has no "
+          "point-to-point messages here; the parameter server (dist.algorithm \"ps\") needs dist.backend "
+          "\"gloo\" (device gradients are staged through host memory)");
+}
+
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                    const ProcessGroupOptions& options) {
   // A peer that dies closes its sockets; Gloo's next write to one would raise SIGPIPE and kill

@@ -8,6 +8,7 @@
 // touched until wait() returns.
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,14 @@ class ProcessGroup {
   // input holds size() * output.numel() elements; rank r receives the sum of block r.
   virtual std::shared_ptr<Work> reduce_scatter(const Tensor& input, Tensor& output) = 0;
   virtual void barrier() = 0;
+
+  // Point to point (the parameter server's pushes and pulls): `tensor` goes to, or comes from,
+  // rank `peer` of this group. A send meets the peer's recv with the same tag; messages of one
+  // tag between two ranks arrive in the order sent. Unlike collectives they are posted at once,
+  // not queued behind other operations, so a pending recv never holds up a later send; wait()
+  // keeps the group's timeout. Backends without them (NCCL here) throw an Error saying so.
+  virtual std::shared_ptr<Work> send(const Tensor& tensor, int peer, uint32_t tag);
+  virtual std::shared_ptr<Work> recv(Tensor& tensor, int peer, uint32_t tag);
 
   // A group of some of this group's ranks (by rank in this group, sorted, including this
   // rank). Created once and cached: asking again for the same ranks returns the same group.

@@ -37,14 +37,16 @@ const Algorithm& find_algorithm(const std::string& name) {
 
 std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> group, const mintrain::RunConfig& run,
                                                 std::string config_text, std::shared_ptr<Timeline> timeline,
-                                                std::ostream* log) {
+                                                std::ostream* log,
+                                                std::shared_ptr<ProcessGroup> world_with_servers) {
   if (!group) return std::make_unique<LocalSynchronizer>();
   std::unique_ptr<Synchronizer> sync;
   with_written_names(run.dist(), [&] {
     const mintrain::DistConfig dist = resolve_dist_config(run.dist());
     const Algorithm& algorithm = find_algorithm(dist.algorithm());
     algorithm.validate(dist);
-    sync = algorithm.make({group, dist, run.optimizer(), std::move(config_text), std::move(timeline), log});
+    sync = algorithm.make({group, dist, run.optimizer(), std::move(config_text), std::move(timeline), log,
+                           std::move(world_with_servers)});
   });
   return sync;
 }

@@ -23,6 +23,9 @@ struct AlgorithmContext {
   std::string config_text;                   // checked equal on every rank at setup
   std::shared_ptr<Timeline> timeline;        // optional
   std::ostream* log = nullptr;               // rank 0's start-up notes
+  // The workers and the parameter servers (rendezvous.h: workers first, then the servers);
+  // null when the job has no servers. `group` is then the workers' subgroup.
+  std::shared_ptr<ProcessGroup> world_with_servers;
 };
 
 struct Algorithm {
@@ -44,7 +47,8 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
                                                 const mintrain::RunConfig& run,
                                                 std::string config_text = "",
                                                 std::shared_ptr<Timeline> timeline = nullptr,
-                                                std::ostream* log = nullptr);
+                                                std::ostream* log = nullptr,
+                                                std::shared_ptr<ProcessGroup> world_with_servers = nullptr);
 
 }  // namespace mt::dist
 

@@ -72,6 +72,23 @@ void validate(const WorldInfo& w) {
   MT_CHECK(w.master_port >= 1 && w.master_port <= 65535, "launch environment: MASTER_PORT ",
            w.master_port, " is not a TCP port (1..65535)");
   MT_CHECK(!w.master_addr.empty(), "launch environment: empty MASTER_ADDR");
+  MT_CHECK(w.servers >= 0 && w.servers < w.world_size, "launch environment: MINTRAIN_NUM_SERVERS=", w.servers,
+           " must leave at least one worker in the world of ", w.world_size, " (WORLD_SIZE counts workers and "
+           "servers)", src);
+}
+
+// MINTRAIN_NUM_SERVERS and MINTRAIN_ROLE: the parameter servers' place in the world.
+void read_roles(WorldInfo& w) {
+  w.servers = int_env("MINTRAIN_NUM_SERVERS", 0);
+  const char* role = env("MINTRAIN_ROLE");
+  if (role == nullptr || w.servers < 0 || w.servers >= w.world_size) return;  // validate() names the count
+  const std::string r = role;
+  MT_CHECK(r == "worker" || r == "server", "launch environment: MINTRAIN_ROLE=\"", r, "\" is neither worker nor "
+           "server");
+  const std::string by_rank = w.is_server() ? "server" : "worker";
+  MT_CHECK(r == by_rank, "launch environment: MINTRAIN_ROLE=", r, " but rank ", w.rank, " of ", w.world_size,
+           " with MINTRAIN_NUM_SERVERS=", w.servers, " is a ", by_rank, " (workers are ranks 0..", w.workers() - 1,
+           ", servers ", w.workers(), "..", w.world_size - 1, "): give servers the last ranks");
 }
 
 bool is_loopback(const std::string& addr) {
@@ -150,6 +167,7 @@ WorldInfo world_from_env() {
   }
   if (const char* a = env("MASTER_ADDR")) w.master_addr = a;
   if (const char* p = env("MASTER_PORT")) w.master_port = parse_int("MASTER_PORT", p);
+  read_roles(w);
   validate(w);
   return w;
 }

@@ -3,6 +3,13 @@
 // `mintrain launch` too), else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...), else
 // Open MPI's (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, ...).
 // No variables at all means a single process (rank 0 of 1).
+//
+// Parameter servers (dist.algorithm "ps") are ranks of the same world, after the workers:
+// MINTRAIN_NUM_SERVERS=S makes ranks 0..N-1 the workers and N..N+S-1 the servers of a world of
+// N+S (WORLD_SIZE counts both, so every launcher starts N+S processes with one command line).
+// MINTRAIN_ROLE=worker|server (BytePS's DMLC_ROLE), when set, must agree with the rank: it catches
+// a server placed at a worker's rank. The servers' rank order is their index: rank N+s is
+// server s.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -21,6 +28,11 @@ struct WorldInfo {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source = "none";  // "torchrun", "slurm", "mpi", "none"
+  int servers = 0;               // parameter servers among the world_size ranks (the last ones)
+
+  int workers() const { return world_size - servers; }
+  bool is_server() const { return rank >= workers(); }
+  int server_index() const { return rank - workers(); }  // 0..servers-1 on a server
 };
 
 WorldInfo world_from_env();

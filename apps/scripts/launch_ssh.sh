@@ -9,6 +9,11 @@
 # ($MINTRAIN, default: this checkout's build/release/apps/mintrain) and the same config path,
 # and passwordless ssh. All hosts must use the same slots (mintrain launch's ranks are
 # node_rank * nproc_per_node + local rank). A shared MINTRAIN_JOB_TOKEN is made for the job.
+# Parameter servers (dist.algorithm "ps", apps/README.md): NSERVERS=S in the environment passes
+# `--nservers S` to every host's launcher (each must count the same world of workers + servers);
+# the first host's starts the S servers beside its workers, as the ranks after every worker. For
+# servers on hosts of their own, skip the launcher and start each process with the environment
+# contract of apps/README.md (RANK, WORLD_SIZE=N+S, MINTRAIN_NUM_SERVERS=S, MASTER_ADDR/PORT).
 set -euo pipefail
 
 HOSTFILE=${1:?usage: launch_ssh.sh HOSTFILE [--master-port P] -- COMMAND ...}
@@ -41,7 +46,8 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup INT TERM
 for i in "${!hosts[@]}"; do
   cmd=$(printf '%q ' env MINTRAIN_JOB_TOKEN="$TOKEN" "$MINTRAIN" launch --nproc-per-node "${slots[$i]}" \
-        --nnodes "$NNODES" --node-rank "$i" --master-addr "$MASTER" --master-port "$PORT" -- "$@")
+        --nnodes "$NNODES" --node-rank "$i" --master-addr "$MASTER" --master-port "$PORT" \
+        ${NSERVERS:+--nservers "$NSERVERS"} -- "$@")
   # -tt: closing the local ssh (Ctrl-C) hangs up the remote launch, which stops its workers.
   ssh -tt -o BatchMode=yes "${hosts[$i]}" "cd $(printf '%q' "$PWD") && $cmd" 2>&1 | sed -u "s/^/[${hosts[$i]}] /" &
   pids+=($!)

@@ -28,6 +28,8 @@
 # predicts). `run` starts the command in its host's cgroup; `down` removes the cgroups.
 # Without a writable cpu cgroup (v1 or v2) `up` says so and goes on without the quota.
 # Env MT_TESTBED_PREFIX (default mt) names the namespaces: <prefix>-sw, <prefix>-h<i>.
+# Parameter servers on hosts of their own: `up N+S ...`, then run rank r in host r with
+# WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S: hosts N..N+S-1 are the servers (apps/README.md).
 # Example: netns_testbed.sh up 4 flat 25mbit && netns_testbed.sh run 1 -- ip -br addr
 set -euo pipefail
 

@@ -19,6 +19,10 @@
 #                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
 #                               [--max-steal P] [--set KEY=VALUE]...
 #
+# Parameter servers (not run by this script yet; issue 30's comparison): bring the testbed up with
+# N+S hosts and start rank r in host r with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S and
+# --set dist.algorithm=ps, so hosts N..N+S-1 hold the servers, each behind its own shaped link.
+#
 # --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
 #            instead of 5 epochs of 300 iterations
 # --out      output folder (default runs/report; emptied first): report.md, *.png, the plot data

@@ -1,0 +1,45 @@
+#include "apps/parameter_server_role.h"
+
+#include <chrono>
+#include <csignal>
+#include <ostream>
+
+#include "core/error.h"
+#include "dist/ps_server.h"
+
+namespace mt::apps {
+
+int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInfo& world, std::ostream& log) {
+  const mintrain::DistConfig& dc = config.dist();
+  const std::string who = "parameter server " + std::to_string(world.server_index()) + " (rank " +
+                          std::to_string(world.rank) + ")";
+  MT_CHECK(world.is_server(), "internal: rank ", world.rank, " is a worker, not a parameter server");
+  MT_CHECK(dc.algorithm() == "ps", who, ": this process was started as a parameter server (MINTRAIN_NUM_SERVERS=",
+           world.servers, ") but dist.algorithm \"", dc.algorithm(), "\" uses none; set dist.algorithm \"ps\" or "
+           "start no servers");
+  MT_CHECK(dc.ps().servers() == 0 || dc.ps().servers() == world.servers, who, ": dist.ps.servers is ",
+           dc.ps().servers(), " but the job started ", world.servers, " servers (MINTRAIN_NUM_SERVERS); make them "
+           "agree, or set dist.ps.servers 0");
+  MT_CHECK(dc.backend().empty() || dc.backend() == "gloo", who, ": servers talk over Gloo; dist.backend \"",
+           dc.backend(), "\" cannot reach them (leave it empty: device gradients are staged through host memory)");
+  // Ctrl-C and SIGTERM (forwarded by launch, or a scheduler's) make the workers finish the
+  // iteration and checkpoint, which needs the servers: a server ends when worker 0 says stop or
+  // a worker is gone, and a launcher's SIGKILL after its grace period ends a stuck one.
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  dist::ProcessGroupOptions po;
+  po.backend = "gloo";
+  po.transport = dc.transport();
+  po.interface = dc.interface();
+  po.timeout = std::chrono::seconds(dc.timeout_seconds());
+  const dist::Rendezvous r = dist::rendezvous(world, po);
+  dist::PsServerOptions so;
+  so.workers = world.workers();
+  so.servers = world.servers;
+  so.partition_bytes = dc.ps().partition_bytes();
+  dist::ParameterServer server(r.group, so);
+  server.run(&log);
+  return 0;
+}
+
+}  // namespace mt::apps

@@ -1,0 +1,63 @@
+#include "dist/ps_partition.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace mt::dist {
+namespace {
+
+std::string mb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g MB", bytes / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+std::vector<PsPartition> plan_partitions(const std::vector<int64_t>& param_numel,
+                                         const std::vector<size_t>& push_order, int64_t partition_bytes,
+                                         int servers) {
+  MT_CHECK(partition_bytes >= 4, "dist.ps.partition_bytes must be >= 4 (one float32), got ", partition_bytes);
+  MT_CHECK(servers >= 1, "the parameter server plan needs at least one server, got ", servers);
+  const int64_t per_partition = partition_bytes / 4;
+  std::vector<PsPartition> plan;
+  for (size_t p : push_order) {
+    MT_CHECK(p < param_numel.size(), "parameter server plan: parameter index ", p, " is outside the ",
+             param_numel.size(), " parameters");
+    for (int64_t off = 0; off < param_numel[p]; off += per_partition)
+      plan.push_back({p, off, std::min(per_partition, param_numel[p] - off), 0});
+  }
+  // Largest first onto the least-loaded server (LPT): stable, so every rank gets the same plan.
+  std::vector<size_t> by_size(plan.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) { return plan[a].numel > plan[b].numel; });
+  std::vector<int64_t> load(static_cast<size_t>(servers), 0);
+  for (size_t k : by_size) {
+    const auto least = std::min_element(load.begin(), load.end());
+    plan[k].server = static_cast<int>(least - load.begin());
+    *least += plan[k].bytes();
+  }
+  return plan;
+}
+
+std::vector<int64_t> bytes_per_server(const std::vector<PsPartition>& plan, int servers) {
+  std::vector<int64_t> bytes(static_cast<size_t>(servers), 0);
+  for (const auto& part : plan) bytes.at(static_cast<size_t>(part.server)) += part.bytes();
+  return bytes;
+}
+
+std::string describe_plan(const std::vector<PsPartition>& plan, int servers, int64_t partition_bytes) {
+  std::string out = std::to_string(plan.size()) + " partitions (" + mb(static_cast<double>(partition_bytes)) + " max):";
+  const auto bytes = bytes_per_server(plan, servers);
+  for (int s = 0; s < servers; ++s) {
+    const auto count = std::count_if(plan.begin(), plan.end(), [s](const PsPartition& p) { return p.server == s; });
+    out += std::string(s ? "," : "") + " server " + std::to_string(s) + " " +
+           mb(static_cast<double>(bytes[static_cast<size_t>(s)])) + " in " + std::to_string(count);
+  }
+  return out;
+}
+
+}  // namespace mt::dist

@@ -1,0 +1,158 @@
+#include "dist/ps_server.h"
+
+#include <functional>
+#include <ostream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "dist/ps_protocol.h"
+
+namespace mt::dist {
+namespace {
+
+Tensor int64s(const std::vector<int64_t>& v) {
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+}
+
+std::vector<int64_t> values(const Tensor& t) {
+  const int64_t* p = t.data<int64_t>();
+  return std::vector<int64_t>(p, p + t.numel());
+}
+
+}  // namespace
+
+ParameterServer::ParameterServer(std::shared_ptr<ProcessGroup> world, PsServerOptions options)
+    : world_(std::move(world)), options_(options) {
+  MT_CHECK(world_ != nullptr, "a parameter server needs the world process group");
+  MT_CHECK(options_.workers >= 1 && options_.servers >= 1 && options_.workers + options_.servers == world_->size(),
+           "parameter server: ", options_.workers, " workers and ", options_.servers, " servers do not make the world of ",
+           world_->size(), " ranks");
+  MT_CHECK(world_->rank() >= options_.workers, "parameter server: rank ", world_->rank(), " is a worker's (workers are "
+           "ranks 0..", options_.workers - 1, ")");
+}
+
+std::string ParameterServer::who() const {
+  return "parameter server " + std::to_string(index()) + " (rank " + std::to_string(world_->rank()) + ")";
+}
+
+std::string ParameterServer::worker(int w) const {
+  return "worker " + std::to_string(w) + " (rank " + std::to_string(w) + ")";
+}
+
+PsServerStats ParameterServer::run(std::ostream* log) {
+  core::NoGradGuard no_grad;
+  // Every wait and post below names what it was for and whom: a dead or silent worker is named.
+  // (Posting fails at once when the worker's connection already broke.)
+  auto gone = [&](int w, const std::string& what, const std::exception& e) {
+    MT_FAIL(who(), ": ", worker(w), " is gone or silent (", what, "): ", e.what(),
+            "; stopping the server (the job cannot go on without it)");
+  };
+  auto wait_for = [&](const std::shared_ptr<Work>& work, int w, const std::string& what) {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      gone(w, what, e);
+    }
+  };
+  auto post = [&](int w, const std::string& what, const std::function<std::shared_ptr<Work>()>& op) {
+    try {
+      return op();
+    } catch (const std::exception& e) {
+      gone(w, what, e);
+      throw;  // not reached: gone() throws
+    }
+  };
+
+  // Handshake: each side sends what it believes, both compare.
+  Tensor hello = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
+  const std::string at_setup = "waiting for worker 0's hello at set-up";
+  wait_for(post(0, at_setup, [&] { return world_->recv(hello, 0, ps::kHelloTag); }), 0, at_setup);
+  const std::vector<int64_t> theirs = values(hello);
+  const int64_t partitions = theirs[5];
+  const Tensor answer = int64s({ps::kVersion, options_.workers, options_.servers, options_.partition_bytes, index(), partitions});
+  wait_for(post(0, "answering worker 0's hello", [&] { return world_->send(answer, 0, ps::kHelloTag); }), 0,
+           "answering worker 0's hello");
+  const std::string mismatch = ps::hello_mismatch(theirs, values(answer));
+  MT_CHECK(mismatch.empty(), who(), " refuses the job: ", mismatch, ". Start workers and servers with the same "
+           "config, WORLD_SIZE and MINTRAIN_NUM_SERVERS");
+  MT_CHECK(partitions >= 0, who(), ": worker 0 announced ", partitions, " partitions");
+
+  PsServerStats stats;
+  stats.partitions = partitions;
+  std::vector<int64_t> ids, numel;
+  if (partitions > 0) {
+    Tensor table = Tensor::zeros({2 * partitions}, core::DType::Int64);
+    wait_for(post(0, "waiting for the partition table", [&] { return world_->recv(table, 0, ps::kTableTag); }), 0,
+             "waiting for the partition table");
+    const std::vector<int64_t> t = values(table);
+    for (int64_t k = 0; k < partitions; ++k) {
+      ids.push_back(t[2 * k]);
+      numel.push_back(t[2 * k + 1]);
+      MT_CHECK(numel.back() > 0 && numel.back() * 4 <= options_.partition_bytes, who(), ": partition ", ids.back(),
+               " of ", numel.back(), " floats does not fit partition_bytes ", options_.partition_bytes);
+    }
+  }
+  if (log) {
+    int64_t bytes = 0;
+    for (int64_t n : numel) bytes += n * 4;
+    *log << who() << ": serving " << partitions << " partitions (" << bytes << " bytes) for " << options_.workers
+         << " workers" << std::endl;
+  }
+
+  const int N = options_.workers;
+  const size_t P = static_cast<size_t>(partitions);
+  std::vector<Tensor> received(P), sums(P);  // received[k]: N slices, worker w's at w * numel
+  std::vector<std::vector<std::shared_ptr<Work>>> pushes(P), pulls(P);
+  auto receive_next_pushes = [&](size_t k) {
+    pushes[k].clear();
+    for (int w = 0; w < N; ++w) {
+      Tensor slice = received[k].narrow(0, w * numel[k], numel[k]);
+      pushes[k].push_back(post(w, "receiving its pushes of partition " + std::to_string(ids[k]),
+                               [&] { return world_->recv(slice, w, ps::push_tag(ids[k])); }));
+    }
+  };
+  for (size_t k = 0; k < P; ++k) {
+    received[k] = Tensor::zeros({N * numel[k]});
+    sums[k] = Tensor::zeros({numel[k]});
+    receive_next_pushes(k);
+  }
+
+  Tensor command = Tensor::zeros({2}, core::DType::Int64);
+  for (;;) {
+    const std::string next = "waiting for iteration " + std::to_string(stats.iterations) + " to begin";
+    wait_for(post(0, next, [&] { return world_->recv(command, 0, ps::kCommandTag); }), 0, next);
+    const std::vector<int64_t> c = values(command);
+    if (c[0] == ps::kStop) break;
+    MT_CHECK(c[0] == ps::kStep, who(), ": worker 0 sent an unknown command ", c[0]);
+    const std::string iteration = "iteration " + std::to_string(c[1]);
+    for (size_t k = 0; k < P; ++k) {
+      for (int w = 0; w < N; ++w)
+        wait_for(pushes[k][static_cast<size_t>(w)], w, "its push of partition " + std::to_string(ids[k]) + " in " + iteration);
+      // The previous iteration's sums of this partition must have left before they are overwritten.
+      for (int w = 0; w < static_cast<int>(pulls[k].size()); ++w)
+        wait_for(pulls[k][static_cast<size_t>(w)], w, "its pull of partition " + std::to_string(ids[k]));
+      sums[k].copy_(received[k].narrow(0, 0, numel[k]));
+      for (int w = 1; w < N; ++w) sums[k].add_(received[k].narrow(0, w * numel[k], numel[k]));
+      receive_next_pushes(k);
+      pulls[k].clear();
+      for (int w = 0; w < N; ++w)
+        pulls[k].push_back(post(w, "answering its pull of partition " + std::to_string(ids[k]) + " in " + iteration,
+                                [&] { return world_->send(sums[k], w, ps::pull_tag(ids[k])); }));
+      stats.pushes_received += N;
+      stats.pulls_answered += N;
+      stats.bytes_received += N * numel[k] * 4;
+    }
+    ++stats.iterations;
+  }
+  for (size_t k = 0; k < P; ++k)
+    for (int w = 0; w < static_cast<int>(pulls[k].size()); ++w)
+      wait_for(pulls[k][static_cast<size_t>(w)], w, "its last pull of partition " + std::to_string(ids[k]));
+  if (log) {
+    *log << who() << ": done after " << stats.iterations << " iterations, " << stats.pushes_received
+         << " pushes summed" << std::endl;
+  }
+  return stats;
+}
+
+}  // namespace mt::dist

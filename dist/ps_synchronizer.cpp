@@ -1,0 +1,298 @@
+#include "dist/ps_synchronizer.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "dist/dist_config.h"
+#include "dist/ps_protocol.h"
+#include "dist/registry.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+namespace {
+
+Tensor int64s(const std::vector<int64_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
+
+std::vector<int64_t> values(const Tensor& t) {
+  const int64_t* p = t.data<int64_t>();
+  return std::vector<int64_t>(p, p + t.numel());
+}
+
+double secs(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+PsSchedule parse_ps_schedule(const std::string& name) {
+  if (name == "bsp") return PsSchedule::BSP;
+  if (name == "wfbp") return PsSchedule::WFBP;
+  MT_FAIL("unknown dist.ps.schedule \"", name, "\"; valid names are: bsp, wfbp");
+}
+
+std::string ps_schedule_name(PsSchedule schedule) { return schedule == PsSchedule::BSP ? "bsp" : "wfbp"; }
+
+PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world,
+                               PsOptions options)
+    : workers_(std::move(workers)), world_(std::move(world)), options_(std::move(options)) {
+  MT_CHECK(workers_ != nullptr, "the parameter server's workers need a process group");
+  MT_CHECK(world_ != nullptr && world_->size() > workers_->size(), "dist.algorithm \"ps\" needs parameter servers: "
+           "start them with `mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, "
+           "apps/README.md)");
+  MT_CHECK(world_->rank() == workers_->rank(), "internal: worker ", workers_->rank(), " is rank ", world_->rank(),
+           " of the world with servers; workers must be its first ranks");
+  check_at_least("dist.ps.partition_bytes", static_cast<double>(options_.partition_bytes), 4);
+  check_at_least("dist.grad_accumulation_steps", options_.grad_accumulation_steps, 1);
+}
+
+PsSynchronizer::~PsSynchronizer() {
+  // After a failed exchange the servers are gone or stopping on their own.
+  if (!set_up_ || failed_ || workers_->rank() != 0) return;
+  try {
+    send_command(ps::kStop, steps_);
+    for (int s = 0; s < servers(); ++s) command_work_[static_cast<size_t>(s)]->wait();
+  } catch (const std::exception& e) {
+    std::cerr << "worker 0: could not tell the parameter servers to stop: " << e.what() << std::endl;
+  }
+}
+
+template <typename F>
+void PsSynchronizer::with_server(int s, const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    failed_ = true;
+    MT_FAIL("worker ", workers_->rank(), ": ", server(s), " is gone or silent (", what, "): ", e.what(),
+            "; stopping (the job cannot go on without it)");
+  }
+}
+
+std::string PsSynchronizer::server(int s) const {
+  return "parameter server " + std::to_string(s) + " (rank " + std::to_string(workers_->size() + s) + ")";
+}
+
+void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
+  params_ = optimizer.params();
+  check_replicas_agree(*workers_, model, options_.config_text);
+  broadcast_parameters(*workers_, model);
+  broadcast_buffers(*workers_, model);
+  std::vector<int64_t> numel;
+  for (const auto& p : params_) {
+    MT_CHECK(p.dtype() == core::DType::Float32, "dist.algorithm \"ps\" sums float32 gradients; parameter ",
+             numel.size(), " is ", p.str());
+    numel.push_back(p.numel());
+  }
+  // Push order: backward order, which for a sequential model is reverse registration order.
+  std::vector<size_t> order;
+  for (size_t i = params_.size(); i-- > 0;) order.push_back(i);
+  plan_ = plan_partitions(numel, order, options_.partition_bytes, servers());
+  partitions_of_.assign(params_.size(), {});
+  for (size_t k = 0; k < plan_.size(); ++k) {
+    partitions_of_[plan_[k].param].push_back(k);
+    outgoing_.push_back(Tensor::zeros({plan_[k].numel}));
+    incoming_.push_back(Tensor::zeros({plan_[k].numel}));
+  }
+  push_work_.assign(plan_.size(), nullptr);
+  pull_work_.assign(plan_.size(), nullptr);
+  pushed_at_.assign(plan_.size(), Clock::time_point{});
+  pushed_.assign(plan_.size(), false);
+  commands_.assign(static_cast<size_t>(servers()), Tensor());
+  command_work_.assign(static_cast<size_t>(servers()), nullptr);
+  handshake();
+  if (workers_->rank() == 0 && options_.log) {
+    *options_.log << "parameter server: " << servers() << " servers, " << name() << ", "
+                  << describe_plan(plan_, servers(), options_.partition_bytes) << std::endl;
+  }
+  Synchronizer::setup(model, optimizer);  // grad-ready hooks -> on_gradient_ready
+  set_up_ = true;
+}
+
+void PsSynchronizer::handshake() {
+  // Worker 0 speaks for the workers (they agree on the config: check_replicas_agree) and greets
+  // every server; servers that accepted are told to stop when another refused, so they exit at
+  // once too. The other workers learn the verdict from worker 0's broadcast, so every worker stops.
+  std::string refusal;
+  if (workers_->rank() == 0) {
+    std::vector<int> accepted;
+    for (int s = 0; s < servers(); ++s) {
+      try {
+        std::vector<int64_t> table;
+        for (size_t k = 0; k < plan_.size(); ++k) {
+          if (plan_[k].server != s) continue;
+          table.push_back(static_cast<int64_t>(k));
+          table.push_back(plan_[k].numel);
+        }
+        const int64_t count = static_cast<int64_t>(table.size() / 2);
+        const Tensor hello = int64s({ps::kVersion, workers_->size(), servers(), options_.partition_bytes, s, count});
+        Tensor answer = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
+        auto sent = world_->send(hello, workers_->size() + s, ps::kHelloTag);
+        auto got = world_->recv(answer, workers_->size() + s, ps::kHelloTag);
+        finish(sent, *world_, "the hello to " + server(s));
+        finish(got, *world_, "waiting for the answer of " + server(s));
+        const std::string mismatch = ps::hello_mismatch(values(hello), values(answer));
+        if (!mismatch.empty()) {
+          refusal += (refusal.empty() ? "" : "; ") + server(s) + " refuses the job: " + mismatch;
+          continue;
+        }
+        if (count > 0) finish(world_->send(int64s(table), workers_->size() + s, ps::kTableTag), *world_,
+                              "sending the partition table to " + server(s));
+        accepted.push_back(s);
+      } catch (const std::exception& e) {
+        refusal += (refusal.empty() ? "" : "; ") + std::string(e.what());
+      }
+    }
+    if (!refusal.empty()) {
+      refusal += ". Start workers and servers with the same config, WORLD_SIZE and MINTRAIN_NUM_SERVERS";
+      for (int s : accepted) {
+        try {
+          finish(world_->send(int64s({ps::kStop, 0}), workers_->size() + s, ps::kCommandTag), *world_,
+                 "telling " + server(s) + " to stop");
+        } catch (const std::exception&) {
+          // The refusal is the error to report.
+        }
+      }
+    }
+  }
+  Tensor verdict = Tensor::from_vector(std::vector<float>{refusal.empty() ? 0.0f : 1.0f}, {1});
+  finish(workers_->broadcast(verdict, 0), *workers_, "learning from worker 0 whether the parameter servers accepted");
+  MT_CHECK(refusal.empty(), "worker 0: ", refusal);
+  MT_CHECK(verdict.to_vector()[0] == 0.0f, "worker ", workers_->rank(), ": the parameter servers refused the job or "
+           "did not answer (worker 0's log names the server and the values)");
+}
+
+void PsSynchronizer::send_command(int64_t kind, int64_t value) {
+  for (int s = 0; s < servers(); ++s) {
+    const size_t i = static_cast<size_t>(s);
+    with_server(s, kind == ps::kStop ? "telling it to stop" : "telling it iteration " + std::to_string(value) + " begins", [&] {
+      if (command_work_[i]) command_work_[i]->wait();
+      commands_[i] = int64s({kind, value});
+      command_work_[i] = world_->send(commands_[i], workers_->size() + s, ps::kCommandTag);
+    });
+  }
+}
+
+void PsSynchronizer::begin_iteration(int64_t iteration) {
+  if (iteration != iteration_) {
+    iteration_ = iteration;
+    micro_batch_ = 0;
+  } else {
+    ++micro_batch_;
+  }
+  const int k = options_.grad_accumulation_steps;
+  communicate_ = micro_batch_ % k == k - 1;
+  if (communicate_ && workers_->rank() == 0) send_command(ps::kStep, iteration);
+}
+
+void PsSynchronizer::push(size_t k) {
+  const PsPartition& part = plan_[k];
+  Tensor p = params_[part.param];
+  if (!p.grad().defined()) p.set_grad(Tensor::zeros_like(p));  // unused this iteration
+  core::NoGradGuard no_grad;
+  outgoing_[k].copy_(p.grad().contiguous().view({-1}).narrow(0, part.offset, part.numel));  // to host
+  const int peer = workers_->size() + part.server;
+  with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(iteration_), [&] {
+    pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
+    push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(static_cast<int64_t>(k)));
+  });
+  pushed_at_[k] = Clock::now();
+  pushed_[k] = true;
+  ++pushes_;
+}
+
+void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
+  if (!communicate_ || options_.schedule != PsSchedule::WFBP) return;
+  for (size_t k : partitions_of_.at(param_index)) {
+    push(k);
+    ++pushes_from_hooks_;
+  }
+}
+
+void PsSynchronizer::step(optim::Optimizer& optimizer) {
+  MT_CHECK(communicate_, "worker ", workers_->rank(), ": step() on micro-batch ", micro_batch_ + 1, " of ",
+           options_.grad_accumulation_steps, "; call begin_iteration(it) before each micro-batch and step() once "
+           "after the last");
+  // BSP: everything now; WFBP: partitions of parameters no hook reported (unused this time).
+  for (size_t k = 0; k < plan_.size(); ++k)
+    if (!pushed_[k]) push(k);
+  const auto wait_start = Clock::now();
+  const float scale = 1.0f / static_cast<float>(workers_->size());
+  {
+    core::NoGradGuard no_grad;
+    for (size_t k = 0; k < plan_.size(); ++k) {
+      const PsPartition& part = plan_[k];
+      const std::string what = "partition " + std::to_string(k) + " (parameter " + std::to_string(part.param) + ", " +
+                               std::to_string(part.bytes()) + " bytes) of iteration " + std::to_string(iteration_);
+      with_server(part.server, "push/pull of " + what, [&] {
+        push_work_[k]->wait();
+        pull_work_[k]->wait();
+      });
+      ++pulls_;
+      if (options_.timeline) {
+        options_.timeline->add("ps p" + std::to_string(k) + " s" + std::to_string(part.server), Timeline::kComm,
+                               pushed_at_[k], Clock::now(), "{\"bytes\":" + std::to_string(part.bytes()) + "}");
+      }
+      incoming_[k].mul_(scale);
+      Tensor grad = params_[part.param].grad();
+      grad.view({-1}).narrow(0, part.offset, part.numel).copy_(incoming_[k]);  // to the device
+      pushed_[k] = false;
+    }
+  }
+  for (int s = 0; s < servers() && workers_->rank() == 0; ++s)
+    with_server(s, "telling it the iteration began", [&] { command_work_[static_cast<size_t>(s)]->wait(); });
+  summary_wait_s_ += secs(Clock::now() - wait_start);
+  ++summary_steps_;
+  if (options_.timeline) options_.timeline->add("wait", Timeline::kCompute, wait_start, Clock::now());
+  {
+    TimelineSpan span(options_.timeline.get(), "optimizer");
+    optimizer.step();
+  }
+  ++steps_;
+}
+
+void PsSynchronizer::prepare_eval(layers::Module& model) {
+  // Batch-norm statistics are each worker's own; evaluation and checkpoints use worker 0's.
+  broadcast_buffers(*workers_, model);
+}
+
+std::string PsSynchronizer::epoch_summary() {
+  if (summary_steps_ == 0) return "";
+  int64_t bytes = 0;
+  for (const auto& part : plan_) bytes += part.bytes();
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "ps: %.3g MB pushed and pulled per iteration over %d servers, %.1f ms waiting per iteration",
+                static_cast<double>(bytes) / (1 << 20), servers(), summary_wait_s_ * 1e3 / summary_steps_);
+  summary_steps_ = 0;
+  summary_wait_s_ = 0;
+  return buf;
+}
+
+namespace {
+
+void validate_ps(const mintrain::DistConfig& d) {
+  const mintrain::PsConfig& p = d.ps();
+  check_name("dist.ps.schedule", p.schedule(), {"bsp", "wfbp"});
+  check_at_least("dist.ps.partition_bytes", static_cast<double>(p.partition_bytes()), 4);
+  check_at_least("dist.ps.servers", p.servers(), 0);
+}
+
+std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
+  const mintrain::PsConfig& p = c.dist.ps();
+  MT_CHECK(c.world_with_servers != nullptr, "dist.algorithm \"ps\" needs parameter servers: start them with "
+           "`mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, apps/README.md)");
+  const int servers = c.world_with_servers->size() - c.group->size();
+  MT_CHECK(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
+           servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, or set dist.ps.servers 0");
+  PsOptions o;
+  o.schedule = parse_ps_schedule(p.schedule());
+  o.partition_bytes = p.partition_bytes();
+  o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
+  o.config_text = c.config_text;
+  o.timeline = c.timeline;
+  o.log = c.log;
+  return std::make_unique<PsSynchronizer>(c.group, c.world_with_servers, std::move(o));
+}
+
+}  // namespace
+}  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(ps, mt::dist::validate_ps, mt::dist::make_ps)

@@ -1,0 +1,106 @@
+// The parameter-server architecture, worker side (docs/algorithms.md, as BytePS): S server
+// processes beside the N workers (ps_server.h). Every gradient is cut into partitions of at most
+// partition_bytes, spread over the servers by size (ps_partition.h); a worker pushes each
+// partition to its server, the server sums the N pushes and every worker pulls the sum, divides
+// by N and steps its optimizer: S-SGD's math with a different road for the bytes. The schedule
+// decides when a partition is pushed:
+//
+//   BSP   after backward, every partition at once (all servers work in parallel);
+//   WFBP  from the gradient-ready hook, as soon as the parameter's gradient is final, so the
+//         last layers' partitions travel while backward computes the first layers'; the pull is
+//         posted at once and step() waits for it.
+//
+// Seams used: setup (agree, broadcast rank 0's weights over the workers, handshake with every
+// server, register the hooks), begin_iteration (worker 0 tells the servers an iteration begins),
+// on_gradient_ready (WFBP's pushes), step (the rest of the pushes, the pulls, the average, the
+// optimizer), prepare_eval (rank 0's batch-norm statistics). Worker 0 tells the servers to stop
+// when the synchronizer is destroyed. Gradients on a device are staged through host memory (the
+// wire is Gloo's TCP); gradient accumulation communicates on the last micro-batch only.
+#pragma once
+#include <chrono>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+#include "dist/ps_partition.h"
+#include "dist/synchronizer.h"
+#include "dist/timeline.h"
+
+namespace mt::dist {
+
+enum class PsSchedule { BSP, WFBP };
+PsSchedule parse_ps_schedule(const std::string& name);  // "bsp", "wfbp"; else an Error listing both
+std::string ps_schedule_name(PsSchedule schedule);
+
+struct PsOptions {
+  PsSchedule schedule = PsSchedule::WFBP;
+  int64_t partition_bytes = 4 << 20;
+  int grad_accumulation_steps = 1;
+  std::string config_text;             // must be the same on every worker (checked at setup)
+  std::shared_ptr<Timeline> timeline;  // optional: a span per partition, push to pull
+  std::ostream* log = nullptr;         // worker 0's start-up note (the plan)
+};
+
+class PsSynchronizer final : public Synchronizer {
+ public:
+  // `workers`: the N workers (metric averages, start-up broadcasts); `world`: workers and
+  // servers, worker r being rank r of both and server s rank N+s of `world`.
+  PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world, PsOptions options);
+  ~PsSynchronizer() override;  // worker 0: tells the servers to stop (errors only logged)
+
+  std::string name() const override { return "ps/" + ps_schedule_name(options_.schedule); }
+  int servers() const { return world_->size() - workers_->size(); }
+
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override;
+  void on_gradient_ready(size_t param_index, core::Tensor& param) override;
+  void step(optim::Optimizer& optimizer) override;
+  void prepare_eval(layers::Module& model) override;
+  bool steps_on_gradient_average() const override { return true; }
+  bool keeps_state_per_rank() const override { return false; }
+  std::string epoch_summary() override;
+
+  // Introspection (tests, logs).
+  const std::vector<PsPartition>& plan() const { return plan_; }
+  int64_t pushes() const { return pushes_; }                       // since setup
+  int64_t pushes_during_backward() const { return pushes_from_hooks_; }  // of those, from a hook
+  int64_t pulls() const { return pulls_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void handshake();
+  void push(size_t k);
+  void send_command(int64_t kind, int64_t value);
+  std::string server(int s) const;  // "parameter server 1 (rank 5)"
+  // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
+  // naming server s and `what`, and no stop message is sent at the end.
+  template <typename F>
+  void with_server(int s, const std::string& what, F&& f);
+
+  std::shared_ptr<ProcessGroup> workers_;
+  std::shared_ptr<ProcessGroup> world_;
+  PsOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<PsPartition> plan_;
+  std::vector<std::vector<size_t>> partitions_of_;  // parameter -> its partitions
+  std::vector<Tensor> outgoing_, incoming_;         // host staging, per partition
+  std::vector<std::shared_ptr<Work>> push_work_, pull_work_;
+  std::vector<Clock::time_point> pushed_at_;
+  std::vector<bool> pushed_;
+  std::vector<Tensor> commands_;                    // worker 0: per server, kept while in flight
+  std::vector<std::shared_ptr<Work>> command_work_;
+
+  int64_t iteration_ = -1;
+  int micro_batch_ = 0;
+  bool communicate_ = true;
+  bool set_up_ = false;
+  bool failed_ = false;  // an exchange failed: no stop message at the end
+  int64_t steps_ = 0;
+  int64_t pushes_ = 0, pushes_from_hooks_ = 0, pulls_ = 0;
+  int64_t summary_steps_ = 0;
+  double summary_wait_s_ = 0;
+};
+
+}  // namespace mt::dist

@@ -1,0 +1,520 @@
+// The parameter-server architecture (dist/ps_synchronizer.h, dist/ps_server.h): workers and
+// servers run as forked processes of one loopback Gloo world (workers 0..N-1, servers after),
+// as `mintrain launch --nservers S` places them. Checked: the partition plan; BSP-PS and
+// WFBP-PS with 1, 2 and 3 servers end with the weights of allreduce S-SGD and of one rank with
+// N x the batch, and the servers really summed every push (counters); WFBP-PS pushes while
+// backward runs; a killed server or worker stops the others with an error naming it within the
+// timeout; mismatched settings are refused naming both values; `launch --nservers` trains.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <thread>
+
+#include "core/error.h"
+#include "core/ops/nn.h"
+#include "core/random.h"
+#include "core/runtime.h"
+#include "dist/dist_config.h"
+#include "dist/ps_partition.h"
+#include "dist/ps_protocol.h"
+#include "dist/ps_server.h"
+#include "dist/ps_synchronizer.h"
+#include "dist/registry.h"
+#include "dist/ssgd_synchronizer.h"
+#include "optim/registry.h"
+#include "support/dist_training.h"
+#include "support/multiprocess.h"
+
+using namespace mt;
+using core::Tensor;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kImage = 6;
+constexpr int64_t kClasses = 4;
+constexpr int64_t kRowsPerWorker = 4;
+constexpr int64_t kPartitionBytes = 256;  // 64 floats: the 576-float first layer is cut in 9
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// ---- The partition plan ----
+
+TEST(PsPartition, CutsLargeParametersAndKeepsSmallOnesWhole) {
+  // Parameters of 10, 3 and 25 floats; partitions of at most 8 floats (32 bytes).
+  const auto plan = dist::plan_partitions({10, 3, 25}, {2, 1, 0}, 32, 1);
+  std::vector<std::tuple<size_t, int64_t, int64_t>> got;
+  for (const auto& p : plan) got.emplace_back(p.param, p.offset, p.numel);
+  const std::vector<std::tuple<size_t, int64_t, int64_t>> expected = {
+      {2, 0, 8}, {2, 8, 8}, {2, 16, 8}, {2, 24, 1},  // push order: parameter 2 first, cut in 4
+      {1, 0, 3},                                     // smaller than a partition: whole
+      {0, 0, 8}, {0, 8, 2}};
+  EXPECT_EQ(got, expected);
+}
+
+TEST(PsPartition, BalancesBytesOverServers) {
+  // 1000 floats in partitions of 64, plus small tensors: loads within one partition of each other.
+  for (int servers : {1, 2, 3, 4}) {
+    const auto plan = dist::plan_partitions({1000, 7, 64, 300, 1}, {4, 3, 2, 1, 0}, 256, servers);
+    const auto bytes = dist::bytes_per_server(plan, servers);
+    int64_t total = 0;
+    for (const auto& p : plan) {
+      EXPECT_LE(p.bytes(), 256);
+      EXPECT_GE(p.server, 0);
+      EXPECT_LT(p.server, servers);
+      total += p.bytes();
+    }
+    EXPECT_EQ(total, (1000 + 7 + 64 + 300 + 1) * 4);
+    EXPECT_EQ(std::accumulate(bytes.begin(), bytes.end(), int64_t{0}), total);
+    const auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
+    EXPECT_LE(*hi - *lo, 256) << servers << " servers: " << dist::describe_plan(plan, servers, 256);
+    if (servers > 1) {
+      EXPECT_GT(*lo, 0) << servers << " servers";
+    }
+  }
+}
+
+TEST(PsPartition, BadArgumentsNameTheField) {
+  try {
+    dist::plan_partitions({10}, {0}, 2, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const core::Error& e) {
+    EXPECT_TRUE(has(e.what(), "dist.ps.partition_bytes must be >= 4")) << e.what();
+  }
+  EXPECT_THROW(dist::plan_partitions({10}, {0}, 64, 0), core::Error);
+  EXPECT_THROW(dist::plan_partitions({10}, {1}, 64, 1), core::Error);
+}
+
+TEST(PsProtocol, HelloMismatchNamesBothValues) {
+  EXPECT_EQ(dist::ps::hello_mismatch({1, 2, 2, 256, 1, 5}, {1, 2, 2, 256, 1, 5}), "");
+  const std::string m = dist::ps::hello_mismatch({1, 2, 2, 256, 1, 5}, {1, 3, 2, 1024, 1, 5});
+  EXPECT_TRUE(has(m, "workers: the workers have 2, the server 3")) << m;
+  EXPECT_TRUE(has(m, "partition_bytes: the workers have 256, the server 1024")) << m;
+}
+
+// ---- Training: a tiny MLP on a fixed global batch per step ----
+
+std::shared_ptr<layers::Module> tiny_mlp() { return mt::testing::tiny_mlp(7, kImage, kClasses); }
+
+std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
+  core::Generator gen(1000 + step);
+  Tensor x = Tensor::empty({rows, 1, kImage, kImage});
+  float* px = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
+  std::vector<int64_t> y(rows);
+  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int64_t>((i * 7 + step) % kClasses);
+  return {x, Tensor::from_vector(y, {rows})};
+}
+
+std::pair<Tensor, Tensor> shard(int step, int workers, int rank) {
+  auto [x, y] = global_batch(step, workers * kRowsPerWorker);
+  return {x.narrow(0, rank * kRowsPerWorker, kRowsPerWorker).contiguous(),
+          y.narrow(0, rank * kRowsPerWorker, kRowsPerWorker).contiguous()};
+}
+
+std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
+  optim::OptimizerOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 1e-3;
+  return optim::build_optimizer("sgd", m.parameters(), o);
+}
+
+std::vector<std::vector<float>> weights(const layers::Module& m) {
+  std::vector<std::vector<float>> w;
+  for (const auto& p : m.parameters()) w.push_back(p.to_vector());
+  return w;
+}
+
+void expect_close(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t p = 0; p < a.size(); ++p) {
+    ASSERT_EQ(a[p].size(), b[p].size());
+    for (size_t i = 0; i < a[p].size(); ++i)
+      ASSERT_NEAR(a[p][i], b[p][i], 2e-5 + 2e-4 * std::abs(b[p][i])) << what << ": param " << p << "[" << i << "]";
+  }
+}
+
+// One rank with N x the batch.
+std::vector<std::vector<float>> train_single(int steps, int workers) {
+  auto model = tiny_mlp();
+  auto opt = sgd(*model);
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = global_batch(s, workers * kRowsPerWorker);
+    core::cross_entropy(model->forward(x), y).backward();
+    opt->step();
+    opt->zero_grad();
+  }
+  return weights(*model);
+}
+
+// Built through the registry, as the trainer builds it.
+std::unique_ptr<dist::Synchronizer> ps_sync(const std::shared_ptr<dist::ProcessGroup>& workers,
+                                            const std::shared_ptr<dist::ProcessGroup>& world, const std::string& schedule,
+                                            int64_t partition_bytes = kPartitionBytes) {
+  mintrain::RunConfig run;
+  run.mutable_dist()->set_algorithm("ps");
+  run.mutable_dist()->mutable_ps()->set_schedule(schedule);
+  run.mutable_dist()->mutable_ps()->set_partition_bytes(partition_bytes);
+  return dist::make_synchronizer(workers, run, "same", nullptr, nullptr, world);
+}
+
+std::shared_ptr<dist::ProcessGroup> workers_of(const std::shared_ptr<dist::ProcessGroup>& world, int n) {
+  std::vector<int> ranks(static_cast<size_t>(n));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return world->subgroup(ranks);
+}
+
+dist::PsServerOptions server_options(int workers, int servers, int64_t partition_bytes = kPartitionBytes) {
+  dist::PsServerOptions o;
+  o.workers = workers;
+  o.servers = servers;
+  o.partition_bytes = partition_bytes;
+  return o;
+}
+
+class PsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { core::set_num_threads(1); }
+};
+
+// The heart: N workers and S servers train K steps; every worker ends with the weights of one
+// rank with N x the batch and of allreduce S-SGD (BSP) on the same workers. The servers' counters
+// show that every partition of every step was pushed by every worker and summed there (allreduce
+// in disguise would leave them at zero). WFBP-PS has pushed partitions while backward still ran
+// (the count at the second-to-last gradient hook), BSP-PS none.
+TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
+  constexpr int kSteps = 4, kWorkers = 2;
+  const auto single = train_single(kSteps, kWorkers);
+  for (const std::string schedule : {"bsp", "wfbp"}) {
+    for (int servers : {1, 2, 3}) {
+      const std::string what = "ps/" + schedule + " with " + std::to_string(servers) + " servers";
+      const auto result = mt::testing::run_ranks(kWorkers + servers, [&](mt::testing::RankContext& c) {
+        core::set_num_threads(1);
+        if (c.rank >= kWorkers) {
+          dist::ParameterServer server(c.group, server_options(kWorkers, servers));
+          const dist::PsServerStats stats = server.run();
+          EXPECT_EQ(stats.iterations, kSteps) << what;
+          EXPECT_GT(stats.partitions, 0) << what << ": server " << server.index() << " got no partition";
+          EXPECT_EQ(stats.pushes_received, kSteps * kWorkers * stats.partitions) << what;
+          EXPECT_EQ(stats.pulls_answered, kSteps * kWorkers * stats.partitions) << what;
+          return;
+        }
+        auto workers = workers_of(c.group, kWorkers);
+        {
+          auto model = tiny_mlp();
+          auto opt = sgd(*model);
+          auto sync = ps_sync(workers, c.group, schedule);
+          auto& ps = dynamic_cast<dist::PsSynchronizer&>(*sync);
+          EXPECT_EQ(ps.name(), "ps/" + schedule);
+          sync->setup(*model, *opt);
+          std::vector<int64_t> pushed_at_hook;
+          for (const Tensor& p : opt->params()) p.register_grad_ready_hook([&](Tensor&) { pushed_at_hook.push_back(ps.pushes()); });
+          for (int s = 0; s < kSteps; ++s) {
+            pushed_at_hook.clear();
+            const int64_t before = ps.pushes();
+            sync->begin_iteration(s);
+            auto [x, y] = shard(s, kWorkers, c.rank);
+            core::cross_entropy(model->forward(x), y).backward();
+            ASSERT_EQ(pushed_at_hook.size(), opt->params().size());
+            const int64_t early = pushed_at_hook[pushed_at_hook.size() - 2] - before;
+            if (schedule == "wfbp") {
+              EXPECT_GT(early, 0) << what << " step " << s;
+            } else {
+              EXPECT_EQ(early, 0) << what << " step " << s;
+            }
+            sync->step(*opt);
+            opt->zero_grad();
+          }
+          EXPECT_GT(ps.plan().size(), opt->params().size()) << "the first layer is cut into several partitions";
+          EXPECT_EQ(ps.pulls(), kSteps * static_cast<int64_t>(ps.plan().size()));
+          expect_close(weights(*model), single, what + ", worker " + std::to_string(c.rank) + " vs one rank");
+          const auto ps_weights = weights(*model);
+          sync.reset();  // tells the servers to stop
+          // Allreduce S-SGD on the same workers, from the same start.
+          auto ref_model = tiny_mlp();
+          auto ref_opt = sgd(*ref_model);
+          dist::SsgdOptions o;
+          o.schedule = dist::Schedule::BSP;
+          o.config_text = "same";
+          dist::SsgdSynchronizer ssgd(workers, o);
+          ssgd.setup(*ref_model, *ref_opt);
+          for (int s = 0; s < kSteps; ++s) {
+            ssgd.begin_iteration(s);
+            auto [x, y] = shard(s, kWorkers, c.rank);
+            core::cross_entropy(ref_model->forward(x), y).backward();
+            ssgd.step(*ref_opt);
+            ref_opt->zero_grad();
+          }
+          expect_close(ps_weights, weights(*ref_model), what + ", worker " + std::to_string(c.rank) + " vs S-SGD");
+        }
+      });
+      EXPECT_TRUE(result.ok_or_report()) << what;
+    }
+  }
+}
+
+// Three workers (sums of three, not two) and a partition larger than the biggest parameter.
+TEST_F(PsTest, ThreeWorkersAndWholeParametersMatchOneRank) {
+  constexpr int kSteps = 3, kWorkers = 3, kServers = 2;
+  const auto single = train_single(kSteps, kWorkers);
+  const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    if (c.rank >= kWorkers) {
+      dist::ParameterServer(c.group, server_options(kWorkers, kServers, 1 << 20)).run();
+      return;
+    }
+    auto model = tiny_mlp();
+    auto opt = sgd(*model);
+    auto sync = ps_sync(workers_of(c.group, kWorkers), c.group, "wfbp", 1 << 20);
+    sync->setup(*model, *opt);
+    EXPECT_EQ(dynamic_cast<dist::PsSynchronizer&>(*sync).plan().size(), opt->params().size());
+    for (int s = 0; s < kSteps; ++s) {
+      sync->begin_iteration(s);
+      auto [x, y] = shard(s, kWorkers, c.rank);
+      core::cross_entropy(model->forward(x), y).backward();
+      sync->step(*opt);
+      opt->zero_grad();
+    }
+    expect_close(weights(*model), single, "3 workers, worker " + std::to_string(c.rank));
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+// ---- Faults: every wait has the group's timeout, and the error names who is gone ----
+
+mt::testing::MultiprocessOptions fault_options(int timeout_s) {
+  mt::testing::MultiprocessOptions o;
+  o.group.timeout = std::chrono::seconds(timeout_s);
+  o.timeout = std::chrono::seconds(40);
+  return o;
+}
+
+// Trains until an error (a fault elsewhere), sleeping a little per step so the fault lands
+// mid-run; returns the error text ("" if training ended, which the caller reports).
+std::string train_until_error(const std::shared_ptr<dist::ProcessGroup>& world, int workers, int rank) {
+  try {
+    auto model = tiny_mlp();
+    auto opt = sgd(*model);
+    auto sync = ps_sync(workers_of(world, workers), world, "wfbp");
+    sync->setup(*model, *opt);
+    for (int s = 0; s < 100000; ++s) {
+      sync->begin_iteration(s);
+      auto [x, y] = shard(s % 8, workers, rank);
+      core::cross_entropy(model->forward(x), y).backward();
+      sync->step(*opt);
+      opt->zero_grad();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void die_after(std::chrono::milliseconds delay) {
+  std::thread([delay] {
+    std::this_thread::sleep_for(delay);
+    ::kill(::getpid(), SIGKILL);
+  }).detach();
+}
+
+TEST_F(PsTest, KilledServerStopsEveryWorkerNamingIt) {
+  constexpr int kWorkers = 2, kServers = 2, kTimeout = 5;
+  const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    if (c.rank >= kWorkers) {
+      if (c.rank == kWorkers + 1) die_after(std::chrono::milliseconds(700));  // server 1, mid-run
+      try {
+        dist::ParameterServer(c.group, server_options(kWorkers, kServers)).run();
+      } catch (const std::exception&) {
+        // Server 0 stops when the workers go; the test is about the workers.
+      }
+      return;
+    }
+    const auto start = Clock::now();
+    const std::string error = train_until_error(c.group, kWorkers, c.rank);
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_TRUE(has(error, "parameter server 1 (rank 3)")) << "worker " << c.rank << ": " << error;
+    EXPECT_LT(took, 0.7 + kTimeout + 3.0) << "worker " << c.rank << " took " << took << " s: " << error;
+  }, fault_options(kTimeout));
+  ASSERT_EQ(result.ranks.size(), 4u);
+  EXPECT_EQ(result.ranks[3].signal, SIGKILL) << result.report();
+  for (int r = 0; r < kWorkers; ++r) EXPECT_TRUE(result.ranks[r].ok()) << result.report();
+}
+
+TEST_F(PsTest, KilledWorkerStopsEveryServerNamingIt) {
+  constexpr int kWorkers = 2, kServers = 2, kTimeout = 5;
+  const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    if (c.rank >= kWorkers) {
+      const auto start = Clock::now();
+      std::string error;
+      try {
+        dist::ParameterServer(c.group, server_options(kWorkers, kServers)).run();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      const double took = std::chrono::duration<double>(Clock::now() - start).count();
+      EXPECT_TRUE(has(error, "worker 1 (rank 1) is gone or silent")) << "rank " << c.rank << ": " << error;
+      EXPECT_LT(took, 0.7 + kTimeout + 3.0) << "rank " << c.rank << " took " << took << " s: " << error;
+      return;
+    }
+    if (c.rank == 1) die_after(std::chrono::milliseconds(700));
+    const std::string error = train_until_error(c.group, kWorkers, c.rank);
+    EXPECT_FALSE(error.empty());  // worker 0: the servers (or worker 1) went away
+  }, fault_options(kTimeout));
+  ASSERT_EQ(result.ranks.size(), 4u);
+  EXPECT_EQ(result.ranks[1].signal, SIGKILL) << result.report();
+  for (int r : {0, 2, 3}) EXPECT_TRUE(result.ranks[r].ok()) << result.report();
+}
+
+// A server started with another partition size, and one that counts the world differently
+// (another MINTRAIN_NUM_SERVERS: 3 workers and 1 server in the same world of 4), are refused at
+// set-up; both sides name both values, and the server that agreed is told to stop.
+TEST_F(PsTest, MismatchedServerIsRefusedNamingBothValues) {
+  constexpr int kWorkers = 2, kServers = 2;
+  for (const bool wrong_world : {false, true}) {
+    const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
+      core::set_num_threads(1);
+      const std::string expected = wrong_world ? "workers: the workers have 2, the server 3"
+                                               : "partition_bytes: the workers have 256, the server 1024";
+      if (c.rank == kWorkers + 1) {  // the odd one
+        const auto o = wrong_world ? server_options(3, 1) : server_options(kWorkers, kServers, 1024);
+        try {
+          dist::ParameterServer(c.group, o).run();
+          ADD_FAILURE() << "the server accepted";
+        } catch (const core::Error& e) {
+          EXPECT_TRUE(has(e.what(), expected)) << e.what();
+          EXPECT_TRUE(has(e.what(), "refuses the job")) << e.what();
+        }
+        return;
+      }
+      if (c.rank == kWorkers) {  // agrees, and is told to stop
+        EXPECT_EQ(dist::ParameterServer(c.group, server_options(kWorkers, kServers)).run().iterations, 0);
+        return;
+      }
+      auto model = tiny_mlp();
+      auto opt = sgd(*model);
+      auto sync = ps_sync(workers_of(c.group, kWorkers), c.group, "bsp");
+      try {
+        sync->setup(*model, *opt);
+        ADD_FAILURE() << "worker " << c.rank << " accepted";
+      } catch (const core::Error& e) {
+        if (c.rank == 0) {
+          EXPECT_TRUE(has(e.what(), "parameter server 1 (rank 3) refuses the job: " + expected)) << e.what();
+        } else {
+          EXPECT_TRUE(has(e.what(), "the parameter servers refused the job")) << e.what();
+        }
+      }
+    });
+    EXPECT_TRUE(result.ok_or_report()) << (wrong_world ? "wrong world" : "wrong partition size");
+  }
+}
+
+TEST(PsConfig, NeedsServersAndKnowsItsSchedules) {
+  mintrain::DistConfig d;
+  d.set_algorithm("ps");
+  d.mutable_ps()->set_schedule("fusion");
+  try {
+    dist::validate_dist_config(d);
+    ADD_FAILURE() << "no error";
+  } catch (const core::Error& e) {
+    EXPECT_TRUE(has(e.what(), "unknown dist.ps.schedule \"fusion\"; valid names are: bsp, wfbp")) << e.what();
+  }
+  const auto result = mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
+    mintrain::RunConfig run;
+    run.mutable_dist()->set_algorithm("ps");
+    try {
+      dist::make_synchronizer(c.group, run, "same");
+      ADD_FAILURE() << "made without servers";
+    } catch (const core::Error& e) {
+      EXPECT_TRUE(has(e.what(), "needs parameter servers: start them with `mintrain launch --nservers S`")) << e.what();
+    }
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+// ---- The command line: `mintrain launch --nservers` ----
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct CommandResult {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs a shell script in a fresh folder, capturing its output.
+CommandResult run_shell(const std::string& script) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_test_ps_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string cmd = "cd " + dir.string() + " && { " + script + "; } >out 2>err </dev/null";
+  const int raw = std::system(cmd.c_str());
+  CommandResult r;
+  if (raw != -1 && WIFEXITED(raw)) r.status = WEXITSTATUS(raw);
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  fs::remove_all(dir);
+  return r;
+}
+
+const std::string kMintrain = "OMP_NUM_THREADS=1 timeout 120 " + std::string(MT_BINARY_DIR) + "/apps/mintrain ";
+
+CommandResult run_mintrain(const std::string& args) { return run_shell(kMintrain + args); }
+
+TEST(PsLaunch, LaunchStartsServersBesideTheWorkersAndTrains) {
+  const std::string config = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+  // The timeline shows each partition's push-to-pull span, server by server.
+  const CommandResult r = run_mintrain("launch --nproc-per-node 2 --nservers 2 -- train " + config +
+                                       " --output run --set epochs=1 --set dist.algorithm=ps --set dist.ps.schedule=wfbp"
+                                       " --set dist.ps.partition_bytes=4096 --set dist.timeout_seconds=20"
+                                       " --set dist.timeline_file=timeline_{rank}.json"
+                                       " && grep -o '\"ps p[0-9]* s[0-9]*\"' run/timeline_1.json | sort -u");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "\"ps p0 s")) << r.out;
+  EXPECT_TRUE(has(r.out, " s0\"") && has(r.out, " s1\"")) << "spans on both servers: " << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 0] distributed: ps/wfbp")) << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 0] parameter server: 2 servers")) << r.out;
+  EXPECT_TRUE(has(r.out, "[server 0] parameter server 0 (rank 2): serving")) << r.out;
+  EXPECT_TRUE(has(r.out, "[server 1] parameter server 1 (rank 3): done after 16 iterations")) << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 0] done: 16 iterations")) << r.out;
+}
+
+// Ctrl-C to launch reaches workers and servers alike; the workers finish the iteration and
+// checkpoint (their last exchange needs the servers, which ignore the signal), then worker 0
+// tells the servers to stop.
+TEST(PsLaunch, InterruptCheckpointsAndStopsTheServers) {
+  const std::string config = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+  const CommandResult r = run_shell(
+      kMintrain + "launch --nproc-per-node 2 --nservers 1 -- train " + config + " --output run --set epochs=1000"
+      " --set dist.algorithm=ps --set dist.timeout_seconds=20 & pid=$!; sleep 3; kill -INT $pid; wait $pid");
+  EXPECT_EQ(r.status, 130) << r.out << r.err;
+  EXPECT_TRUE(has(r.err, "[rank 0] mintrain: interrupted; checkpoint")) << r.err;
+  EXPECT_TRUE(has(r.out, "[server 0] parameter server 0 (rank 2): done after")) << r.out << r.err;
+}
+
+TEST(PsLaunch, ServersWithAnAlgorithmThatUsesNoneAreRefused) {
+  const std::string config = std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt";
+  const CommandResult r = run_mintrain("launch --nproc-per-node 1 --nservers 1 --grace 1 -- train " + config +
+                             " --output run --set epochs=1 --set dist.timeout_seconds=10");
+  EXPECT_NE(r.status, 0) << r.out << r.err;
+  // Worker or server, whichever speaks first (the launcher then stops the other).
+  EXPECT_TRUE(has(r.err, "but dist.algorithm \"ssgd\" uses none; set dist.algorithm \"ps\" or start no servers"))
+      << r.err;
+}
+
+}  // namespace
