@@ -45,13 +45,16 @@ bool Bucket::add(size_t param, const Tensor& grad) {
   return --pending_ == 0;
 }
 
-void Bucket::add_missing(const std::vector<Tensor>& all_params) {
+std::vector<size_t> Bucket::add_missing(const std::vector<Tensor>& all_params) {
+  std::vector<size_t> missing;
   for (size_t k = 0; k < params_.size(); ++k) {
     if (arrived_[k]) continue;
     Tensor p = all_params[params_[k]];
     if (!p.grad().defined()) p.set_grad(Tensor::zeros_like(p));
     add(params_[k], p.grad());
+    missing.push_back(params_[k]);
   }
+  return missing;
 }
 
 Tensor Bucket::payload(const std::vector<Tensor>& all_params) const {

@@ -30,8 +30,8 @@ class Bucket {
   bool add(size_t param, const Tensor& grad);
   size_t pending() const { return pending_; }
   // Step time: parameters whose gradient never arrived (unused this iteration) contribute
-  // zeros, so every rank still sends the same messages.
-  void add_missing(const std::vector<Tensor>& all_params);
+  // zeros, so every rank still sends the same messages. Returns those parameters.
+  std::vector<size_t> add_missing(const std::vector<Tensor>& all_params);
   // The tensor to allreduce: the flat buffer, or the single gradient.
   Tensor payload(const std::vector<Tensor>& all_params) const;
   // After the allreduce: grad = reduced / world_size, for every parameter of the bucket.

@@ -41,6 +41,12 @@ SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOpti
 
 void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
+  // The parameters' names, for messages (the optimizer holds the model's parameters in order).
+  const auto named = model.named_parameters();
+  param_names_.clear();
+  if (named.size() == params_.size()) {
+    for (const auto& [name, tensor] : named) param_names_.push_back(name);
+  }
   // Agreement first: the broadcasts below have model-dependent sizes and would fail obscurely
   // (or hang) on ranks with another model.
   check_replicas_agree(*group_, model, options_.config_text);
@@ -95,6 +101,22 @@ void SsgdSynchronizer::build_buckets(const std::vector<std::vector<size_t>>& gro
   for (size_t p = 0; p < params_.size(); ++p)
     MT_CHECK(bucket_of_[p] >= 0, "internal: parameter ", p, " is in no bucket");
   launch_order_.clear();
+  next_launch_ = 0;
+}
+
+void SsgdSynchronizer::note_unused(const std::vector<size_t>& unused) {
+  ++iterations_with_unused_;
+  if (iterations_with_unused_ > 1) return;  // once a run: the reason does not change
+  std::string names;
+  for (size_t i = 0; i < unused.size() && i < 8; ++i) {
+    names += (i ? ", " : "") + (unused[i] < param_names_.size() ? param_names_[unused[i]] : "#" + std::to_string(unused[i]));
+  }
+  if (unused.size() > 8) names += ", ... (" + std::to_string(unused.size()) + " in all)";
+  std::fprintf(stderr,
+               "mintrain: note: rank %d: %s got no gradient in iteration %lld; they count as zero in the "
+               "average (as PyTorch DDP's find_unused_parameters), and the buckets from theirs on wait for "
+               "the end of backward on every rank\n",
+               rank(), names.c_str(), static_cast<long long>(iteration_));
 }
 
 void SsgdSynchronizer::begin_iteration(int64_t iteration) {
@@ -115,8 +137,17 @@ void SsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param
   // BSP, and MG-WFBP while it profiles: everything goes after backward.
   if (options_.schedule == Schedule::BSP || (options_.schedule == Schedule::MGWFBP && !plan_ready_)) return;
   const int b = bucket_of_.at(param_index);
-  if (buckets_[b].add(param_index, param.grad())) launch(b);
+  if (buckets_[b].add(param_index, param.grad())) launch_ready_in_order();
   if (options_.timeline) poll_completions();
+}
+
+// Buckets go out strictly in bucket order, as PyTorch DDP's reducer does: bucket b only after
+// buckets 0..b-1. Every rank then issues the same collectives in the same order, also when a
+// parameter gets no gradient on some ranks (its bucket, and the ones after it, wait for the
+// step instead of going out in a rank-dependent order: mismatched collectives hang or mix up
+// sums). The buckets follow the hook order, so normally nothing waits.
+void SsgdSynchronizer::launch_ready_in_order() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending() == 0) launch(next_launch_++);
 }
 
 void SsgdSynchronizer::launch(size_t b) {
@@ -172,19 +203,25 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
            options_.grad_accumulation_steps,
            "; with dist.grad_accumulation_steps = k, call begin_iteration(it) before each of the k "
            "micro-batches and step() once after the last");
-  // Buckets still waiting for a gradient (BSP: all of them; otherwise buckets of parameters
-  // unused this iteration) go now, in bucket order, the same on every rank.
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (buckets_[b].launched) continue;
-    buckets_[b].add_missing(params_);
-    launch(b);
+  // Buckets not sent yet (BSP: all of them; otherwise those of parameters unused this
+  // iteration and the ones after them) go now, in bucket order, the same on every rank. An
+  // unused parameter counts as a zero gradient, as with PyTorch DDP's find_unused_parameters.
+  std::vector<size_t> unused;
+  for (; next_launch_ < buckets_.size(); ++next_launch_) {
+    const std::vector<size_t> missing = buckets_[next_launch_].add_missing(params_);
+    unused.insert(unused.end(), missing.begin(), missing.end());
+    launch(next_launch_);
   }
+  if (!unused.empty() && options_.schedule != Schedule::BSP && !(options_.schedule == Schedule::MGWFBP && !plan_ready_))
+    note_unused(unused);
   wait_all();
   ++communicated_iters_;
   if (arrivals_.size() == params_.size()) hook_order_ = arrivals_;
 
-  if (options_.schedule == Schedule::FUSION && communicated_iters_ == 1) {
-    adopt_plan_from_rank0();  // the buckets, rebuilt in the order the hooks really fire
+  if ((options_.schedule == Schedule::FUSION || options_.schedule == Schedule::WFBP) && communicated_iters_ == 1) {
+    // The buckets, rebuilt in the order the hooks really fire (buckets go out in bucket
+    // order, so a wrong guess of the first iteration would hold messages back).
+    adopt_plan_from_rank0();
   } else if (options_.schedule == Schedule::MGWFBP && !plan_ready_ && communicated_iters_ >= 2) {
     // Profile (the first iteration is a warm-up: allocations, caches): the backward time of a
     // parameter is the time since the previous grad-ready hook.
@@ -205,6 +242,7 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
   }
   for (auto& bucket : buckets_) bucket.reset();
   launch_order_.clear();
+  next_launch_ = 0;
   arrivals_.clear();
   arrival_times_.clear();
 }
@@ -225,7 +263,9 @@ std::vector<std::vector<size_t>> SsgdSynchronizer::compute_groups() const {
     if (pos < static_cast<int>(profiled_tb_.size())) tb[L - 1 - pos] = profiled_tb_[pos];
   }
   MergePlan plan;
-  if (options_.schedule == Schedule::MGWFBP) {
+  if (options_.schedule == Schedule::WFBP) {
+    plan = wfbp_plan(L);  // a message per parameter, now in the order the hooks really fire
+  } else if (options_.schedule == Schedule::MGWFBP) {
     plan = mgwfbp_best_plan(tb, bytes, cost_);
   } else {
     const double MiB = 1024.0 * 1024.0;

@@ -107,6 +107,8 @@ class SsgdSynchronizer final : public Synchronizer {
  private:
   void build_buckets(const std::vector<std::vector<size_t>>& groups);
   void launch(size_t bucket);
+  void launch_ready_in_order();  // sends the filled buckets from next_launch_ on, in order
+  void note_unused(const std::vector<size_t>& unused);  // says once which parameters got no gradient
   void poll_completions();
   void wait_all();
   // Rank 0 computes groups of parameters (from its observed hook order) and broadcasts them;
@@ -122,6 +124,9 @@ class SsgdSynchronizer final : public Synchronizer {
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;        // parameter index -> bucket
   std::vector<size_t> launch_order_;  // buckets in the order their allreduce was enqueued
+  size_t next_launch_ = 0;             // the next bucket to send: buckets go in bucket order
+  std::vector<std::string> param_names_;  // for messages (empty: refer to indices)
+  int64_t iterations_with_unused_ = 0;    // iterations in which a parameter got no gradient
 
   int64_t iteration_ = -1;
   int micro_batch_ = 0;
