@@ -65,6 +65,7 @@ class HierarchicalGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) override {
     return world_->subgroup(ranks);
   }
+  void release_subgroup(const std::vector<int>& ranks) override { world_->release_subgroup(ranks); }
 
   // The world ranks of this rank's rack (sorted); its representative is the first.
   const std::vector<int>& rack() const { return rack_members_; }

@@ -597,6 +597,68 @@ TEST(DsSyncTopology, MeasuredRacksAgreeOnEveryRankAndFeedTheSchedule) {
 
 namespace {
 
+// The world, recording every subgroup it hands out (weakly, so a released one can go) and every
+// release.
+class SubgroupRecorder final : public dist::ProcessGroup {
+ public:
+  explicit SubgroupRecorder(std::shared_ptr<dist::ProcessGroup> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+  std::string describe() const override { return inner_->describe(); }
+  std::shared_ptr<dist::Work> allreduce(Tensor& t, dist::ReduceOp op) override { return inner_->allreduce(t, op); }
+  std::shared_ptr<dist::Work> broadcast(Tensor& t, int root) override { return inner_->broadcast(t, root); }
+  std::shared_ptr<dist::Work> allgather(const Tensor& in, Tensor& out) override { return inner_->allgather(in, out); }
+  std::shared_ptr<dist::Work> allgatherv(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    return inner_->allgatherv(in, out, counts);
+  }
+  std::shared_ptr<dist::Work> reduce_scatter(const Tensor& in, Tensor& out) override {
+    return inner_->reduce_scatter(in, out);
+  }
+  void barrier() override { inner_->barrier(); }
+  std::shared_ptr<dist::ProcessGroup> subgroup(const std::vector<int>& ranks) override {
+    auto g = inner_->subgroup(ranks);
+    made.push_back(g);
+    return g;
+  }
+  void release_subgroup(const std::vector<int>& ranks) override {
+    released.push_back(ranks);
+    inner_->release_subgroup(ranks);
+  }
+  std::vector<std::weak_ptr<dist::ProcessGroup>> made;
+  std::vector<std::vector<int>> released;
+
+ private:
+  std::shared_ptr<dist::ProcessGroup> inner_;
+};
+
+}  // namespace
+
+// The probe makes one communicator per pair of ranks (this rank's N-1 of them) and releases
+// each when its pair is timed: afterwards none of them is alive. A pair asked for again after
+// the probe connects anew under fresh store keys and works.
+TEST(DsSyncTopology, TheProbeFreesItsPairCommunicators) {
+  const auto result = mt::testing::run_ranks(4, [](mt::testing::RankContext& c) {
+    auto world = std::make_shared<SubgroupRecorder>(c.group);
+    dist::TopologyProbe probe;
+    probe.message_floats = 256;
+    probe.repetitions = 1;
+    const auto racks = dist::measure_racks(*world, probe);
+    EXPECT_EQ(racks.size(), 4u);
+    EXPECT_EQ(world->made.size(), 3u);
+    EXPECT_EQ(world->released.size(), 3u);
+    for (const auto& g : world->made) EXPECT_TRUE(g.expired()) << "a pair communicator outlived the probe";
+    // Ranks {0,1} and {2,3} connect again and sum.
+    auto pair = world->subgroup(c.rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3});
+    Tensor t = Tensor::full({4}, static_cast<float>(c.rank));
+    pair->allreduce(t)->wait();
+    EXPECT_EQ(t.to_vector()[0], c.rank < 2 ? 1.0f : 5.0f);
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+namespace {
+
 // One parameter vector w; its gradient is set by hand.
 class VectorModel : public layers::Module {
  public:

@@ -84,6 +84,7 @@ class CountingGroup final : public dist::ProcessGroup {
   std::shared_ptr<dist::ProcessGroup> subgroup(const std::vector<int>& ranks) override {
     return std::make_shared<CountingGroup>(inner_->subgroup(ranks), join(ranks), tally_);
   }
+  void release_subgroup(const std::vector<int>& ranks) override { inner_->release_subgroup(ranks); }
 
  private:
   std::shared_ptr<dist::ProcessGroup> inner_;
