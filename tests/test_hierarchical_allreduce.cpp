@@ -2,12 +2,16 @@
 // loopback in two racks: it equals the flat allreduce; only the representatives join the
 // cross-rack communicator (counted by a process group that wraps the world and every subgroup
 // made from it); S-SGD with dist.ssgd.allreduce "hierarchical" on N ranks equals one rank with
-// N times the batch, and sends no gradient over the flat world.
+// N times the batch, and sends no gradient over the flat world; the trainer learns with it.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/ops/nn.h"
@@ -21,6 +25,7 @@
 
 using namespace mt;
 using core::Tensor;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -294,4 +299,26 @@ TEST(HierarchicalAllreduce, SsgdOnNRanksMatchesOneRankWithNTimesTheBatch) {
     });
     EXPECT_TRUE(result.ok_or_report()) << n << " ranks";
   }
+}
+
+// The whole path from the config text: the trainer on 4 ranks with dist.ssgd.allreduce
+// "hierarchical" in racks of 2 learns, and rank 0's log names the racks it used.
+TEST(HierarchicalAllreduce, TrainerLearnsOnFourRanksInTwoRacks) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_hier_trainer_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  mt::testing::MultiprocessOptions mo;
+  mo.timeout = std::chrono::seconds(120);
+  const auto result = mt::testing::run_ranks(4, [&](mt::testing::RankContext& c) {
+    std::ostringstream log;
+    const double acc = mt::testing::train_synthetic_mlp(
+        c.group, c.rank, dir.string(),
+        {"dist.algorithm=ssgd", "dist.ssgd.allreduce=HIERARCHICAL", "dist.ssgd.ranks_per_rack=2"}, log);
+    EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
+    if (c.rank == 0) {
+      EXPECT_NE(log.str().find("S-SGD: hierarchical (rack {0,1}, representatives {0,2})"), std::string::npos)
+          << log.str();
+    }
+  }, mo);
+  EXPECT_TRUE(result.ok_or_report());
+  fs::remove_all(dir);
 }
