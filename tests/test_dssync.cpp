@@ -1,11 +1,13 @@
 // DS-Sync (docs/algorithms.md section 3). Schedules: every partition is valid, and information
 // reaches every rank within the stated period (the product of the mixing matrices over any
 // window of that length has no zero entry); the bottleneck schedule crosses racks only every
-// cross_period iterations. Synchronizer, over real Gloo with forked ranks: zero learning rate
+// cross_period iterations, and then with at most cross_ranks_per_rack ranks of a rack crossing
+// (by hand for 8 ranks, and over many layouts). Synchronizer, over real Gloo with forked ranks: zero learning rate
 // and equal weights change nothing; different weights converge to their average exactly as the
 // product of the mixing matrices predicts (weights and spread); evaluation sees the average and
-// training resumes from the local weights; the trainer learns on 4 ranks; bad configs are
-// Errors that name the field.
+// training resumes from the local weights; the trainer learns on 4 ranks; limited crossing
+// matches a step-then-average reference and counts one crossing rank per rack; the rack probe
+// frees its pair communicators; bad configs are Errors that name the field.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
