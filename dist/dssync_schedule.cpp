@@ -40,6 +40,53 @@ Partition mapped(const Partition& local, const std::vector<int>& members) {
 
 int64_t lcm64(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
 
+// The groups of `phase` that span more than one rack, in the phase's order.
+std::vector<RankGroup> crossing_groups(const Partition& phase, const std::vector<int>& rack_of) {
+  std::vector<RankGroup> out;
+  for (const auto& grp : phase)
+    for (int r : grp)
+      if (rack_of[r] != rack_of[grp[0]]) {
+        out.push_back(grp);
+        break;
+      }
+  return out;
+}
+
+// A crossing iteration where at most `per_rack` ranks of each rack cross: the crossing groups of
+// `phase`, starting with the one at `first`, each cut to the ranks its racks still have room
+// for (in the group's order) and kept if it still spans two racks; every other rank averages
+// with the other left-over ranks of its group in `intra`.
+Partition limited_crossing(const Partition& phase, const Partition& intra, const std::vector<int>& rack_of,
+                           int per_rack, size_t first) {
+  const std::vector<RankGroup> crossing = crossing_groups(phase, rack_of);
+  std::map<int, int> room;  // rack id -> ranks it may still send across
+  for (int id : rack_of) room[id] = per_rack;
+  std::vector<bool> placed(rack_of.size(), false);
+  Partition p;
+  for (size_t i = 0; i < crossing.size(); ++i) {
+    const RankGroup& grp = crossing[(first + i) % crossing.size()];
+    std::map<int, int> taken;
+    RankGroup kept;
+    for (int r : grp)
+      if (taken[rack_of[r]] < room[rack_of[r]]) {
+        ++taken[rack_of[r]];
+        kept.push_back(r);
+      }
+    const auto racks_spanned = std::count_if(taken.begin(), taken.end(), [](const auto& e) { return e.second > 0; });
+    if (racks_spanned < 2) continue;  // what is left of it stays inside one rack
+    for (const auto& [rack, k] : taken) room[rack] -= k;
+    for (int r : kept) placed[static_cast<size_t>(r)] = true;
+    p.push_back(kept);
+  }
+  for (const auto& grp : intra) {
+    RankGroup rest;
+    for (int r : grp)
+      if (!placed[static_cast<size_t>(r)]) rest.push_back(r);
+    if (!rest.empty()) p.push_back(rest);
+  }
+  return normalized(p);
+}
+
 }  // namespace
 
 std::vector<std::string> dssync_schedule_types() { return {"butterfly", "random"}; }
@@ -149,6 +196,8 @@ DsSyncSchedule::DsSyncSchedule(DsSyncScheduleOptions options) : options_(std::mo
   MT_CHECK(g >= 2, "dist.dssync.group_size must be >= 2 (the ranks that average together), got ", g);
   MT_CHECK(options_.cross_period >= 1, "dist.dssync.cross_period must be >= 1, got ",
            options_.cross_period);
+  MT_CHECK(options_.cross_ranks_per_rack >= 0, "dist.dssync.cross_ranks_per_rack must be >= 0 (0 = no "
+           "limit), got ", options_.cross_ranks_per_rack);
   const auto& types = dssync_schedule_types();
   MT_CHECK(std::find(types.begin(), types.end(), options_.type) != types.end(),
            "unknown dist.dssync.schedule \"", options_.type, "\"; valid: \"butterfly\", \"random\"");
@@ -217,13 +266,22 @@ DsSyncSchedule::DsSyncSchedule(DsSyncScheduleOptions options) : options_(std::mo
       if (crosses_racks(p)) cross.push_back(p);
     const int64_t cp = options_.cross_period;
     const int64_t b = static_cast<int64_t>(cross.size());
-    cycle_ = b == 0 ? a : cp * lcm64(a, b);
+    const bool limited = options_.cross_ranks_per_rack > 0;
+    // Limited crossing starts each pass over the crossing phases one crossing group further on.
+    int64_t turns = 1;
+    if (limited)
+      for (const auto& p : cross) turns = lcm64(turns, static_cast<int64_t>(crossing_groups(p, options_.rack_of).size()));
+    cycle_ = b == 0 ? a : cp * lcm64(a, b * turns);
     for (int64_t t = 0; t < cycle_; ++t) {
       const int64_t k = t / cp, r = t % cp;
+      const int64_t intra_index = b == 0 ? t : k * (cp - 1) + r;  // intra iterations so far
       if (b > 0 && r == cp - 1) {
-        sequence_.push_back(add(cross[static_cast<size_t>(k % b)]));
+        const Partition& phase = cross[static_cast<size_t>(k % b)];
+        sequence_.push_back(add(limited ? limited_crossing(phase, intra[static_cast<size_t>(intra_index % a)],
+                                                           options_.rack_of, options_.cross_ranks_per_rack,
+                                                           static_cast<size_t>(k / b))
+                                        : phase));
       } else {
-        const int64_t intra_index = b == 0 ? t : k * (cp - 1) + r;  // intra iterations so far
         sequence_.push_back(add(intra[static_cast<size_t>(intra_index % a)]));
       }
     }
@@ -266,10 +324,13 @@ std::vector<RankGroup> DsSyncSchedule::distinct_groups() const {
 }
 
 bool DsSyncSchedule::crosses_racks(const Partition& partition) const {
+  return std::any_of(partition.begin(), partition.end(), [&](const RankGroup& g) { return spans_racks(g); });
+}
+
+bool DsSyncSchedule::spans_racks(const RankGroup& group) const {
   if (options_.rack_of.empty()) return false;
-  for (const auto& grp : partition)
-    for (int r : grp)
-      if (options_.rack_of[r] != options_.rack_of[grp[0]]) return true;
+  for (int r : group)
+    if (options_.rack_of[r] != options_.rack_of[group[0]]) return true;
   return false;
 }
 
@@ -285,7 +346,12 @@ std::string DsSyncSchedule::describe() const {
   if (!options_.rack_of.empty() && options_.cross_period > 1) {
     s << ", cross-rack groups every " << options_.cross_period << " iterations (racks";
     for (int r : options_.rack_of) s << ' ' << r;
-    s << ')';
+    s << "), ";
+    if (options_.cross_ranks_per_rack > 0) {
+      s << "at most " << options_.cross_ranks_per_rack << " rank(s) of a rack crossing at once";
+    } else {
+      s << "every rank of a crossing phase crossing";
+    }
   }
   s << '\n';
   const int64_t shown = std::min<int64_t>(cycle_, 16);

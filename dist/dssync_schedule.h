@@ -22,6 +22,11 @@
 // (in turn); all other iterations use groups inside racks (the folded butterfly of each rack's
 // ranks, all racks at once). Slow inter-rack links are then used once per cross_period
 // iterations; tests check how long information takes to reach everyone.
+// In a crossing iteration at most cross_ranks_per_rack ranks of each rack cross (the uplink's
+// capacity in flows): the crossing groups of the base phase are taken in turn (a different one
+// first in each crossing iteration, so every rank gets to represent its rack), each cut to the
+// ranks its racks still have room for, and kept while it still spans two racks; every rank left
+// over averages in its group of the intra-rack phase, cut to the ranks left over.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,6 +45,7 @@ struct DsSyncScheduleOptions {
   int pool_size = 16;              // random: partitions prepared at start
   std::vector<int> rack_of;        // rack id of every rank; empty = one rack
   int cross_period = 1;            // > 1 with several racks: cross-rack groups every that many iterations
+  int cross_ranks_per_rack = 1;    // ranks of a rack crossing per crossing iteration; 0 = no limit
 };
 
 std::vector<std::string> dssync_schedule_types();  // "butterfly", "random"
@@ -77,6 +83,7 @@ class DsSyncSchedule {
   // at(t) == at(t + cycle()) for butterfly schedules; for random, pool_size (not a true cycle).
   int64_t cycle() const { return cycle_; }
   bool crosses_racks(const Partition& partition) const;
+  bool spans_racks(const RankGroup& group) const;  // members in two racks or more
   int world_size() const { return options_.world_size; }
   const DsSyncScheduleOptions& options() const { return options_; }
   std::string describe() const;  // multi-line, for the start-up log

@@ -97,6 +97,7 @@ void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
   const auto start = Timeline::Clock::now();
   const bool global = options_.global_average_every > 0 && (t + 1) % options_.global_average_every == 0;
   std::string label;
+  crossed_last_step_ = false;
   if (global) {
     model_.average_over(*group_, "DS-Sync global average at iteration " + std::to_string(t));
     label = "global average";
@@ -108,6 +109,8 @@ void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
       members += std::to_string(r);
     }
     label = "group {" + members + "}";
+    crossed_last_step_ = schedule_->spans_racks(g);
+    if (crossed_last_step_) ++crossing_steps_;
     if (g.size() >= 2) {
       model_.average_over(*communicators_.at(g), "DS-Sync average in group {" + members + "} at iteration " +
                                               std::to_string(t));
@@ -240,6 +243,7 @@ void validate_dssync(const mintrain::DistConfig& d) {
   check_at_least("dist.dssync.group_size", s.group_size(), 2);
   check_name("dist.dssync.schedule", s.schedule(), dssync_schedule_types());
   check_at_least("dist.dssync.cross_period", s.cross_period(), 1);
+  check_at_least("dist.dssync.cross_ranks_per_rack", s.cross_ranks_per_rack(), 0);
   check_at_least("dist.dssync.ranks_per_rack", s.ranks_per_rack(), 0);
   for (int r : s.rack()) check_at_least("dist.dssync.rack values", r, 0);
   MT_CHECK(s.rack().empty() || s.ranks_per_rack() == 0,
@@ -257,6 +261,7 @@ std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
   o.schedule.seed = s.seed();
   o.schedule.pool_size = s.pool_size();
   o.schedule.cross_period = s.cross_period();
+  o.schedule.cross_ranks_per_rack = s.cross_ranks_per_rack();
   o.schedule.rack_of = s.ranks_per_rack() > 0 ? racks_of_consecutive(c.group->size(), s.ranks_per_rack())
                                               : std::vector<int>(s.rack().begin(), s.rack().end());
   o.global_average_every = s.global_average_every();

@@ -83,6 +83,10 @@ class DsSyncSynchronizer final : public Synchronizer {
   void load_state_dict(const core::StateDict& state) override;
 
   const DsSyncSchedule& schedule() const { return *schedule_; }
+  // Whether this rank's averaging group of the last step spanned racks (a flow over the uplink;
+  // a global average is not counted), and in how many steps so far it did.
+  bool crossed_last_step() const { return crossed_last_step_; }
+  int64_t crossing_steps() const { return crossing_steps_; }
   int64_t steps() const { return step_; }
   // Collective over the world: RMS over ranks of ||x_r - mean x||_2 (parameters only).
   double measure_spread();
@@ -101,6 +105,8 @@ class DsSyncSynchronizer final : public Synchronizer {
   ModelVector model_;            // parameters and float32 buffers (batch-norm statistics)
   int64_t step_ = 0;             // optimizer steps taken = the schedule position
   double last_spread_ = 0.0;
+  bool crossed_last_step_ = false;
+  int64_t crossing_steps_ = 0;
   optim::Optimizer* optimizer_ = nullptr;  // setup's: per-rank optimizer state for checkpoints
   // Between prepare_checkpoint and the next step: every rank's {"local", "optim.<entry>"}
   // (on rank 0, in rank order).

@@ -521,10 +521,21 @@ std::shared_ptr<ProcessGroup> GlooProcessGroup::subgroup(const std::vector<int>&
   for (const int r : ranks) world.push_back(world_ranks_[static_cast<size_t>(r)]);
   // Keyed by the member list, so disjoint subgroups ({0,1} and {2,3}) rendezvous apart and a
   // subgroup is only ever connected once per parent.
+  const int generation = released_[ranks];
+  std::string prefix = prefix_ + "/sub/" + join(ranks);
+  if (generation > 0) {
+    prefix += '#';
+    prefix += std::to_string(generation);
+  }
   auto group = std::shared_ptr<GlooProcessGroup>(
-      new GlooProcessGroup(shared_, prefix_ + "/sub/" + join(ranks), static_cast<int>(me - ranks.begin()), world));
+      new GlooProcessGroup(shared_, prefix, static_cast<int>(me - ranks.begin()), world));
   subgroups_[ranks] = group;
   return group;
+}
+
+void GlooProcessGroup::release_subgroup(const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> lock(subgroups_mutex_);
+  if (subgroups_.erase(ranks) > 0) ++released_[ranks];
 }
 
 }  // namespace mt::dist

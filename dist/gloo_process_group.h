@@ -62,6 +62,7 @@ class GlooProcessGroup : public ProcessGroup,
   std::shared_ptr<Work> send(const Tensor& tensor, int peer, uint32_t tag) override;
   std::shared_ptr<Work> recv(Tensor& tensor, int peer, uint32_t tag) override;
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) override;
+  void release_subgroup(const std::vector<int>& ranks) override;
 
   // The connected Gloo context (for benchmarks that call Gloo directly on the same mesh;
   // do not use it while operations of this group are in flight). Only new-style calls
@@ -93,6 +94,9 @@ class GlooProcessGroup : public ProcessGroup,
   uint32_t tag_ = 0;  // the next operation's tag
   std::mutex subgroups_mutex_;
   std::map<std::vector<int>, std::shared_ptr<GlooProcessGroup>> subgroups_;
+  // Subgroups of these ranks released so far: a new one rendezvouses under a fresh prefix, apart
+  // from the released one's keys in the store.
+  std::map<std::vector<int>, int> released_;
   std::unique_ptr<CommQueue> queue_;  // last: destroyed first, before the context
 };
 

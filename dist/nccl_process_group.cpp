@@ -320,11 +320,21 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::subgroup(const std::vector<int>&
   if (auto it = subgroups_.find(ranks); it != subgroups_.end()) return it->second;
   std::vector<int> world;
   for (const int r : ranks) world.push_back(world_ranks_[static_cast<size_t>(r)]);
+  const int generation = released_[ranks];
+  std::string prefix = prefix_ + "/sub/" + join(ranks);
+  if (generation > 0) {
+    prefix += '#';
+    prefix += std::to_string(generation);
+  }
   auto group = std::shared_ptr<NcclProcessGroup>(new NcclProcessGroup(
-      store_, options_, prefix_ + "/sub/" + join(ranks), static_cast<int>(me - ranks.begin()), world,
-      world_size_));
+      store_, options_, prefix, static_cast<int>(me - ranks.begin()), world, world_size_));
   subgroups_[ranks] = group;
   return group;
+}
+
+void NcclProcessGroup::release_subgroup(const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (subgroups_.erase(ranks) > 0) ++released_[ranks];
 }
 
 }  // namespace mt::dist

@@ -38,6 +38,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(const Tensor& input, Tensor& output) override;
   void barrier() override;
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) override;
+  void release_subgroup(const std::vector<int>& ranks) override;
 
   struct Comm;  // the communicator, its stream and the health flag, shared with Work handles
 
@@ -60,6 +61,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::shared_ptr<Comm> comm_;
   std::mutex mutex_;  // issue order = stream order
   std::map<std::vector<int>, std::shared_ptr<NcclProcessGroup>> subgroups_;
+  std::map<std::vector<int>, int> released_;  // as in GlooProcessGroup: fresh store keys per connection
 };
 
 }  // namespace mt::dist

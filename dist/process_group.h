@@ -61,6 +61,11 @@ class ProcessGroup {
   // rank). Created once and cached: asking again for the same ranks returns the same group.
   // Every rank in `ranks` must ask for it (collectively with the others of `ranks`).
   virtual std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) = 0;
+  // Forgets the cached subgroup of `ranks` (nothing if there is none): once the callers' own
+  // handles are gone, its connections and communication thread close. Every member releases it
+  // (in the same order as they made their subgroups); asking for the same ranks again connects a
+  // new one. For communicators needed only for a while (the rack probe's pairs).
+  virtual void release_subgroup(const std::vector<int>& ranks) = 0;
 };
 
 struct ProcessGroupOptions {

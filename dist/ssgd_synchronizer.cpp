@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "dist/compressed_ssgd_synchronizer.h"
 #include "dist/dist_config.h"
+#include "dist/hierarchical_group.h"
 #include "dist/registry.h"
 #include "dist/replicas.h"
 
@@ -348,7 +349,30 @@ void validate_ssgd(const mintrain::DistConfig& d) {
     check_at_least("dist.ssgd.beta", s.beta(), 0.0);
   }
   check_at_least("dist.ssgd.gamma", s.gamma(), 0.0);
+  check_name("dist.ssgd.allreduce", s.allreduce(), {"flat", "hierarchical"});
+  check_at_least("dist.ssgd.ranks_per_rack", s.ranks_per_rack(), 0);
+  for (int r : s.rack()) check_at_least("dist.ssgd.rack values", r, 0);
+  MT_CHECK(s.rack().empty() || s.ranks_per_rack() == 0,
+           "set dist.ssgd.rack (one id per rank) or dist.ssgd.ranks_per_rack, not both");
+  if (s.allreduce() == "hierarchical") {
+    MT_CHECK(!s.rack().empty() || s.ranks_per_rack() > 0, "dist.ssgd.allreduce \"hierarchical\" needs the "
+             "racks: set dist.ssgd.rack (one id per rank) or dist.ssgd.ranks_per_rack");
+    MT_CHECK(d.compressor().type() == "none", "dist.ssgd.allreduce \"hierarchical\" carries uncompressed "
+             "gradients only; set dist.compressor.type \"none\" or dist.ssgd.allreduce \"flat\"");
+  }
   validate_compressor(d.compressor());
+}
+
+// The world, or for dist.ssgd.allreduce "hierarchical" the world with rack-by-rack allreduces.
+std::shared_ptr<ProcessGroup> gradient_group(const AlgorithmContext& c) {
+  const mintrain::SsgdConfig& s = c.dist.ssgd();
+  if (s.allreduce() != "hierarchical") return c.group;
+  const std::vector<int> racks = racks_from_config(std::vector<int>(s.rack().begin(), s.rack().end()),
+                                                   s.ranks_per_rack(), c.group->size(), "dist.ssgd");
+  auto group = std::make_shared<HierarchicalGroup>(c.group, racks,
+                                                   std::chrono::seconds(c.dist.timeout_seconds()));
+  if (c.log && c.group->rank() == 0) *c.log << "S-SGD: " << group->describe() << '\n';
+  return group;
 }
 
 std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
@@ -366,7 +390,7 @@ std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
   o.config_text = c.config_text;
   o.timeline = c.timeline;
   o.log = c.log;
-  return std::make_unique<SsgdSynchronizer>(c.group, std::move(o));
+  return std::make_unique<SsgdSynchronizer>(gradient_group(c), std::move(o));
 }
 
 }  // namespace

@@ -68,6 +68,9 @@ std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe) 
       // The fastest repetition: load on the machine only ever adds time, so the minimum is the
       // link's own speed.
       row[static_cast<size_t>(other)] = static_cast<float>(*std::min_element(times.begin(), times.end()));
+      // Done with this pair: its connections and thread go now, not at the end of the run.
+      pair.reset();
+      world.release_subgroup({std::min(a, b), std::max(a, b)});
     }
     std::rotate(order.begin() + 1, order.begin() + m - 1, order.end());  // position 0 stays
   }

@@ -3,7 +3,8 @@
 // message on its own two-rank communicator; pairs run in the rounds of a round-robin tournament
 // (disjoint pairs at once, the same rounds on every rank, so creating the pair communicators
 // cannot deadlock). The times are allgathered, so every rank clusters the same matrix and
-// reaches the same answer.
+// reaches the same answer. Each pair's communicator is released as soon as its pair is timed,
+// so the probe leaves no connection or thread behind.
 //
 // Clustering: with lo and hi the fastest and slowest pair, a spread below `min_ratio` means one
 // rack; otherwise pairs faster than sqrt(lo * hi) are joined (union-find) and each connected

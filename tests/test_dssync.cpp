@@ -1,17 +1,20 @@
 // DS-Sync (docs/algorithms.md section 3). Schedules: every partition is valid, and information
 // reaches every rank within the stated period (the product of the mixing matrices over any
 // window of that length has no zero entry); the bottleneck schedule crosses racks only every
-// cross_period iterations. Synchronizer, over real Gloo with forked ranks: zero learning rate
+// cross_period iterations, and then with at most cross_ranks_per_rack ranks of a rack crossing
+// (by hand for 8 ranks, and over many layouts). Synchronizer, over real Gloo with forked ranks: zero learning rate
 // and equal weights change nothing; different weights converge to their average exactly as the
 // product of the mixing matrices predicts (weights and spread); evaluation sees the average and
-// training resumes from the local weights; the trainer learns on 4 ranks; bad configs are
-// Errors that name the field.
+// training resumes from the local weights; the trainer learns on 4 ranks; limited crossing
+// matches a step-then-average reference and counts one crossing rank per rack; the rack probe
+// frees its pair communicators; bad configs are Errors that name the field.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "apps/config.h"
@@ -177,6 +180,100 @@ TEST(DsSyncSchedule, BottleneckScheduleCrossesRacksOnlyEveryCrossPeriod) {
   }
 }
 
+namespace {
+
+// Ranks of each rack in a group that spans racks: rack id -> count.
+std::map<int, int> crossers_per_rack(const dist::Partition& p, const std::vector<int>& rack_of) {
+  std::map<int, int> n;
+  for (const auto& g : p) {
+    bool spans = false;
+    for (int r : g) spans = spans || rack_of[r] != rack_of[g[0]];
+    if (spans)
+      for (int r : g) ++n[rack_of[r]];
+  }
+  return n;
+}
+
+// The 8-rank, two-rack schedule of the hand-computed tests below (one cycle).
+std::vector<dist::Partition> limited_crossing_by_hand() {
+  return {
+      {{0, 1}, {2, 3}, {4, 5}, {6, 7}},
+      {{0, 4}, {1, 3}, {2}, {5, 7}, {6}},
+      {{0, 2}, {1, 3}, {4, 6}, {5, 7}},
+      {{0}, {1, 5}, {2, 3}, {4}, {6, 7}},
+      {{0, 1}, {2, 3}, {4, 5}, {6, 7}},
+      {{0}, {1, 3}, {2, 6}, {4}, {5, 7}},
+      {{0, 2}, {1, 3}, {4, 6}, {5, 7}},
+      {{0, 1}, {2}, {3, 7}, {4, 5}, {6}},
+  };
+}
+
+}  // namespace
+
+// Bottleneck-aware crossing, by hand: 8 ranks in racks {0..3} {4..7}, pairs, crossing every 2nd
+// iteration, one rank per rack crossing. The butterfly's crossing phase is {0,4}{1,5}{2,6}{3,7};
+// each crossing iteration keeps the next pair of it, and the other ranks average in their rack's
+// phase (cut to the ranks left).
+TEST(DsSyncSchedule, LimitedCrossingSendsOneRankPerRackAcrossByHand) {
+  dist::DsSyncScheduleOptions o;
+  o.world_size = 8;
+  o.group_size = 2;
+  o.cross_period = 2;
+  o.rack_of = {0, 0, 0, 0, 1, 1, 1, 1};
+  const dist::DsSyncSchedule s(o);
+  const std::vector<dist::Partition> expected = limited_crossing_by_hand();
+  for (int64_t t = 0; t < 16; ++t) EXPECT_EQ(s.at(t), expected[static_cast<size_t>(t % 8)]) << "iteration " << t;
+  EXPECT_EQ(s.cycle(), 8);
+}
+
+// At most cross_ranks_per_rack ranks of each rack cross in every iteration, in every layout of
+// the bottleneck cases, and at least one pair of racks is joined in every crossing iteration;
+// with no limit (0) the butterfly's crossing phase sends more across (the contrast).
+TEST(DsSyncSchedule, LimitedCrossingKeepsEveryRackWithinItsFlows) {
+  struct Case {
+    int n, g, cross_period;
+    std::vector<int> racks;
+  };
+  const std::vector<Case> cases = {
+      {8, 2, 2, {0, 0, 0, 0, 1, 1, 1, 1}},
+      {8, 2, 3, {0, 0, 1, 1, 2, 2, 3, 3}},
+      {6, 2, 3, {0, 0, 0, 1, 1, 1}},
+      {12, 3, 5, {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}},
+      {9, 3, 2, {0, 0, 0, 1, 1, 1, 2, 2, 2}},
+      {5, 2, 4, {0, 1, 0, 1, 1}},
+  };
+  for (const auto& c : cases) {
+    int most_unlimited = 0;
+    for (int limit : {0, 1, 2}) {
+      dist::DsSyncScheduleOptions o;
+      o.world_size = c.n;
+      o.group_size = c.g;
+      o.cross_period = c.cross_period;
+      o.rack_of = c.racks;
+      o.cross_ranks_per_rack = limit;
+      const dist::DsSyncSchedule s(o);
+      for (int64_t t = 0; t < 2 * s.cycle(); ++t) {
+        const auto crossers = crossers_per_rack(s.at(t), c.racks);
+        const bool crossing = t % c.cross_period == c.cross_period - 1;
+        EXPECT_EQ(crossers.size() >= 2, crossing) << c.n << " ranks, limit " << limit << ", iteration " << t
+                                                  << ": " << dist::partition_str(s.at(t));
+        for (const auto& [rack, k] : crossers) {
+          if (limit == 0) most_unlimited = std::max(most_unlimited, k);
+          if (limit > 0) {
+            EXPECT_LE(k, limit) << c.n << " ranks, rack " << rack << ", iteration " << t << ": "
+                                << dist::partition_str(s.at(t));
+          }
+        }
+      }
+      for (int64_t t0 = 0; t0 < s.cycle(); ++t0) {
+        EXPECT_TRUE(all_positive(product(s, t0, 2 * s.cycle())))
+            << c.n << " ranks, limit " << limit << ": information does not reach everyone\n" << s.describe();
+      }
+    }
+    EXPECT_GT(most_unlimited, 1) << c.n << " ranks: without a limit more than one rank of a rack crosses";
+  }
+}
+
 TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   auto expect_error = [](dist::DsSyncScheduleOptions o, const std::string& needle) {
     try {
@@ -200,6 +297,9 @@ TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   bad = o;
   bad.cross_period = 0;
   expect_error(bad, "dist.dssync.cross_period");
+  bad = o;
+  bad.cross_ranks_per_rack = -1;
+  expect_error(bad, "dist.dssync.cross_ranks_per_rack");
   bad = o;
   bad.type = "random";
   bad.rack_of = {0, 0, 1, 1};
@@ -499,6 +599,68 @@ TEST(DsSyncTopology, MeasuredRacksAgreeOnEveryRankAndFeedTheSchedule) {
 
 namespace {
 
+// The world, recording every subgroup it hands out (weakly, so a released one can go) and every
+// release.
+class SubgroupRecorder final : public dist::ProcessGroup {
+ public:
+  explicit SubgroupRecorder(std::shared_ptr<dist::ProcessGroup> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+  std::string describe() const override { return inner_->describe(); }
+  std::shared_ptr<dist::Work> allreduce(Tensor& t, dist::ReduceOp op) override { return inner_->allreduce(t, op); }
+  std::shared_ptr<dist::Work> broadcast(Tensor& t, int root) override { return inner_->broadcast(t, root); }
+  std::shared_ptr<dist::Work> allgather(const Tensor& in, Tensor& out) override { return inner_->allgather(in, out); }
+  std::shared_ptr<dist::Work> allgatherv(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
+    return inner_->allgatherv(in, out, counts);
+  }
+  std::shared_ptr<dist::Work> reduce_scatter(const Tensor& in, Tensor& out) override {
+    return inner_->reduce_scatter(in, out);
+  }
+  void barrier() override { inner_->barrier(); }
+  std::shared_ptr<dist::ProcessGroup> subgroup(const std::vector<int>& ranks) override {
+    auto g = inner_->subgroup(ranks);
+    made.push_back(g);
+    return g;
+  }
+  void release_subgroup(const std::vector<int>& ranks) override {
+    released.push_back(ranks);
+    inner_->release_subgroup(ranks);
+  }
+  std::vector<std::weak_ptr<dist::ProcessGroup>> made;
+  std::vector<std::vector<int>> released;
+
+ private:
+  std::shared_ptr<dist::ProcessGroup> inner_;
+};
+
+}  // namespace
+
+// The probe makes one communicator per pair of ranks (this rank's N-1 of them) and releases
+// each when its pair is timed: afterwards none of them is alive. A pair asked for again after
+// the probe connects anew under fresh store keys and works.
+TEST(DsSyncTopology, TheProbeFreesItsPairCommunicators) {
+  const auto result = mt::testing::run_ranks(4, [](mt::testing::RankContext& c) {
+    auto world = std::make_shared<SubgroupRecorder>(c.group);
+    dist::TopologyProbe probe;
+    probe.message_floats = 256;
+    probe.repetitions = 1;
+    const auto racks = dist::measure_racks(*world, probe);
+    EXPECT_EQ(racks.size(), 4u);
+    EXPECT_EQ(world->made.size(), 3u);
+    EXPECT_EQ(world->released.size(), 3u);
+    for (const auto& g : world->made) EXPECT_TRUE(g.expired()) << "a pair communicator outlived the probe";
+    // Ranks {0,1} and {2,3} connect again and sum.
+    auto pair = world->subgroup(c.rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3});
+    Tensor t = Tensor::full({4}, static_cast<float>(c.rank));
+    pair->allreduce(t)->wait();
+    EXPECT_EQ(t.to_vector()[0], c.rank < 2 ? 1.0f : 5.0f);
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+namespace {
+
 // One parameter vector w; its gradient is set by hand.
 class VectorModel : public layers::Module {
  public:
@@ -549,6 +711,65 @@ TEST(DsSyncGloo, TwoStepsWithALearningRateMatchTheHandComputedReference) {
       EXPECT_NEAR(model.w_.to_vector()[0], t == 0 ? x[ctx.rank] : w[ctx.rank], 1e-6)
           << "rank " << ctx.rank << " iteration " << t;
     }
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+// Limited crossing in the synchronizer, 8 ranks in two racks of 4 over Gloo, with a learning
+// rate: rank r's loss is s_r/2 (w - c_r)^2, plain SGD; every iteration each rank steps on its
+// own gradient, then averages in its group of the hand-written schedule above. The weights
+// match that reference after every iteration, and the synchronizer's own count says one rank of
+// each rack crossed in each crossing (odd) iteration and none otherwise.
+TEST(DsSyncGloo, LimitedCrossingCountsOneFlowPerRackAndStaysExact) {
+  constexpr int kRanks = 8, kIters = 8;
+  const double a = 0.25, w0 = 2.0;
+  auto s = [](int r) { return 1.0 + 0.25 * r; };
+  auto c = [](int r) { return -2.0 + r; };
+  const auto parts = limited_crossing_by_hand();
+  std::vector<std::vector<double>> reference;  // [iteration][rank], after the averaging
+  std::vector<double> w(kRanks, w0);
+  for (int t = 0; t < kIters; ++t) {
+    for (int r = 0; r < kRanks; ++r) w[r] -= a * s(r) * (w[r] - c(r));
+    std::vector<double> next = w;
+    for (const auto& g : parts[static_cast<size_t>(t)]) {
+      double sum = 0.0;
+      for (int r : g) sum += w[r];
+      for (int r : g) next[r] = sum / static_cast<double>(g.size());
+    }
+    w = next;
+    reference.push_back(w);
+  }
+  const auto result = mt::testing::run_ranks(kRanks, [&](mt::testing::RankContext& ctx) {
+    VectorModel model({static_cast<float>(w0)});
+    optim::OptimizerOptions oo;
+    oo.lr = a;
+    auto opt = optim::build_optimizer("sgd", model.parameters(), oo);
+    auto o = options();
+    o.schedule.cross_period = 2;
+    o.schedule.rack_of = {0, 0, 0, 0, 1, 1, 1, 1};
+    dist::DsSyncSynchronizer sync(ctx.group, o);
+    sync.setup(model, *opt);
+    for (int t = 0; t < kIters; ++t) {
+      sync.begin_iteration(t);
+      const float v = model.w_.to_vector()[0];
+      core::Tensor(model.w_).set_grad(
+          core::Tensor::from_vector(std::vector<float>{static_cast<float>(s(ctx.rank) * (v - c(ctx.rank)))}, {1}));
+      sync.step(*opt);
+      opt->zero_grad();
+      EXPECT_NEAR(model.w_.to_vector()[0], reference[t][ctx.rank], 1e-5) << "rank " << ctx.rank << " iteration " << t;
+      // Every rank's count of this step, gathered: the ranks of each rack that crossed.
+      Tensor mine = Tensor::from_vector(std::vector<float>{sync.crossed_last_step() ? 1.0f : 0.0f}, {1});
+      Tensor all = Tensor::empty({kRanks});
+      ctx.group->allgather(mine, all)->wait();
+      const auto crossed = all.to_vector();
+      for (int rack = 0; rack < 2; ++rack) {
+        float n = 0.0f;
+        for (int r = 4 * rack; r < 4 * rack + 4; ++r) n += crossed[r];
+        EXPECT_EQ(n, t % 2 == 1 ? 1.0f : 0.0f) << "rack " << rack << ", iteration " << t;
+      }
+    }
+    // Ranks 0..3 of rack 0 (and 4..7) each represented their rack once per cycle of 8.
+    EXPECT_EQ(sync.crossing_steps(), 1) << "rank " << ctx.rank;
   });
   EXPECT_TRUE(result.ok_or_report());
 }

@@ -144,6 +144,7 @@ class FakeGroup : public dist::ProcessGroup {
     Tensor t = Tensor::zeros({1});
     allreduce(t, dist::ReduceOp::Sum)->wait();
   }
+  void release_subgroup(const std::vector<int>&) override {}  // it never makes one
   std::shared_ptr<dist::ProcessGroup> subgroup(const std::vector<int>&) override {
     MT_FAIL("fake group: subgroups not needed");
   }
