@@ -467,40 +467,33 @@ void GlooProcessGroup::barrier() {
 }
 
 std::shared_ptr<Work> GlooProcessGroup::send(const Tensor& tensor, int peer, uint32_t tag) {
-  const std::string name = "send of " + tensor.str() + " to rank " + std::to_string(peer) + " (tag " +
+  return point_to_point(tensor, peer, tag, /*sending=*/true);
+}
+
+std::shared_ptr<Work> GlooProcessGroup::recv(Tensor& tensor, int peer, uint32_t tag) {
+  return point_to_point(tensor, peer, tag, /*sending=*/false);
+}
+
+// A send or a receive posted at once on its own slot (kPointToPointSlotPrefix + tag): a pending
+// receive never holds up a later send, and the Work waits with the group's timeout.
+std::shared_ptr<Work> GlooProcessGroup::point_to_point(const Tensor& tensor, int peer, uint32_t tag, bool sending) {
+  const std::string name = std::string(sending ? "send of " : "recv of ") + tensor.str() +
+                           (sending ? " to rank " : " from rank ") + std::to_string(peer) + " (tag " +
                            std::to_string(tag) + ")";
-  check_cpu(tensor, who(), name, "input");
+  check_cpu(tensor, who(), name, sending ? "input" : "output");
   MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, who(), ": ", name, ": the peer must be another rank of "
            "the group of ", size_);
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   if (tensor.nbytes() > 0) {
     buffer = context_->createUnboundBuffer(tensor.raw_data(), tensor.nbytes());
+    const auto slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
     try {
-      gloo_call([&] { buffer->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
+      gloo_call([&] { sending ? buffer->send(peer, slot) : buffer->recv(peer, slot); });
     } catch (const core::Error& e) {
       MT_FAIL(who(), ": ", name, ": ", e.what());  // the pair broke earlier: the peer is gone
     }
   }
-  return std::make_shared<PointToPointWork>(std::move(buffer), tensor, true, who() + ": " + name,
-                                            shared_->options.timeout);
-}
-
-std::shared_ptr<Work> GlooProcessGroup::recv(Tensor& tensor, int peer, uint32_t tag) {
-  const std::string name = "recv of " + tensor.str() + " from rank " + std::to_string(peer) + " (tag " +
-                           std::to_string(tag) + ")";
-  check_cpu(tensor, who(), name, "output");
-  MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, who(), ": ", name, ": the peer must be another rank of "
-           "the group of ", size_);
-  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-  if (tensor.nbytes() > 0) {
-    buffer = context_->createUnboundBuffer(tensor.raw_data(), tensor.nbytes());
-    try {
-      gloo_call([&] { buffer->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag)); });
-    } catch (const core::Error& e) {
-      MT_FAIL(who(), ": ", name, ": ", e.what());
-    }
-  }
-  return std::make_shared<PointToPointWork>(std::move(buffer), tensor, false, who() + ": " + name,
+  return std::make_shared<PointToPointWork>(std::move(buffer), tensor, sending, who() + ": " + name,
                                             shared_->options.timeout);
 }
 

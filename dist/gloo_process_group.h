@@ -77,6 +77,7 @@ class GlooProcessGroup : public ProcessGroup,
   struct Shared;  // the store, options and transport device, shared with subgroups
 
  private:
+  std::shared_ptr<Work> point_to_point(const Tensor& tensor, int peer, uint32_t tag, bool sending);
   GlooProcessGroup(std::shared_ptr<Shared> shared, std::string prefix, int rank,
                    std::vector<int> world_ranks);
   std::string who() const;  // "rank 1 of gloo/tcp world of 4"
