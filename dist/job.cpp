@@ -28,7 +28,7 @@ bool Job::any(bool local) {
 }
 
 bool Job::stop_vote(bool local) {
-  if (world_size() == 1 || world_->backend() != "gloo") return any(local);
+  if (world_size() == 1) return local;
   if (!votes_) {
     // Collective: every rank takes its first vote at the same iteration.
     std::vector<int> everyone(static_cast<size_t>(world_size()));
@@ -41,7 +41,7 @@ bool Job::stop_vote(bool local) {
   int64_t next = 1;  // no vote counted yet: the next check votes again (and times an iteration)
   if (vote_work_) {
     finish(vote_work_, *votes_, "agreeing whether to stop (the previous vote)");
-    const std::vector<float> votes = vote_.to_vector();
+    const std::vector<float> votes = vote_.to(core::Device::cpu()).to_vector();
     stop = votes[0] > 0.0f;
     next = std::clamp<int64_t>(std::llround(votes[1]), 1, kMaxStopVoteInterval);
   }
@@ -55,7 +55,10 @@ bool Job::stop_vote(bool local) {
                                  : 1.0f;
     last_vote_ = now;
   }
+  // On the device the world's backend reduces (NCCL: CUDA tensors); read back only at the next
+  // vote, when it has long finished, so no iteration waits for it.
   vote_ = Tensor::from_vector(std::vector<float>{stop_asked_ ? 1.0f : 0.0f, proposal}, {2});
+  if (world_->backend() == "nccl") vote_ = vote_.to(device_);
   vote_work_ = votes_->allreduce(vote_);
   stop_asked_ = false;
   vote_interval_ = checks_to_next_vote_ = next;

@@ -30,14 +30,15 @@ class Job {
   // iteration: each is a world allreduce, and on a slow shared link every hop waits in the
   // link's queue (docs/PERF.md). Rank 0 proposes the interval in iterations with each vote, so
   // all ranks vote at the same iterations; a stop is honoured within about two intervals.
-  // NCCL and one process fall back to `any`.
+  // On NCCL the vote is a device tensor on a communicator of its own, read back at the next
+  // vote (no host read in the iteration). One process votes alone.
   bool stop_vote(bool local);
   void drain_stop_vote();  // waits for the vote in flight (before training returns)
 
  private:
   std::shared_ptr<ProcessGroup> world_;
   core::Device device_;
-  std::shared_ptr<ProcessGroup> votes_;  // a second connection of the world's ranks (gloo)
+  std::shared_ptr<ProcessGroup> votes_;  // a second connection of the world's ranks
   core::Tensor vote_;                    // {any rank asks to stop, rank 0's proposed interval}
   std::shared_ptr<Work> vote_work_;
   int64_t checks_to_next_vote_ = 0;
