@@ -18,7 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string mb(double bytes) {
   char buf[32];
@@ -42,6 +41,7 @@ SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOpti
 
 void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
+  backward_marks_ = std::make_unique<core::DeviceMarks>(params_.empty() ? core::Device::cpu() : params_[0].device());
   // The parameters' names, for messages (the optimizer holds the model's parameters in order).
   const auto named = model.named_parameters();
   param_names_.clear();
@@ -134,9 +134,11 @@ void SsgdSynchronizer::begin_iteration(int64_t iteration) {
 void SsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
   if (!communicate_) return;  // an earlier micro-batch: gradients just accumulate locally
   arrivals_.push_back(param_index);
-  arrival_times_.push_back(Clock::now());
-  // BSP, and MG-WFBP while it profiles: everything goes after backward.
-  if (options_.schedule == Schedule::BSP || (options_.schedule == Schedule::MGWFBP && !plan_ready_)) return;
+  // MG-WFBP while it profiles: a mark in the device's queue (on a GPU the kernels' time, not
+  // the launches'); BSP and the profiling iterations send everything after backward.
+  const bool profiling = options_.schedule == Schedule::MGWFBP && !plan_ready_;
+  if (profiling) backward_marks_->mark();
+  if (options_.schedule == Schedule::BSP || profiling) return;
   const int b = bucket_of_.at(param_index);
   if (buckets_[b].add(param_index, param.grad())) launch_ready_in_order();
   if (options_.timeline) poll_completions();
@@ -227,8 +229,8 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
     // Profile (the first iteration is a warm-up: allocations, caches): the backward time of a
     // parameter is the time since the previous grad-ready hook.
     if (tb_sum_.empty()) tb_sum_.assign(params_.size(), 0.0);
-    for (size_t k = 1; k < arrivals_.size(); ++k)
-      tb_sum_[arrivals_[k]] += secs(arrival_times_[k] - arrival_times_[k - 1]);
+    const std::vector<double> between = backward_marks_->intervals();  // one fewer than arrivals_
+    for (size_t k = 1; k < arrivals_.size() && k - 1 < between.size(); ++k) tb_sum_[arrivals_[k]] += between[k - 1];
     if (++profiled_ == options_.profile_iters) {
       profiled_tb_.clear();
       for (size_t p : hook_order_) profiled_tb_.push_back(tb_sum_[p] / profiled_);
@@ -245,7 +247,7 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
   launch_order_.clear();
   next_launch_ = 0;
   arrivals_.clear();
-  arrival_times_.clear();
+  backward_marks_->clear();
 }
 
 std::vector<std::vector<size_t>> SsgdSynchronizer::compute_groups() const {

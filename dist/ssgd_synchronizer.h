@@ -40,6 +40,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+
+#include "core/device_marks.h"
 #include <vector>
 
 #include "dist/bucket.h"
@@ -135,7 +137,7 @@ class SsgdSynchronizer final : public Synchronizer {
 
   // Hook order and times of the current iteration, for FUSION's rebuild and MGWFBP's profile.
   std::vector<size_t> arrivals_;
-  std::vector<std::chrono::steady_clock::time_point> arrival_times_;
+  std::unique_ptr<core::DeviceMarks> backward_marks_;  // MG-WFBP's profile: a mark per gradient
   std::vector<size_t> hook_order_;
   std::vector<double> tb_sum_;
   int profiled_ = 0;

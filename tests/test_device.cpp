@@ -2,9 +2,12 @@
 // parts skip themselves (visibly) where no CUDA device exists.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <string>
 
+#include "core/device_marks.h"
 #include "core/ops/elementwise.h"
 #include "core/random.h"
 #include "support/gradcheck.h"
@@ -97,6 +100,37 @@ TEST(DeviceBinding, NoGpuIsToldApartFromAGpuThatCannotBeUsed) {
                       reason.find("no CUDA support") != std::string::npos;
   const bool unusable = reason.find("present but cannot be used") != std::string::npos;
   EXPECT_TRUE(no_gpu != unusable) << reason;
+}
+
+// MG-WFBP's per-layer backward times come from these marks (on a GPU, CUDA events).
+TEST(DeviceMarks, IntervalsBetweenConsecutiveMarksOnTheCpu) {
+  DeviceMarks marks(Device::cpu());
+  EXPECT_TRUE(marks.intervals().empty());
+  marks.mark();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  marks.mark();
+  marks.mark();
+  const std::vector<double> between = marks.intervals();
+  ASSERT_EQ(between.size(), 2u);
+  EXPECT_GE(between[0], 0.019);
+  EXPECT_LT(between[0], 1.0);
+  EXPECT_GE(between[1], 0.0);
+  EXPECT_LT(between[1], between[0]);
+  marks.clear();
+  EXPECT_EQ(marks.size(), 0u);
+}
+
+TEST(DeviceMarksGpu, EventsTimeTheQueueNotTheLaunches) {
+  MT_REQUIRE_GPU();
+  DeviceMarks marks(Device::cuda());
+  Generator gen(3);
+  Tensor x = rand_uniform({1024, 1024}, -1, 1, gen).to(Device::cuda());
+  marks.mark();
+  for (int i = 0; i < 20; ++i) x = mul(x, x);  // queued work between the marks
+  marks.mark();
+  const std::vector<double> between = marks.intervals();
+  ASSERT_EQ(between.size(), 1u);
+  EXPECT_GT(between[0], 0.0);
 }
 
 TEST(DeviceGpu, RoundTripAndAllocatorReuse) {
