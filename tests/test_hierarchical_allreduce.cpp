@@ -206,13 +206,7 @@ constexpr int64_t kImage = 6;
 constexpr int64_t kClasses = 4;
 
 std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
-  core::Generator gen(1000 + step);
-  Tensor x = Tensor::empty({rows, 1, kImage, kImage});
-  float* px = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
-  std::vector<int64_t> y(rows);
-  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int64_t>((i * 7 + step) % kClasses);
-  return {x, Tensor::from_vector(y, {rows})};
+  return mt::testing::synthetic_batch(step, rows, kImage, kClasses);
 }
 
 std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
@@ -220,12 +214,6 @@ std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
   o.lr = 0.1;
   o.momentum = 0.9;
   return optim::build_optimizer("sgd", m.parameters(), o);
-}
-
-std::vector<std::vector<float>> weights(const layers::Module& m) {
-  std::vector<std::vector<float>> w;
-  for (const auto& p : m.parameters()) w.push_back(p.to_vector());
-  return w;
 }
 
 }  // namespace
@@ -249,7 +237,7 @@ TEST(HierarchicalAllreduce, SsgdOnNRanksMatchesOneRankWithNTimesTheBatch) {
         reference_opt->step();
         reference_opt->zero_grad();
       }
-      const auto reference = weights(*reference_model);
+      const auto reference = mt::testing::weights_of(*reference_model);
 
       for (const std::string schedule : {"bsp", "fusion"}) {
         auto tally = std::make_shared<Tally>();
@@ -280,7 +268,7 @@ TEST(HierarchicalAllreduce, SsgdOnNRanksMatchesOneRankWithNTimesTheBatch) {
           sync->step(*opt);
           opt->zero_grad();
         }
-        const auto got = weights(*model);
+        const auto got = mt::testing::weights_of(*model);
         ASSERT_EQ(got.size(), reference.size());
         for (size_t p = 0; p < got.size(); ++p)
           for (size_t i = 0; i < got[p].size(); ++i)

@@ -107,13 +107,7 @@ TEST(PsProtocol, HelloMismatchNamesBothValues) {
 std::shared_ptr<layers::Module> tiny_mlp() { return mt::testing::tiny_mlp(7, kImage, kClasses); }
 
 std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
-  core::Generator gen(1000 + step);
-  Tensor x = Tensor::empty({rows, 1, kImage, kImage});
-  float* px = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
-  std::vector<int64_t> y(rows);
-  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int64_t>((i * 7 + step) % kClasses);
-  return {x, Tensor::from_vector(y, {rows})};
+  return mt::testing::synthetic_batch(step, rows, kImage, kClasses);
 }
 
 std::pair<Tensor, Tensor> shard(int step, int workers, int rank) {
@@ -122,19 +116,6 @@ std::pair<Tensor, Tensor> shard(int step, int workers, int rank) {
           y.narrow(0, rank * kRowsPerWorker, kRowsPerWorker).contiguous()};
 }
 
-std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
-  optim::OptimizerOptions o;
-  o.lr = 0.1;
-  o.momentum = 0.9;
-  o.weight_decay = 1e-3;
-  return optim::build_optimizer("sgd", m.parameters(), o);
-}
-
-std::vector<std::vector<float>> weights(const layers::Module& m) {
-  std::vector<std::vector<float>> w;
-  for (const auto& p : m.parameters()) w.push_back(p.to_vector());
-  return w;
-}
 
 void expect_close(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
                   const std::string& what) {
@@ -149,14 +130,14 @@ void expect_close(const std::vector<std::vector<float>>& a, const std::vector<st
 // One rank with N x the batch.
 std::vector<std::vector<float>> train_single(int steps, int workers) {
   auto model = tiny_mlp();
-  auto opt = sgd(*model);
+  auto opt = mt::testing::reference_sgd(*model);
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = global_batch(s, workers * kRowsPerWorker);
     core::cross_entropy(model->forward(x), y).backward();
     opt->step();
     opt->zero_grad();
   }
-  return weights(*model);
+  return mt::testing::weights_of(*model);
 }
 
 // Built through the registry, as the trainer builds it.
@@ -214,7 +195,7 @@ TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
         auto workers = workers_of(c.group, kWorkers);
         {
           auto model = tiny_mlp();
-          auto opt = sgd(*model);
+          auto opt = mt::testing::reference_sgd(*model);
           auto sync = ps_sync(workers, c.group, schedule);
           auto& ps = dynamic_cast<dist::PsSynchronizer&>(*sync);
           EXPECT_EQ(ps.name(), "ps/" + schedule);
@@ -239,12 +220,12 @@ TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
           }
           EXPECT_GT(ps.plan().size(), opt->params().size()) << "the first layer is cut into several partitions";
           EXPECT_EQ(ps.pulls(), kSteps * static_cast<int64_t>(ps.plan().size()));
-          expect_close(weights(*model), single, what + ", worker " + std::to_string(c.rank) + " vs one rank");
-          const auto ps_weights = weights(*model);
+          expect_close(mt::testing::weights_of(*model), single, what + ", worker " + std::to_string(c.rank) + " vs one rank");
+          const auto ps_weights = mt::testing::weights_of(*model);
           sync.reset();  // tells the servers to stop
           // Allreduce S-SGD on the same workers, from the same start.
           auto ref_model = tiny_mlp();
-          auto ref_opt = sgd(*ref_model);
+          auto ref_opt = mt::testing::reference_sgd(*ref_model);
           dist::SsgdOptions o;
           o.schedule = dist::Schedule::BSP;
           o.config_text = "same";
@@ -257,7 +238,7 @@ TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
             ssgd.step(*ref_opt);
             ref_opt->zero_grad();
           }
-          expect_close(ps_weights, weights(*ref_model), what + ", worker " + std::to_string(c.rank) + " vs S-SGD");
+          expect_close(ps_weights, mt::testing::weights_of(*ref_model), what + ", worker " + std::to_string(c.rank) + " vs S-SGD");
         }
       });
       EXPECT_TRUE(result.ok_or_report()) << what;
@@ -276,7 +257,7 @@ TEST_F(PsTest, ThreeWorkersAndWholeParametersMatchOneRank) {
       return;
     }
     auto model = tiny_mlp();
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     auto sync = ps_sync(workers_of(c.group, kWorkers), c.group, "wfbp", 1 << 20);
     sync->setup(*model, *opt);
     EXPECT_EQ(dynamic_cast<dist::PsSynchronizer&>(*sync).plan().size(), opt->params().size());
@@ -287,7 +268,7 @@ TEST_F(PsTest, ThreeWorkersAndWholeParametersMatchOneRank) {
       sync->step(*opt);
       opt->zero_grad();
     }
-    expect_close(weights(*model), single, "3 workers, worker " + std::to_string(c.rank));
+    expect_close(mt::testing::weights_of(*model), single, "3 workers, worker " + std::to_string(c.rank));
   });
   EXPECT_TRUE(result.ok_or_report());
 }
@@ -306,7 +287,7 @@ mt::testing::MultiprocessOptions fault_options(int timeout_s) {
 std::string train_until_error(const std::shared_ptr<dist::ProcessGroup>& world, int workers, int rank) {
   try {
     auto model = tiny_mlp();
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     auto sync = ps_sync(workers_of(world, workers), world, "wfbp");
     sync->setup(*model, *opt);
     for (int s = 0; s < 100000; ++s) {
@@ -406,7 +387,7 @@ TEST_F(PsTest, MismatchedServerIsRefusedNamingBothValues) {
         return;
       }
       auto model = tiny_mlp();
-      auto opt = sgd(*model);
+      auto opt = mt::testing::reference_sgd(*model);
       auto sync = ps_sync(workers_of(c.group, kWorkers), c.group, "bsp");
       try {
         sync->setup(*model, *opt);

@@ -230,44 +230,25 @@ std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed) {
 
 // Global batch `step`: `rows` examples; rank r of n reads rows [r*rows/n, (r+1)*rows/n).
 std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
-  core::Generator gen(1000 + step);
-  Tensor x = Tensor::empty({rows, 1, kImage, kImage});
-  float* px = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
-  std::vector<int64_t> y(rows);
-  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int64_t>((i * 7 + step) % kClasses);
-  return {x, Tensor::from_vector(y, {rows})};
+  return mt::testing::synthetic_batch(step, rows, kImage, kClasses);
 }
 
 std::pair<Tensor, Tensor> slice(const std::pair<Tensor, Tensor>& b, int64_t start, int64_t len) {
   return {b.first.narrow(0, start, len).contiguous(), b.second.narrow(0, start, len).contiguous()};
 }
 
-std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
-  optim::OptimizerOptions o;
-  o.lr = 0.1;
-  o.momentum = 0.9;
-  o.weight_decay = 1e-3;
-  return optim::build_optimizer("sgd", m.parameters(), o);
-}
-
-std::vector<std::vector<float>> weights(const layers::Module& m) {
-  std::vector<std::vector<float>> w;
-  for (const auto& p : m.parameters()) w.push_back(p.to_vector());
-  return w;
-}
 
 // One process, batch `rows` per step, `micro` micro-batches of rows/micro each.
 std::vector<std::vector<float>> train_single(int steps, int64_t rows) {
   auto model = tiny_mlp(7);
-  auto opt = sgd(*model);
+  auto opt = mt::testing::reference_sgd(*model);
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = global_batch(s, rows);
     core::cross_entropy(model->forward(x), y).backward();
     opt->step();
     opt->zero_grad();
   }
-  return weights(*model);
+  return mt::testing::weights_of(*model);
 }
 
 dist::SsgdOptions options(dist::Schedule s) {
@@ -289,7 +270,7 @@ std::vector<std::vector<float>> train_ranks(int n, dist::SsgdOptions o, int step
   o.grad_accumulation_steps = micro;
   run_ranks(n, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
     auto model = tiny_mlp(7 + r);
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     dist::SsgdSynchronizer sync(g, o);
     sync.setup(*model, *opt);
     const int64_t per_rank = rows / n, per_micro = per_rank / micro;
@@ -305,7 +286,7 @@ std::vector<std::vector<float>> train_ranks(int n, dist::SsgdOptions o, int step
       sync.step(*opt);
       opt->zero_grad();
     }
-    result[r] = weights(*model);
+    result[r] = mt::testing::weights_of(*model);
   });
   for (int r = 1; r < n; ++r) EXPECT_EQ(result[r], result[0]) << "rank " << r << " diverged";
   return result[0];
@@ -339,7 +320,7 @@ TEST_F(SsgdTest, WfbpAndFusionStartCommunicatingBeforeBackwardEnds) {
     std::vector<std::vector<size_t>> early(2);  // per rank, per iteration
     run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
       auto model = tiny_mlp(7);
-      auto opt = sgd(*model);
+      auto opt = mt::testing::reference_sgd(*model);
       dist::SsgdSynchronizer sync(g, options(schedule));
       sync.setup(*model, *opt);
       std::vector<size_t> launched_at_hook;
@@ -403,7 +384,7 @@ TEST_F(SsgdTest, SchedulesBuildTheExpectedMessages) {
     bool plan = false;
     run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
       auto model = tiny_mlp(7);
-      auto opt = sgd(*model);
+      auto opt = mt::testing::reference_sgd(*model);
       auto o = options(s);
       o.bucket_cap_mb = 1200.0 / (1 << 20);
       o.alpha = 1.0;  // huge start-up cost: MG-WFBP merges everything into one message
@@ -434,7 +415,7 @@ TEST_F(SsgdTest, SchedulesBuildTheExpectedMessages) {
 TEST_F(SsgdTest, MgwfbpMeasuresTheNetworkAndProfilesBackward) {
   run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
     auto model = tiny_mlp(7);
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     auto o = options(dist::Schedule::MGWFBP);
     o.profile_iters = 2;
     dist::SsgdSynchronizer sync(g, o);
@@ -463,7 +444,7 @@ TEST_F(SsgdTest, StartupBroadcastMakesReplicasIdentical) {
     auto model = layers::build_model("resnet20", mo, gen);
     for (auto& [name, b] : model->named_buffers())
       if (b.dtype() == core::DType::Float32) Tensor(b).fill_(r + 1.0);  // rank-specific statistics
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     dist::SsgdSynchronizer sync(g, options(dist::Schedule::FUSION));
     sync.setup(*model, *opt);
     // Every rank now holds rank 0's weights and buffers: compare with a model built from seed 100.
@@ -482,7 +463,7 @@ TEST_F(SsgdTest, ConfigMismatchIsAClearErrorOnEveryRank) {
   std::vector<std::string> messages(3);
   run_ranks(3, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
     auto model = tiny_mlp(7);
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     auto o = options(dist::Schedule::WFBP);
     if (r == 2) o.config_text = "epochs: 3";
     dist::SsgdSynchronizer sync(g, o);
@@ -504,7 +485,7 @@ TEST_F(SsgdTest, ConfigMismatchIsAClearErrorOnEveryRank) {
     mo.image_size = kImage;
     mo.hidden = {r == 1 ? 8 : 16};
     auto model = layers::build_model("mlp", mo, gen);
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     dist::SsgdSynchronizer sync(g, options(dist::Schedule::BSP));
     try {
       sync.setup(*model, *opt);
@@ -527,7 +508,7 @@ TEST_F(SsgdTest, GradientAccumulationMatchesTheBigBatchAndCommunicatesOnce) {
   o.grad_accumulation_steps = 4;
   run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
     auto model = tiny_mlp(7);
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     dist::SsgdSynchronizer sync(g, o);
     sync.setup(*model, *opt);
     const int64_t before = dynamic_cast<FakeGroup&>(*g).allreduces_issued;
@@ -550,7 +531,7 @@ TEST_F(SsgdTest, TimelineRecordsComputeAndCommunication) {
   fs::remove_all(dir);
   run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
     auto model = tiny_mlp(7);
-    auto opt = sgd(*model);
+    auto opt = mt::testing::reference_sgd(*model);
     auto o = options(dist::Schedule::FUSION);
     o.timeline = std::make_shared<dist::Timeline>((dir / "trace-{rank}.json").string(), r);
     dist::SsgdSynchronizer sync(g, o);
@@ -641,7 +622,7 @@ TEST_F(SsgdTest, Gloo_EverySchedule_NRanksMatchOneRankWithNTimesTheBatch) {
       for (auto s : {dist::Schedule::BSP, dist::Schedule::WFBP, dist::Schedule::FUSION,
                      dist::Schedule::MGWFBP}) {
         auto model = tiny_mlp(7 + c.rank);
-        auto opt = sgd(*model);
+        auto opt = mt::testing::reference_sgd(*model);
         auto o = options(s);
         dist::SsgdSynchronizer sync(c.group, o);
         sync.setup(*model, *opt);
@@ -653,7 +634,7 @@ TEST_F(SsgdTest, Gloo_EverySchedule_NRanksMatchOneRankWithNTimesTheBatch) {
           sync.step(*opt);
           opt->zero_grad();
         }
-        expect_close(weights(*model), reference, "gloo " + dist::schedule_name(s));
+        expect_close(mt::testing::weights_of(*model), reference, "gloo " + dist::schedule_name(s));
       }
     });
     EXPECT_TRUE(result.ok_or_report()) << n << " ranks";

@@ -4,6 +4,7 @@
 #include "apps/trainer.h"
 #include "core/random.h"
 #include "layers/models/registry.h"
+#include "optim/registry.h"
 
 namespace mt::testing {
 
@@ -32,6 +33,30 @@ double train_synthetic_mlp(std::shared_ptr<dist::ProcessGroup> group, int rank,
   opt.quiet = rank != 0;
   apps::Trainer t(c, opt);
   return t.train().last_eval.accuracy;
+}
+
+std::pair<core::Tensor, core::Tensor> synthetic_batch(int step, int64_t rows, int64_t image, int64_t classes) {
+  core::Generator gen(1000 + step);
+  core::Tensor x = core::Tensor::empty({rows, 1, image, image});
+  float* px = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
+  std::vector<int64_t> y(rows);
+  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int64_t>((i * 7 + step) % classes);
+  return {x, core::Tensor::from_vector(y, {rows})};
+}
+
+std::unique_ptr<optim::Optimizer> reference_sgd(const layers::Module& model) {
+  optim::OptimizerOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 1e-3;
+  return optim::build_optimizer("sgd", model.parameters(), o);
+}
+
+std::vector<std::vector<float>> weights_of(const layers::Module& model) {
+  std::vector<std::vector<float>> w;
+  for (const auto& p : model.parameters()) w.push_back(p.to_vector());
+  return w;
 }
 
 }  // namespace mt::testing

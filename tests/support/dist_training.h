@@ -5,10 +5,12 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/process_group.h"
 #include "layers/module.h"
+#include "optim/optimizer.h"
 
 namespace mt::testing {
 
@@ -21,5 +23,13 @@ std::shared_ptr<layers::Module> tiny_mlp(uint64_t seed, int64_t image, int64_t c
 double train_synthetic_mlp(std::shared_ptr<dist::ProcessGroup> group, int rank,
                            const std::string& output_dir, const std::vector<std::string>& overrides,
                            std::ostream& log);
+
+// What the "N ranks = one rank with N x the batch" tests share: global batch `step` of `rows`
+// random 1 x image x image examples over `classes` labels (the same stream in every process);
+// the reference optimizer they all step with (SGD, lr 0.1, momentum 0.9, weight decay 1e-3);
+// and a model's weights as plain vectors, to compare exactly.
+std::pair<core::Tensor, core::Tensor> synthetic_batch(int step, int64_t rows, int64_t image, int64_t classes);
+std::unique_ptr<optim::Optimizer> reference_sgd(const layers::Module& model);
+std::vector<std::vector<float>> weights_of(const layers::Module& model);
 
 }  // namespace mt::testing
