@@ -42,6 +42,11 @@ struct ExchangeStats {
   double wait_seconds = 0;  // blocked in wait()
 };
 
+// "TWO_BIT(tau=0.5): 12.3 KB sent per iteration (float32 196 KB, ratio 16.0x), waiting 0.8 ms
+// per iteration on the exchange"; "" when nothing was exchanged. Also for several exchanges'
+// summed statistics (one per bucket).
+std::string describe_exchanges(const std::string& compressor, const ExchangeStats& stats, int64_t iterations);
+
 class GradientExchange {
  public:
   GradientExchange(std::shared_ptr<ProcessGroup> group, std::unique_ptr<Compressor> compressor,
@@ -61,8 +66,7 @@ class GradientExchange {
   void warm_up(const CompressionOptions& options, int64_t iteration);
   ErrorFeedback& error_feedback() { return feedback_; }
   ExchangeStats& stats() { return stats_; }
-  // "TWO_BIT(tau=0.5): 12.3 KB sent per iteration (float32 196 KB, ratio 16.0x), waiting
-  // 0.8 ms per iteration on the exchange"; resets the statistics.
+  // describe_exchanges of this exchange's statistics; resets them.
   std::string take_summary(int64_t iterations);
 
  private:

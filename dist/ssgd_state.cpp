@@ -97,6 +97,7 @@ core::StateDict SsgdSynchronizer::state_dict() const {
     state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(hook_order_.begin(), hook_order_.end())));
   if (!tb_sum_.empty()) state.emplace_back("ssgd.backward_sums", float64_bits_tensor(tb_sum_));
   if (!profiled_tb_.empty()) state.emplace_back("ssgd.backward_means", float64_bits_tensor(profiled_tb_));
+  hook_->append_state(state);
   return state;
 }
 
@@ -113,6 +114,8 @@ void SsgdSynchronizer::note(const std::string& text) const {
 }
 
 void SsgdSynchronizer::restore_state(const core::StateDict& state) {
+  // The hook's state is kept in parameter order: a layout rebuilt below carries it over.
+  hook_->load_state(state);
   const StateReader in(state);
   const bool layout_evolves = options_.schedule == Schedule::FUSION || options_.schedule == Schedule::MGWFBP;
   if (in.empty()) {

@@ -7,7 +7,8 @@
 #include <ostream>
 
 #include "core/error.h"
-#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/compressing_hook.h"
+#include "dist/compression_config.h"
 #include "dist/dist_config.h"
 #include "dist/hierarchical_group.h"
 #include "dist/registry.h"
@@ -27,9 +28,11 @@ std::string mb(double bytes) {
 
 }  // namespace
 
-SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options)
-    : group_(std::move(group)), options_(std::move(options)) {
+SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options,
+                                   std::unique_ptr<CommHook> hook)
+    : group_(std::move(group)), options_(std::move(options)), hook_(std::move(hook)) {
   MT_CHECK(group_ != nullptr, "S-SGD needs a process group");
+  if (!hook_) hook_ = make_allreduce_hook(group_);
   MT_CHECK(options_.grad_accumulation_steps >= 1, "dist.grad_accumulation_steps must be >= 1, got ",
            options_.grad_accumulation_steps);
   MT_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
@@ -75,6 +78,8 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
     // Timed allreduces of several sizes, alpha and beta fitted (every rank ends with rank 0's).
     cost_ = measure_link_cost(*group_, params_.empty() ? core::Device::cpu() : params_[0].device());
   }
+  if (rank() == 0 && options_.log && !hook_->name().empty())
+    *options_.log << "S-SGD " << schedule_name(options_.schedule) << ": each bucket travels as " << hook_->name() << '\n';
   if (options_.schedule == Schedule::MGWFBP && rank() == 0 && options_.log) {
     std::ostream& log = *options_.log;
     log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
@@ -103,6 +108,15 @@ void SsgdSynchronizer::build_buckets(const std::vector<std::vector<size_t>>& gro
     MT_CHECK(bucket_of_[p] >= 0, "internal: parameter ", p, " is in no bucket");
   launch_order_.clear();
   next_launch_ = 0;
+  hook_->set_layout(groups, params_);
+}
+
+GradBucket SsgdSynchronizer::grad_bucket(size_t b) const {
+  GradBucket out;
+  out.index = b;
+  out.grad = buckets_[b].payload(params_);
+  for (size_t p : buckets_[b].params()) out.params.push_back(params_[p]);
+  return out;
 }
 
 void SsgdSynchronizer::note_unused(const std::vector<size_t>& unused) {
@@ -157,8 +171,7 @@ void SsgdSynchronizer::launch(size_t b) {
   Bucket& bucket = buckets_[b];
   bucket.launched = true;
   bucket.launched_at = Clock::now();
-  Tensor payload = bucket.payload(params_);
-  bucket.work = group_->allreduce(payload, ReduceOp::Sum);
+  bucket.work = hook_->send(grad_bucket(b));
   launch_order_.push_back(b);
 }
 
@@ -176,18 +189,15 @@ void SsgdSynchronizer::poll_completions() {
 
 void SsgdSynchronizer::wait_all() {
   const auto wait_start = Clock::now();
-  const float scale = 1.0f / static_cast<float>(world_size());
   Clock::time_point link_free = Clock::time_point::min();
   for (size_t b : launch_order_) {
     Bucket& bucket = buckets_[b];
-    finish(bucket.work, *group_,
-           "allreduce of gradient bucket " + std::to_string(b) + " (" +
-               std::to_string(bucket.params().size()) + " tensors, " + mb(bucket.bytes()) + ")");
+    hook_->finish(grad_bucket(b));  // waits, leaves the average in the payload
     if (!bucket.completion_seen) {
       bucket.completion_seen = true;
       bucket.completed_at = Clock::now();
     }
-    bucket.finish(params_, scale);
+    bucket.write_back(params_);
     if (options_.timeline) {
       // One link, FIFO: a message starts when it was enqueued and the previous one finished.
       const auto start = std::max(bucket.launched_at, link_free);
@@ -218,6 +228,7 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
   if (!unused.empty() && options_.schedule != Schedule::BSP && !(options_.schedule == Schedule::MGWFBP && !plan_ready_))
     note_unused(unused);
   wait_all();
+  hook_->end_iteration();
   ++communicated_iters_;
   if (arrivals_.size() == params_.size()) hook_order_ = arrivals_;
 
@@ -336,6 +347,11 @@ void SsgdSynchronizer::prepare_eval(layers::Module& model) {
   broadcast_buffers(*group_, model);
 }
 
+void SsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
+  prepare_eval(model);
+  hook_->prepare_checkpoint();
+}
+
 namespace {
 
 void validate_ssgd(const mintrain::DistConfig& d) {
@@ -361,8 +377,26 @@ void validate_ssgd(const mintrain::DistConfig& d) {
              "racks: set dist.ssgd.rack (one id per rank) or dist.ssgd.ranks_per_rack");
     MT_CHECK(d.compressor().type() == "none", "dist.ssgd.allreduce \"hierarchical\" carries uncompressed "
              "gradients only; set dist.compressor.type \"none\" or dist.ssgd.allreduce \"flat\"");
+    MT_CHECK(s.hook() == "allreduce", "dist.ssgd.allreduce \"hierarchical\" carries float32 gradients only; "
+             "set dist.ssgd.hook \"allreduce\" or dist.ssgd.allreduce \"flat\"");
   }
   validate_compressor(d.compressor());
+  check_name("dist.ssgd.hook", s.hook(), comm_hook_names());
+  MT_CHECK(s.hook() == "allreduce" || d.compressor().type() == "none", "dist.ssgd.hook \"", s.hook(),
+           "\" and dist.compressor.type \"", d.compressor().type(), "\" both say what travels; set one: "
+           "the compressor brings its own hook (with error feedback)");
+}
+
+// What travels for each bucket: dist.compressor's hook when it compresses, else dist.ssgd.hook.
+std::unique_ptr<CommHook> gradient_hook(const AlgorithmContext& c, std::shared_ptr<ProcessGroup> group) {
+  if (c.dist.compressor().type() != "none") {
+    CompressingHookOptions o;
+    o.compression = compression_options(c.dist.compressor());
+    o.momentum_correction = momentum_correction_options(c);
+    return make_compressing_hook(std::move(group), std::move(o));
+  }
+  if (c.dist.ssgd().hook() == "fp16") return make_fp16_hook(std::move(group));
+  return make_allreduce_hook(std::move(group));
 }
 
 // The world, or for dist.ssgd.allreduce "hierarchical" the world with rack-by-rack allreduces.
@@ -378,7 +412,6 @@ std::shared_ptr<ProcessGroup> gradient_group(const AlgorithmContext& c) {
 }
 
 std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
-  if (c.dist.compressor().type() != "none") return make_compressed_ssgd(c);
   const mintrain::SsgdConfig& s = c.dist.ssgd();
   SsgdOptions o;
   o.schedule = parse_schedule(s.schedule());
@@ -392,7 +425,9 @@ std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
   o.config_text = c.config_text;
   o.timeline = c.timeline;
   o.log = c.log;
-  return std::make_unique<SsgdSynchronizer>(gradient_group(c), std::move(o));
+  std::shared_ptr<ProcessGroup> group = gradient_group(c);
+  std::unique_ptr<CommHook> hook = gradient_hook(c, group);
+  return std::make_unique<SsgdSynchronizer>(std::move(group), std::move(o), std::move(hook));
 }
 
 }  // namespace

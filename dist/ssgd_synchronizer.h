@@ -19,10 +19,13 @@
 // the same graph, so the launch order agrees. After the first iteration FUSION (and after
 // profiling MG-WFBP) rebuilds its buckets from rank 0's observed hook order, broadcast to all.
 //
-// The process group runs collectives on its own thread (CPU) or stream (GPU): a hook only copies
-// a gradient into its bucket and enqueues; backward goes on meanwhile. step() waits for every
-// message (each wait has the group's timeout and fails with an Error naming this rank and the
-// message), divides by N, and steps the optimizer.
+// What travels for a bucket is the communication hook's business (comm_hook.h): a dense
+// allreduce / N by default, float16, or compressed with error feedback (compressing_hook.h), on
+// every schedule. The process group runs collectives on its own thread (CPU) or stream (GPU): a
+// grad-ready hook only copies a gradient into its bucket and hands a full bucket to the
+// communication hook; backward goes on meanwhile. step() has the communication hook finish every
+// message in launch order (each wait has the group's timeout and fails with an Error naming this
+// rank and the bucket), copies the averages back, and steps the optimizer.
 //
 // Exact resume: which gradients share a message and in what order decides each element's
 // summation order inside the ring allreduce (with 3+ ranks, (a+b)+c vs (b+c)+a), so a resumed run
@@ -41,10 +44,11 @@
 #include <optional>
 #include <string>
 
-#include "core/device_marks.h"
 #include <vector>
 
+#include "core/device_marks.h"
 #include "dist/bucket.h"
+#include "dist/comm_hook.h"
 #include "dist/merge_plan.h"
 #include "dist/process_group.h"
 #include "dist/synchronizer.h"
@@ -68,9 +72,16 @@ struct SsgdOptions {
 
 class SsgdSynchronizer final : public Synchronizer {
  public:
-  SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options);
+  // hook: what travels for each bucket; null = dense allreduce (make_allreduce_hook).
+  SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options,
+                   std::unique_ptr<CommHook> hook = nullptr);
 
-  std::string name() const override { return "ssgd/" + schedule_name(options_.schedule); }
+  // "ssgd/fusion" with the dense hook; else what travels, "ssgd/two_bit(tau=0.5)" (the schedule
+  // is in rank 0's start-up log).
+  std::string name() const override {
+    const std::string what = hook_->name();
+    return "ssgd/" + (what.empty() ? schedule_name(options_.schedule) : what);
+  }
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->size(); }
 
@@ -79,13 +90,18 @@ class SsgdSynchronizer final : public Synchronizer {
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
-  bool steps_on_gradient_average() const override { return true; }
-  bool keeps_state_per_rank() const override { return false; }
+  // prepare_eval, then the hook's per-rank state (residuals, velocities) to rank 0.
+  void prepare_checkpoint(layers::Module& model) override;
+  std::string epoch_summary() override { return hook_->epoch_summary(); }
+  bool takes_over_momentum() const override { return hook_->takes_over_momentum(); }
+  bool steps_on_gradient_average() const override { return hook_->exact_average(); }
+  bool keeps_state_per_rank() const override { return hook_->keeps_state_per_rank(); }
 
   // "ssgd.*" entries: the settings the layout was made under (schedule, world size, parameter
   // sizes, bucket caps, MG-WFBP's profile_iters and configured alpha/beta), the bucket layout,
   // the iterations communicated, MG-WFBP's profile sums and plan state, and the cost in use.
-  // Rank-independent: rank 0's state restores every rank.
+  // Rank-independent: rank 0's state restores every rank. Then the hook's entries
+  // (compressing_hook.h: residuals and velocities, every rank's after prepare_checkpoint).
   core::StateDict state_dict() const override;
   // Before setup: kept and applied at the end of setup. Otherwise:
   //  - no "ssgd.*" entries (another algorithm's or an older checkpoint): nothing restored; the
@@ -96,6 +112,7 @@ class SsgdSynchronizer final : public Synchronizer {
   //    the difference and the synchronizer keeps its fresh layout (rebuilt or re-profiled as
   //    in a new run);
   //  - otherwise the same buckets, progress and plan as the stopped run.
+  // The hook's entries are restored in every case.
   void load_state_dict(const core::StateDict& state) override;
 
   // Introspection (tests, benchmarks, logs).
@@ -109,6 +126,7 @@ class SsgdSynchronizer final : public Synchronizer {
  private:
   void build_buckets(const std::vector<std::vector<size_t>>& groups);
   void launch(size_t bucket);
+  GradBucket grad_bucket(size_t bucket) const;  // what the hook sees of it
   void launch_ready_in_order();  // sends the filled buckets from next_launch_ on, in order
   void note_unused(const std::vector<size_t>& unused);  // says once which parameters got no gradient
   void poll_completions();
@@ -122,6 +140,7 @@ class SsgdSynchronizer final : public Synchronizer {
 
   std::shared_ptr<ProcessGroup> group_;
   SsgdOptions options_;
+  std::unique_ptr<CommHook> hook_;
   std::vector<Tensor> params_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;        // parameter index -> bucket
