@@ -13,7 +13,6 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/ops/nn.h"
-#include "core/random.h"
 #include "core/runtime.h"
 #include "dist/comm_hook.h"
 #include "dist/compressing_hook.h"
@@ -74,22 +73,14 @@ Tensor state_entry(const dist::CommHook& hook, const std::string& name) {
 
 constexpr int64_t kImage = 6, kClasses = 4;
 
+// Rank r's batch of step t: a batch of its own.
 std::pair<Tensor, Tensor> batch(int step, int rank, int64_t rows) {
-  core::Generator gen(1000 + 31 * step + rank);
-  Tensor x = Tensor::empty({rows, 1, kImage, kImage});
-  float* px = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) px[i] = gen.uniform() * 2.0f - 1.0f;
-  std::vector<int64_t> y(rows);
-  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int64_t>((i * 7 + step + rank) % kClasses);
-  return {x, Tensor::from_vector(y, {rows})};
+  return mt::testing::synthetic_batch(100 * step + rank, rows, kImage, kClasses);
 }
 
 std::vector<float> all_weights(const layers::Module& m) {
   std::vector<float> w;
-  for (const auto& p : m.parameters()) {
-    const auto v = p.to_vector();
-    w.insert(w.end(), v.begin(), v.end());
-  }
+  for (const auto& p : mt::testing::weights_of(m)) w.insert(w.end(), p.begin(), p.end());
   return w;
 }
 
@@ -338,21 +329,14 @@ TEST(CompressedSsgd, Gloo_FusionCompressesBeforeBackwardEnds) {
       auto opt = sgd(*model, 0.0);
       dist::SsgdSynchronizer sync(ctx.group, ssgd_options(schedule), compressing(ctx.group, "two_bit"));
       sync.setup(*model, *opt);
-      std::vector<size_t> launched_at_hook;
-      for (const Tensor& p : opt->params()) {
-        p.register_grad_ready_hook([&](Tensor&) {
-          size_t launched = 0;
-          for (const auto& b : sync.buckets()) launched += b.launched ? 1 : 0;
-          launched_at_hook.push_back(launched);
-        });
-      }
+      const auto launched_at_hook = mt::testing::record_launched_buckets(sync, opt->params());
       for (int it = 0; it < 2; ++it) {
-        launched_at_hook.clear();
+        launched_at_hook->clear();
         sync.begin_iteration(it);
         auto [x, y] = batch(it, ctx.rank, 8);
         core::cross_entropy(model->forward(x), y).backward();
-        ASSERT_EQ(launched_at_hook.size(), opt->params().size());
-        const size_t early = launched_at_hook[launched_at_hook.size() - 2];
+        ASSERT_EQ(launched_at_hook->size(), opt->params().size());
+        const size_t early = (*launched_at_hook)[launched_at_hook->size() - 2];
         if (schedule == dist::Schedule::BSP) {
           EXPECT_EQ(early, 0u) << "iteration " << it;
         } else {
