@@ -1,18 +1,10 @@
 // Communication hooks: *what* travels for one bucket of gradients in S-SGD, after PyTorch DDP's
-// comm hooks. The synchronizer (ssgd_synchronizer.h) decides *when* a bucket goes (its schedule:
-// BSP, WFBP, FUSION, MG-WFBP); the hook decides what goes on the wire and how the average comes
-// back. Dense, half-precision and compressed S-SGD are one synchronizer with three hooks, so
-// every schedule overlaps every kind of exchange with backward.
-//
-//   send(bucket)     start the bucket's exchange (called the moment its last gradient is
-//                    ready); returns the collective, which the synchronizer polls for the trace
-//   finish(bucket)   wait for it (the group's timeout; the error names the bucket) and write
-//                    the average over ranks into bucket.grad
-//
-// The default is a dense float32 allreduce divided by N. Hooks with per-rank state (error
-// feedback residuals, momentum-correction velocities) keep it per bucket and checkpoint it in
-// parameter order, so a changed bucket layout (FUSION's rebuild, MG-WFBP's plan, a resume with
-// other caps) keeps every value.
+// comm hooks. The synchronizer's schedule decides *when* a bucket goes; the hook sends it
+// (send: called the moment the bucket's last gradient is ready, returns the collective) and
+// writes the average over ranks back into it (finish: waits with the group's timeout). Dense,
+// float16 and compressed S-SGD are one synchronizer with three hooks, so every schedule overlaps
+// every kind of exchange with backward. Hooks with per-rank state (error-feedback residuals)
+// keep it per bucket and checkpoint it in parameter order, so a new bucket layout keeps it.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,42 +1,23 @@
 // S-SGD (docs/algorithms.md section 1): every rank holds a full replica, computes gradients on its
-// shard of the global batch, and the gradients are averaged (allreduce sum, then / N) before
-// the same optimizer step everywhere. The schedule decides *when* each gradient travels:
+// shard, and the gradients are averaged before the same optimizer step everywhere. Gradients go
+// in buckets; the schedule decides *when* a bucket travels (BSP: one bucket after backward;
+// WFBP: one per parameter; FUSION: capped buckets; MG-WFBP: buckets from the merge plan of
+// profiled backward times, merge_plan.h), and the communication hook (comm_hook.h) *what*
+// travels: a dense allreduce / N by default, float16, or compressed with error feedback.
 //
-//   BSP     one flattened allreduce after backward: no overlap, one start-up cost.
-//   WFBP    each parameter's allreduce is enqueued from its grad-ready hook, so the last layers'
-//           gradients travel while backward computes the first layers'.
-//   FUSION  gradients are packed, in backward order, into buckets of at most bucket_cap_mb (the
-//           first one first_bucket_cap_mb, so communication starts early); a bucket's allreduce
-//           starts when its last gradient arrives.
-//   MGWFBP  buckets from the merge plan (merge_plan.h): runs as BSP while it profiles the
-//           backward time between consecutive grad-ready hooks (no message is sent during those
-//           backward passes, so the times are the computation's own), then rank 0 computes the
-//           plan from those times and T(M) = alpha + beta*M (timed at start-up, or the config's),
-//           and broadcasts it.
+// A grad-ready hook copies the gradient into its bucket; a full bucket goes to the communication
+// hook, which enqueues its collective on the process group's own thread (CPU) or stream (GPU), so
+// backward goes on meanwhile. step() has the hook finish every message in launch order (each wait
+// has the group's timeout and fails naming this rank and the bucket), copies the averages back
+// and steps the optimizer. Collectives must be issued in the same order on every rank: the hooks
+// fire in an order fixed by the autograd graph, the same on every rank, and buckets go out
+// strictly in bucket order.
 //
-// Collectives must be issued in the same order on every rank. The hooks fire in an order fixed
-// by the autograd graph (the engine runs ready nodes by sequence number), and every rank builds
-// the same graph, so the launch order agrees. After the first iteration FUSION (and after
-// profiling MG-WFBP) rebuilds its buckets from rank 0's observed hook order, broadcast to all.
-//
-// What travels for a bucket is the communication hook's business (comm_hook.h): a dense
-// allreduce / N by default, float16, or compressed with error feedback (compressing_hook.h), on
-// every schedule. The process group runs collectives on its own thread (CPU) or stream (GPU): a
-// grad-ready hook only copies a gradient into its bucket and hands a full bucket to the
-// communication hook; backward goes on meanwhile. step() has the communication hook finish every
-// message in launch order (each wait has the group's timeout and fails with an Error naming this
-// rank and the bucket), copies the averages back, and steps the optimizer.
-//
-// Exact resume: which gradients share a message and in what order decides each element's
-// summation order inside the ring allreduce (with 3+ ranks, (a+b)+c vs (b+c)+a), so a resumed run
-// must pack exactly as the stopped one did. state_dict() holds those decisions — the bucket
-// layout, FUSION's rebuild and MG-WFBP's profiling progress and plan — and load_state_dict()
-// puts them back (see load_state_dict for what happens with another config); both live in
-// ssgd_state.cpp, apart from the schedules.
-//
-// Gradient accumulation: with grad_accumulation_steps = k the trainer calls begin_iteration(it)
-// once per micro-batch with the same `it`; the hooks do nothing on the first k-1 micro-batches
-// (the gradients just sum up locally) and communicate on the k-th.
+// The bucket layout (ssgd_layout.cpp) is rebuilt from rank 0's observed hook order after the
+// first iteration (FUSION, WFBP) or the profile (MG-WFBP). Exact resume (ssgd_state.cpp): with
+// 3+ ranks how gradients share a message shows in the summation order of the ring, so the state
+// holds the layout and MG-WFBP's progress. Gradient accumulation: with grad_accumulation_steps =
+// k the hooks communicate on the k-th micro-batch only.
 #pragma once
 #include <chrono>
 #include <iosfwd>
@@ -129,10 +110,14 @@ class SsgdSynchronizer final : public Synchronizer {
   GradBucket grad_bucket(size_t bucket) const;  // what the hook sees of it
   void launch_ready_in_order();  // sends the filled buckets from next_launch_ on, in order
   void note_unused(const std::vector<size_t>& unused);  // says once which parameters got no gradient
-  void poll_completions();
+  void poll_completions();  // the timeline's completion times
+  void trace_messages(std::chrono::steady_clock::time_point wait_start);
   void wait_all();
-  // Rank 0 computes groups of parameters (from its observed hook order) and broadcasts them;
-  // every rank rebuilds its buckets from the result.
+  // The bucket layout (ssgd_layout.cpp). Rank 0 computes groups of parameters (from its
+  // observed hook order) and broadcasts them; every rank rebuilds its buckets from the result.
+  std::vector<std::vector<size_t>> initial_groups();
+  void start_mgwfbp();   // the link's cost (measured or the config's), logged
+  void update_layout();  // after an iteration's exchange
   void adopt_plan_from_rank0();
   std::vector<std::vector<size_t>> compute_groups() const;
   void restore_state(const core::StateDict& state);
