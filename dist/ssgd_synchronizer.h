@@ -24,7 +24,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-
 #include <vector>
 
 #include "core/device_marks.h"
@@ -78,22 +77,9 @@ class SsgdSynchronizer final : public Synchronizer {
   bool steps_on_gradient_average() const override { return hook_->exact_average(); }
   bool keeps_state_per_rank() const override { return hook_->keeps_state_per_rank(); }
 
-  // "ssgd.*" entries: the settings the layout was made under (schedule, world size, parameter
-  // sizes, bucket caps, MG-WFBP's profile_iters and configured alpha/beta), the bucket layout,
-  // the iterations communicated, MG-WFBP's profile sums and plan state, and the cost in use.
-  // Rank-independent: rank 0's state restores every rank. Then the hook's entries
-  // (compressing_hook.h: residuals and velocities, every rank's after prepare_checkpoint).
+  // The bucket layout and what shaped it ("ssgd.*"), then the hook's entries; what a checkpoint
+  // of another config restores: ssgd_state.cpp.
   core::StateDict state_dict() const override;
-  // Before setup: kept and applied at the end of setup. Otherwise:
-  //  - no "ssgd.*" entries (another algorithm's or an older checkpoint): nothing restored; the
-  //    buckets go on from the initial layout (rank 0 logs a note for FUSION and MGWFBP);
-  //  - parameter count or sizes differ, or a malformed entry: an Error naming the entry;
-  //  - another schedule, or a setting that shaped the layout differs (bucket caps for FUSION;
-  //    world size, profile_iters, configured alpha/beta for MGWFBP): rank 0 logs a note naming
-  //    the difference and the synchronizer keeps its fresh layout (rebuilt or re-profiled as
-  //    in a new run);
-  //  - otherwise the same buckets, progress and plan as the stopped run.
-  // The hook's entries are restored in every case.
   void load_state_dict(const core::StateDict& state) override;
 
   // Introspection (tests, benchmarks, logs).
