@@ -20,12 +20,14 @@
 #include "dist/cdsgd_synchronizer.h"
 #include "dist/compressed_ssgd_synchronizer.h"
 #include "dist/registry.h"
+#include "dist/tcp_store.h"
 #include "dist/momentum_correction.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 #include "optim/step_guard.h"
 #include "support/dist_training.h"
+#include "support/gradcheck.h"
 #include "support/multiprocess.h"
 
 using namespace mt;
@@ -912,4 +914,41 @@ TEST(Cdsgd, Gloo_ConfigFieldsReachTheSynchronizer) {
     EXPECT_NE(log.str().find("tau 0.5 on the per-sample-sum scale (tau / 16 on the batch mean)"), std::string::npos)
         << log.str();
   }).ok_or_report());
+}
+
+// CD-SGD on CUDA parameters (issue 31): nothing refuses device tensors; the synchronizer stages
+// gradients and weights through host memory (its flat state lives there) and a Gloo group
+// exchanges them, so a world of one on the GPU trains as the same world on the CPU, up to the
+// GPU's float rounding in forward/backward (which can flip a TWO_BIT value at the threshold: a
+// step of tau/8 x lr = 3e-4, hence the tolerance). Without a GPU it skips, visibly.
+TEST(Cdsgd, CudaParametersTrainLikeCpu) {
+  MT_REQUIRE_GPU();
+  dist::TCPStoreOptions so;
+  so.port = 0;
+  so.is_server = true;
+  so.rank = 0;
+  auto store = std::make_shared<dist::TCPStore>(so);
+  auto group = dist::create_process_group(store, 0, 1, mt::testing::test_group_options());
+  auto run = [&](core::Device device) {
+    auto m = tiny_mlp(7);
+    m->to(device);
+    auto o = plain_sgd(*m, 0.05, 0.9);  // momentum correction off: the optimizer's momentum on W
+    dist::CdsgdSynchronizer s(group, cdsgd("two_bit", 2, 3, 0.04));
+    s.setup(*m, *o);
+    for (int it = 0; it < 6; ++it) {
+      s.begin_iteration(it);
+      auto [x, y] = batch(it, 0, 8);
+      core::cross_entropy(m->forward(x.to(device)), y.to(device)).backward();
+      s.step(*o);
+      o->zero_grad();
+    }
+    s.prepare_eval(*m);
+    for (const auto& p : m->parameters()) EXPECT_EQ(p.device(), device);
+    m->to(core::Device::cpu());
+    return all_weights(*m);
+  };
+  const auto cpu = run(core::Device::cpu());
+  const auto gpu = run(core::Device::cuda(0));
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(cpu[i], gpu[i], 2e-3) << i;
 }
