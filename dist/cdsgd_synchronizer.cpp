@@ -204,12 +204,7 @@ void CdsgdSynchronizer::launch_bucket(size_t b) {
   ParamBucket& bucket = buckets_[b];
   Tensor direction = bucket.values;
   if (!momentum_.empty()) {
-    // Momentum factor masking: the velocity forgets what the last exchange sent, before it
-    // moves on (TOPK only; the encoding of that bucket had a whole iteration to finish).
-    if (momentum_[b]->options().mask_sent && previous_) {
-      const Tensor sent = pipeline_->own_decoded(*previous_, b);
-      if (sent.defined()) momentum_[b]->mask_sent(sent);
-    }
+    mask_velocity(b);
     std::vector<Tensor> mine(params_.begin() + static_cast<std::ptrdiff_t>(bucket.first),
                              params_.begin() + static_cast<std::ptrdiff_t>(bucket.last));
     direction = momentum_[b]->direction(bucket.values, flatten_values(mine));
@@ -217,6 +212,15 @@ void CdsgdSynchronizer::launch_bucket(size_t b) {
   bucket.direction = direction;
   bucket.launched = true;
   pipeline_->launch(current_, b, direction);
+}
+
+void CdsgdSynchronizer::mask_velocity(size_t b) {
+  // Momentum factor masking: the velocity forgets what the last exchange sent, before it moves
+  // on (TOPK only; the encoding of that bucket had a whole iteration to finish). Masking twice
+  // with the same payload changes nothing.
+  if (!momentum_[b]->options().mask_sent || !previous_) return;
+  const Tensor sent = pipeline_->own_decoded(*previous_, b);
+  if (sent.defined()) momentum_[b]->mask_sent(sent);
 }
 
 void CdsgdSynchronizer::apply_pending() {
@@ -322,6 +326,9 @@ void CdsgdSynchronizer::prepare_eval(layers::Module& model) {
   if (!delayed() || showing_global_) return;  // warm-up: local == global
   local_ = flatten_values(params_);
   if (pending_) apply_pending();
+  // The last exchange's masking now, not at the next launch: a checkpoint then holds the
+  // velocity the run goes on with.
+  for (size_t b = 0; b < momentum_.size(); ++b) mask_velocity(b);
   unflatten_into_values(global_, params_);
   showing_global_ = true;
 }

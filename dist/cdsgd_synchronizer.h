@@ -131,6 +131,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   // Launches the complete buckets, in bucket order, from the next one not launched.
   void launch_ready();
   void launch_bucket(size_t b);
+  void mask_velocity(size_t b);  // momentum factor masking with the last exchange's payload
   // Applies the exchange in flight to W (the optimizer, or plain SGD under momentum
   // correction, steps W with the lr of its iteration). May leave W in the model's parameters:
   // the caller puts back what it wants there.

@@ -15,10 +15,11 @@
 // different order on different ranks.
 //
 // One GradientExchange per bucket (its own residual); the buckets are contiguous ranges that
-// tile one flat vector (in any order), so residuals and averages are read and written flat. A bucket whose
-// values are not finite (NaN/Inf) is exchanged as zeros: this rank's residual still flows, the
-// others' global weights stay finite, and the training thread's step guard reports the bad
-// gradient (nonfinite_buckets()).
+// tile one flat vector (in any order), so residuals and averages are read and written flat. In a
+// lossy exchange a bucket whose values are not finite (NaN/Inf) goes as zeros: this rank's
+// residual stays finite, the others' global weights too, and the training thread's step guard
+// reports the bad gradient (nonfinite_buckets() counts them). A full-precision exchange carries
+// the NaN (its residual is cleared anyway): every rank's guard then skips the same global step.
 #pragma once
 #include <atomic>
 #include <chrono>

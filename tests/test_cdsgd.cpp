@@ -952,3 +952,25 @@ TEST(Cdsgd, CudaParametersTrainLikeCpu) {
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(cpu[i], gpu[i], 2e-3) << i;
 }
+
+// TOPK with momentum factor masking: the velocity is masked with a bucket's last payload when the
+// next one launches, or at evaluation/checkpoint time, so a resumed run masks exactly as the run
+// that never stopped.
+TEST(Cdsgd, Gloo_TopkMomentumMaskingResumesExactly) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    dist::MomentumCorrectionOptions mo;
+    mo.momentum = 0.9;
+    mo.mask_sent = true;
+    dist::CdsgdOptions o = cdsgd("topk", 2, 0, 0.04);
+    o.compression.topk_ratio = 0.1;
+    o.momentum_correction = mo;
+    o.bucket_cap_mb = 100.0 * 4 / (1024 * 1024);  // several buckets
+    SavedState saved;
+    const auto straight = cdsgd_run(ctx.group, ctx.rank, o, 0.0, nullptr, nullptr);
+    const auto resumed_from = cdsgd_run(ctx.group, ctx.rank, o, 0.0, &saved, nullptr);
+    const auto resumed = cdsgd_run(ctx.group, ctx.rank, o, 0.0, nullptr, &saved);
+    EXPECT_EQ(straight, resumed_from);
+    EXPECT_EQ(straight, resumed);
+  }).ok_or_report());
+}
