@@ -41,6 +41,8 @@
 // residual and velocity (state_dict, after prepare_checkpoint), so a resumed run continues
 // exactly on every rank.
 #pragma once
+#include <chrono>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>

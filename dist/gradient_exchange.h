@@ -1,5 +1,5 @@
-// One compressed exchange of a flat gradient vector (all parameters in one buffer), shared by
-// compressed S-SGD and CD-SGD. launch() applies error feedback, compresses and enqueues the
+// One compressed exchange of a flat gradient vector, shared by compressed S-SGD (all parameters
+// in one buffer) and CD-SGD (one per bucket, on its worker threads: exchange_pipeline.h). launch() applies error feedback, compresses and enqueues the
 // collective (allreduce for summable payloads, allgather otherwise) and returns at once: the
 // process group runs it on its own thread. wait() blocks until it is done and returns the
 // average over ranks of the decoded gradients.
