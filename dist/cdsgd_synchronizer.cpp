@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <ostream>
 
 #include "core/error.h"
@@ -140,7 +141,7 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
                                             : std::string(" on the batch mean"));
     if (!compressor_->summable())
       log << "; payloads " << (route == ExchangeRoute::Allgather ? "allgathered" : "decoded, reduce-scattered and allgathered")
-          << " (" << bits << " bits per value: allgather moves more bytes than a dense ring past "
+          << " (" << std::setprecision(3) << bits << std::setprecision(6) << " bits per value: allgather moves more bytes than a dense ring past "
           << break_even << " ranks; this job has " << world_size() << ", dist.cdsgd.exchange \""
           << options_.exchange << "\")";
     log << "; local lr " << options_.local_lr_factor << " x the optimizer's";
