@@ -111,6 +111,9 @@ class CdsgdSynchronizer final : public Synchronizer {
   int64_t steps() const { return steps_; }
   ExchangePipeline& pipeline() { return *pipeline_; }
   size_t buckets() const { return buckets_.size(); }
+  // Buckets of the iteration under way already handed to the communication side (by the
+  // grad-ready hooks, before step()).
+  size_t launched_buckets() const { return current_ ? next_launch_ : 0; }
   // Delayed steps that returned while their own iteration's compression was still running (the
   // training thread did not wait for it).
   int64_t steps_before_encoding_done() const { return steps_before_encoding_done_; }

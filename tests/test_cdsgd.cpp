@@ -713,7 +713,8 @@ class GatedTwoBit final : public dist::Compressor {
 // while its own iteration's compressions are still held (counted by the gate and by the
 // synchronizer), and the run goes on. A synchronizer that compressed on the training thread (or
 // waited for it) would sit at the gate until its 20 s timeout, and these counts would be wrong.
-// The buckets are small, so backward hands several over through the grad-ready hooks.
+// The buckets are small, so backward hands several over through the grad-ready hooks (all of
+// them before step() is called).
 TEST(Cdsgd, Gloo_StepDoesNotWaitForCompression) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     core::set_num_threads(1);
@@ -732,6 +733,8 @@ TEST(Cdsgd, Gloo_StepDoesNotWaitForCompression) {
       s.begin_iteration(it);
       auto [x, y] = batch(it, ctx.rank, 8);
       core::cross_entropy(m->forward(x), y).backward();
+      // The hooks handed every bucket over during backward; step() launches nothing.
+      EXPECT_EQ(s.launched_buckets(), static_cast<size_t>(B)) << "iteration " << it;
       s.step(*o);
       o->zero_grad();
       if (it == 0) continue;  // warm-up: full precision, no compression
