@@ -92,6 +92,8 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
            core::cuda_device_count() == 0 ? core::cuda_unavailable_reason()
                                           : std::to_string(core::cuda_device_count()) + " CUDA devices are visible",
            "; set device: \"cpu\", or run where that GPU is");
+  // Kernels, the loader's copies and NCCL's communicator go to this thread's current GPU.
+  core::select_device(device_);
 
   output_dir_ = config_.output_dir().empty() ? "runs/" + config_.name() : config_.output_dir();
   gen_ = std::make_unique<core::Generator>(config_.seed());
@@ -217,7 +219,7 @@ void Trainer::connect() {
   if (!dc.timeline_file().empty()) {
     timeline_ = std::make_shared<dist::Timeline>(resolve_in_output(dc.timeline_file()), group_ ? group_->rank() : 0);
   }
-  job_ = std::make_unique<dist::Job>(group_, device_);
+  job_ = std::make_unique<dist::Job>(group_);
   // The algorithm reads its own message of config.dist (dist/registry.h). The ranks check that
   // they run one config, up to the GPU index each may bind (config_identity_text).
   sync_ = dist::make_synchronizer(group_, config_, config_identity_text(config_), timeline_,
