@@ -199,6 +199,10 @@ void Trainer::connect() {
       po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
       // The servers are CPU processes on Gloo; device gradients are staged through host memory.
       if (world.servers > 0 && dc.backend().empty()) po.backend = "gloo";
+      // Gloo moves host memory: GPU gradients in its buckets would fail at the first allreduce.
+      MT_CHECK(!(device_.is_cuda() && po.backend == "gloo" && world.servers == 0), "rank ", world.rank,
+               ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
+               "; set dist.backend \"nccl\", or leave it empty (\"\": nccl on a GPU, gloo on the CPU)");
       po.transport = dc.transport();
       po.interface = dc.interface();
       po.timeout = std::chrono::seconds(dc.timeout_seconds());

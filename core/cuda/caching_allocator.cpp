@@ -13,6 +13,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_memory.h"
 #include "core/cuda/device_guard.h"
+#include "core/cuda/index_checks.h"
 
 namespace mt::core {
 
@@ -173,6 +174,8 @@ void copy_between_devices(const Tensor& src, Tensor& dst) {
   cudaMemcpyKind kind = src.is_cuda() ? (dst.is_cuda() ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
                                       : cudaMemcpyHostToDevice;
   MT_CUDA_CHECK(cudaMemcpy(dst.raw_data(), src.raw_data(), src.nbytes(), kind));
+  // The device's queue has drained for this copy: the place to read the deferred label checks.
+  if (kind == cudaMemcpyDeviceToHost) read_index_checks(src.device().index);
 }
 }  // namespace cuda
 
