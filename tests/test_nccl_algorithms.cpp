@@ -80,17 +80,17 @@ struct Trained {
   bool stopped = false;  // the stop vote after a local request
 };
 
-// `kSteps` steps of the tiny MLP with `dist_text`'s algorithm, on `device` over `backend`.
-Trained train(const std::string& dist_text, Device device, const std::string& backend) {
-  Trained out;
-  auto store = local_store();
-  auto group = world(backend, store);
-  EXPECT_EQ(group->device(), device) << "the " << backend << " group takes its tensors elsewhere";
+// `kSteps` steps of the tiny MLP with `dist_text`'s algorithm on `group`, on `device`, then the
+// evaluation hand-over; the weights. The synchronizer is gone on return (the parameter server's
+// worker 0 has told the servers to stop).
+std::vector<std::vector<float>> run_steps(std::shared_ptr<dist::ProcessGroup> group, const std::string& dist_text,
+                                          Device device,
+                                          std::shared_ptr<dist::ProcessGroup> world_with_servers = nullptr) {
   auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
   model->to(device);
   auto optimizer = mt::testing::reference_sgd(*model);
-  const mintrain::RunConfig run = run_config(dist_text);
-  auto sync = dist::make_synchronizer(group, run, "the same config");
+  auto sync = dist::make_synchronizer(group, run_config(dist_text), "the same config", nullptr, nullptr,
+                                      std::move(world_with_servers));
   sync->setup(*model, *optimizer);
   for (int s = 0; s < kSteps; ++s) {
     sync->begin_iteration(s);
@@ -100,16 +100,27 @@ Trained train(const std::string& dist_text, Device device, const std::string& ba
     optimizer->zero_grad();
   }
   sync->prepare_eval(*model);
+  std::vector<std::vector<float>> weights;
+  for (const auto& p : model->parameters()) {
+    EXPECT_EQ(p.device(), device) << "a parameter left the training device";
+    weights.push_back(p.to_vector());
+  }
+  return weights;
+}
+
+// run_steps over a world of one of `backend`, then the job's metric average and stop vote.
+Trained train(const std::string& dist_text, Device device, const std::string& backend) {
+  Trained out;
+  auto store = local_store();
+  auto group = world(backend, store);
+  EXPECT_EQ(group->device(), device) << "the " << backend << " group takes its tensors elsewhere";
+  out.weights = run_steps(group, dist_text, device);
   dist::Job job(group);
   out.average = job.average(2.5);
   // The vote is counted at the next one (job.h): the first says "go on", the second "stop".
   EXPECT_FALSE(job.stop_vote(true));
   out.stopped = job.stop_vote(false);
   job.drain_stop_vote();
-  for (const auto& p : model->parameters()) {
-    EXPECT_EQ(p.device(), device) << "a parameter left the training device";
-    out.weights.push_back(p.to_vector());
-  }
   return out;
 }
 
@@ -251,24 +262,8 @@ Trained train_ps_worker(Device device) {
     so.rank = 0;
     so.timeout = std::chrono::seconds(60);
     auto full = world("gloo", std::make_shared<dist::TCPStore>(so), 0, 2);
-    auto workers = full->subgroup({0});
-    auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
-    model->to(device);
-    auto optimizer = mt::testing::reference_sgd(*model);
-    mintrain::RunConfig run = run_config(R"(algorithm: "ps" ps { schedule: "wfbp" partition_bytes: 64 })");
-    {
-      auto sync = dist::make_synchronizer(workers, run, "the same config", nullptr, nullptr, full);
-      sync->setup(*model, *optimizer);
-      for (int s = 0; s < kSteps; ++s) {
-        sync->begin_iteration(s);
-        auto [x, y] = mt::testing::synthetic_batch(s, kRows, kImage, kClasses);
-        core::cross_entropy(model->forward(x.to(device)), y.to(device)).backward();
-        sync->step(*optimizer);
-        optimizer->zero_grad();
-      }
-      sync->prepare_eval(*model);
-    }  // worker 0 tells the server to stop
-    for (const auto& p : model->parameters()) out.weights.push_back(p.to_vector());
+    out.weights = run_steps(full->subgroup({0}), R"(algorithm: "ps" ps { schedule: "wfbp" partition_bytes: 64 })",
+                            device, full);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "parameter-server worker on " << device.str() << ": " << e.what();
   }
