@@ -92,6 +92,8 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
            core::cuda_device_count() == 0 ? core::cuda_unavailable_reason()
                                           : std::to_string(core::cuda_device_count()) + " CUDA devices are visible",
            "; set device: \"cpu\", or run where that GPU is");
+  // Kernels, the loader's copies and NCCL's communicator go to this thread's current GPU.
+  core::select_device(device_);
 
   output_dir_ = config_.output_dir().empty() ? "runs/" + config_.name() : config_.output_dir();
   gen_ = std::make_unique<core::Generator>(config_.seed());
@@ -197,6 +199,10 @@ void Trainer::connect() {
       po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
       // The servers are CPU processes on Gloo; device gradients are staged through host memory.
       if (world.servers > 0 && dc.backend().empty()) po.backend = "gloo";
+      // Gloo moves host memory: GPU gradients in its buckets would fail at the first allreduce.
+      MT_CHECK(!(device_.is_cuda() && po.backend == "gloo" && world.servers == 0), "rank ", world.rank,
+               ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
+               "; set dist.backend \"nccl\", or leave it empty (\"\": nccl on a GPU, gloo on the CPU)");
       po.transport = dc.transport();
       po.interface = dc.interface();
       po.timeout = std::chrono::seconds(dc.timeout_seconds());
@@ -217,7 +223,7 @@ void Trainer::connect() {
   if (!dc.timeline_file().empty()) {
     timeline_ = std::make_shared<dist::Timeline>(resolve_in_output(dc.timeline_file()), group_ ? group_->rank() : 0);
   }
-  job_ = std::make_unique<dist::Job>(group_, device_);
+  job_ = std::make_unique<dist::Job>(group_);
   // The algorithm reads its own message of config.dist (dist/registry.h). The ranks check that
   // they run one config, up to the GPU index each may bind (config_identity_text).
   sync_ = dist::make_synchronizer(group_, config_, config_identity_text(config_), timeline_,

@@ -1,7 +1,10 @@
 #include "core/block_pool.h"
 
+#include <algorithm>
 #include <tuple>
 #include <utility>
+
+#include "core/error.h"
 
 namespace mt::core {
 
@@ -11,7 +14,8 @@ bool BlockPool::ByStreamSize::operator()(const Block* a, const Block* b) const {
 
 size_t BlockPool::round_size(size_t bytes) { return (bytes + kRound - 1) / kRound * kRound; }
 
-BlockPool::BlockPool(Backing backing, Release release) : backing_(std::move(backing)), release_(std::move(release)) {}
+BlockPool::BlockPool(Backing backing, Release release, StreamEvents events)
+    : backing_(std::move(backing)), release_(std::move(release)), events_(std::move(events)) {}
 
 BlockPool::~BlockPool() {
   // Segments whose blocks are all free go back; live ones belong to tensors that outlive the
@@ -22,14 +26,16 @@ BlockPool::~BlockPool() {
 
 void* BlockPool::allocate(size_t bytes, uintptr_t stream) {
   if (bytes == 0) return nullptr;
+  collect_finished();
   const size_t size = round_size(bytes);
   const bool small = size <= kSmallLimit;
   FreeSet& pool = small ? small_ : large_;
   Block* block = take_free(pool, size, stream);
   if (block == nullptr) block = new_segment(size, stream, small);
   if (block == nullptr) {
-    release_cached();
-    block = new_segment(size, stream, small);
+    release_cached();  // (collects finished blocks first)
+    block = take_free(pool, size, stream);
+    if (block == nullptr) block = new_segment(size, stream, small);
   }
   if (block == nullptr) return nullptr;
   split(block, size, pool);
@@ -87,11 +93,50 @@ void BlockPool::split(Block* block, size_t size, FreeSet& pool) {
   stats_.cached_bytes += rest;
 }
 
+void BlockPool::record_stream(void* ptr, uintptr_t stream) {
+  const auto it = live_.find(ptr);
+  if (it == live_.end()) return;
+  Block* block = it->second;
+  if (stream == block->stream) return;
+  MT_CHECK(events_.record != nullptr, "internal: record_stream on a block pool without stream events");
+  if (std::find(block->used_on.begin(), block->used_on.end(), stream) == block->used_on.end())
+    block->used_on.push_back(stream);
+}
+
 void BlockPool::deallocate(void* ptr) {
   const auto it = live_.find(ptr);
   if (it == live_.end()) return;
   Block* block = it->second;
   live_.erase(it);
+  if (block->used_on.empty()) {
+    free_block(block);
+    return;
+  }
+  // Work queued on the other streams until now may still use it: wait for it to pass.
+  AwaitingStreams waiting{block, {}};
+  for (const uintptr_t s : block->used_on) waiting.events.push_back(events_.record(s));
+  block->used_on.clear();
+  awaiting_.push_back(std::move(waiting));
+  ++stats_.awaiting_streams;
+}
+
+void BlockPool::collect_finished() {
+  for (size_t i = 0; i < awaiting_.size();) {
+    auto& w = awaiting_[i];
+    if (!std::all_of(w.events.begin(), w.events.end(), [this](void* e) { return events_.done(e); })) {
+      ++i;
+      continue;
+    }
+    for (void* e : w.events) events_.release(e);
+    Block* block = w.block;
+    awaiting_[i] = std::move(awaiting_.back());
+    awaiting_.pop_back();
+    --stats_.awaiting_streams;
+    free_block(block);
+  }
+}
+
+void BlockPool::free_block(Block* block) {
   stats_.current_bytes -= block->size;
   FreeSet& pool = pool_of(block);
   // Merge with free neighbours: the segment's pieces become one block again.
@@ -114,6 +159,7 @@ void BlockPool::deallocate(void* ptr) {
 }
 
 void BlockPool::release_cached() {
+  collect_finished();
   for (FreeSet* pool : {&small_, &large_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* block = *it;

@@ -86,4 +86,15 @@ Device resolve_device(const std::string& spec, int local_rank, int visible_devic
   return Device::cuda(local_rank);
 }
 
+void select_device(const Device& device) {
+  if (device.is_cpu()) return;
+#ifdef MT_WITH_CUDA
+  const cudaError_t e = cudaSetDevice(device.index);
+  MT_CHECK(e == cudaSuccess, "cannot select ", device.str(), ": ", cudaGetErrorString(e), " (",
+           cuda_device_count(), " CUDA device(s) visible; check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+#else
+  MT_FAIL("cannot select ", device.str(), ": this build has no CUDA support; use device \"cpu\"");
+#endif
+}
+
 }  // namespace mt::core

@@ -40,4 +40,9 @@ int local_rank_from_env();
 // local ranks than visible devices is an error naming both numbers.
 Device resolve_device(const std::string& spec, int local_rank, int visible_devices);
 
+// Makes `device` the calling thread's current GPU: kernels, streams, events and NCCL
+// communicators are made on the current device, which starts at GPU 0 in every thread. The
+// trainer selects its rank's GPU once, before anything touches CUDA; a CPU device does nothing.
+void select_device(const Device& device);
+
 }  // namespace mt::core

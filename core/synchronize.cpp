@@ -4,6 +4,8 @@
 
 #ifdef MT_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "core/cuda/index_checks.h"
 #endif
 
 namespace mt::core {
@@ -21,6 +23,7 @@ void synchronize(const Device& device) {
   if (current != device.index) (void)cudaSetDevice(current);
   MT_CHECK(status == cudaSuccess, "waiting for ", device.str(), " failed: ", cudaGetErrorString(status),
            " (a kernel queued earlier failed; compute-sanitizer finds which)");
+  cuda::read_index_checks(device.index);  // labels out of range since the last read
 #else
   MT_FAIL("synchronize(", device.str(), "): this build has no CUDA support");
 #endif

@@ -3,6 +3,7 @@
 // training loop, resume, and the progress line's data statistics do not care which one runs.
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "core/tensor.h"
 
@@ -17,6 +18,9 @@ struct Batch {
   // Token sequences: float32 [B, S], 1 for a real token and 0 for padding. Images: undefined.
   core::Tensor mask;
   int64_t index = 0;  // batch number within the epoch
+  // GPU loaders: the upload's event (a cudaEvent_t) on the loader's copy stream. The loader's
+  // next() makes the compute stream wait for it before handing the batch over; null otherwise.
+  std::shared_ptr<void> uploaded;
 };
 
 // Throughput counters, cumulative since the loader was built.

@@ -86,8 +86,20 @@ Batch DataLoader::make_batch(const std::vector<int64_t>& indices, int64_t epoch,
     y[i] = dataset_->get_augmented(index, dst, gen);
     if (!transform_.identity()) transform_.apply(dst, gen);
   }
-  if (staging) std::tie(out.inputs, out.targets) = staging->upload(shape);
+  if (staging) {
+    DeviceStaging::Uploaded up = staging->upload(shape);
+    out.inputs = std::move(up.inputs);
+    out.targets = std::move(up.targets);
+    out.uploaded = std::move(up.done);
+  }
   return out;
+}
+
+bool DataLoader::next(Batch& out) {
+  if (!queue_->next(out)) return false;
+  // The copy ran on the loader's stream: the trainer's kernels wait for it on the device.
+  if (out.uploaded) DeviceStaging::consumer_wait(out.uploaded, opt_.device);
+  return true;
 }
 
 }  // namespace mt::data

@@ -13,8 +13,9 @@
 // threads, timing, or where an epoch was resumed.
 //
 // GPU training (options.device a CUDA device, CUDA builds): each thread decodes into pinned
-// host memory and copies the batch to the device itself (data/device_staging.h); next() then
-// returns device tensors.
+// host memory and queues the batch's copy to the device on its own non-blocking stream
+// (data/device_staging.h); next() returns device tensors, with the compute stream told to wait
+// for their copy.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -59,7 +60,8 @@ class DataLoader : public BatchLoader {
   // Blocks until the next batch is ready; false at the end of the epoch. Rethrows an error
   // raised while preparing the batch (e.g. by the dataset); an Error when none comes within
   // PrefetchOptions::timeout (a stuck data source).
-  bool next(Batch& out) override { return queue_->next(out); }
+  // GPU: the compute stream is made to wait for the batch's upload (data/device_staging.h).
+  bool next(Batch& out) override;
   int64_t batches_per_epoch() const override { return batches_per_epoch_; }
   double wait_seconds() const override { return queue_->wait_seconds(); }  // blocked in next()
   LoaderStats stats() const override { return queue_->stats(); }

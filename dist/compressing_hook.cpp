@@ -100,7 +100,7 @@ class CompressingHook final : public CommHook {
 
   void prepare_checkpoint() override {
     if (rank_states_.collected() || exchanges_.empty()) return;
-    rank_states_.collect(*group_, own_state(), "compressed S-SGD checkpoint state", device_);
+    rank_states_.collect(*group_, own_state(), "compressed S-SGD checkpoint state");
   }
 
   void append_state(core::StateDict& state) const override {

@@ -156,7 +156,7 @@ double DsSyncSynchronizer::measure_spread() {
     d2 += d * d;
   }
   // Mean over ranks of the squared distance, in double precision on the host.
-  last_spread_ = std::sqrt(std::max(0.0, mean_over_ranks(*group_, d2, params_.empty() ? core::Device::cpu() : params_[0].device())));
+  last_spread_ = std::sqrt(std::max(0.0, mean_over_ranks(*group_, d2)));
   return last_spread_;
 }
 
@@ -171,8 +171,7 @@ void DsSyncSynchronizer::prepare_checkpoint(layers::Module& model) {
   MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync checkpoint before setup");
   core::StateDict mine = {{"local", model_.aside()}};
   for (const auto& [name, t] : optimizer_->state_dict()) mine.emplace_back("optim." + name, t);
-  replica_states_.collect(*group_, mine, "DS-Sync checkpoint state",
-                          params_.empty() ? core::Device::cpu() : params_[0].device());
+  replica_states_.collect(*group_, mine, "DS-Sync checkpoint state");
 }
 
 void DsSyncSynchronizer::restore_local() {

@@ -41,6 +41,7 @@ class HierarchicalGroup final : public ProcessGroup {
   int rank() const override { return world_->rank(); }
   int size() const override { return world_->size(); }
   std::string backend() const override { return world_->backend(); }
+  core::Device device() const override { return world_->device(); }
   std::string describe() const override;
 
   std::shared_ptr<Work> allreduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;

@@ -16,19 +16,20 @@ constexpr int64_t kMaxStopVoteInterval = 100;  // and at least one every 100 ite
 
 }  // namespace
 
-Job::Job(std::shared_ptr<ProcessGroup> world, core::Device device) : world_(std::move(world)), device_(device) {}
+Job::Job(std::shared_ptr<ProcessGroup> world) : world_(std::move(world)) {}
 
 double Job::average(double value) {
-  return world_size() == 1 ? value : mean_over_ranks(*world_, value, device_);
+  // A world of one still communicates (dist.force_distributed runs the distributed path so).
+  return world_ ? mean_over_ranks(*world_, value) : value;
 }
 
 bool Job::any(bool local) {
-  if (world_size() == 1) return local;
+  if (!world_) return local;
   return average(local ? 1.0 : 0.0) > 0.0;
 }
 
 bool Job::stop_vote(bool local) {
-  if (world_size() == 1) return local;
+  if (!world_) return local;
   // Engines with their own communicator for it; any other group (tests' fakes) votes in step.
   if (world_->backend() != "gloo" && world_->backend() != "nccl") return any(local);
   if (!votes_) {
@@ -57,10 +58,9 @@ bool Job::stop_vote(bool local) {
                                  : 1.0f;
     last_vote_ = now;
   }
-  // On the device the world's backend reduces (NCCL: CUDA tensors); read back only at the next
+  // On the device the world's backend reduces (NCCL: the GPU); read back only at the next
   // vote, when it has long finished, so no iteration waits for it.
-  vote_ = Tensor::from_vector(std::vector<float>{stop_asked_ ? 1.0f : 0.0f, proposal}, {2});
-  if (world_->backend() == "nccl") vote_ = vote_.to(device_);
+  vote_ = Tensor::from_vector(std::vector<float>{stop_asked_ ? 1.0f : 0.0f, proposal}, {2}).to(votes_->device());
   vote_work_ = votes_->allreduce(vote_);
   stop_asked_ = false;
   vote_interval_ = checks_to_next_vote_ = next;

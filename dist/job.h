@@ -6,15 +6,15 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/device.h"
 #include "dist/process_group.h"
 
 namespace mt::dist {
 
 class Job {
  public:
-  // world == nullptr: one process. Collectives use tensors on `device` (NCCL needs CUDA ones).
-  Job(std::shared_ptr<ProcessGroup> world, core::Device device);
+  // world == nullptr: one process. Averages and votes travel on the world's device
+  // (ProcessGroup::device(): the GPU for NCCL, the CPU for Gloo), whatever the model's.
+  explicit Job(std::shared_ptr<ProcessGroup> world);
 
   int rank() const { return world_ ? world_->rank() : 0; }
   int world_size() const { return world_ ? world_->size() : 1; }
@@ -31,13 +31,13 @@ class Job {
   // link's queue (docs/PERF.md). Rank 0 proposes the interval in iterations with each vote, so
   // all ranks vote at the same iterations; a stop is honoured within about two intervals.
   // On NCCL the vote is a device tensor on a communicator of its own, read back at the next
-  // vote (no host read in the iteration). One process votes alone.
+  // vote (no host read in the iteration). One process without a world votes alone; a world of
+  // one (dist.force_distributed) votes on its communicator as any other.
   bool stop_vote(bool local);
   void drain_stop_vote();  // waits for the vote in flight (before training returns)
 
  private:
   std::shared_ptr<ProcessGroup> world_;
-  core::Device device_;
   std::shared_ptr<ProcessGroup> votes_;  // a second connection of the world's ranks
   core::Tensor vote_;                    // {any rank asks to stop, rank 0's proposed interval}
   std::shared_ptr<Work> vote_work_;

@@ -12,6 +12,8 @@
 #include <functional>
 #include <thread>
 
+#include "core/cuda/cuda_memory.h"
+#include "core/cuda/device_guard.h"
 #include "core/error.h"
 
 namespace mt::dist {
@@ -210,6 +212,8 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, const ProcessGr
 
 NcclProcessGroup::~NcclProcessGroup() = default;
 
+core::Device NcclProcessGroup::device() const { return core::Device::cuda(comm_->device); }
+
 std::string NcclProcessGroup::who() const { return "rank " + std::to_string(rank_) + " of " + description_; }
 
 std::shared_ptr<Work> NcclProcessGroup::issue(const std::string& op, const std::vector<Tensor>& keep,
@@ -221,6 +225,9 @@ std::shared_ptr<Work> NcclProcessGroup::issue(const std::string& op, const std::
              " but this group's communicator is on cuda:", comm_->device);
     MT_CHECK(t.is_contiguous(), who(), ": ", op, ": tensors must be contiguous");
   }
+  // The caller may be another thread than the one that made the group (the hierarchical
+  // allreduce's queue): its events and the default stream it orders after must be our GPU's.
+  core::cuda::DeviceGuard on_our_device(comm_->device);
   std::lock_guard<std::mutex> lock(mutex_);
   comm_->check_healthy(op);
   // Every message about this collective names its sequence number: the ranks issue the same
@@ -237,6 +244,9 @@ std::shared_ptr<Work> NcclProcessGroup::issue(const std::string& op, const std::
   comm_->settle(static_cast<ncclResult_t>(launch()), numbered, deadline);
   cuda_ok(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), who(), "cudaEventCreate");
   cuda_ok(cudaEventRecord(done, comm_->stream), who(), "cudaEventRecord");
+  // The Work keeps the tensors alive until wait(); should it be dropped unwaited (an error
+  // path), the allocator still keeps their blocks until our stream is done with them.
+  for (const auto& t : keep) core::cuda::record_stream(t, comm_->stream);
   return std::make_shared<NcclWork>(comm_, numbered, done, keep);
 }
 

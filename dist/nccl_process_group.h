@@ -29,6 +29,7 @@ class NcclProcessGroup : public ProcessGroup {
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
   std::string describe() const override { return description_; }
+  core::Device device() const override;  // the GPU the communicator was made on
 
   std::shared_ptr<Work> allreduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) override;
   std::shared_ptr<Work> broadcast(Tensor& tensor, int root) override;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/tensor.h"
 #include "dist/store.h"
 
@@ -36,6 +37,10 @@ class ProcessGroup {
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "gloo", "nccl"
   virtual std::string describe() const = 0; // e.g. "gloo/tcp world of 4" or "group {0,2} of world 4"
+  // Where this group's collectives take their tensors: the CPU for Gloo, the communicator's GPU
+  // for NCCL. What sends host values (the set-up check, metric averages, plans, votes) stages
+  // them there, so the same code runs on either backend.
+  virtual core::Device device() const { return core::Device::cpu(); }
 
   // In place: every rank ends with op over all ranks' tensors.
   virtual std::shared_ptr<Work> allreduce(Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;

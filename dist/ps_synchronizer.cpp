@@ -153,10 +153,10 @@ void PsSynchronizer::handshake() {
       }
     }
   }
-  Tensor verdict = Tensor::from_vector(std::vector<float>{refusal.empty() ? 0.0f : 1.0f}, {1});
+  Tensor verdict = Tensor::from_vector(std::vector<float>{refusal.empty() ? 0.0f : 1.0f}, {1}).to(workers_->device());
   finish(workers_->broadcast(verdict, 0), *workers_, "learning from worker 0 whether the parameter servers accepted");
   MT_CHECK(refusal.empty(), "worker 0: ", refusal);
-  MT_CHECK(verdict.to_vector()[0] == 0.0f, "worker ", workers_->rank(), ": the parameter servers refused the job or "
+  MT_CHECK(verdict.to(core::Device::cpu()).to_vector()[0] == 0.0f, "worker ", workers_->rank(), ": the parameter servers refused the job or "
            "did not answer (worker 0's log names the server and the values)");
 }
 

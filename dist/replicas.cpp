@@ -21,8 +21,9 @@ void broadcast_tensors(ProcessGroup& group, const NamedTensors& tensors, int roo
   for (const auto& [name, t] : tensors)
     if (t.dtype() == core::DType::Float32) total += t.numel();
   if (total > 0) {
-    const core::Device device = tensors.front().second.device();
-    Tensor flat = Tensor::empty({total}, core::DType::Float32, device);
+    // On the group's device: a CPU model on an NCCL group, or a GPU model on Gloo (the
+    // parameter server's workers), is staged there and back.
+    Tensor flat = Tensor::empty({total}, core::DType::Float32, group.device());
     int64_t off = 0;
     for (const auto& [name, t] : tensors) {
       if (t.dtype() != core::DType::Float32) continue;
@@ -40,7 +41,7 @@ void broadcast_tensors(ProcessGroup& group, const NamedTensors& tensors, int roo
   }
   for (const auto& [name, t] : tensors) {
     if (t.dtype() == core::DType::Float32) continue;
-    Tensor c = t.contiguous();
+    Tensor c = t.contiguous().to(group.device());
     finish(group.broadcast(c, root), group, "broadcast of " + what + " \"" + name + "\"");
     if (!c.same(t)) Tensor(t).copy_(c);
   }
@@ -61,12 +62,12 @@ void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const 
   }
 }
 
-double mean_over_ranks(ProcessGroup& group, double value, core::Device device) {
+double mean_over_ranks(ProcessGroup& group, double value) {
   const float hi = static_cast<float>(value);
   const float lo = static_cast<float>(value - static_cast<double>(hi));
-  Tensor t = Tensor::from_vector(std::vector<float>{hi, lo}, {2}).to(device);
+  Tensor t = Tensor::from_vector(std::vector<float>{hi, lo}, {2}).to(group.device());
   finish(group.allreduce(t), group, "averaging a metric over ranks");
-  const std::vector<float> v = t.to_vector();
+  const std::vector<float> v = t.to(core::Device::cpu()).to_vector();
   return (static_cast<double>(v[0]) + static_cast<double>(v[1])) / group.size();
 }
 
@@ -87,8 +88,10 @@ void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
   Tensor mine = Tensor::empty({8});
   put_hash(mine.data<float>(), stable_hash(config_text));
   put_hash(mine.data<float>() + 4, stable_hash(shapes.str()));
-  Tensor all = Tensor::empty({8 * static_cast<int64_t>(group.size())});
+  mine = mine.to(group.device());  // NCCL gathers device tensors
+  Tensor all = Tensor::empty({8 * static_cast<int64_t>(group.size())}, core::DType::Float32, group.device());
   finish(group.allgather(mine, all), group, "the start-up check of configs and models (allgather)");
+  all = all.to(core::Device::cpu());
 
   const float* a = all.data<float>();
   std::vector<int> config_differs, model_differs;
@@ -123,7 +126,8 @@ void broadcast_buffers(ProcessGroup& group, const layers::Module& model, int roo
 }
 
 std::vector<core::StateDict> gather_states_to_rank0(ProcessGroup& group, const core::StateDict& mine,
-                                                    const std::string& what, const core::Device& device) {
+                                                    const std::string& what) {
+  const core::Device device = group.device();
   core::Archive archive;
   archive.tensors = mine;
   const std::string bytes = core::encode_archive(archive, what);

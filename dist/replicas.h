@@ -20,7 +20,9 @@ void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const 
 
 // The mean of `value` over the group's ranks (collective), sent as a float32 high part and its
 // rounding remainder so that metric sums keep double precision. The one metric average.
-double mean_over_ranks(ProcessGroup& group, double value, core::Device device);
+// Every helper here stages host values on the group's device (ProcessGroup::device()): the
+// same call works on Gloo and on NCCL.
+double mean_over_ranks(ProcessGroup& group, double value);
 
 // FNV-1a: a stable 64-bit hash (std::hash may differ between builds).
 uint64_t stable_hash(const std::string& text);
@@ -32,7 +34,7 @@ void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
                           const std::string& config_text);
 
 // Copies the root's parameters and buffers into every rank's model (float32 tensors as one
-// flattened broadcast, others one by one).
+// flattened broadcast, others one by one), through the group's device whatever the model's.
 void broadcast_parameters(ProcessGroup& group, const layers::Module& model, int root = 0);
 void broadcast_buffers(ProcessGroup& group, const layers::Module& model, int root = 0);
 
@@ -46,10 +48,9 @@ void broadcast_buffers(ProcessGroup& group, const layers::Module& model, int roo
 // states in memory until the checkpoint is written.
 
 // Collective. Rank 0 gets every rank's `mine` in rank order; the others get an empty vector.
-// `device`: where the group's collectives take tensors (CUDA for NCCL).
+// The bytes travel on the group's device (ProcessGroup::device()).
 std::vector<core::StateDict> gather_states_to_rank0(ProcessGroup& group, const core::StateDict& mine,
-                                                    const std::string& what,
-                                                    const core::Device& device = core::Device::cpu());
+                                                    const std::string& what);
 void append_rank_states(core::StateDict& out, const std::string& prefix,
                         const std::vector<core::StateDict>& states);
 // The per-rank states of the next checkpoint, as the synchronizers keep them: collected once
@@ -58,9 +59,8 @@ void append_rank_states(core::StateDict& out, const std::string& prefix,
 class RankStates {
  public:
   bool collected() const { return collected_; }
-  void collect(ProcessGroup& group, const core::StateDict& mine, const std::string& what,
-               const core::Device& device = core::Device::cpu()) {
-    states_ = gather_states_to_rank0(group, mine, what, device);
+  void collect(ProcessGroup& group, const core::StateDict& mine, const std::string& what) {
+    states_ = gather_states_to_rank0(group, mine, what);
     collected_ = true;
   }
   void forget() {

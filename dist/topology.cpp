@@ -58,7 +58,7 @@ std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe) 
       if (a >= n || b >= n || (a != me && b != me)) continue;  // a bye, or not my pair
       const int other = a == me ? b : a;
       auto pair = world.subgroup({std::min(a, b), std::max(a, b)});
-      Tensor t = Tensor::ones({probe.message_floats});
+      Tensor t = Tensor::ones({probe.message_floats}, core::DType::Float32, pair->device());
       std::vector<double> times;
       for (int r = 0; r <= probe.repetitions; ++r) {
         const auto start = std::chrono::steady_clock::now();
@@ -74,8 +74,8 @@ std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe) 
     }
     std::rotate(order.begin() + 1, order.begin() + m - 1, order.end());  // position 0 stays
   }
-  Tensor mine = Tensor::from_vector(row, {n});
-  Tensor all = Tensor::empty({static_cast<int64_t>(n) * n});
+  Tensor mine = Tensor::from_vector(row, {n}).to(world.device());
+  Tensor all = Tensor::empty({static_cast<int64_t>(n) * n}, core::DType::Float32, world.device());
   finish(world.allgather(mine, all), world, "gathering the topology probe's times");
   const std::vector<float> flat = all.to_vector();
   std::vector<std::vector<double>> seconds(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));

@@ -3,6 +3,7 @@
 // with cudaMalloc behind it, one per GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <vector>
@@ -116,6 +117,59 @@ TEST(BlockPool, ABlockIsReusedOnlyByItsOwnStream) {
   EXPECT_NE(on_copy, on_compute) << "work queued on stream 1 may still use that memory";
   EXPECT_EQ(pool.stats().device_allocations, 2u);
   EXPECT_EQ(pool.allocate(4 * kMiB, 1), on_compute);
+}
+
+// Fake stream events: an event is "passed" once the test says its stream has run that far.
+struct FakeStreams {
+  struct Event {
+    uintptr_t stream;
+    int position;  // the stream's queue length when it was recorded
+  };
+  std::map<uintptr_t, int> queued, finished;  // per stream: work queued, work done
+  std::vector<Event*> live;
+  BlockPool::StreamEvents events() {
+    return {[this](uintptr_t s) -> void* {
+              live.push_back(new Event{s, queued[s]});
+              return live.back();
+            },
+            [this](void* e) { return finished[static_cast<Event*>(e)->stream] >= static_cast<Event*>(e)->position; },
+            [this](void* e) {
+              live.erase(std::find(live.begin(), live.end(), static_cast<Event*>(e)));
+              delete static_cast<Event*>(e);
+            }};
+  }
+};
+
+// A batch uploaded on a copy stream (2) and read by kernels on the compute stream (1): freed
+// while the compute stream still has that work queued, its block must not go to the next upload.
+TEST(BlockPool, ABlockUsedOnAnotherStreamWaitsForThatStreamBeforeReuse) {
+  FakeDevice dev;
+  FakeStreams streams;
+  BlockPool pool(
+      [&](size_t bytes) -> void* {
+        dev.held += bytes;
+        return std::malloc(bytes);
+      },
+      [&](void* p) { std::free(p); }, streams.events());
+  void* batch = pool.allocate(4 * kMiB, /*stream=*/2);
+  pool.record_stream(batch, /*stream=*/1);
+  pool.record_stream(batch, /*stream=*/2);  // its own stream: nothing to wait for
+  streams.queued[1] = 5;                     // the forward and backward that read the batch
+  pool.deallocate(batch);
+  EXPECT_EQ(pool.stats().awaiting_streams, 1u);
+  EXPECT_EQ(streams.live.size(), 1u) << "one event, on the compute stream only";
+  void* next = pool.allocate(4 * kMiB, 2);
+  EXPECT_NE(next, batch) << "handed out while the compute stream may still read it";
+  streams.finished[1] = 4;
+  pool.collect_finished();
+  EXPECT_EQ(pool.stats().awaiting_streams, 1u) << "the compute stream has not reached the free yet";
+  streams.finished[1] = 5;
+  EXPECT_EQ(pool.allocate(4 * kMiB, 2), batch) << "reused once the compute stream is past the free";
+  EXPECT_EQ(pool.stats().awaiting_streams, 0u);
+  EXPECT_TRUE(streams.live.empty()) << "the event was released";
+  pool.deallocate(next);
+  pool.deallocate(batch);
+  EXPECT_EQ(pool.stats().awaiting_streams, 0u) << "record_stream lasts one allocation, not the block's life";
 }
 
 TEST(BlockPool, OutOfMemoryGivesTheCacheBackAndTriesAgain) {

@@ -10,6 +10,8 @@
 #include "core/device_marks.h"
 #include "core/ops/elementwise.h"
 #include "core/random.h"
+#include "data/loader.h"
+#include "data/synthetic_dataset.h"
 #include "support/gradcheck.h"
 
 #ifdef MT_WITH_CUDA
@@ -146,5 +148,49 @@ TEST(DeviceGpu, RoundTripAndAllocatorReuse) {
     Tensor t = x.to(Device::cuda());  // same size each time: served from the cache
   }
   EXPECT_LE(cuda::allocator_stats().device_allocations, before + 1);
+#endif
+}
+
+// The loader on a GPU (data/device_staging.h): batches copied on the loader threads'
+// non-blocking streams, with the compute stream told to wait, hold the CPU loader's values;
+// the batch memory, allocated for the copy streams and recorded as used by the compute stream,
+// comes back to the pool once the kernels that read it are done (the device allocations stop
+// growing after the first batches), while batches still held are never handed out again.
+TEST(DataLoaderGpu, UploadedBatchesEqualTheCpuLoadersAndTheirMemoryIsReused) {
+  MT_REQUIRE_GPU();
+#ifdef MT_WITH_CUDA
+  auto dataset = std::make_shared<mt::data::SyntheticDataset>(600, Shape{3, 16, 16}, 10, 5);
+  mt::data::LoaderOptions o;
+  o.batch_size = 20;
+  o.threads = 2;
+  o.prefetch_batches = 3;
+  mt::data::DataLoader cpu(dataset, mt::data::Transform(), o);
+  o.device = Device::cuda();
+  mt::data::DataLoader gpu(dataset, mt::data::Transform(), o);
+  size_t allocations_after_first_epoch = 0;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    cpu.start_epoch(epoch);
+    gpu.start_epoch(epoch);
+    // A few batches kept alive (with the CPU loader's values) while later batches upload.
+    std::vector<std::pair<mt::data::Batch, Tensor>> held;
+    mt::data::Batch a, b;
+    while (gpu.next(b)) {
+      ASSERT_TRUE(cpu.next(a));
+      ASSERT_TRUE(b.inputs.is_cuda() && b.targets.is_cuda());
+      ASSERT_TRUE(b.uploaded != nullptr) << "no upload event travels with the batch";
+      // A kernel on the compute stream reads the batch before it is compared and freed.
+      const Tensor doubled = mul(b.inputs, 2.0f);
+      EXPECT_TRUE(mt::testing::all_close(doubled.to(Device::cpu()), mul(a.inputs, 2.0f), 0, 0))
+          << "epoch " << epoch << " batch " << b.index;
+      EXPECT_EQ(b.targets.to(Device::cpu()).to_vector(), a.targets.to_vector());
+      if (b.index % 7 == 0) held.emplace_back(b, a.inputs.clone());
+    }
+    EXPECT_FALSE(cpu.next(a));
+    for (const auto& [batch, expected] : held)  // intact: their blocks went to no later batch
+      EXPECT_TRUE(mt::testing::all_close(batch.inputs.to(Device::cpu()), expected, 0, 0)) << "batch " << batch.index;
+    if (epoch == 0) allocations_after_first_epoch = cuda::allocator_stats().device_allocations;
+  }
+  EXPECT_LE(cuda::allocator_stats().device_allocations, allocations_after_first_epoch + 2)
+      << "batch blocks are not coming back to the pool";
 #endif
 }

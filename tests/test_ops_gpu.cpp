@@ -303,6 +303,27 @@ TEST(GpuOps, BatchNorm) {
     }
 }
 
+// The per-channel sums over many blocks (kernels/cuda/channel_reduce.cuh, the bias gradient's
+// row chunks): shapes with few channels and many elements per channel, where each channel is
+// cut into slices (the small shapes above fit one block per channel), against the CPU.
+TEST(GpuOps, PerChannelReductionsOverManyBlocks) {
+  MT_REQUIRE_GPU();
+  for (bool training : {true, false}) {
+    expect_match([training](auto& in) {
+      Tensor rm = Tensor::zeros({3}, DType::Float32, in[0].device()), rv = Tensor::ones({3}, DType::Float32, in[0].device());
+      return batch_norm(in[0], in[1], in[2], rm, rv, training, 0.1f, 1e-5f);
+    }, {random_tensor({32, 3, 40, 40}, 74, -1.0f, 3.0f), random_tensor({3}, 75), random_tensor({3}, 76)});
+  }
+  Conv2dOptions opt;
+  opt.padding = 1;
+  expect_match([opt](auto& v) { return conv2d(v[0], v[1], v[2], opt); },
+               {random_tensor({16, 3, 48, 48}, 77), random_tensor({4, 3, 3, 3}, 78), random_tensor({4}, 79)}, {2e-4, 1e-3});
+  // A classifier's bias over a large batch: 3 columns, 20000 rows (sums of 20000 terms: the
+  // tolerance is the float32 CPU sum's rounding).
+  expect_match([](auto& in) { return linear(in[0], in[1], in[2]); },
+               {random_tensor({20000, 8}, 80), random_tensor({3, 8}, 81), random_tensor({3}, 82)}, {1e-3, 1e-3});
+}
+
 TEST(GpuOps, DropoutMaskIsIdentical) {
   MT_REQUIRE_GPU();
   for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{33 * 65}, int64_t{100003}}) {
@@ -341,9 +362,13 @@ TEST(GpuOps, BadLabelIsAClearErrorOnTheDevice) {
   const Tensor x = random_tensor({6, 4}, 96).to(Device::cuda());
   const Tensor t = Tensor::from_vector(std::vector<int64_t>{0, 1, 9, 3, -1, 2}, {6}).to(Device::cuda());
   for (int op = 0; op < 2; ++op) {
+    // The forward pass queues the check and does not wait for the device (no copy back there);
+    // the error comes with the next read of a value, here the loss.
+    Tensor loss;
+    EXPECT_NO_THROW(loss = op == 0 ? cross_entropy(x, t) : nll_loss(log_softmax(x), t))
+        << "the label check was read in the forward pass (a copy back every step)";
     try {
-      if (op == 0) cross_entropy(x, t);
-      else nll_loss(log_softmax(x), t);
+      (void)loss.item();
       ADD_FAILURE() << "a label out of range was accepted";
     } catch (const Error& e) {
       const std::string msg = e.what();

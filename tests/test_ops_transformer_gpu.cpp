@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/ops/transformer.h"
+#include "core/synchronize.h"
 #include "core/random.h"
 #include "support/gradcheck.h"
 
@@ -85,7 +87,8 @@ TEST(GpuTransformerOps, EmbeddingBadIndexNamesIt) {
   const Tensor table = random_tensor({5, 3}, 5);
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 4, 7, 9}, {4});
   const std::string cpu = error_of([&] { embedding(table, ids); });
-  const std::string gpu = error_of([&] { embedding(table.to(Device::cuda()), ids.to(Device::cuda())); });
+  // On the GPU the error comes at the next read (core/cuda/index_checks.h).
+  const std::string gpu = error_of([&] { (void)embedding(table.to(Device::cuda()), ids.to(Device::cuda())).to_vector(); });
   EXPECT_NE(cpu.find("index 7 at position 2"), std::string::npos) << cpu;
   EXPECT_EQ(gpu, cpu);
 }
@@ -162,7 +165,43 @@ TEST(GpuTransformerOps, CrossEntropyIgnoreBadTargetNamesIt) {
   const Tensor logits = random_tensor({4, 6}, 29);
   const Tensor t = Tensor::from_vector(std::vector<int64_t>{1, -100, 6, -3}, {4});
   const std::string cpu = error_of([&] { cross_entropy_ignore(logits, t); });
-  const std::string gpu = error_of([&] { cross_entropy_ignore(logits.to(Device::cuda()), t.to(Device::cuda())); });
+  // On the GPU the error comes at the next read (core/cuda/index_checks.h).
+  const std::string gpu =
+      error_of([&] { (void)cross_entropy_ignore(logits.to(Device::cuda()), t.to(Device::cuda())).item(); });
   EXPECT_NE(cpu.find("target 6 at position 2"), std::string::npos) << cpu;
   EXPECT_EQ(gpu, cpu);
+}
+
+// Token ids and targets out of range: the forward pass only queues the check (no copy back in
+// every step); the next read of a value throws an Error naming the op, the value, its position
+// and the valid range, the first failing op of those queued first; the device stays usable.
+TEST(GpuTransformerOps, BadIndicesAreClearErrorsAtTheNextRead) {
+  MT_REQUIRE_GPU();
+  const Tensor table = random_tensor({4, 3}, 7).to(Device::cuda());
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 3, 4, 1, 7}, {5}).to(Device::cuda());
+  const Tensor logits = random_tensor({3, 5}, 8).to(Device::cuda());
+  const Tensor targets = Tensor::from_vector(std::vector<int64_t>{-100, 6, 2}, {3}).to(Device::cuda());
+  Tensor rows, loss;
+  EXPECT_NO_THROW(rows = embedding(table, ids)) << "the index check was read in the forward pass";
+  EXPECT_NO_THROW(loss = cross_entropy_ignore(logits, targets)) << "the target check was read in the forward pass";
+  try {
+    (void)loss.item();
+    ADD_FAILURE() << "an index out of range was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();  // the embedding ran first: its error, not the loss's
+    EXPECT_NE(msg.find("embedding: index 4 at position 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("valid indices are 0..3"), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW((void)rows.to(Device::cpu())) << "a failure is reported once";
+  (void)cross_entropy_ignore(logits, targets);
+  try {
+    synchronize(Device::cuda());
+    ADD_FAILURE() << "a target out of range was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cross_entropy_ignore: target 6 at position 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("valid targets are 0..4, or -100"), std::string::npos) << msg;
+  }
+  const Tensor good = Tensor::from_vector(std::vector<int64_t>{-100, 1, 2}, {3}).to(Device::cuda());
+  EXPECT_TRUE(std::isfinite(cross_entropy_ignore(logits, good).item()));
 }

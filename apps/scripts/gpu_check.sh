@@ -8,6 +8,8 @@
 #                                                  # and build/gpu-bundle.tar.gz
 #   apps/scripts/gpu_check.sh run                  # on the GPU machine, from the repository root
 #   apps/scripts/gpu_check.sh bench                # on the GPU machine: step 2 alone
+#   apps/scripts/gpu_check.sh accept               # on the GPU machine: issue 31's acceptance
+#                                                  # runs (below), about 3 minutes
 #
 # Carry build/gpu-bundle.tar.gz to the GPU machine (the device tool's carry: ["build/gpu-bundle.tar.gz"]):
 # unpacked, the bundle is over the 60 MiB carry budget (Debian's OpenBLAS alone, with kernels for
@@ -30,6 +32,16 @@
 # gets 6, each written as its step ends: summary.txt (the lines printed here), tests.log (every
 # test binary's output in turn), bench_train.md (the table), bench_train.log (both sides' raw
 # output), memcheck.log, train_lenet_cuda.log. The training run's folder stays in the bundle.
+#
+# `accept` runs every data-parallel algorithm the way a user starts it, through `mintrain
+# launch --nproc-per-node 1 -- train configs/lenet_fashion_mnist_dist.prototxt --set
+# device=cuda`, with dist.force_distributed so that the one process takes the distributed path
+# (NCCL world of one: set-up checks, broadcasts, every collective, the stop vote): S-SGD with
+# each schedule (bsp, wfbp, fusion, mgwfbp), CD-SGD and DS-Sync, one epoch at batch 64 each,
+# and the same config on the CPU (Gloo) for S-SGD, CD-SGD and DS-Sync. A run fails when it
+# fails, or when its test accuracy is more than 1.5 points below the CPU run's of the same
+# algorithm (S-SGD's schedules all do the same arithmetic). It writes accept.log and adds its
+# lines to summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 mode="${1:-}"
@@ -96,7 +108,7 @@ case "$mode" in
     set -e
     # The carry budget (60 MiB with the data) does not hold every test binary: by default the
     # ones that touch the device; MT_GPU_TESTS="all" or a list of names picks others.
-    sel="${MT_GPU_TESTS:-test_ops_gpu test_ops_nn test_device test_optim test_train_e2e}"
+    sel="${MT_GPU_TESTS:-test_ops_gpu test_ops_nn test_ops_transformer_gpu test_device test_optim test_train_e2e test_nccl_algorithms}"
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMT_ENABLE_OPENCV=OFF -DMT_ENABLE_DNNL=OFF >/dev/null
     if [ "$sel" = all ]; then
       cmake --build "$build" -j"$(nproc)"
@@ -160,6 +172,52 @@ case "$mode" in
     say "gpu_check: $failed step(s) failed; logs in $out"
     exit "$failed"
     ;;
+  accept)
+    prepare
+    say "gpu_check accept: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -n 1)"
+    data="${MT_FASHION_MNIST:-$BUNDLE/data/fashion-mnist}"
+    [ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
+    # accept_run NAME DEVICE --set ...: one epoch of the distributed LeNet config through launch.
+    accept_run() {
+      local name=$1 device=$2
+      shift 2
+      step "accept $name on $device" accept 240 "$BUNDLE/bin/mintrain" launch --nproc-per-node 1 -- \
+        train configs/lenet_fashion_mnist_dist.prototxt --set device="$device" \
+        --set dist.force_distributed=true --set epochs=1 --set data.batch_size=64 --set data.path="$data" \
+        "$@" --output "$BUNDLE/runs/accept_${name}_$device" --overwrite
+    }
+    # The last evaluation's accuracy in a run's metrics.jsonl, or nothing.
+    accuracy() {
+      python3 -c 'import json,sys
+acc=[r["acc"] for r in map(json.loads, filter(str.strip, open(sys.argv[1]))) if r.get("type")=="eval" and "acc" in r]
+print(acc[-1] if acc else "")' "$BUNDLE/runs/$1/metrics.jsonl" 2>/dev/null
+    }
+    # check_accuracy GPU_RUN CPU_RUN: fails when the GPU run is more than 1.5 points below.
+    check_accuracy() {
+      local gpu cpu
+      gpu=$(accuracy "$1")
+      cpu=$(accuracy "$2")
+      if [ -n "$gpu" ] && [ -n "$cpu" ] && python3 -c "import sys; sys.exit(0 if $gpu >= $cpu - 1.5 else 1)"; then
+        say "=== accuracy $1: $gpu (CPU $cpu): ok"
+      else
+        say "=== accuracy $1: '$gpu' against the CPU's '$cpu': FAILED (more than 1.5 points below, or missing)"
+        failed=$((failed + 1))
+      fi
+    }
+    accept_run ssgd cpu --set dist.algorithm=ssgd --set dist.ssgd.schedule=fusion
+    accept_run cdsgd cpu --set dist.algorithm=cdsgd
+    accept_run dssync cpu --set dist.algorithm=dssync
+    for schedule in bsp wfbp fusion mgwfbp; do
+      accept_run "ssgd_$schedule" cuda --set dist.algorithm=ssgd --set dist.ssgd.schedule=$schedule
+      check_accuracy "accept_ssgd_${schedule}_cuda" accept_ssgd_cpu
+    done
+    accept_run cdsgd cuda --set dist.algorithm=cdsgd
+    check_accuracy accept_cdsgd_cuda accept_cdsgd_cpu
+    accept_run dssync cuda --set dist.algorithm=dssync
+    check_accuracy accept_dssync_cuda accept_dssync_cpu
+    say "gpu_check accept: $failed step(s) failed; logs in $out"
+    exit "$failed"
+    ;;
   bench)
     # The benchmark alone, for a session that has run the rest: within 9 minutes, so that one
     # 10-minute command of the device tool holds it.
@@ -169,7 +227,7 @@ case "$mode" in
     exit "$failed"
     ;;
   *)
-    sed -n '2,27p' "$0"
+    sed -n '2,41p' "$0"
     exit 2
     ;;
 esac

@@ -12,34 +12,49 @@
 #include "core/block_pool.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_memory.h"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/index_checks.h"
 
 namespace mt::core {
 
 namespace {
 
-// Selects `device` for this thread while it lives, and restores the previous one.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    (void)cudaGetDevice(&previous_);
-    if (previous_ != device) MT_CUDA_CHECK(cudaSetDevice(device));
-    changed_ = previous_ != device;
-  }
-  ~DeviceGuard() {
-    if (changed_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
+using cuda::DeviceGuard;
 
 std::string mib(size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
   return buf;
+}
+
+// The stream this thread allocates for (AllocationStream); 0, the legacy default stream where
+// the kernels run, unless a guard says otherwise.
+thread_local uintptr_t t_allocation_stream = 0;
+
+// Events for blocks used on other streams (BlockPool::record_stream): recorded on that stream
+// at the free, polled at the next allocation.
+BlockPool::StreamEvents cuda_stream_events() {
+  // No throwing: a free runs in a destructor. An event that cannot be made means the device
+  // has failed already (the next kernel launch reports it); the block is then simply freed.
+  return {[](uintptr_t stream) -> void* {
+            cudaEvent_t e = nullptr;
+            if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return nullptr;
+            if (cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) {
+              (void)cudaEventDestroy(e);
+              return nullptr;
+            }
+            return e;
+          },
+          [](void* e) {
+            if (e == nullptr) return true;
+            const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
+            if (r == cudaErrorNotReady) return false;
+            (void)cudaGetLastError();
+            return true;  // done, or the device failed (the next kernel launch reports that)
+          },
+          [](void* e) {
+            if (e != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
+          }};
 }
 
 class CudaDeviceAllocator final : public Allocator {
@@ -58,14 +73,14 @@ class CudaDeviceAllocator final : public Allocator {
               }
               return nullptr;
             },
-            [](void* segment) { (void)cudaFree(segment); }) {}
+            [](void* segment) { (void)cudaFree(segment); }, cuda_stream_events()) {}
 
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     const size_t cached = pool_.stats().cached_bytes;
-    void* p = pool_.allocate(nbytes);
+    void* p = pool_.allocate(nbytes, t_allocation_stream);
     if (p == nullptr) fail_out_of_memory(BlockPool::round_size(nbytes), cached);
     return p;
   }
@@ -73,7 +88,14 @@ class CudaDeviceAllocator final : public Allocator {
   void deallocate(void* ptr, size_t) override {
     if (!ptr) return;
     std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);  // a block used on other streams records events on this GPU
     pool_.deallocate(ptr);
+  }
+
+  void record_stream(void* ptr, uintptr_t stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);  // the events are made on this pool's GPU
+    pool_.record_stream(ptr, stream);
   }
 
   BlockPoolStats stats() {
@@ -135,6 +157,16 @@ AllocatorStats allocator_stats() {
 }
 void empty_cache() { instance(current_device()).empty_cache(); }
 
+AllocationStream::AllocationStream(void* stream) : previous_(reinterpret_cast<void*>(t_allocation_stream)) {
+  t_allocation_stream = reinterpret_cast<uintptr_t>(stream);
+}
+AllocationStream::~AllocationStream() { t_allocation_stream = reinterpret_cast<uintptr_t>(previous_); }
+
+void record_stream(const Tensor& t, void* stream) {
+  if (!t.defined() || !t.is_cuda() || !t.storage() || t.storage()->data() == nullptr) return;
+  instance(t.device().index).record_stream(t.storage()->data(), reinterpret_cast<uintptr_t>(stream));
+}
+
 void copy_between_devices(const Tensor& src, Tensor& dst) {
   MT_CHECK(src.is_contiguous() && dst.is_contiguous() && src.nbytes() == dst.nbytes(),
            "internal: device copy needs contiguous tensors of equal size");
@@ -142,6 +174,8 @@ void copy_between_devices(const Tensor& src, Tensor& dst) {
   cudaMemcpyKind kind = src.is_cuda() ? (dst.is_cuda() ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
                                       : cudaMemcpyHostToDevice;
   MT_CUDA_CHECK(cudaMemcpy(dst.raw_data(), src.raw_data(), src.nbytes(), kind));
+  // The device's queue has drained for this copy: the place to read the deferred label checks.
+  if (kind == cudaMemcpyDeviceToHost) read_index_checks(src.device().index);
 }
 }  // namespace cuda
 

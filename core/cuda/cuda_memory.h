@@ -10,6 +10,25 @@ namespace mt::core::cuda {
 // pair of devices (CPU->CUDA, CUDA->CPU, CUDA->CUDA). Synchronous for now.
 void copy_between_devices(const Tensor& src, Tensor& dst);
 
+// Streams and the caching allocator (core/block_pool.h). A block is reused only by the stream
+// it was allocated for, and the kernels run on the legacy default stream (0). Code that queues
+// work on another stream (the loader's copy stream) allocates for it while an AllocationStream
+// lives, and marks tensors that other streams use with record_stream, so their blocks wait for
+// that work before reuse. `stream` is a cudaStream_t (void* here: no CUDA header needed).
+class AllocationStream {
+ public:
+  explicit AllocationStream(void* stream);  // this thread's allocations, until destroyed
+  ~AllocationStream();
+  AllocationStream(const AllocationStream&) = delete;
+  AllocationStream& operator=(const AllocationStream&) = delete;
+
+ private:
+  void* previous_;
+};
+// `t`'s memory is also used by work queued on `stream` (PyTorch's record_stream): when the
+// tensor is freed, its block returns to the pool once that stream's work queued by then is done.
+void record_stream(const Tensor& t, void* stream);
+
 struct AllocatorStats {
   size_t current_bytes = 0;  // handed out to tensors
   size_t peak_bytes = 0;

@@ -1,70 +1,79 @@
 // Batch normalization with the CPU kernel's formulas (kernels/cpu/batch_norm.cpp). x is viewed
 // as [n, c, s] (s = H*W, or 1 for [N, C]); channel ch owns the n runs x[(i*c + ch)*s .. +s).
 //
-// Each pass is two kernels: one block per channel reduces (sums in double, the CPU's mean and
-// variance in two passes), then an elementwise kernel applies the per-channel result. A block
-// per channel leaves most of a large GPU idle when there are few channels; splitting channels
-// across blocks is the obvious tuning step, kept out of this first version for clarity.
+// The per-channel sums (mean, variance, the two gradient sums) run over many blocks per channel
+// (channel_reduce.cuh: slices summed in double, then added in a fixed order), so a layer with
+// few channels still fills the GPU; an elementwise kernel then applies the per-channel result.
 #include <cmath>
 
 #include "core/kernels/cuda/batch_norm.h"
+#include "core/kernels/cuda/channel_reduce.cuh"
 #include "core/kernels/cuda/launch.cuh"
 
 namespace mt::core::cuda {
 
 namespace {
 
-struct Layout {
-  int64_t n, c, s;
-  __host__ __device__ int64_t count() const { return n * s; }
-};
+using Layout = ChannelLayout;
 
 Layout layout(const Tensor& x) {
   const int64_t s = x.dim() == 4 ? x.shape()[2] * x.shape()[3] : 1;
   return {x.shape()[0], x.shape()[1], s};
 }
 
-constexpr int kStatThreads = 512;
+// The terms the passes sum, per element of a channel.
+struct SumOf {
+  const float* x;
+  __device__ void operator()(int64_t, int64_t off, double* acc) const { acc[0] += x[off]; }
+};
+// Squared deviations from the mean rounded to float, as the CPU computes them.
+struct SquaredDeviation {
+  const float* x;
+  const float* mean;
+  __device__ void operator()(int64_t ch, int64_t off, double* acc) const {
+    const float d = x[off] - mean[ch];
+    acc[0] += d * d;
+  }
+};
+// sum(gy) and sum(gy * (x - mean)).
+struct GradientSums {
+  const float* x;
+  const float* gy;
+  const float* mean;
+  __device__ void operator()(int64_t ch, int64_t off, double* acc) const {
+    acc[0] += gy[off];
+    acc[1] += gy[off] * (x[off] - mean[ch]);
+  }
+};
 
-// Element k (0 <= k < n*s) of channel ch.
-__device__ inline int64_t channel_offset(Layout L, int64_t ch, int64_t k) {
-  return ((k / L.s) * L.c + ch) * L.s + k % L.s;
+// One thread per channel: mean = sum / count, rounded to float for the deviations.
+__global__ void bn_mean(const double* partial, int splits, Layout L, float* save_mean) {
+  for (int64_t ch = first_index(); ch < L.c; ch += grid_stride())
+    save_mean[ch] = static_cast<float>(sum_partials<1>(partial, ch, splits, 0) / static_cast<double>(L.count()));
 }
 
-// Batch statistics (training) or running statistics (evaluation) -> save_mean, save_invstd;
-// in training also the running-statistics update.
-__global__ void bn_stats(const float* x, Layout L, bool training, float momentum, float eps,
-                         float* running_mean, float* running_var, float* save_mean, float* save_invstd) {
-  __shared__ double shared[kWarp];
-  const int64_t ch = blockIdx.x;
-  const double count = static_cast<double>(L.count());
-  double mean, var;
-  if (training) {
-    double sum = 0.0;
-    for (int64_t k = threadIdx.x; k < L.count(); k += blockDim.x) sum += x[channel_offset(L, ch, k)];
-    mean = block_sum(sum, shared) / count;
-    // Squared deviations from the mean rounded to float, as the CPU computes them.
-    const float m = static_cast<float>(mean);
-    double sq = 0.0;
-    for (int64_t k = threadIdx.x; k < L.count(); k += blockDim.x) {
-      const float d = x[channel_offset(L, ch, k)] - m;
-      sq += d * d;
-    }
-    sq = block_sum(sq, shared);
-    var = sq / count;  // biased: what normalization uses
-    if (threadIdx.x == 0) {
+// One thread per channel: the variance, the running statistics (training), save_invstd. The
+// mean is taken again in double from the first pass, as the CPU keeps it.
+__global__ void bn_finish_stats(const double* mean_partial, const double* sq_partial, int splits, Layout L,
+                                bool training, float momentum, float eps, float* running_mean, float* running_var,
+                                float* save_mean, float* save_invstd) {
+  for (int64_t ch = first_index(); ch < L.c; ch += grid_stride()) {
+    const double count = static_cast<double>(L.count());
+    double mean, var;
+    if (training) {
+      mean = sum_partials<1>(mean_partial, ch, splits, 0) / count;
+      const double sq = sum_partials<1>(sq_partial, ch, splits, 0);
+      var = sq / count;  // biased: what normalization uses
       if (running_mean)
         running_mean[ch] = static_cast<float>((1.0 - momentum) * running_mean[ch] + momentum * mean);
       if (running_var) {
         const double unbiased = sq / (count - 1.0);  // the op ensures count > 1
         running_var[ch] = static_cast<float>((1.0 - momentum) * running_var[ch] + momentum * unbiased);
       }
+    } else {
+      mean = running_mean[ch];
+      var = running_var[ch];
     }
-  } else {
-    mean = running_mean[ch];
-    var = running_var[ch];
-  }
-  if (threadIdx.x == 0) {
     save_mean[ch] = static_cast<float>(mean);
     save_invstd[ch] = static_cast<float>(1.0 / sqrt(var + eps));
   }
@@ -82,22 +91,14 @@ __global__ void bn_apply(const float* x, float* y, Layout L, const float* weight
   }
 }
 
-// sum(gy) and sum(gy * (x - mean)) * invstd per channel -> gw, gb, and the two means the input
-// gradient needs (coef[ch] = mean(gy), coef[c + ch] = mean(gy * xhat); zero in evaluation).
-__global__ void bn_backward_reduce(const float* x, const float* gy, Layout L, const float* save_mean,
-                                   const float* save_invstd, bool training, float* gw, float* gb, float* coef) {
-  __shared__ double shared[kWarp];
-  const int64_t ch = blockIdx.x;
-  const float mean = save_mean[ch], invstd = save_invstd[ch];
-  double sum_g = 0.0, sum_gx = 0.0;
-  for (int64_t k = threadIdx.x; k < L.count(); k += blockDim.x) {
-    const int64_t off = channel_offset(L, ch, k);
-    sum_g += gy[off];
-    sum_gx += gy[off] * (x[off] - mean);
-  }
-  sum_g = block_sum(sum_g, shared);
-  sum_gx = block_sum(sum_gx, shared) * invstd;
-  if (threadIdx.x == 0) {
+// One thread per channel, from the sums of gy and gy * (x - mean): gw, gb, and the two means
+// the input gradient needs (coef[ch] = mean(gy), coef[c + ch] = mean(gy * xhat); zero in
+// evaluation).
+__global__ void bn_backward_finish(const double* partial, int splits, Layout L, const float* save_invstd,
+                                   bool training, float* gw, float* gb, float* coef) {
+  for (int64_t ch = first_index(); ch < L.c; ch += grid_stride()) {
+    const double sum_g = sum_partials<2>(partial, ch, splits, 0);
+    const double sum_gx = sum_partials<2>(partial, ch, splits, 1) * save_invstd[ch];
     if (gw) gw[ch] = static_cast<float>(sum_gx);
     if (gb) gb[ch] = static_cast<float>(sum_g);
     const double count = static_cast<double>(L.count());
@@ -127,9 +128,25 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                         float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
   const Layout L = layout(x);
   if (L.c == 0) return;
-  bn_stats<<<static_cast<unsigned>(L.c), kStatThreads>>>(x.data<float>(), L, training, momentum, eps,
-                                                         ptr_or_null(running_mean), ptr_or_null(running_var),
-                                                         save_mean.data<float>(), save_invstd.data<float>());
+  const int splits = channel_splits(L);
+  // Scratch for the slices' sums: c * splits doubles per pass (float32 storage, twice the count).
+  Tensor scratch;
+  double* mean_partial = nullptr;
+  double* sq_partial = nullptr;
+  if (training) {
+    scratch = Tensor::empty({4 * L.c * splits}, DType::Float32, x.device());
+    mean_partial = static_cast<double*>(scratch.raw_data());
+    sq_partial = mean_partial + L.c * splits;
+    launch_channel_partial_sums<1>(L, splits, SumOf{x.data<float>()}, mean_partial);
+    MT_CUDA_LAUNCH_CHECK();
+    bn_mean<<<blocks_for(L.c), kThreads>>>(mean_partial, splits, L, save_mean.data<float>());
+    MT_CUDA_LAUNCH_CHECK();
+    launch_channel_partial_sums<1>(L, splits, SquaredDeviation{x.data<float>(), save_mean.data<float>()}, sq_partial);
+    MT_CUDA_LAUNCH_CHECK();
+  }
+  bn_finish_stats<<<blocks_for(L.c), kThreads>>>(mean_partial, sq_partial, splits, L, training, momentum, eps,
+                                                 ptr_or_null(running_mean), ptr_or_null(running_var),
+                                                 save_mean.data<float>(), save_invstd.data<float>());
   MT_CUDA_LAUNCH_CHECK();
   if (x.numel() == 0) return;
   bn_apply<<<blocks_for(x.numel()), kThreads>>>(x.data<float>(), y.data<float>(), L, ptr_or_null(weight),
@@ -144,9 +161,14 @@ void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& sa
   const Layout L = layout(x);
   if (L.c == 0) return;
   Tensor coef = Tensor::empty({2 * L.c}, DType::Float32, x.device());
-  bn_backward_reduce<<<static_cast<unsigned>(L.c), kStatThreads>>>(
-      x.data<float>(), gy.data<float>(), L, save_mean.data<float>(), save_invstd.data<float>(), training,
-      ptr_or_null(gw), ptr_or_null(gb), coef.data<float>());
+  const int splits = channel_splits(L);
+  Tensor scratch = Tensor::empty({4 * L.c * splits}, DType::Float32, x.device());  // c * splits * 2 doubles
+  auto* partial = static_cast<double*>(scratch.raw_data());
+  launch_channel_partial_sums<2>(L, splits, GradientSums{x.data<float>(), gy.data<float>(), save_mean.data<float>()},
+                                 partial);
+  MT_CUDA_LAUNCH_CHECK();
+  bn_backward_finish<<<blocks_for(L.c), kThreads>>>(partial, splits, L, save_invstd.data<float>(), training,
+                                                    ptr_or_null(gw), ptr_or_null(gb), coef.data<float>());
   MT_CUDA_LAUNCH_CHECK();
   if (!gx.defined() || x.numel() == 0) return;
   bn_backward_apply<<<blocks_for(x.numel()), kThreads>>>(x.data<float>(), gy.data<float>(), gx.data<float>(), L,

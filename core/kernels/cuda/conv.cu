@@ -28,6 +28,7 @@
 #include "core/kernels/cuda/conv.h"
 #include "core/kernels/cuda/gemm.h"
 #include "core/kernels/cuda/handles.h"
+#include "core/kernels/cuda/channel_reduce.cuh"
 #include "core/kernels/cuda/launch.cuh"
 #include "core/kernels/cuda/math_mode.h"
 
@@ -58,18 +59,16 @@ __global__ void add_channel_bias(float* y, const float* bias, int64_t total, int
   for (int64_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[(i / pixels) % o];
 }
 
-// gb[o] = sum over samples and pixels of gy[n, o, :], in double; one block per channel.
-__global__ void channel_sums(const float* gy, float* gb, int64_t n, int64_t o, int64_t pixels) {
-  __shared__ double shared[kWarp];
-  for (int64_t ch = blockIdx.x; ch < o; ch += gridDim.x) {
-    double acc = 0.0;
-    for (int64_t i = threadIdx.x; i < n * pixels; i += blockDim.x) {
-      const int64_t s = i / pixels, p = i % pixels;
-      acc += gy[(s * o + ch) * pixels + p];
-    }
-    acc = block_sum(acc, shared);
-    if (threadIdx.x == 0) gb[ch] = static_cast<float>(acc);
-  }
+// gb[o] = sum over samples and pixels of gy[n, o, :], in double, over many blocks per channel
+// (channel_reduce.cuh).
+struct SumOf {
+  const float* x;
+  __device__ void operator()(int64_t, int64_t off, double* acc) const { acc[0] += x[off]; }
+};
+
+__global__ void finish_channel_sums(const double* partial, int splits, int64_t o, float* gb) {
+  for (int64_t ch = first_index(); ch < o; ch += grid_stride())
+    gb[ch] = static_cast<float>(sum_partials<1>(partial, ch, splits, 0));
 }
 
 void bias_forward(const Geometry& g, const Tensor& bias, Tensor& y) {
@@ -81,8 +80,13 @@ void bias_forward(const Geometry& g, const Tensor& bias, Tensor& y) {
 
 void bias_backward(const Geometry& g, const Tensor& gy, Tensor& gb) {
   if (g.o == 0) return;
-  channel_sums<<<static_cast<unsigned>(std::min<int64_t>(g.o, 65535)), kThreads>>>(
-      gy.data<float>(), gb.data<float>(), g.n, g.o, g.pixels());
+  const ChannelLayout L{g.n, g.o, g.pixels()};
+  const int splits = channel_splits(L);
+  Tensor scratch = Tensor::empty({2 * g.o * splits}, DType::Float32, gy.device());  // o * splits doubles
+  auto* partial = static_cast<double*>(scratch.raw_data());
+  launch_channel_partial_sums<1>(L, splits, SumOf{gy.data<float>()}, partial);
+  MT_CUDA_LAUNCH_CHECK();
+  finish_channel_sums<<<blocks_for(g.o), kThreads>>>(partial, splits, g.o, gb.data<float>());
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "core/kernels/cuda/cross_entropy_ignore.h"
+#include "core/cuda/index_checks.h"
 #include "core/kernels/cuda/launch.cuh"
 
 namespace mt::core::cuda {
@@ -21,16 +22,16 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
-// terms[i] = lse[i] - x[i, t[i]] for counted rows, 0 for ignored and bad ones. bad[0] = n -
-// (smallest position of a bad target), 0 when all are valid.
+// terms[i] = lse[i] - x[i, t[i]] for counted rows, 0 for ignored and bad ones; a bad target
+// is reported (core/cuda/index_checks.h).
 __global__ void counted_row_terms(const float* x, const int64_t* t, int64_t ignore_index, float* lse,
-                                  double* terms, int64_t n, int64_t k, unsigned long long* bad) {
+                                  double* terms, int64_t n, int64_t k, IndexCheck bad) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t i = first_warp(); i < n; i += warp_stride()) {
     const int64_t ti = t[i];
     if (ti == ignore_index || ti < 0 || ti >= k) {
       if (lane == 0) {
-        if (ti != ignore_index) atomicMax(bad, static_cast<unsigned long long>(n - i));
+        if (ti != ignore_index) bad.report(i, n);
         lse[i] = 0.0f;
         terms[i] = 0.0;
       }
@@ -90,27 +91,25 @@ void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, i
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const Device dev = logits.device();
   Tensor terms = Tensor::empty({std::max<int64_t>(n, 1) * 2}, DType::Float32, dev);  // n doubles
-  Tensor bad = Tensor::empty({1}, DType::Int64, dev);
-  MT_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0, sizeof(int64_t), nullptr));
+  IndexCheck bad;
+  if (n > 0) {
+    bad = defer_index_check(targets, [k, ignore_index](int64_t target, int64_t pos) {
+      return "cross_entropy_ignore: target " + std::to_string(target) + " at position " + std::to_string(pos) +
+             " is out of range for " + std::to_string(k) + " classes (valid targets are 0.." + std::to_string(k - 1) +
+             ", or " + std::to_string(ignore_index) + " to ignore the row); check the labels against the "
+             "vocabulary size";
+    });
+  }
   auto* pterms = static_cast<double*>(terms.raw_data());
   if (n > 0) {
     counted_row_terms<<<warp_blocks(n), kThreads>>>(logits.data<float>(), targets.data<int64_t>(), ignore_index,
                                                     lse.data<float>(), pterms, n, k,
-                                                    static_cast<unsigned long long*>(bad.raw_data()));
+                                                    bad);
     MT_CUDA_LAUNCH_CHECK();
   }
   mean_over_counted<<<1, 1024>>>(pterms, targets.data<int64_t>(), ignore_index, n, loss.data<float>(),
                                  count.data<float>());
   MT_CUDA_LAUNCH_CHECK();
-  int64_t flag = 0;
-  MT_CUDA_CHECK(cudaMemcpy(&flag, bad.raw_data(), sizeof(flag), cudaMemcpyDeviceToHost));
-  if (flag == 0) return;
-  const int64_t pos = n - flag;
-  int64_t target = 0;
-  MT_CUDA_CHECK(cudaMemcpy(&target, targets.data<int64_t>() + pos, sizeof(target), cudaMemcpyDeviceToHost));
-  MT_FAIL("cross_entropy_ignore: target ", target, " at position ", pos, " is out of range for ", k,
-          " classes (valid targets are 0..", k - 1, ", or ", ignore_index,
-          " to ignore the row); check the labels against the vocabulary size");
 }
 
 void cross_entropy_ignore_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cub/device/device_radix_sort.cuh>
 
+#include "core/cuda/index_checks.h"
 #include "core/kernels/cuda/embedding.h"
 #include "core/kernels/cuda/launch.cuh"
 
@@ -20,16 +21,16 @@ namespace mt::core::cuda {
 
 namespace {
 
-// bad[0] = n - (smallest position with an out-of-range index), 0 when all are valid.
+// An out-of-range index gives a zero row and is reported (core/cuda/index_checks.h).
 __global__ void gather_rows(const float* table, const int64_t* idx, float* out, int64_t n, int64_t rows,
-                            int64_t d, unsigned long long* bad) {
+                            int64_t d, IndexCheck bad) {
   for (int64_t e = first_index(); e < n * d; e += grid_stride()) {
     const int64_t i = e / d, r = idx[i];
     if (r >= 0 && r < rows) {
       out[e] = table[r * d + e % d];
     } else {
       out[e] = 0.0f;
-      if (e % d == 0) atomicMax(bad, static_cast<unsigned long long>(n - i));
+      if (e % d == 0) bad.report(i, n);
     }
   }
 }
@@ -68,19 +69,14 @@ __global__ void run_sums(const int64_t* row, const int64_t* pos, const float* go
 void embedding_forward(const Tensor& table, const Tensor& indices, Tensor& out) {
   const int64_t n = indices.numel(), rows = table.shape()[0], d = table.shape()[1];
   if (n == 0 || d == 0) return;
-  Tensor bad = Tensor::empty({1}, DType::Int64, table.device());
-  MT_CUDA_CHECK(cudaMemsetAsync(bad.raw_data(), 0, sizeof(int64_t), nullptr));
+  const IndexCheck bad = defer_index_check(indices, [rows](int64_t index, int64_t pos) {
+    return "embedding: index " + std::to_string(index) + " at position " + std::to_string(pos) +
+           " is out of range for a table of " + std::to_string(rows) + " rows (valid indices are 0.." +
+           std::to_string(rows - 1) + "); check the token ids against the vocabulary size";
+  });
   gather_rows<<<blocks_for(n * d), kThreads>>>(table.data<float>(), indices.data<int64_t>(), out.data<float>(),
-                                              n, rows, d, static_cast<unsigned long long*>(bad.raw_data()));
+                                              n, rows, d, bad);
   MT_CUDA_LAUNCH_CHECK();
-  int64_t flag = 0;
-  MT_CUDA_CHECK(cudaMemcpy(&flag, bad.raw_data(), sizeof(flag), cudaMemcpyDeviceToHost));
-  if (flag == 0) return;
-  const int64_t pos = n - flag;
-  int64_t index = 0;
-  MT_CUDA_CHECK(cudaMemcpy(&index, indices.data<int64_t>() + pos, sizeof(index), cudaMemcpyDeviceToHost));
-  MT_FAIL("embedding: index ", index, " at position ", pos, " is out of range for a table of ", rows,
-          " rows (valid indices are 0..", rows - 1, "); check the token ids against the vocabulary size");
 }
 
 void embedding_backward(const Tensor& gout, const Tensor& indices, Tensor& gtable) {

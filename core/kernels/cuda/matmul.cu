@@ -40,13 +40,27 @@ __global__ void broadcast_rows(const float* bias, float* out, int64_t n, int64_t
   for (int64_t i = first_index(); i < n * o; i += grid_stride()) out[i] = bias[i % o];
 }
 
-// One thread per column, summing rows in order in float: the CPU loop's arithmetic exactly, and
-// coalesced (neighbouring threads read neighbouring columns).
-__global__ void column_sums(const float* g, float* gb, int64_t n, int64_t o) {
+// The bias gradient gb[j] = sum over rows of g[r, j], in two coalesced passes: the rows are cut
+// into `chunks` slices; thread (chunk, j) sums column j over its slice in order, in double
+// (neighbouring threads read neighbouring columns), and a second pass adds the slices in order.
+// Many rows over few columns (a classifier's 10 outputs over a large batch) thus use many
+// threads, not one per column. With one chunk it is the CPU loop's order.
+__global__ void column_partial_sums(const float* g, double* partial, int64_t n, int64_t o, int64_t chunks) {
+  const int64_t per = (n + chunks - 1) / chunks;
+  for (int64_t e = first_index(); e < chunks * o; e += grid_stride()) {
+    const int64_t chunk = e / o, j = e % o;
+    const int64_t end = (chunk + 1) * per < n ? (chunk + 1) * per : n;
+    double s = 0.0;
+    for (int64_t r = chunk * per; r < end; ++r) s += g[r * o + j];
+    partial[e] = s;
+  }
+}
+
+__global__ void finish_column_sums(const double* partial, float* gb, int64_t o, int64_t chunks) {
   for (int64_t j = first_index(); j < o; j += grid_stride()) {
-    float s = 0.0f;
-    for (int64_t r = 0; r < n; ++r) s += g[r * o + j];
-    gb[j] = s;
+    double s = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[c * o + j];
+    gb[j] = static_cast<float>(s);
   }
 }
 
@@ -102,7 +116,13 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
 void bias_grad(const Tensor& g, Tensor& gb) {
   const int64_t n = g.shape()[0], o = g.shape()[1];
   if (o == 0) return;
-  column_sums<<<blocks_for(o), kThreads>>>(g.data<float>(), gb.data<float>(), n, o);
+  // About 64k threads in all, each summing at least 16 rows: a pure function of the shape.
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>((int64_t{1} << 16) / o, n / 16));
+  Tensor scratch = Tensor::empty({2 * chunks * o}, DType::Float32, g.device());  // chunks * o doubles
+  auto* partial = static_cast<double*>(scratch.raw_data());
+  column_partial_sums<<<blocks_for(chunks * o), kThreads>>>(g.data<float>(), partial, n, o, chunks);
+  MT_CUDA_LAUNCH_CHECK();
+  finish_column_sums<<<blocks_for(o), kThreads>>>(partial, gb.data<float>(), o, chunks);
   MT_CUDA_LAUNCH_CHECK();
 }
 

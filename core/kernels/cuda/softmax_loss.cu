@@ -6,13 +6,13 @@
 // outer * inner lines holds n elements `inner` apart. One warp per line.
 //
 // The losses check their labels on the device: a label outside [0, classes) is not read from
-// (no out-of-bounds access), the smallest offending position is recorded, and after the kernel
-// the host reads that record -- one small synchronous copy per loss evaluation -- and throws
-// the same Error the CPU op would.
+// (no out-of-bounds access) and is recorded; the record is read at the next copy to the host
+// (core/cuda/index_checks.h), not in the forward pass, and gives the Error the CPU op would.
 #include <cuda_runtime.h>
 
 #include <limits>
 
+#include "core/cuda/index_checks.h"
 #include "core/kernels/cuda/launch.cuh"
 #include "core/kernels/cuda/softmax_loss.h"
 
@@ -87,45 +87,32 @@ __global__ void softmax_backward_kernel(const float* y, const float* gy, float* 
 
 // ---- label checking
 
-// bad[0] = n - (smallest position with an out-of-range label), 0 when all are valid: atomicMax
-// over n - i keeps the first offender whatever order the threads run in.
-__device__ inline bool label_ok(int64_t t, int64_t k, int64_t i, int64_t n, unsigned long long* bad) {
+__device__ inline bool label_ok(int64_t t, int64_t k, int64_t i, int64_t n, IndexCheck check) {
   if (t >= 0 && t < k) return true;
-  atomicMax(bad, static_cast<unsigned long long>(n - i));
+  check.report(i, n);
   return false;
 }
 
-// A one-element record of the first bad label, zeroed, from the caching allocator.
-Tensor label_record(Device device) {
-  Tensor t = Tensor::empty({1}, DType::Int64, device);
-  MT_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, sizeof(int64_t), nullptr));
-  return t;
-}
-
-void check_labels(const char* op, const Tensor& record, const Tensor& targets, int64_t k) {
-  int64_t flag = 0;
-  MT_CUDA_CHECK(cudaMemcpy(&flag, record.raw_data(), sizeof(flag), cudaMemcpyDeviceToHost));
-  if (flag == 0) return;
-  const int64_t n = targets.numel(), pos = n - flag;
-  int64_t label = 0;
-  MT_CUDA_CHECK(cudaMemcpy(&label, targets.data<int64_t>() + pos, sizeof(label), cudaMemcpyDeviceToHost));
-  MT_FAIL(op, ": label ", label, " at position ", pos, " is out of range for ", k,
-          " classes (valid labels are 0..", k - 1,
-          "); check the dataset's labels against the model's number of classes");
+IndexCheck check_labels(const char* op, const Tensor& targets, int64_t k) {
+  return defer_index_check(targets, [op = std::string(op), k](int64_t label, int64_t pos) {
+    return op + ": label " + std::to_string(label) + " at position " + std::to_string(pos) +
+           " is out of range for " + std::to_string(k) + " classes (valid labels are 0.." + std::to_string(k - 1) +
+           "); check the dataset's labels against the model's number of classes";
+  });
 }
 
 // ---- losses
 
 // terms[i] = -log_probs[i, t[i]] (0 for a bad label, which is reported instead).
 __global__ void nll_terms(const float* lp, const int64_t* t, double* terms, int64_t n, int64_t k,
-                          unsigned long long* bad) {
+                          IndexCheck bad) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
     terms[i] = label_ok(t[i], k, i, n, bad) ? -static_cast<double>(lp[i * k + t[i]]) : 0.0;
 }
 
 // A warp per row: lse[i] = max + log(sum exp(x - max)); terms[i] = lse[i] - x[i, t[i]].
 __global__ void cross_entropy_rows(const float* x, const int64_t* t, float* lse, double* terms, int64_t n,
-                                   int64_t k, unsigned long long* bad) {
+                                   int64_t k, IndexCheck bad) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t i = first_warp(); i < n; i += warp_stride()) {
     const float* row = x + i * k;
@@ -188,14 +175,12 @@ void softmax_backward(const Tensor& y, const Tensor& gy, int64_t dim, bool log, 
 void nll_loss_forward(const Tensor& log_probs, const Tensor& targets, Tensor& loss) {
   const int64_t n = log_probs.shape()[0], k = log_probs.shape()[1];
   Tensor terms = Tensor::empty({n * 2}, DType::Float32, log_probs.device());  // n doubles
-  Tensor bad = label_record(log_probs.device());
-  auto* pbad = static_cast<unsigned long long*>(bad.raw_data());
+  const IndexCheck pbad = check_labels("nll_loss", targets, k);
   nll_terms<<<blocks_for(n), kThreads>>>(log_probs.data<float>(), targets.data<int64_t>(),
                                          static_cast<double*>(terms.raw_data()), n, k, pbad);
   MT_CUDA_LAUNCH_CHECK();
   mean_of_terms<<<1, 1024>>>(static_cast<const double*>(terms.raw_data()), n, loss.data<float>());
   MT_CUDA_LAUNCH_CHECK();
-  check_labels("nll_loss", bad, targets, k);
 }
 
 void nll_loss_backward(const Tensor& gloss, const Tensor& targets, Tensor& gx) {
@@ -209,15 +194,13 @@ void nll_loss_backward(const Tensor& gloss, const Tensor& targets, Tensor& gx) {
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   Tensor terms = Tensor::empty({n * 2}, DType::Float32, logits.device());  // n doubles
-  Tensor bad = label_record(logits.device());
-  auto* pbad = static_cast<unsigned long long*>(bad.raw_data());
+  const IndexCheck pbad = check_labels("cross_entropy", targets, k);
   cross_entropy_rows<<<warp_blocks(n), kThreads>>>(logits.data<float>(), targets.data<int64_t>(),
                                                    lse.data<float>(), static_cast<double*>(terms.raw_data()),
                                                    n, k, pbad);
   MT_CUDA_LAUNCH_CHECK();
   mean_of_terms<<<1, 1024>>>(static_cast<const double*>(terms.raw_data()), n, loss.data<float>());
   MT_CUDA_LAUNCH_CHECK();
-  check_labels("cross_entropy", bad, targets, k);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
