@@ -39,6 +39,7 @@
 #include "core/error.h"
 #include "core/serialize.h"
 #include "data/registry.h"
+#include "dist/comm_hook.h"
 #include "dist/compressor.h"
 #include "dist/merge_plan.h"
 #include "dist/dssync_schedule.h"
@@ -362,6 +363,7 @@ int cmd_help(const std::vector<std::string>&) {
             << "datasets:          " << join(mt::apps::data_types()) << "\n"
             << "dist.algorithm:    " << join(mt::dist::algorithm_names()) << "\n"
             << "dist.ssgd.schedule: " << join(mt::dist::schedule_names()) << "\n"
+            << "dist.ssgd.hook:    " << join(mt::dist::comm_hook_names()) << "\n"
             << "dist.compressor.type: " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
             << "dist.dssync.schedule: " << join(mt::dist::dssync_schedule_types()) << "\n";
   return 0;

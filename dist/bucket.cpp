@@ -65,13 +65,9 @@ Tensor Bucket::payload(const std::vector<Tensor>& all_params) const {
   return g;
 }
 
-void Bucket::finish(const std::vector<Tensor>& all_params, float scale) {
+void Bucket::write_back(const std::vector<Tensor>& all_params) {
+  if (!buffer_.defined()) return;  // the gradient itself was exchanged
   core::NoGradGuard no_grad;
-  if (!buffer_.defined()) {
-    all_params[params_[0]].grad().mul_(scale);
-    return;
-  }
-  buffer_.mul_(scale);  // one pass over the flat buffer instead of one per gradient
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor g = all_params[params_[k]].grad();
     g.copy_(buffer_.narrow(0, offsets_[k], g.numel()));

@@ -1,8 +1,9 @@
-// Bucket: the gradients of one or more parameters sent as one allreduce message. With several
-// parameters (tensor fusion, MG-WFBP merged layers), each gradient is copied into a persistent
-// flat buffer the moment it is ready, the buffer is reduced as one message, and the averaged
-// values are copied back; with one parameter (WFBP) the gradient itself is reduced in place.
-// One message instead of many saves the per-message start-up cost alpha of the network.
+// Bucket: the gradients of one or more parameters sent as one message. With several parameters
+// (tensor fusion, MG-WFBP merged layers), each gradient is copied into a persistent flat buffer
+// the moment it is ready, the communication hook (comm_hook.h) exchanges the buffer as one
+// message and leaves the average in it, and the averages are copied back; with one parameter
+// (WFBP) the gradient itself is the buffer. One message instead of many saves the per-message
+// start-up cost alpha of the network.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -32,10 +33,10 @@ class Bucket {
   // Step time: parameters whose gradient never arrived (unused this iteration) contribute
   // zeros, so every rank still sends the same messages. Returns those parameters.
   std::vector<size_t> add_missing(const std::vector<Tensor>& all_params);
-  // The tensor to allreduce: the flat buffer, or the single gradient.
+  // The tensor the hook exchanges: the flat buffer, or the single gradient.
   Tensor payload(const std::vector<Tensor>& all_params) const;
-  // After the allreduce: grad = reduced / world_size, for every parameter of the bucket.
-  void finish(const std::vector<Tensor>& all_params, float scale);
+  // After the hook left the average in the payload: every parameter's gradient = its part.
+  void write_back(const std::vector<Tensor>& all_params);
 
   // Communication state, owned by the synchronizer.
   std::shared_ptr<Work> work;

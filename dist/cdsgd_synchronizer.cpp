@@ -7,7 +7,7 @@
 #include <ostream>
 
 #include "core/error.h"
-#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/compression_config.h"
 #include "dist/flat.h"
 #include "dist/replicas.h"
 #include "dist/dist_config.h"

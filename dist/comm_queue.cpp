@@ -10,11 +10,6 @@ using Clock = std::chrono::steady_clock;
 // roll call a timed-out op takes before failing (at most kMaxRollCall, silent_ranks.h).
 constexpr auto kGrace = std::chrono::seconds(2) + kMaxRollCall;
 
-std::string seconds(std::chrono::milliseconds ms) {
-  const auto tenths = ms.count() / 100;
-  return std::to_string(tenths / 10) + (tenths % 10 ? "." + std::to_string(tenths % 10) : "") + " s";
-}
-
 class QueuedWork : public Work {
  public:
   QueuedWork(std::string who, std::shared_ptr<CommHealth> health, std::string op,
@@ -78,7 +73,7 @@ void QueuedWork::wait() {
     const auto from = state_ == kRunning ? std::max(called, started_) : called;
     const auto deadline = from + timeout + kGrace;
     if (Clock::now() >= deadline) {
-      const std::string msg = who_ + ": " + op_ + " did not finish within " + seconds(timeout) +
+      const std::string msg = who_ + ": " + op_ + " did not finish within " + seconds_number(timeout) + " s" +
                               (state_ == kRunning ? "" : " (still queued behind earlier operations)") +
                               ": a peer is probably dead or stuck; check the other ranks' output";
       lock.unlock();

@@ -108,6 +108,7 @@ void normalize_dist_names(mintrain::DistConfig& d) {
   if (d.has_dssync_schedule()) d.set_dssync_schedule(lower(d.dssync_schedule()));
   if (d.ssgd().has_schedule()) d.mutable_ssgd()->set_schedule(lower(d.ssgd().schedule()));
   if (d.ssgd().has_allreduce()) d.mutable_ssgd()->set_allreduce(lower(d.ssgd().allreduce()));
+  if (d.ssgd().has_hook()) d.mutable_ssgd()->set_hook(lower(d.ssgd().hook()));
   if (d.compressor().has_type()) d.mutable_compressor()->set_type(lower(d.compressor().type()));
   if (d.dssync().has_schedule()) d.mutable_dssync()->set_schedule(lower(d.dssync().schedule()));
   if (d.ps().has_schedule()) d.mutable_ps()->set_schedule(lower(d.ps().schedule()));

@@ -319,10 +319,7 @@ std::shared_ptr<Work> GlooProcessGroup::issue(std::string op, std::function<void
       run(tag);
     } catch (const CollectiveTimeout& e) {
       const std::string who = name_silent_ranks(*shared->store, prefix, me, members, window);
-      const auto tenths = timeout.count() / 100;
-      std::string secs = std::to_string(tenths / 10);
-      if (tenths % 10 != 0) secs += '.' + std::to_string(tenths % 10);
-      throw core::Error("timed out after " + secs + " s waiting for a peer" + (who.empty() ? "" : "; " + who) + " (" + e.what() + ")");
+      throw core::Error("timed out after " + seconds_number(timeout) + " s waiting for a peer" + (who.empty() ? "" : "; " + who) + " (" + e.what() + ")");
     }
   });
 }

@@ -108,19 +108,22 @@ void GradientExchange::warm_up(const CompressionOptions& options, int64_t iterat
   set_compressor(make_topk_compressor(topk_ratio_at(options, iteration)));
 }
 
-std::string GradientExchange::take_summary(int64_t iterations) {
-  if (stats_.exchanges == 0) return "";
+std::string describe_exchanges(const std::string& compressor, const ExchangeStats& stats, int64_t iterations) {
+  if (stats.exchanges == 0) return "";
   const double it = static_cast<double>(std::max<int64_t>(1, iterations));
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "%s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx), waiting %.2f ms "
                 "per iteration on the exchange",
-                compressor_->name().c_str(), stats_.bytes_sent / it / 1024.0,
-                stats_.raw_bytes / it / 1024.0,
-                stats_.bytes_sent > 0 ? stats_.raw_bytes / stats_.bytes_sent : 0.0,
-                stats_.wait_seconds / it * 1e3);
-  stats_ = {};
+                compressor.c_str(), stats.bytes_sent / it / 1024.0, stats.raw_bytes / it / 1024.0,
+                stats.bytes_sent > 0 ? stats.raw_bytes / stats.bytes_sent : 0.0, stats.wait_seconds / it * 1e3);
   return buf;
+}
+
+std::string GradientExchange::take_summary(int64_t iterations) {
+  const std::string summary = describe_exchanges(compressor_->name(), stats_, iterations);
+  stats_ = {};
+  return summary;
 }
 
 }  // namespace mt::dist

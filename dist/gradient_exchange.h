@@ -1,5 +1,6 @@
-// One compressed exchange of a flat gradient vector, shared by compressed S-SGD (all parameters
-// in one buffer) and CD-SGD (one per bucket, on its worker threads: exchange_pipeline.h). launch() applies error feedback, compresses and enqueues the
+// One compressed exchange of a flat gradient vector, shared by compressed S-SGD (one per bucket,
+// compressing_hook.h) and CD-SGD (one per bucket, on its worker threads: exchange_pipeline.h).
+// launch() applies error feedback, compresses and enqueues the
 // collective (allreduce for summable payloads, allgather otherwise) and returns at once: the
 // process group runs it on its own thread. wait() blocks until it is done and returns the
 // average over ranks of the decoded gradients.
@@ -59,6 +60,11 @@ struct ExchangeStats {
   double wait_seconds = 0;  // blocked in wait()
 };
 
+// "TWO_BIT(tau=0.5): 12.3 KB sent per iteration (float32 196 KB, ratio 16.0x), waiting 0.8 ms
+// per iteration on the exchange"; "" when nothing was exchanged. Also for several exchanges'
+// summed statistics (one per bucket).
+std::string describe_exchanges(const std::string& compressor, const ExchangeStats& stats, int64_t iterations);
+
 class GradientExchange {
  public:
   GradientExchange(std::shared_ptr<ProcessGroup> group, std::unique_ptr<Compressor> compressor,
@@ -84,8 +90,7 @@ class GradientExchange {
   ExchangeRoute route() const { return route_; }
   ErrorFeedback& error_feedback() { return feedback_; }
   ExchangeStats& stats() { return stats_; }
-  // "TWO_BIT(tau=0.5): 12.3 KB sent per iteration (float32 196 KB, ratio 16.0x), waiting
-  // 0.8 ms per iteration on the exchange"; resets the statistics.
+  // describe_exchanges of this exchange's statistics; resets them.
   std::string take_summary(int64_t iterations);
 
  private:

@@ -105,14 +105,6 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-// "30" or "0.3": whole seconds when the value has no tenths.
-std::string seconds_number(std::chrono::milliseconds ms) {
-  const auto tenths = (ms.count() + 50) / 100;
-  std::string text = std::to_string(tenths / 10);
-  if (tenths % 10 != 0) text += '.' + std::to_string(tenths % 10);
-  return text;
-}
-
 }  // namespace
 
 WorldInfo world_from_env() {

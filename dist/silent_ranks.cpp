@@ -14,13 +14,6 @@ std::string world_ranks(const std::vector<int>& indices, const std::vector<int>&
   return out;
 }
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  const auto tenths = (ms.count() + 50) / 100;
-  std::string text = std::to_string(tenths / 10);
-  if (tenths % 10 != 0) text += '.' + std::to_string(tenths % 10);
-  return text + " s";
-}
-
 // The store's host is world rank 0 (rendezvous and the tests both put it there).
 std::string store_host_silent(const std::string& error) {
   if (error.find("timed out") != std::string::npos) {
@@ -67,7 +60,7 @@ std::string name_silent_ranks(const Store& store, const std::string& prefix, int
   }
   if (silent.empty()) return "";
   return "rank(s) " + world_ranks(silent, members) + " did not answer: they did not time out like this " +
-         "rank within " + seconds_text(window) + ", so they never reached this collective or are stuck " +
+         "rank within " + seconds_number(window) + " s" + ", so they never reached this collective or are stuck " +
          "in it (stopped, hung, or far slower than the others); look at them first";
 }
 

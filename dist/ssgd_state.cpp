@@ -1,6 +1,19 @@
 // S-SGD's checkpoint state ("sync.ssgd.*"): the decisions that fix each element's summation
 // order (bucket layout, FUSION's rebuild, MG-WFBP's profile, plan and cost) and the settings they
-// were made under, so a resumed run packs exactly as the stopped one (ssgd_synchronizer.h).
+// were made under (schedule, world size, parameter sizes, bucket caps, MG-WFBP's profile_iters
+// and configured alpha/beta), so a resumed run packs exactly as the stopped one. Rank-independent:
+// rank 0's state restores every rank. The communication hook's entries follow (compressing_hook.h:
+// residuals and velocities, every rank's after prepare_checkpoint) and are restored in every case.
+//
+// load_state_dict before setup keeps the state and applies it at the end of setup. Otherwise:
+//  - no "ssgd.*" entries (another algorithm's or an older checkpoint): nothing restored; the
+//    buckets go on from the initial layout (rank 0 logs a note for FUSION and MGWFBP);
+//  - parameter count or sizes differ, or a malformed entry: an Error naming the entry;
+//  - another schedule, or a setting that shaped the layout differs (bucket caps for FUSION;
+//    world size, profile_iters, configured alpha/beta for MGWFBP): rank 0 logs a note naming
+//    the difference and the synchronizer keeps its fresh layout (rebuilt or re-profiled as in a
+//    new run);
+//  - otherwise the same buckets, progress and plan as the stopped run.
 #include <bit>
 #include <cstdio>
 #include <map>
@@ -97,6 +110,7 @@ core::StateDict SsgdSynchronizer::state_dict() const {
     state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(hook_order_.begin(), hook_order_.end())));
   if (!tb_sum_.empty()) state.emplace_back("ssgd.backward_sums", float64_bits_tensor(tb_sum_));
   if (!profiled_tb_.empty()) state.emplace_back("ssgd.backward_means", float64_bits_tensor(profiled_tb_));
+  hook_->append_state(state);
   return state;
 }
 
@@ -113,6 +127,8 @@ void SsgdSynchronizer::note(const std::string& text) const {
 }
 
 void SsgdSynchronizer::restore_state(const core::StateDict& state) {
+  // The hook's state is kept in parameter order: a layout rebuilt below carries it over.
+  hook_->load_state(state);
   const StateReader in(state);
   const bool layout_evolves = options_.schedule == Schedule::FUSION || options_.schedule == Schedule::MGWFBP;
   if (in.empty()) {

@@ -7,7 +7,8 @@
 #include <ostream>
 
 #include "core/error.h"
-#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/compressing_hook.h"
+#include "dist/compression_config.h"
 #include "dist/dist_config.h"
 #include "dist/hierarchical_group.h"
 #include "dist/registry.h"
@@ -19,17 +20,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-std::string mb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g MB", bytes / (1 << 20));
-  return buf;
-}
 
 }  // namespace
 
-SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options)
-    : group_(std::move(group)), options_(std::move(options)) {
+SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options,
+                                   std::unique_ptr<CommHook> hook)
+    : group_(std::move(group)), options_(std::move(options)), hook_(std::move(hook)) {
   MT_CHECK(group_ != nullptr, "S-SGD needs a process group");
+  if (!hook_) hook_ = make_allreduce_hook(group_);
   MT_CHECK(options_.grad_accumulation_steps >= 1, "dist.grad_accumulation_steps must be >= 1, got ",
            options_.grad_accumulation_steps);
   MT_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
@@ -54,35 +52,10 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   broadcast_parameters(*group_, model);
   broadcast_buffers(*group_, model);
 
-  // Until a backward pass has shown the real hook order, assume reverse registration order
-  // (true for sequential models: the last layer's gradients come first).
-  const size_t P = params_.size();
-  std::vector<size_t> reverse(P);
-  for (size_t i = 0; i < P; ++i) reverse[i] = P - 1 - i;
-  std::vector<std::vector<size_t>> groups;
-  if (options_.schedule == Schedule::BSP || options_.schedule == Schedule::MGWFBP) {
-    groups.push_back(reverse);  // MGWFBP: until its plan exists
-  } else if (options_.schedule == Schedule::FUSION) {
-    hook_order_ = reverse;
-    groups = compute_groups();
-  } else {  // WFBP
-    for (size_t p : reverse) groups.push_back({p});
-  }
-  if (P > 0) build_buckets(groups);
-
-  const bool cost_given = options_.alpha >= 0 && options_.beta >= 0;
-  if (options_.schedule == Schedule::MGWFBP && !cost_given) {
-    // Timed allreduces of several sizes, alpha and beta fitted (every rank ends with rank 0's).
-    cost_ = measure_link_cost(*group_, params_.empty() ? core::Device::cpu() : params_[0].device());
-  }
-  if (options_.schedule == Schedule::MGWFBP && rank() == 0 && options_.log) {
-    std::ostream& log = *options_.log;
-    log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
-        << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB";
-    if (cost_.gamma > 0) log << ", gamma " << cost_.gamma * 1e6 << " us of compute per message (shared cores)";
-    log << (cost_given ? std::string(" (from the config)") : std::string(" (fitted at start-up)"))
-        << "; profiling " << options_.profile_iters << " iterations (as BSP meanwhile)" << std::endl;
-  }
+  if (!params_.empty()) build_buckets(initial_groups());
+  if (options_.schedule == Schedule::MGWFBP) start_mgwfbp();
+  if (rank() == 0 && options_.log && !hook_->name().empty())
+    *options_.log << "S-SGD " << schedule_name(options_.schedule) << ": each bucket travels as " << hook_->name() << '\n';
   Synchronizer::setup(model, optimizer);  // grad-ready hooks -> on_gradient_ready
   set_up_ = true;
   if (pending_state_) {
@@ -103,6 +76,15 @@ void SsgdSynchronizer::build_buckets(const std::vector<std::vector<size_t>>& gro
     MT_CHECK(bucket_of_[p] >= 0, "internal: parameter ", p, " is in no bucket");
   launch_order_.clear();
   next_launch_ = 0;
+  hook_->set_layout(groups, params_);
+}
+
+GradBucket SsgdSynchronizer::grad_bucket(size_t b) const {
+  GradBucket out;
+  out.index = b;
+  out.grad = buckets_[b].payload(params_);
+  for (size_t p : buckets_[b].params()) out.params.push_back(params_[p]);
+  return out;
 }
 
 void SsgdSynchronizer::note_unused(const std::vector<size_t>& unused) {
@@ -157,48 +139,22 @@ void SsgdSynchronizer::launch(size_t b) {
   Bucket& bucket = buckets_[b];
   bucket.launched = true;
   bucket.launched_at = Clock::now();
-  Tensor payload = bucket.payload(params_);
-  bucket.work = group_->allreduce(payload, ReduceOp::Sum);
+  bucket.work = hook_->send(grad_bucket(b));
   launch_order_.push_back(b);
-}
-
-// Notes when messages finish (for the timeline): the group's Work has no callback, so the
-// completion time is when we first see it done; checked at every hook and while waiting.
-void SsgdSynchronizer::poll_completions() {
-  for (size_t b : launch_order_) {
-    Bucket& bucket = buckets_[b];
-    if (bucket.completion_seen) continue;
-    if (!bucket.work->is_completed()) break;  // FIFO: later messages are not done either
-    bucket.completion_seen = true;
-    bucket.completed_at = Clock::now();
-  }
 }
 
 void SsgdSynchronizer::wait_all() {
   const auto wait_start = Clock::now();
-  const float scale = 1.0f / static_cast<float>(world_size());
-  Clock::time_point link_free = Clock::time_point::min();
   for (size_t b : launch_order_) {
     Bucket& bucket = buckets_[b];
-    finish(bucket.work, *group_,
-           "allreduce of gradient bucket " + std::to_string(b) + " (" +
-               std::to_string(bucket.params().size()) + " tensors, " + mb(bucket.bytes()) + ")");
+    hook_->finish(grad_bucket(b));  // waits, leaves the average in the payload
     if (!bucket.completion_seen) {
       bucket.completion_seen = true;
       bucket.completed_at = Clock::now();
     }
-    bucket.finish(params_, scale);
-    if (options_.timeline) {
-      // One link, FIFO: a message starts when it was enqueued and the previous one finished.
-      const auto start = std::max(bucket.launched_at, link_free);
-      options_.timeline->add("allreduce b" + std::to_string(b), Timeline::kComm, start,
-                             bucket.completed_at,
-                             "{\"tensors\":" + std::to_string(bucket.params().size()) +
-                                 ",\"bytes\":" + std::to_string(bucket.bytes()) + "}");
-      link_free = bucket.completed_at;
-    }
+    bucket.write_back(params_);
   }
-  if (options_.timeline) options_.timeline->add("wait", Timeline::kCompute, wait_start, Clock::now());
+  if (options_.timeline) trace_messages(wait_start);
 }
 
 void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
@@ -218,26 +174,9 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
   if (!unused.empty() && options_.schedule != Schedule::BSP && !(options_.schedule == Schedule::MGWFBP && !plan_ready_))
     note_unused(unused);
   wait_all();
+  hook_->end_iteration();
   ++communicated_iters_;
-  if (arrivals_.size() == params_.size()) hook_order_ = arrivals_;
-
-  if ((options_.schedule == Schedule::FUSION || options_.schedule == Schedule::WFBP) && communicated_iters_ == 1) {
-    // The buckets, rebuilt in the order the hooks really fire (buckets go out in bucket
-    // order, so a wrong guess of the first iteration would hold messages back).
-    adopt_plan_from_rank0();
-  } else if (options_.schedule == Schedule::MGWFBP && !plan_ready_ && communicated_iters_ >= 2) {
-    // Profile (the first iteration is a warm-up: allocations, caches): the backward time of a
-    // parameter is the time since the previous grad-ready hook.
-    if (tb_sum_.empty()) tb_sum_.assign(params_.size(), 0.0);
-    const std::vector<double> between = backward_marks_->intervals();  // one fewer than arrivals_
-    for (size_t k = 1; k < arrivals_.size() && k - 1 < between.size(); ++k) tb_sum_[arrivals_[k]] += between[k - 1];
-    if (++profiled_ == options_.profile_iters) {
-      profiled_tb_.clear();
-      for (size_t p : hook_order_) profiled_tb_.push_back(tb_sum_[p] / profiled_);
-      adopt_plan_from_rank0();
-      plan_ready_ = true;
-    }
-  }
+  update_layout();  // FUSION's and WFBP's rebuild after the first iteration, MG-WFBP's profile and plan
 
   {
     TimelineSpan span(options_.timeline.get(), "optimizer");
@@ -250,90 +189,42 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
   backward_marks_->clear();
 }
 
-std::vector<std::vector<size_t>> SsgdSynchronizer::compute_groups() const {
-  // Positions in hook order; parameters that never fired (unused) go last.
-  std::vector<size_t> order = hook_order_;
-  std::vector<bool> seen(params_.size(), false);
-  for (size_t p : order) seen[p] = true;
-  for (size_t p = params_.size(); p-- > 0;)
-    if (!seen[p]) order.push_back(p);
-  // The cost model numbers layers in forward order (backward runs L-1 .. 0): position pos in
-  // hook order is layer L-1-pos.
-  const int L = static_cast<int>(order.size());
-  std::vector<double> bytes(L), tb(L, 0.0);
-  for (int pos = 0; pos < L; ++pos) {
-    bytes[L - 1 - pos] = static_cast<double>(params_[order[pos]].numel()) * 4.0;
-    if (pos < static_cast<int>(profiled_tb_.size())) tb[L - 1 - pos] = profiled_tb_[pos];
+// Notes when messages finish (for the timeline): the group's Work has no callback, so the
+// completion time is when we first see it done; checked at every hook and while waiting.
+void SsgdSynchronizer::poll_completions() {
+  for (size_t b : launch_order_) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.completion_seen) continue;
+    if (!bucket.work->is_completed()) break;  // FIFO: later messages are not done either
+    bucket.completion_seen = true;
+    bucket.completed_at = Clock::now();
   }
-  MergePlan plan;
-  if (options_.schedule == Schedule::WFBP) {
-    plan = wfbp_plan(L);  // a message per parameter, now in the order the hooks really fire
-  } else if (options_.schedule == Schedule::MGWFBP) {
-    plan = mgwfbp_best_plan(tb, bytes, cost_);
-  } else {
-    const double MiB = 1024.0 * 1024.0;
-    plan = fusion_plan(bytes, options_.bucket_cap_mb * MiB, options_.first_bucket_cap_mb * MiB);
-  }
-  std::vector<std::vector<size_t>> groups;
-  for (const auto& message : plan) {
-    groups.emplace_back();
-    for (int l : message) groups.back().push_back(order[L - 1 - l]);
-  }
-  return groups;
 }
 
-void SsgdSynchronizer::adopt_plan_from_rank0() {
-  const size_t P = params_.size();
-  if (P == 0) return;
-  // [parameter at position k ..., its group ...], as float32 (exact for these integers).
-  Tensor wire = Tensor::zeros({static_cast<int64_t>(2 * P)}, core::DType::Float32,
-                              params_[0].device());
-  std::vector<std::vector<size_t>> groups;
-  if (rank() == 0) {
-    groups = compute_groups();
-    std::vector<float> host(2 * P);
-    size_t k = 0;
-    for (size_t g = 0; g < groups.size(); ++g)
-      for (size_t p : groups[g]) {
-        host[k] = static_cast<float>(p);
-        host[P + k] = static_cast<float>(g);
-        ++k;
-      }
-    wire.copy_(Tensor::from_vector(host, {static_cast<int64_t>(2 * P)}).to(wire.device()));
+// The messages of this iteration on the timeline's comm lane, and the wait on the compute lane.
+void SsgdSynchronizer::trace_messages(Clock::time_point wait_start) {
+  Clock::time_point link_free = Clock::time_point::min();
+  for (size_t b : launch_order_) {
+    const Bucket& bucket = buckets_[b];
+    // One link, FIFO: a message starts when it was enqueued and the previous one finished.
+    const auto start = std::max(bucket.launched_at, link_free);
+    options_.timeline->add("allreduce b" + std::to_string(b), Timeline::kComm, start, bucket.completed_at,
+                           "{\"tensors\":" + std::to_string(bucket.params().size()) +
+                               ",\"bytes\":" + std::to_string(bucket.bytes()) + "}");
+    link_free = bucket.completed_at;
   }
-  finish(group_->broadcast(wire, 0), *group_, "broadcast of the bucket plan from rank 0");
-  const std::vector<float> host = wire.to_vector();
-  groups.clear();
-  for (size_t k = 0; k < P; ++k) {
-    const size_t g = static_cast<size_t>(host[P + k]);
-    if (g >= groups.size()) groups.resize(g + 1);
-    groups[g].push_back(static_cast<size_t>(host[k]));
-  }
-  build_buckets(groups);
-
-  if (rank() == 0 && options_.log && options_.schedule == Schedule::MGWFBP) {
-    // The plan's inputs in the merge plan's numbering (layer L-1 is the first hook).
-    std::vector<double> tb(P, 0.0), bytes(P, 0.0);
-    double total_tb = 0;
-    for (size_t pos = 0; pos < P; ++pos) {
-      tb[P - 1 - pos] = pos < profiled_tb_.size() ? profiled_tb_[pos] : 0.0;
-      bytes[P - 1 - pos] = static_cast<double>(params_[hook_order_.size() == P ? hook_order_[pos] : P - 1 - pos].numel()) * 4.0;
-      total_tb += tb[P - 1 - pos];
-    }
-    const int L = static_cast<int>(P);
-    *options_.log << "MG-WFBP plan after " << profiled_ << " profiled iterations: " << P
-                  << " gradients in " << groups.size() << " messages (sizes";
-    for (const auto& b : buckets_) *options_.log << " " << mb(b.bytes());
-    *options_.log << "); profiled backward " << total_tb * 1e3 << " ms; predicted backward+communication: WFBP "
-                  << plan_comm_end(tb, bytes, wfbp_plan(L), cost_) * 1e3 << " ms, MG-WFBP "
-                  << plan_comm_end(tb, bytes, mgwfbp_best_plan(tb, bytes, cost_), cost_) * 1e3 << " ms" << std::endl;
-  }
+  options_.timeline->add("wait", Timeline::kCompute, wait_start, Clock::now());
 }
 
 void SsgdSynchronizer::prepare_eval(layers::Module& model) {
   // Batch-norm statistics are updated locally on each rank's shard; evaluation and checkpoints
   // use rank 0's, so every rank evaluates the same model.
   broadcast_buffers(*group_, model);
+}
+
+void SsgdSynchronizer::prepare_checkpoint(layers::Module& model) {
+  prepare_eval(model);
+  hook_->prepare_checkpoint();
 }
 
 namespace {
@@ -361,8 +252,26 @@ void validate_ssgd(const mintrain::DistConfig& d) {
              "racks: set dist.ssgd.rack (one id per rank) or dist.ssgd.ranks_per_rack");
     MT_CHECK(d.compressor().type() == "none", "dist.ssgd.allreduce \"hierarchical\" carries uncompressed "
              "gradients only; set dist.compressor.type \"none\" or dist.ssgd.allreduce \"flat\"");
+    MT_CHECK(s.hook() == "allreduce", "dist.ssgd.allreduce \"hierarchical\" carries float32 gradients only; "
+             "set dist.ssgd.hook \"allreduce\" or dist.ssgd.allreduce \"flat\"");
   }
   validate_compressor(d.compressor());
+  check_name("dist.ssgd.hook", s.hook(), comm_hook_names());
+  MT_CHECK(s.hook() == "allreduce" || d.compressor().type() == "none", "dist.ssgd.hook \"", s.hook(),
+           "\" and dist.compressor.type \"", d.compressor().type(), "\" both say what travels; set one: "
+           "the compressor brings its own hook (with error feedback)");
+}
+
+// What travels for each bucket: dist.compressor's hook when it compresses, else dist.ssgd.hook.
+std::unique_ptr<CommHook> gradient_hook(const AlgorithmContext& c, std::shared_ptr<ProcessGroup> group) {
+  if (c.dist.compressor().type() != "none") {
+    CompressingHookOptions o;
+    o.compression = compression_options(c.dist.compressor());
+    o.momentum_correction = momentum_correction_options(c);
+    return make_compressing_hook(std::move(group), std::move(o));
+  }
+  if (c.dist.ssgd().hook() == "fp16") return make_fp16_hook(std::move(group));
+  return make_allreduce_hook(std::move(group));
 }
 
 // The world, or for dist.ssgd.allreduce "hierarchical" the world with rack-by-rack allreduces.
@@ -378,7 +287,6 @@ std::shared_ptr<ProcessGroup> gradient_group(const AlgorithmContext& c) {
 }
 
 std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
-  if (c.dist.compressor().type() != "none") return make_compressed_ssgd(c);
   const mintrain::SsgdConfig& s = c.dist.ssgd();
   SsgdOptions o;
   o.schedule = parse_schedule(s.schedule());
@@ -392,7 +300,9 @@ std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
   o.config_text = c.config_text;
   o.timeline = c.timeline;
   o.log = c.log;
-  return std::make_unique<SsgdSynchronizer>(gradient_group(c), std::move(o));
+  std::shared_ptr<ProcessGroup> group = gradient_group(c);
+  std::unique_ptr<CommHook> hook = gradient_hook(c, group);
+  return std::make_unique<SsgdSynchronizer>(std::move(group), std::move(o), std::move(hook));
 }
 
 }  // namespace

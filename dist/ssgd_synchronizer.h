@@ -1,50 +1,34 @@
 // S-SGD (docs/algorithms.md section 1): every rank holds a full replica, computes gradients on its
-// shard of the global batch, and the gradients are averaged (allreduce sum, then / N) before
-// the same optimizer step everywhere. The schedule decides *when* each gradient travels:
+// shard, and the gradients are averaged before the same optimizer step everywhere. Gradients go
+// in buckets; the schedule decides *when* a bucket travels (BSP: one bucket after backward;
+// WFBP: one per parameter; FUSION: capped buckets; MG-WFBP: buckets from the merge plan of
+// profiled backward times, merge_plan.h), and the communication hook (comm_hook.h) *what*
+// travels: a dense allreduce / N by default, float16, or compressed with error feedback.
 //
-//   BSP     one flattened allreduce after backward: no overlap, one start-up cost.
-//   WFBP    each parameter's allreduce is enqueued from its grad-ready hook, so the last layers'
-//           gradients travel while backward computes the first layers'.
-//   FUSION  gradients are packed, in backward order, into buckets of at most bucket_cap_mb (the
-//           first one first_bucket_cap_mb, so communication starts early); a bucket's allreduce
-//           starts when its last gradient arrives.
-//   MGWFBP  buckets from the merge plan (merge_plan.h): runs as BSP while it profiles the
-//           backward time between consecutive grad-ready hooks (no message is sent during those
-//           backward passes, so the times are the computation's own), then rank 0 computes the
-//           plan from those times and T(M) = alpha + beta*M (timed at start-up, or the config's),
-//           and broadcasts it.
+// A grad-ready hook copies the gradient into its bucket; a full bucket goes to the communication
+// hook, which enqueues its collective on the process group's own thread (CPU) or stream (GPU), so
+// backward goes on meanwhile. step() has the hook finish every message in launch order (each wait
+// has the group's timeout and fails naming this rank and the bucket), copies the averages back
+// and steps the optimizer. Collectives must be issued in the same order on every rank: the hooks
+// fire in an order fixed by the autograd graph, the same on every rank, and buckets go out
+// strictly in bucket order.
 //
-// Collectives must be issued in the same order on every rank. The hooks fire in an order fixed
-// by the autograd graph (the engine runs ready nodes by sequence number), and every rank builds
-// the same graph, so the launch order agrees. After the first iteration FUSION (and after
-// profiling MG-WFBP) rebuilds its buckets from rank 0's observed hook order, broadcast to all.
-//
-// The process group runs collectives on its own thread (CPU) or stream (GPU): a hook only copies
-// a gradient into its bucket and enqueues; backward goes on meanwhile. step() waits for every
-// message (each wait has the group's timeout and fails with an Error naming this rank and the
-// message), divides by N, and steps the optimizer.
-//
-// Exact resume: which gradients share a message and in what order decides each element's
-// summation order inside the ring allreduce (with 3+ ranks, (a+b)+c vs (b+c)+a), so a resumed run
-// must pack exactly as the stopped one did. state_dict() holds those decisions — the bucket
-// layout, FUSION's rebuild and MG-WFBP's profiling progress and plan — and load_state_dict()
-// puts them back (see load_state_dict for what happens with another config); both live in
-// ssgd_state.cpp, apart from the schedules.
-//
-// Gradient accumulation: with grad_accumulation_steps = k the trainer calls begin_iteration(it)
-// once per micro-batch with the same `it`; the hooks do nothing on the first k-1 micro-batches
-// (the gradients just sum up locally) and communicate on the k-th.
+// The bucket layout (ssgd_layout.cpp) is rebuilt from rank 0's observed hook order after the
+// first iteration (FUSION, WFBP) or the profile (MG-WFBP). Exact resume (ssgd_state.cpp): with
+// 3+ ranks how gradients share a message shows in the summation order of the ring, so the state
+// holds the layout and MG-WFBP's progress. Gradient accumulation: with grad_accumulation_steps =
+// k the hooks communicate on the k-th micro-batch only.
 #pragma once
 #include <chrono>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include "core/device_marks.h"
 #include <vector>
 
+#include "core/device_marks.h"
 #include "dist/bucket.h"
+#include "dist/comm_hook.h"
 #include "dist/merge_plan.h"
 #include "dist/process_group.h"
 #include "dist/synchronizer.h"
@@ -68,9 +52,16 @@ struct SsgdOptions {
 
 class SsgdSynchronizer final : public Synchronizer {
  public:
-  SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options);
+  // hook: what travels for each bucket; null = dense allreduce (make_allreduce_hook).
+  SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options,
+                   std::unique_ptr<CommHook> hook = nullptr);
 
-  std::string name() const override { return "ssgd/" + schedule_name(options_.schedule); }
+  // "ssgd/fusion" with the dense hook; else what travels, "ssgd/two_bit(tau=0.5)" (the schedule
+  // is in rank 0's start-up log).
+  std::string name() const override {
+    const std::string what = hook_->name();
+    return "ssgd/" + (what.empty() ? schedule_name(options_.schedule) : what);
+  }
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->size(); }
 
@@ -79,23 +70,16 @@ class SsgdSynchronizer final : public Synchronizer {
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
   void step(optim::Optimizer& optimizer) override;
   void prepare_eval(layers::Module& model) override;
-  bool steps_on_gradient_average() const override { return true; }
-  bool keeps_state_per_rank() const override { return false; }
+  // prepare_eval, then the hook's per-rank state (residuals, velocities) to rank 0.
+  void prepare_checkpoint(layers::Module& model) override;
+  std::string epoch_summary() override { return hook_->epoch_summary(); }
+  bool takes_over_momentum() const override { return hook_->takes_over_momentum(); }
+  bool steps_on_gradient_average() const override { return hook_->exact_average(); }
+  bool keeps_state_per_rank() const override { return hook_->keeps_state_per_rank(); }
 
-  // "ssgd.*" entries: the settings the layout was made under (schedule, world size, parameter
-  // sizes, bucket caps, MG-WFBP's profile_iters and configured alpha/beta), the bucket layout,
-  // the iterations communicated, MG-WFBP's profile sums and plan state, and the cost in use.
-  // Rank-independent: rank 0's state restores every rank.
+  // The bucket layout and what shaped it ("ssgd.*"), then the hook's entries; what a checkpoint
+  // of another config restores: ssgd_state.cpp.
   core::StateDict state_dict() const override;
-  // Before setup: kept and applied at the end of setup. Otherwise:
-  //  - no "ssgd.*" entries (another algorithm's or an older checkpoint): nothing restored; the
-  //    buckets go on from the initial layout (rank 0 logs a note for FUSION and MGWFBP);
-  //  - parameter count or sizes differ, or a malformed entry: an Error naming the entry;
-  //  - another schedule, or a setting that shaped the layout differs (bucket caps for FUSION;
-  //    world size, profile_iters, configured alpha/beta for MGWFBP): rank 0 logs a note naming
-  //    the difference and the synchronizer keeps its fresh layout (rebuilt or re-profiled as
-  //    in a new run);
-  //  - otherwise the same buckets, progress and plan as the stopped run.
   void load_state_dict(const core::StateDict& state) override;
 
   // Introspection (tests, benchmarks, logs).
@@ -109,12 +93,17 @@ class SsgdSynchronizer final : public Synchronizer {
  private:
   void build_buckets(const std::vector<std::vector<size_t>>& groups);
   void launch(size_t bucket);
+  GradBucket grad_bucket(size_t bucket) const;  // what the hook sees of it
   void launch_ready_in_order();  // sends the filled buckets from next_launch_ on, in order
   void note_unused(const std::vector<size_t>& unused);  // says once which parameters got no gradient
-  void poll_completions();
+  void poll_completions();  // the timeline's completion times
+  void trace_messages(std::chrono::steady_clock::time_point wait_start);
   void wait_all();
-  // Rank 0 computes groups of parameters (from its observed hook order) and broadcasts them;
-  // every rank rebuilds its buckets from the result.
+  // The bucket layout (ssgd_layout.cpp). Rank 0 computes groups of parameters (from its
+  // observed hook order) and broadcasts them; every rank rebuilds its buckets from the result.
+  std::vector<std::vector<size_t>> initial_groups();
+  void start_mgwfbp();   // the link's cost (measured or the config's), logged
+  void update_layout();  // after an iteration's exchange
   void adopt_plan_from_rank0();
   std::vector<std::vector<size_t>> compute_groups() const;
   void restore_state(const core::StateDict& state);
@@ -122,6 +111,7 @@ class SsgdSynchronizer final : public Synchronizer {
 
   std::shared_ptr<ProcessGroup> group_;
   SsgdOptions options_;
+  std::unique_ptr<CommHook> hook_;
   std::vector<Tensor> params_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;        // parameter index -> bucket

@@ -28,4 +28,13 @@ class Store {
   virtual std::shared_ptr<Store> with_timeout(std::chrono::milliseconds timeout) const = 0;
 };
 
+// "30" or "0.3": a timeout or a wait in seconds, for the messages of the store, rendezvous and
+// the process groups (tenths only when there are any).
+inline std::string seconds_number(std::chrono::milliseconds ms) {
+  const auto tenths = (ms.count() + 50) / 100;
+  std::string text = std::to_string(tenths / 10);
+  if (tenths % 10 != 0) text += '.' + std::to_string(tenths % 10);
+  return text;
+}
+
 }  // namespace mt::dist

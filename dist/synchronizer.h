@@ -1,18 +1,9 @@
 // The Synchronizer: the one seam between training and communication. The trainer calls it at
-// fixed points of every iteration; each data-parallel algorithm implements it and registers
-// itself by name (registry.h), and the trainer does not change when one is added. Rank, world
-// size, metric averages and the stop vote belong to the job (job.h), not to an algorithm.
-//
-//   setup(model, optimizer)        once: broadcast initial weights, check replicas agree,
-//                                  register the gradient-ready hooks
-//   begin_iteration(it)            before forward
-//   on_gradient_ready(i, param)    from autograd, the moment parameter i's gradient is final
-//                                  (S-SGD WFBP/fusion start its allreduce here)
-//   step(optimizer)                after backward: finish communication and update weights
-//                                  (the default just steps the optimizer)
-//   model_for_eval(model)          before evaluation and checkpoints (DS-Sync: the average)
-//   epoch_summary()                once per epoch: a line of communication statistics for the
-//                                  log (compressed exchanges), empty when there is nothing to say
+// fixed points of every iteration (setup once; begin_iteration before forward; step after
+// backward; prepare_eval/prepare_checkpoint before evaluation and checkpoints) and autograd calls
+// on_gradient_ready the moment a parameter's gradient is final. Each data-parallel algorithm
+// implements it and registers itself by name (registry.h); the trainer does not change when one
+// is added. Rank, world size, metric averages and the stop vote belong to the job (job.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,9 +19,12 @@ class Synchronizer {
   virtual ~Synchronizer() = default;
   virtual std::string name() const = 0;
 
+  // Once: check the replicas agree, broadcast the initial weights; the base class routes every
+  // parameter's gradient-ready hook to on_gradient_ready.
   virtual void setup(layers::Module& model, optim::Optimizer& optimizer);
   virtual void begin_iteration(int64_t iteration) {}
   virtual void on_gradient_ready(size_t param_index, core::Tensor& param) {}
+  // After backward: finish communication and update the weights.
   virtual void step(optim::Optimizer& optimizer) { optimizer.step(); }
   virtual void prepare_eval(layers::Module& model) {}
   // Before the trainer saves a checkpoint (collective; only rank 0 writes the file): what

@@ -14,24 +14,11 @@ namespace mt::dist {
 
 namespace {
 
-std::string seconds(std::chrono::milliseconds ms) {
-  const auto tenths = ms.count() / 100;
-  return std::to_string(tenths / 10) + (tenths % 10 ? "." + std::to_string(tenths % 10) : "") + " s";
-}
-
 std::string key_list(const std::vector<std::string>& keys) {
   std::string out;
   for (size_t i = 0; i < keys.size() && i < 16; ++i) out += (i ? ", \"" : "\"") + keys[i] + "\"";
   if (keys.size() > 16) out += " and " + std::to_string(keys.size() - 16) + " more";
   return out;
-}
-
-// "30" or "0.3": whole seconds when the value has no tenths.
-std::string seconds_number(std::chrono::milliseconds ms) {
-  const auto tenths = (ms.count() + 50) / 100;
-  std::string text = std::to_string(tenths / 10);
-  if (tenths % 10 != 0) text += '.' + std::to_string(tenths % 10);
-  return text;
 }
 
 }  // namespace
@@ -91,7 +78,7 @@ void TCPStore::connect_locked() {
                  seconds_number(waited).c_str(), seconds_number(options_.timeout).c_str(), last_error.c_str());
   }
   if (fd_ < 0) {
-    MT_FAIL(who(), ": could not reach the store at ", address(), " after ", seconds(options_.timeout),
+    MT_FAIL(who(), ": could not reach the store at ", address(), " after ", seconds_number(options_.timeout) + " s",
             " (", last_error, "): is rank 0 running? check MASTER_ADDR/MASTER_PORT");
   }
   // Present the job token; a mismatch is final, so no retry.
@@ -227,7 +214,7 @@ void TCPStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   } catch (const core::Error&) {
     missing = keys;
   }
-  MT_FAIL(who(), ": timed out after ", seconds(timeout), " waiting for store key(s) ",
+  MT_FAIL(who(), ": timed out after ", seconds_number(timeout) + " s", " waiting for store key(s) ",
           key_list(missing.empty() ? keys : missing), " at ", address(),
           ": the rank(s) that should set them did not get there (crashed, slower, or started "
           "with another MASTER_PORT)");

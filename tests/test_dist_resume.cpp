@@ -175,6 +175,13 @@ TEST(DistResume, Gloo_CdsgdTwoBit) {
 TEST(DistResume, Gloo_CompressedSsgdTopkWithWarmUp) {
   check_resume_is_exact(2, {"dist.compression=TOPK", "dist.topk_ratio=0.05", "dist.topk_warmup_iters=20"}, 13);
 }
+// Compressed FUSION on 3 ranks: per-bucket residuals and velocities, kept in parameter order,
+// survive the buckets' rebuild after the first iteration and the resume's restored layout.
+TEST(DistResume, Gloo_CompressedFusionTwoBitThreeRanks) {
+  std::vector<std::string> o = kFusionTwoMessages;
+  o.insert(o.end(), {"dist.compression=TWO_BIT", "dist.compression_tau=0.05"});
+  check_resume_is_exact(3, o, 13);
+}
 // Groups of 2 among 4 ranks: every rank's weights differ from the average (with 2 ranks the group
 // is the world and only the momentum differs); Adam's int64 step counts travel too.
 TEST(DistResume, Gloo_DssyncFourRanksAdam) {

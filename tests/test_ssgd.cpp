@@ -323,21 +323,14 @@ TEST_F(SsgdTest, WfbpAndFusionStartCommunicatingBeforeBackwardEnds) {
       auto opt = mt::testing::reference_sgd(*model);
       dist::SsgdSynchronizer sync(g, options(schedule));
       sync.setup(*model, *opt);
-      std::vector<size_t> launched_at_hook;
-      for (const Tensor& p : opt->params()) {
-        p.register_grad_ready_hook([&](Tensor&) {
-          size_t launched = 0;
-          for (const auto& b : sync.buckets()) launched += b.launched ? 1 : 0;
-          launched_at_hook.push_back(launched);
-        });
-      }
+      const auto launched_at_hook = mt::testing::record_launched_buckets(sync, opt->params());
       for (int s = 0; s < 2; ++s) {
-        launched_at_hook.clear();
+        launched_at_hook->clear();
         sync.begin_iteration(s);
         auto [x, y] = slice(global_batch(s, 8), r * 4, 4);
         core::cross_entropy(model->forward(x), y).backward();
-        ASSERT_EQ(launched_at_hook.size(), opt->params().size());
-        early[r].push_back(launched_at_hook[launched_at_hook.size() - 2]);
+        ASSERT_EQ(launched_at_hook->size(), opt->params().size());
+        early[r].push_back((*launched_at_hook)[launched_at_hook->size() - 2]);
         sync.step(*opt);
         opt->zero_grad();
       }

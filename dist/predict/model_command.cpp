@@ -21,7 +21,7 @@
 #include "core/json_escape.h"
 #include "core/random.h"
 #include "dist/predict/comm_profile.h"
-#include "dist/compressed_ssgd_synchronizer.h"
+#include "dist/compression_config.h"
 #include "dist/dist_config.h"
 #include "dist/compressor.h"
 #include "dist/error_feedback.h"

@@ -59,4 +59,17 @@ std::vector<std::vector<float>> weights_of(const layers::Module& model) {
   return w;
 }
 
+std::shared_ptr<std::vector<size_t>> record_launched_buckets(const dist::SsgdSynchronizer& sync,
+                                                             const std::vector<core::Tensor>& params) {
+  auto counts = std::make_shared<std::vector<size_t>>();
+  for (const core::Tensor& p : params) {
+    p.register_grad_ready_hook([&sync, counts](core::Tensor&) {
+      size_t launched = 0;
+      for (const auto& b : sync.buckets()) launched += b.launched ? 1 : 0;
+      counts->push_back(launched);
+    });
+  }
+  return counts;
+}
+
 }  // namespace mt::testing

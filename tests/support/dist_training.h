@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/process_group.h"
+#include "dist/ssgd_synchronizer.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
 
@@ -31,5 +32,12 @@ double train_synthetic_mlp(std::shared_ptr<dist::ProcessGroup> group, int rank,
 std::pair<core::Tensor, core::Tensor> synthetic_batch(int step, int64_t rows, int64_t image, int64_t classes);
 std::unique_ptr<optim::Optimizer> reference_sgd(const layers::Module& model);
 std::vector<std::vector<float>> weights_of(const layers::Module& model);
+
+// Whether S-SGD sends while backward runs: registers on every parameter a grad-ready hook (after
+// the synchronizer's) that appends how many of sync's buckets have gone to the process group.
+// After a backward pass, entry k is the count when the k-th gradient was ready (clear it before
+// each backward).
+std::shared_ptr<std::vector<size_t>> record_launched_buckets(const dist::SsgdSynchronizer& sync,
+                                                             const std::vector<core::Tensor>& params);
 
 }  // namespace mt::testing
