@@ -108,7 +108,7 @@ case "$mode" in
     set -e
     # The carry budget (60 MiB with the data) does not hold every test binary: by default the
     # ones that touch the device; MT_GPU_TESTS="all" or a list of names picks others.
-    sel="${MT_GPU_TESTS:-test_ops_gpu test_ops_nn test_ops_transformer_gpu test_device test_optim test_train_e2e test_nccl_algorithms}"
+    sel="${MT_GPU_TESTS:-test_ops_gpu test_ops_nn test_ops_transformer_gpu test_device test_optim test_train_e2e test_nccl_algorithms test_comm_hook test_cdsgd}"
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMT_ENABLE_OPENCV=OFF -DMT_ENABLE_DNNL=OFF >/dev/null
     if [ "$sel" = all ]; then
       cmake --build "$build" -j"$(nproc)"
