@@ -196,10 +196,10 @@ declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]=
 # The config overrides of each algorithm (and of DS-Sync on two racks, below).
 algo_sets() {
   case $1 in
-    ssgd_bsp) echo "dist.algorithm=ssgd dist.schedule=BSP" ;;
-    ssgd_wfbp) echo "dist.algorithm=ssgd dist.schedule=WFBP" ;;
-    ssgd_fusion) echo "dist.algorithm=ssgd dist.schedule=FUSION" ;;
-    ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.schedule=MGWFBP" ;;
+    ssgd_bsp) echo "dist.algorithm=ssgd dist.ssgd.schedule=bsp" ;;
+    ssgd_wfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=wfbp" ;;
+    ssgd_fusion) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion" ;;
+    ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=mgwfbp" ;;
     ssgd_two_bit) echo "dist.algorithm=ssgd dist.compression=TWO_BIT" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
@@ -356,7 +356,8 @@ train_once() {
 for preset in $presets; do
   # The network as the ranks see it (allreduce alpha/beta, and gamma: the compute a message
   # takes when ranks share cores), measured on this preset's testbed for the cost model.
-  if "$bin" help 2>/dev/null | grep -q profile-comm; then
+  # (Not `help | grep -q`: grep stops reading, the binary dies of SIGPIPE, and pipefail makes it false.)
+  if grep -q profile-comm <<<"$("$bin" help 2>&1)"; then
     bash "$TESTBED" down
     bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
     mkdir -p "$out/comm"
