@@ -19,9 +19,9 @@
 #                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
 #                               [--max-steal P] [--set KEY=VALUE]... [--out-of-sample "N1 N2"]
 #
-# Parameter servers (not run by this script yet; issue 30's comparison): bring the testbed up with
-# N+S hosts and start rank r in host r with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S and
-# --set dist.algorithm=ps, so hosts N..N+S-1 hold the servers, each behind its own shaped link.
+# Parameter servers (ps_bsp, ps_wfbp; flat preset only): the testbed gets N+S hosts, rank r runs
+# in host r with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S, so hosts N..N+S-1 hold the servers, each
+# behind its own shaped link (--servers S, default 1).
 #
 # --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
 #            instead of 5 epochs of 300 iterations
@@ -33,9 +33,10 @@
 # --rate     host link rate, tc units (default 100mbit)
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
-#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync
+#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp (parameter server)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
-# --nproc    ranks, one per emulated host (default 4; even, for two_racks)
+# --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
+# --servers  parameter servers for ps_bsp and ps_wfbp, each on a host of its own (default 1)
 # --model    lenet5 (default) or any model of the registry that takes 1x28x28 input (resnet20)
 # --batch    per-rank batch (default 16)
 # --inter-rate  two_racks: the link between the racks (default RATE/4)
@@ -81,6 +82,7 @@ inter_rate=""
 host_cpus=0
 max_steal=5
 out_of_sample=""
+servers=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 ;;
@@ -98,8 +100,9 @@ while [[ $# -gt 0 ]]; do
     --inter-rate) inter_rate=${2:?--inter-rate needs e.g. 100mbit}; shift ;;
     --host-cpus) host_cpus=${2:?--host-cpus needs a number of cores}; shift ;;
     --max-steal) max_steal=${2:?--max-steal needs a percentage}; shift ;;
+    --servers) servers=${2:?--servers needs a number}; shift ;;
     --out-of-sample) out_of_sample=${2:?--out-of-sample needs a list of N, e.g. "2 4"}; shift ;;
-    -h|--help) sed -n '2,61p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "report.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -133,8 +136,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp)" >&2; exit 2 ;;
   esac
 done
 
@@ -149,6 +152,7 @@ BATCH=$batch
 [[ " $presets " != *" two_racks "* ]] || ((NPROC % 2 == 0)) || {
   echo "report.sh: two_racks needs an even --nproc (two racks of NPROC/2)" >&2; exit 2; }
 RACK=$((NPROC / 2))
+[[ $servers =~ ^[0-9]+$ ]] && ((servers >= 1)) || { echo "report.sh: --servers must be a number >= 1" >&2; exit 2; }
 for n in $out_of_sample; do
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 2 && n < NPROC)) || {
     echo "report.sh: --out-of-sample takes ranks counts >= 2 and below --nproc ($NPROC), not '$n'" >&2; exit 2; }
@@ -192,7 +196,7 @@ read -r -a algorithms <<<"$algorithm_list"
 declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]="S-SGD FUSION"
                   [ssgd_mgwfbp]="S-SGD MGWFBP" [cdsgd_two_bit]="CD-SGD TWO_BIT"
                   [ssgd_two_bit]="compressed S-SGD TWO_BIT"
-                  [dssync]="DS-Sync")
+                  [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS")
 # The config overrides of each algorithm (and of DS-Sync on two racks, below).
 algo_sets() {
   case $1 in
@@ -203,6 +207,8 @@ algo_sets() {
     ssgd_two_bit) echo "dist.algorithm=ssgd dist.compression=TWO_BIT" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
+    ps_bsp) echo "dist.algorithm=ps dist.ps.schedule=bsp" ;;
+    ps_wfbp) echo "dist.algorithm=ps dist.ps.schedule=wfbp" ;;
     dssync) echo "dist.algorithm=dssync dist.dssync_group_size=$DSSYNC_GROUP"
             [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=$RACK dist.dssync_cross_period=2" ;;
   esac
@@ -325,15 +331,16 @@ fi
 port=29610
 results=$out/results.tsv   # preset algorithm rc wall_s
 : >"$results"
-# Runs `mintrain ARGS...` as NPROC ranks, one per host of the testbed that is up; rank r's output
-# goes to LOGPREFIX$r.log. Returns the first non-zero exit status.
+# Runs `mintrain ARGS...` as NPROC ranks (plus SERVERS parameter servers when set), one per host
+# of the testbed that is up; rank r's output goes to LOGPREFIX$r.log. Returns the first non-zero
+# exit status.
 run_ranks() {
-  local logprefix=$1 r p rc=0
+  local logprefix=$1 r p rc=0 world=$((NPROC + ${SERVERS:-0}))
   shift
   port=$((port + 1))   # a fresh port: the previous run's sockets may linger in TIME_WAIT
   pids=()
-  for ((r = 0; r < NPROC; r++)); do
-    bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+  for ((r = 0; r < world; r++)); do
+    bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$world MINTRAIN_NUM_SERVERS=${SERVERS:-0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
         MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
         timeout 900 "$bin" "$@" >"$logprefix$r.log" 2>&1 &
     pids+=($!)
@@ -419,9 +426,14 @@ for preset in $presets; do
   fi
   for algo in "${algorithms[@]}"; do
     run_dir=$out/runs/$preset/$algo
+    ps_servers=0
+    if [[ $algo == ps_* ]]; then
+      [[ $preset == flat ]] || { log "$preset / ${label[$algo]}: the parameter server runs on the flat preset only"; continue; }
+      ps_servers=$servers
+    fi
     mkdir -p "$run_dir"
     bash "$TESTBED" down
-    bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
+    bash "$TESTBED" up "$((NPROC + ps_servers))" "$preset" "$rate" 0ms >/dev/null
     if [[ $preset == contention ]]; then
       bash "$TESTBED" vary 0 "$((rate_bits / 5))bit" "$rate" 2 &
       vary_pid=$!
@@ -438,7 +450,7 @@ for preset in $presets; do
       done
     fi
     rc=0
-    steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
+    SERVERS=$ps_servers steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
     if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" 2>/dev/null || true; vary_pid=""; fi
     printf '%s\t%s\t%s\t%.1f\t%s\n' "$preset" "$algo" "$rc" "$wall" "$steal" >>"$results"
     if ((rc != 0)); then
@@ -467,6 +479,11 @@ model_row() {
       printf "%s\tssgd_bsp\t%s\n%s\tssgd_wfbp\t%s\n%s\tssgd_fusion\t%s\n%s\tssgd_mgwfbp\t%s\n",
              p, f[2], p, f[3], p, f[4], p, f[5]
       printf "%s\tcdsgd_two_bit\t%s\n%s\tdssync\t%s\n", p, f[6], p, f[7]; exit }' "$1"
+  # The seven methods' table: "N BSP-A2A WFBP-A2A MG-WFBP BytSched-A2A BSP-PS WFBP-PS BytSched-PS ...".
+  awk -v n="$NPROC" -v p="$2" '
+    /^the seven methods/ { table = 1; next }
+    table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
+      if (f[6] != "-") printf "%s\tps_bsp\t%s\n%s\tps_wfbp\t%s\n", p, f[6], p, f[7]; exit }' "$1"
 }
 if ((have_model)); then
   gbps=$(echo "scale=6; $rate_bits / 1000000000" | bc)
@@ -488,7 +505,7 @@ if ((have_model)); then
       shift
       "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
           "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" "$@" \
-          --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$file" 2>&1
+          --workers "$NPROC" --at "$NPROC" --servers "$servers" "${net[@]}" >"$file" 2>&1
     }
     predict "$out/model_$preset.txt" "${comm_args[@]}" || {
       log "mintrain model failed for $preset (see $out/model_$preset.txt)"; continue; }
