@@ -102,7 +102,7 @@ while [[ $# -gt 0 ]]; do
     --max-steal) max_steal=${2:?--max-steal needs a percentage}; shift ;;
     --servers) servers=${2:?--servers needs a number}; shift ;;
     --out-of-sample) out_of_sample=${2:?--out-of-sample needs a list of N, e.g. "2 4"}; shift ;;
-    -h|--help) sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "report.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
