@@ -21,6 +21,7 @@
 #include "core/json_escape.h"
 #include "core/random.h"
 #include "dist/predict/comm_profile.h"
+#include "dist/predict/partition_cost_model.h"
 #include "dist/compression_config.h"
 #include "dist/dist_config.h"
 #include "dist/compressor.h"
@@ -144,7 +145,8 @@ const char* kModelUsage =
     "                      [--ranks-per-rack R --inter-bandwidth-gbps X --inter-latency-us Y]\n"
     "                      [--allreduce ring|hierarchical] [--profile-iters K] [--warmup-iters W]\n"
     "                      [--layer-times FILE.json] [--save-profile FILE.json]\n"
-    "                      [--comm-profile FILE.json [--shared-cores]]\n"
+    "                      [--comm-profile FILE.json[,FILE.json...] [--shared-cores]]\n"
+    "                      [--servers S] [--partition-bytes B] [--credit-bytes C]\n"
     "  --comm-profile: the network as measured by `mintrain profile-comm` on n ranks (Gloo's ring\n"
     "    allreduce, T(M) = alpha + beta * M, and gamma). Per-hop latency alpha / (2(n-1)) replaces\n"
     "    --latency-us and --inter-latency-us. With --bandwidth-gbps, every link's bandwidth is scaled\n"
@@ -155,6 +157,14 @@ const char* kModelUsage =
     "    for that size (the mean, interpolated between the measured sizes), not the fitted line;\n"
     "    when it was also timed after idling (profile-comm --idle-ms), a message that follows that\n"
     "    much idle network or more takes the after-idle time, and less idle a share of the saving.\n"
+    "    Several files (measured at different n, e.g. 2 and 4): the latency per hop and the\n"
+    "    efficiency (or rate) are the means of what each implies, each file's measured times apply\n"
+    "    at its own n only, and gamma and the rest come from the one with the largest n. Predicting\n"
+    "    another N from them is the out-of-sample check (docs/PERF.md).\n"
+    "  --servers S: parameter servers for BSP-PS, WFBP-PS, ByteScheduler-PS (default dist.ps.servers,\n"
+    "    1 when that is 0); --partition-bytes B: the PS's and ByteScheduler's largest partition\n"
+    "    (default dist.ps.partition_bytes); --credit-bytes C: ByteScheduler's credit (default: the\n"
+    "    fastest of B x 1, 2, 4, ... by the model, per N).\n"
     "  --shared-cores: also apply the profile's core-sharing terms (gamma, the share of compute lost\n"
     "    while a message is in flight, the during-compute curve), for ranks that share CPU cores. Off by\n"
     "    default: they were fitted where ranks share cores and do not carry over to other machines.";
@@ -364,21 +374,35 @@ ModelProfile read_profile(const std::string& path) {
 
 CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
                                     const MeasuredComm& measured) {
-  const int n = measured.world;
-  MT_CHECK(n >= 2 && measured.cost.beta > 0, "calibrate_network: the profile needs world >= 2 and beta > 0");
+  return calibrate_network(nominal, bandwidth_given, std::vector<MeasuredComm>{measured});
+}
+
+CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
+                                    const std::vector<MeasuredComm>& profiles) {
+  MT_CHECK(!profiles.empty(), "calibrate_network: no communication profile given");
   CalibratedNetwork c;
   c.spec = nominal;
-  // A ring allreduce on n ranks takes 2(n-1) steps; each pays one hop's start-up.
-  c.latency_us = measured.cost.alpha / (2.0 * (n - 1)) * 1e6;
+  double latency_us = 0.0, efficiency = 0.0, rate_gbps = 0.0;
+  for (const MeasuredComm& measured : profiles) {
+    const int n = measured.world;
+    MT_CHECK(n >= 2 && measured.cost.beta > 0, "calibrate_network: the profile needs world >= 2 and beta > 0");
+    // A ring allreduce on n ranks takes 2(n-1) steps; each pays one hop's start-up.
+    latency_us += measured.cost.alpha / (2.0 * (n - 1)) * 1e6;
+    if (bandwidth_given) {
+      // Gloo measured a ring, so the nominal side is the ring too, whatever --allreduce says.
+      efficiency += dist::NetworkModel(nominal).allreduce(n, dist::AllreduceAlgorithm::Ring).beta / measured.cost.beta;
+    } else {
+      rate_gbps += 2.0 * (n - 1) / n / measured.cost.beta * 8.0 / 1e9;
+    }
+  }
+  const double count = static_cast<double>(profiles.size());
+  c.latency_us = latency_us / count;
   c.spec.latency_us = c.latency_us;
   c.spec.inter_latency_us = c.latency_us;
   if (bandwidth_given) {
-    // Gloo measured a ring, so the nominal side is the ring too, whatever --allreduce says.
-    const double nominal_beta =
-        dist::NetworkModel(nominal).allreduce(n, dist::AllreduceAlgorithm::Ring).beta;
     // Above 1.5 the measurement contradicts the nominal spec (e.g. loopback measured, a slow
     // network named): trusting it further would predict links faster than they are said to be.
-    c.unclamped_efficiency = nominal_beta / measured.cost.beta;
+    c.unclamped_efficiency = efficiency / count;
     c.efficiency = std::min(c.unclamped_efficiency, 1.5);
     c.spec.bandwidth_gbps *= c.efficiency;
     if (c.spec.ranks_per_rack > 0) c.spec.inter_bandwidth_gbps *= c.efficiency;
@@ -386,7 +410,7 @@ CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandw
     MT_CHECK(nominal.ranks_per_rack == 0, "--comm-profile without --bandwidth-gbps describes one level (the "
              "measured ring's rate); for racks (--ranks-per-rack ", nominal.ranks_per_rack,
              ") also give --bandwidth-gbps and --inter-bandwidth-gbps, which the profile then scales");
-    c.spec.bandwidth_gbps = 2.0 * (n - 1) / n / measured.cost.beta * 8.0 / 1e9;
+    c.spec.bandwidth_gbps = rate_gbps / count;
     c.spec.inter_bandwidth_gbps = 0.0;
     c.spec.inter_latency_us = 0.0;
   }
@@ -404,7 +428,13 @@ dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSet
     ring.gamma = s.measured.gamma;
     ring.overlap_slowdown = s.measured.overlap_slowdown;
   }
-  if (n > 1 && n == s.measured_world) dist::copy_curves(s.measured, ring);
+  if (n > 1) {
+    if (const auto at = s.curves_at.find(n); at != s.curves_at.end()) {
+      dist::copy_curves(at->second, ring);
+    } else if (n == s.measured_world) {
+      dist::copy_curves(s.measured, ring);
+    }
+  }
   return ring;
 }
 }  // namespace
@@ -433,6 +463,27 @@ ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& ne
   row.wfbp = ssgd(dist::Schedule::WFBP);
   row.fusion = ssgd(dist::Schedule::FUSION);
   row.mgwfbp = ssgd(dist::Schedule::MGWFBP);
+
+  // ByteScheduler on the ring, and the parameter server (one level only), from the same network.
+  const dist::PsLinks links =
+      network.two_level() ? dist::PsLinks{} : network.ps_links(n, std::max(1, s.ps_servers));
+  auto bytescheduler = [&](dist::Architecture architecture, double& credit) {
+    if (s.credit_bytes > 0) {
+      credit = s.credit_bytes;
+      return dist::predict_partitioned(layers, u, dist::bytescheduler(architecture, s.partition_bytes, credit), ring,
+                                       links);
+    }
+    const dist::CreditChoice choice = dist::best_credit(layers, u, architecture, s.partition_bytes, ring, links);
+    credit = choice.credit_bytes;
+    return choice.prediction;
+  };
+  row.bytescheduler_a2a = bytescheduler(dist::Architecture::AllReduce, row.credit_a2a);
+  row.ps_modelled = !network.two_level();
+  if (row.ps_modelled) {
+    row.bsp_ps = dist::predict_partitioned(layers, u, dist::bsp_ps(s.partition_bytes), ring, links);
+    row.wfbp_ps = dist::predict_partitioned(layers, u, dist::wfbp_ps(s.partition_bytes), ring, links);
+    row.bytescheduler_ps = bytescheduler(dist::Architecture::ParameterServer, row.credit_ps);
+  }
 
   // CD-SGD: one flat exchange of the whole gradient per iteration.
   dist::CdsgdCost c = s.cdsgd_per_exchange;
@@ -485,6 +536,9 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<int> workers;
   for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
   int at = -1, profile_iters = 10, warmup_iters = 2;
+  std::optional<int> servers;
+  std::optional<int64_t> partition_bytes;
+  double credit_bytes = 0.0;
   bool shared_cores = false;
   // Flags win over the config's dist.network, which wins over the defaults.
   std::optional<double> bandwidth, latency, inter_bandwidth, inter_latency;
@@ -507,6 +561,9 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     else if (f.is("--save-profile")) save_profile = f.value();
     else if (f.is("--comm-profile")) comm_profile = f.value();
     else if (f.is("--shared-cores")) shared_cores = true;
+    else if (f.is("--servers")) servers = f.integer(1);
+    else if (f.is("--partition-bytes")) partition_bytes = f.integer(4);
+    else if (f.is("--credit-bytes")) credit_bytes = f.number();
     else if (f.is("--help") || f.is("-h")) {
       out << kModelUsage << "\n";
       return 0;
@@ -532,22 +589,37 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   net.inter_latency_us = inter_latency.value_or(nc.inter_latency_us());
   net.algorithm = dist::parse_allreduce_algorithm(allreduce.value_or(nc.allreduce()));
   if (net.ranks_per_rack > 0 && net.inter_latency_us == 0.0) net.inter_latency_us = net.latency_us;
-  std::optional<MeasuredComm> measured;
+  std::optional<MeasuredComm> measured;  // the profile with the largest n
+  std::vector<MeasuredComm> all_measured;
   std::string measured_line;
   if (!comm_profile.empty()) {
-    measured = read_comm_profile(comm_profile);
-    if (!shared_cores) {
-      // Cores of their own for communication: the core-sharing terms stay out of the model.
-      measured->cost.gamma = 0.0;
-      measured->cost.overlap_slowdown = 0.0;
-      measured->cost.busy_measured_seconds.clear();
+    std::stringstream files(comm_profile);
+    for (std::string file; std::getline(files, file, ',');) {
+      MT_CHECK(!file.empty(), "--comm-profile: an empty file name in \"", comm_profile,
+               "\" (a comma-separated list of profile-comm files)");
+      MeasuredComm m = read_comm_profile(file);
+      if (!shared_cores) {
+        // Cores of their own for communication: the core-sharing terms stay out of the model.
+        m.cost.gamma = 0.0;
+        m.cost.overlap_slowdown = 0.0;
+        m.cost.busy_measured_seconds.clear();
+      }
+      for (const MeasuredComm& other : all_measured)
+        MT_CHECK(other.world != m.world, "--comm-profile: two files were measured on n = ", m.world,
+                 " ranks; give one profile per n");
+      all_measured.push_back(m);
+      if (!measured || m.world > measured->world) measured = m;
     }
-    const CalibratedNetwork c = calibrate_network(net, bandwidth_given, *measured);
+    const CalibratedNetwork c = calibrate_network(net, bandwidth_given, all_measured);
     net = c.spec;
     const int n = measured->world;
-    measured_line = "comm profile: " + comm_profile + ", measured on n = " + std::to_string(n) + " ranks" +
+    std::string worlds;
+    for (const MeasuredComm& m : all_measured) worlds += (worlds.empty() ? "" : ", ") + std::to_string(m.world);
+    measured_line = "comm profile: " + comm_profile + ", measured on n = " + worlds + " ranks" +
                     (measured->group.empty() ? "" : " (" + measured->group + ")") + ": alpha " +
-                    fmt("%.1f", measured->cost.alpha * 1e6) + " us -> " + fmt("%.2f", c.latency_us) +
+                    fmt("%.1f", measured->cost.alpha * 1e6) + " us" +
+                    (all_measured.size() > 1 ? " at n = " + std::to_string(n) + ", the mean over the files" : "") +
+                    " -> " + fmt("%.2f", c.latency_us) +
                     " us per hop (replaces --latency-us); beta " + fmt("%.4f", measured->cost.beta * 1e9) +
                     " ms/MB -> " +
                     (bandwidth_given ? "efficiency " + fmt("%.3f", c.efficiency) +
@@ -566,7 +638,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                                " us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)") +
                     (measured->cost.measured_bytes.empty()
                          ? std::string()
-                         : "; at N = " + std::to_string(n) + " an allreduce takes the measured time of its size (" +
+                         : "; at N = " + worlds + " an allreduce takes the measured time of its size (" +
                                std::to_string(measured->cost.measured_bytes.size()) + " sizes, interpolated" +
                                (measured->cost.idle_measured_seconds.empty()
                                     ? std::string(")")
@@ -611,7 +683,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     s.measured_world = measured->world;
     s.measured = measured->cost;
     s.dssync_measured = measured->dssync;
+    for (const MeasuredComm& m : all_measured) s.curves_at[m.world] = m.cost;
   }
+  s.ps_servers = servers.value_or(dc.ps().servers() > 0 ? dc.ps().servers() : 1);
+  s.partition_bytes = partition_bytes.value_or(dc.ps().partition_bytes());
+  s.credit_bytes = credit_bytes;
   if (!save_profile.empty()) write_profile(profile, save_profile);
 
   // ---- Report ----
@@ -690,6 +766,29 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     out << line;
   }
 
+  // The survey's seven methods (issue 30): allreduce (A2A) and parameter server (PS).
+  out << "\nthe seven methods: milliseconds per iteration (efficiency); PS: " << s.ps_servers << " server"
+      << (s.ps_servers == 1 ? "" : "s") << ", partitions of at most " << mb(static_cast<double>(s.partition_bytes))
+      << " (ByteScheduler's too); ByteScheduler's credit "
+      << (s.credit_bytes > 0 ? mb(s.credit_bytes) : std::string("the fastest by the model (last columns)"))
+      << (network.two_level() ? "; PS not modelled on two levels" : "") << "\n";
+  std::snprintf(line, sizeof(line), "%6s %17s %17s %17s %17s %17s %17s %17s %9s %9s\n", "N", "BSP-A2A", "WFBP-A2A",
+                "MG-WFBP", "BytSched-A2A", "BSP-PS", "WFBP-PS", "BytSched-PS", "credit A", "credit P");
+  out << line;
+  auto ps_cell = [&](const ScalingRow& row, const dist::Prediction& p) {
+    return row.ps_modelled ? cell(p) : std::string("-");
+  };
+  auto credit_cell = [&](bool modelled, double credit) { return modelled ? mb(credit) : std::string("-"); };
+  for (int n : workers) {
+    const ScalingRow row = predict_row(profile, network, s, n);
+    std::snprintf(line, sizeof(line), "%6d %17s %17s %17s %17s %17s %17s %17s %9s %9s\n", n, cell(row.bsp).c_str(),
+                  cell(row.wfbp).c_str(), cell(row.mgwfbp).c_str(), cell(row.bytescheduler_a2a).c_str(),
+                  ps_cell(row, row.bsp_ps).c_str(), ps_cell(row, row.wfbp_ps).c_str(),
+                  ps_cell(row, row.bytescheduler_ps).c_str(), credit_cell(true, row.credit_a2a).c_str(),
+                  credit_cell(row.ps_modelled, row.credit_ps).c_str());
+    out << line;
+  }
+
   const ScalingRow r = predict_row(profile, network, s, at);
   out << "\ncritical paths at N = " << at << " (forward/backward numbers are layers, allreduce numbers messages):\n";
   const auto layers = profile.layer_costs();
@@ -707,6 +806,13 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
         ", plan " + dist::plan_str(dist::plan_for(dist::Schedule::MGWFBP, layers, ring, 0, 0)));
   print("CD-SGD", r.cdsgd, " (mean over the k-step cycle; compressed period shown)");
   print("DS-Sync", r.dssync, "");
+  out << "  (below: the DAG runs from backward to the next iteration's forward; push/pull k and allreduce k are partitions)\n";
+  print("ByteScheduler-A2A", r.bytescheduler_a2a, ", credit " + mb(r.credit_a2a));
+  if (r.ps_modelled) {
+    print("BSP-PS", r.bsp_ps, "");
+    print("WFBP-PS", r.wfbp_ps, "");
+    print("ByteScheduler-PS", r.bytescheduler_ps, ", credit " + mb(r.credit_ps));
+  }
   return 0;
 }
 

@@ -45,6 +45,7 @@
 #pragma once
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,13 @@ struct AlgorithmSettings {
   // was calibrated from them.
   int measured_world = 0;
   dist::LinearCost measured;
+  // Every profile's measured curves by the N it was measured on (several with --comm-profile
+  // A,B: profiles at other N calibrate the network, and each one's curves apply at its own N).
+  std::map<int, dist::LinearCost> curves_at;
+  // The parameter server and ByteScheduler (partition_cost_model.h).
+  int ps_servers = 1;
+  int64_t partition_bytes = 4 << 20;  // the PS's and ByteScheduler's largest partition
+  double credit_bytes = 0.0;          // ByteScheduler's credit; 0: the fastest by the model, per N
   // DS-Sync's group averages as profile-comm --dssync-group-size timed them on measured_world
   // ranks (dist/dssync_comm_profile.h): at that N, with the same group size and racks, a
   // group average costs these curves' time instead of the network model's.
@@ -109,6 +117,9 @@ struct AlgorithmSettings {
 struct ScalingRow {
   int workers = 1;
   dist::Prediction bsp, wfbp, fusion, mgwfbp, cdsgd, dssync;
+  dist::Prediction bytescheduler_a2a, bsp_ps, wfbp_ps, bytescheduler_ps;
+  double credit_a2a = 0.0, credit_ps = 0.0;  // ByteScheduler's credits (given or chosen), bytes
+  bool ps_modelled = false;                  // false on two levels (the PS columns are not filled)
 };
 
 // Whether DS-Sync's measured group times apply at n workers with racks of ranks_per_rack (0:
@@ -129,6 +140,11 @@ struct CalibratedNetwork {
 };
 CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
                                     const MeasuredComm& measured);
+// From profiles measured at several N (the out-of-sample mode: profile at N = 2 and 4, predict
+// 8): the latency per hop, the efficiency or the link rate are the means of what each profile
+// implies by the rules above (one profile: calibrate_network's numbers).
+CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
+                                    const std::vector<MeasuredComm>& measured);
 
 // The subcommand; args exclude "model". Returns the exit status (errors throw core::Error).
 int run_model_command(const std::vector<std::string>& args, std::ostream& out);

@@ -85,6 +85,19 @@ LinearCost NetworkModel::group_allreduce(int g, bool cross_rack, int rings_per_u
   return {steps * lat, steps / g / bw};
 }
 
+PsLinks NetworkModel::ps_links(int workers, int servers) const {
+  MT_CHECK(workers >= 1 && servers >= 1, "a parameter server needs >= 1 worker and >= 1 server, got ", workers,
+           " and ", servers);
+  MT_CHECK(!two_level(), "the parameter server's cost is modelled on one level only (every worker and server on "
+           "one switch); drop --ranks-per-rack to predict it");
+  PsLinks links;
+  links.workers = workers;
+  links.servers = servers;
+  links.latency = spec_.latency_us * 1e-6;
+  links.worker_seconds_per_byte = links.server_seconds_per_byte = 1.0 / bytes_per_second(spec_.bandwidth_gbps);
+  return links;
+}
+
 std::string NetworkModel::describe() const {
   std::ostringstream os;
   os << spec_.bandwidth_gbps << " Gbit/s, " << spec_.latency_us << " us";

@@ -26,11 +26,14 @@
 //   group allreduce of g ranks    a ring of g: 2(g-1) lat + 2(g-1)/g M / bw inside a rack;
 //     across racks lat_o and bw_o / f, where f rings share each uplink (DS-Sync's crossing
 //     phases run all groups at once: every rank of a rack is in a crossing group, f = r)
+//   parameter server, one level   every worker and server one link: a message of b bytes
+//     takes lat + b / bw on it (partition_cost_model.h puts N workers' copies on a server's link)
 // n = 1 (or g = 1) costs nothing. A rack that is not full is costed as a full one.
 #pragma once
 #include <string>
 
 #include "dist/predict/cost_model.h"
+#include "dist/predict/partition_cost_model.h"
 
 namespace mt::dist {
 
@@ -66,6 +69,10 @@ class NetworkModel {
   // Allreduce among a group of g ranks: inside one rack, or spread over racks with
   // `rings_per_uplink` concurrent group rings sharing each rack's uplink.
   LinearCost group_allreduce(int g, bool cross_rack, int rings_per_uplink = 1) const;
+
+  // The parameter server's links for `workers` workers and `servers` servers, one level only
+  // (where the servers sit in racks is not modelled: an Error says so).
+  PsLinks ps_links(int workers, int servers) const;
 
   // One line: "1 Gbit/s, 50 us, one level" or with the racks and the algorithm.
   std::string describe() const;

@@ -17,11 +17,11 @@
 #   bash dist/predict/report.sh [--quick] [--out DIR] [--bin PATH] [--rate RATE] [--presets "P ..."]
 #                               [--algorithms "A ..."] [--nproc N] [--model NAME] [--batch B]
 #                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
-#                               [--max-steal P] [--set KEY=VALUE]...
+#                               [--max-steal P] [--set KEY=VALUE]... [--out-of-sample "N1 N2"]
 #
-# Parameter servers (not run by this script yet; issue 30's comparison): bring the testbed up with
-# N+S hosts and start rank r in host r with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S and
-# --set dist.algorithm=ps, so hosts N..N+S-1 hold the servers, each behind its own shaped link.
+# Parameter servers (ps_bsp, ps_wfbp; flat preset only): the testbed gets N+S hosts, rank r runs
+# in host r with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S, so hosts N..N+S-1 hold the servers, each
+# behind its own shaped link (--servers S, default 1).
 #
 # --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
 #            instead of 5 epochs of 300 iterations
@@ -33,9 +33,10 @@
 # --rate     host link rate, tc units (default 100mbit)
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
-#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync
+#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp (parameter server)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
-# --nproc    ranks, one per emulated host (default 4; even, for two_racks)
+# --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
+# --servers  parameter servers for ps_bsp and ps_wfbp, each on a host of its own (default 1)
 # --model    lenet5 (default) or any model of the registry that takes 1x28x28 input (resnet20)
 # --batch    per-rank batch (default 16)
 # --inter-rate  two_racks: the link between the racks (default RATE/4)
@@ -49,6 +50,12 @@
 #            machine than the others: it is run again, up to twice (default 5; 100: never). The
 #            report shows every run's steal.
 # --set KEY=VALUE    a config override for every run (and the model), e.g. dist.cdsgd_k=0
+# --out-of-sample "2 4"  the cost model's out-of-sample check, on the flat preset: the network is
+#            also profiled on each of these smaller N (the model's sizes), and on --nproc ranks at
+#            powers of two that are none of the model's sizes; two more predictions of --nproc ranks
+#            are made from them (`mintrain model --comm-profile` with the files of the smaller N:
+#            the network model extrapolates; with the other sizes: the measured curve interpolates)
+#            and shown beside the in-sample one (the model's own sizes at --nproc)
 # Needs root (network namespaces), gnuplot (Debian: gnuplot-nox) and the Fashion-MNIST files in
 # /usr/share/datasets/fashion-mnist. The testbed (namespaces prefixed MT_TESTBED_PREFIX, default
 # mtr here) is torn down at the end, also on failure or Ctrl-C. Time per iteration is the median
@@ -74,6 +81,8 @@ batch=16
 inter_rate=""
 host_cpus=0
 max_steal=5
+out_of_sample=""
+servers=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=1 ;;
@@ -91,7 +100,9 @@ while [[ $# -gt 0 ]]; do
     --inter-rate) inter_rate=${2:?--inter-rate needs e.g. 100mbit}; shift ;;
     --host-cpus) host_cpus=${2:?--host-cpus needs a number of cores}; shift ;;
     --max-steal) max_steal=${2:?--max-steal needs a percentage}; shift ;;
-    -h|--help) sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --servers) servers=${2:?--servers needs a number}; shift ;;
+    --out-of-sample) out_of_sample=${2:?--out-of-sample needs a list of N, e.g. "2 4"}; shift ;;
+    -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "report.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -125,8 +136,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp)" >&2; exit 2 ;;
   esac
 done
 
@@ -141,6 +152,11 @@ BATCH=$batch
 [[ " $presets " != *" two_racks "* ]] || ((NPROC % 2 == 0)) || {
   echo "report.sh: two_racks needs an even --nproc (two racks of NPROC/2)" >&2; exit 2; }
 RACK=$((NPROC / 2))
+[[ $servers =~ ^[0-9]+$ ]] && ((servers >= 1)) || { echo "report.sh: --servers must be a number >= 1" >&2; exit 2; }
+for n in $out_of_sample; do
+  [[ $n =~ ^[0-9]+$ ]] && ((n >= 2 && n < NPROC)) || {
+    echo "report.sh: --out-of-sample takes ranks counts >= 2 and below --nproc ($NPROC), not '$n'" >&2; exit 2; }
+done
 DSSYNC_GROUP=2   # DS-Sync's group size in every run (and in its group profile)
 if ((quick)); then epochs=3 limit=60 every=10 eval_limit=2; else epochs=5 limit=300 every=20 eval_limit=5; fi
 epochs=${epochs_opt:-$epochs}
@@ -180,17 +196,19 @@ read -r -a algorithms <<<"$algorithm_list"
 declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]="S-SGD FUSION"
                   [ssgd_mgwfbp]="S-SGD MGWFBP" [cdsgd_two_bit]="CD-SGD TWO_BIT"
                   [ssgd_two_bit]="compressed S-SGD TWO_BIT"
-                  [dssync]="DS-Sync")
+                  [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS")
 # The config overrides of each algorithm (and of DS-Sync on two racks, below).
 algo_sets() {
   case $1 in
-    ssgd_bsp) echo "dist.algorithm=ssgd dist.schedule=BSP" ;;
-    ssgd_wfbp) echo "dist.algorithm=ssgd dist.schedule=WFBP" ;;
-    ssgd_fusion) echo "dist.algorithm=ssgd dist.schedule=FUSION" ;;
-    ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.schedule=MGWFBP" ;;
+    ssgd_bsp) echo "dist.algorithm=ssgd dist.ssgd.schedule=bsp" ;;
+    ssgd_wfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=wfbp" ;;
+    ssgd_fusion) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion" ;;
+    ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=mgwfbp" ;;
     ssgd_two_bit) echo "dist.algorithm=ssgd dist.compression=TWO_BIT" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
+    ps_bsp) echo "dist.algorithm=ps dist.ps.schedule=bsp" ;;
+    ps_wfbp) echo "dist.algorithm=ps dist.ps.schedule=wfbp" ;;
     dssync) echo "dist.algorithm=dssync dist.dssync_group_size=$DSSYNC_GROUP"
             [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=$RACK dist.dssync_cross_period=2" ;;
   esac
@@ -313,15 +331,16 @@ fi
 port=29610
 results=$out/results.tsv   # preset algorithm rc wall_s
 : >"$results"
-# Runs `mintrain ARGS...` as NPROC ranks, one per host of the testbed that is up; rank r's output
-# goes to LOGPREFIX$r.log. Returns the first non-zero exit status.
+# Runs `mintrain ARGS...` as NPROC ranks (plus SERVERS parameter servers when set), one per host
+# of the testbed that is up; rank r's output goes to LOGPREFIX$r.log. Returns the first non-zero
+# exit status.
 run_ranks() {
-  local logprefix=$1 r p rc=0
+  local logprefix=$1 r p rc=0 world=$((NPROC + ${SERVERS:-0}))
   shift
   port=$((port + 1))   # a fresh port: the previous run's sockets may linger in TIME_WAIT
   pids=()
-  for ((r = 0; r < NPROC; r++)); do
-    bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+  for ((r = 0; r < world; r++)); do
+    bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$world MINTRAIN_NUM_SERVERS=${SERVERS:-0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
         MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
         timeout 900 "$bin" "$@" >"$logprefix$r.log" 2>&1 &
     pids+=($!)
@@ -344,7 +363,8 @@ train_once() {
 for preset in $presets; do
   # The network as the ranks see it (allreduce alpha/beta, and gamma: the compute a message
   # takes when ranks share cores), measured on this preset's testbed for the cost model.
-  if "$bin" help 2>/dev/null | grep -q profile-comm; then
+  # (Not `help | grep -q`: grep stops reading, the binary dies of SIGPIPE, and pipefail makes it false.)
+  if grep -q profile-comm <<<"$("$bin" help 2>&1)"; then
     bash "$TESTBED" down
     bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
     mkdir -p "$out/comm"
@@ -372,12 +392,48 @@ for preset in $presets; do
       log "$preset: profile-comm failed (see $out/comm/${preset}_rank0.log); the model uses the nominal link rate"
       rm -f "$out/comm/$preset.json"
     fi
+    if [[ -n $out_of_sample && $preset == flat ]]; then
+      # Out of sample: the same sizes on fewer ranks, and sizes the model never sends on NPROC.
+      oos_args=(--seconds-per-size 1)
+      [[ -n $idle_ms ]] && oos_args+=(--idle-ms "$idle_ms")
+      for n in $out_of_sample; do
+        bash "$TESTBED" down
+        bash "$TESTBED" up "$n" "$preset" "$rate" 0ms >/dev/null
+        if NPROC=$n steady "$preset: communication profile on $n ranks" run_ranks "$out/comm/${preset}_n${n}_rank" \
+             profile-comm --interface eth0 ${comm_sizes:+--sizes "$comm_sizes"} "${oos_args[@]}" \
+             --out "$out/comm/${preset}_n$n.json"; then
+          log "$preset: profiled on $n ranks: $(grep -E '^fit T' "$out/comm/${preset}_n${n}_rank0.log" | cut -c1-110)"
+        else
+          log "$preset: profile-comm on $n ranks failed (see $out/comm/${preset}_n${n}_rank0.log)"
+          rm -f "$out/comm/${preset}_n$n.json"
+        fi
+      done
+      # Powers of two from 2 floats to twice the largest model size, leaving out the model's own.
+      other_sizes=$(echo "${comm_sizes:-16}" | tr ',' '\n' | sort -g | awk '{ own[$1] = 1; max = $1 }
+          END { for (s = 2; s <= 2 * max; s *= 2) if (!(s in own)) out = out (out == "" ? "" : ",") s; print out }')
+      bash "$TESTBED" down
+      bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
+      if steady "$preset: communication profile at other sizes" run_ranks "$out/comm/${preset}_sizes_rank" \
+          profile-comm --interface eth0 --sizes "$other_sizes" "${oos_args[@]}" --out "$out/comm/${preset}_sizes.json"; then
+        log "$preset: profiled at sizes $other_sizes (floats): $(grep -E '^fit T' "$out/comm/${preset}_sizes_rank0.log" | cut -c1-110)"
+      else
+        log "$preset: profile-comm at other sizes failed (see $out/comm/${preset}_sizes_rank0.log)"
+        rm -f "$out/comm/${preset}_sizes.json"
+      fi
+    elif [[ -n $out_of_sample ]]; then
+      log "$preset: the out-of-sample check runs on the flat preset only"
+    fi
   fi
   for algo in "${algorithms[@]}"; do
     run_dir=$out/runs/$preset/$algo
+    ps_servers=0
+    if [[ $algo == ps_* ]]; then
+      [[ $preset == flat ]] || { log "$preset / ${label[$algo]}: the parameter server runs on the flat preset only"; continue; }
+      ps_servers=$servers
+    fi
     mkdir -p "$run_dir"
     bash "$TESTBED" down
-    bash "$TESTBED" up "$NPROC" "$preset" "$rate" 0ms >/dev/null
+    bash "$TESTBED" up "$((NPROC + ps_servers))" "$preset" "$rate" 0ms >/dev/null
     if [[ $preset == contention ]]; then
       bash "$TESTBED" vary 0 "$((rate_bits / 5))bit" "$rate" 2 &
       vary_pid=$!
@@ -394,7 +450,7 @@ for preset in $presets; do
       done
     fi
     rc=0
-    steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
+    SERVERS=$ps_servers steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
     if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" 2>/dev/null || true; vary_pid=""; fi
     printf '%s\t%s\t%s\t%.1f\t%s\n' "$preset" "$algo" "$rc" "$wall" "$steal" >>"$results"
     if ((rc != 0)); then
@@ -409,7 +465,26 @@ bash "$TESTBED" down
 
 # ---- the cost model's predictions, when this binary has `mintrain model` ----------------------
 predicted=$out/predicted.tsv   # preset algorithm predicted_ms
+predicted_n=$out/predicted_oos_n.tsv          # the same, from profiles on the smaller N
+predicted_sizes=$out/predicted_oos_sizes.tsv  # the same, from a profile at other sizes
 : >"$predicted"
+: >"$predicted_n"
+: >"$predicted_sizes"
+# The row "NPROC  BSP (eff) WFBP (eff) FUSION (eff) MGWFBP (eff) CD-SGD (eff) DS-Sync (eff)" of
+# `mintrain model`'s output $1, as "preset algorithm ms" lines for preset $2.
+model_row() {
+  awk -v n="$NPROC" -v p="$2" '
+    /^milliseconds per iteration/ { table = 1; next }
+    table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
+      printf "%s\tssgd_bsp\t%s\n%s\tssgd_wfbp\t%s\n%s\tssgd_fusion\t%s\n%s\tssgd_mgwfbp\t%s\n",
+             p, f[2], p, f[3], p, f[4], p, f[5]
+      printf "%s\tcdsgd_two_bit\t%s\n%s\tdssync\t%s\n", p, f[6], p, f[7]; exit }' "$1"
+  # The seven methods' table: "N BSP-A2A WFBP-A2A MG-WFBP BytSched-A2A BSP-PS WFBP-PS BytSched-PS ...".
+  awk -v n="$NPROC" -v p="$2" '
+    /^the seven methods/ { table = 1; next }
+    table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
+      if (f[6] != "-") printf "%s\tps_bsp\t%s\n%s\tps_wfbp\t%s\n", p, f[6], p, f[7]; exit }' "$1"
+}
 if ((have_model)); then
   gbps=$(echo "scale=6; $rate_bits / 1000000000" | bc)
   for preset in $presets; do
@@ -425,17 +500,34 @@ if ((have_model)); then
     comm_args=()
     # The emulated hosts share this machine's cores: the model's shared-cores terms apply.
     [[ -s $out/comm/$preset.json ]] && comm_args=(--comm-profile "$out/comm/$preset.json" --shared-cores)
-    "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
-        "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" "${comm_args[@]}" \
-        --workers "$NPROC" --at "$NPROC" "${net[@]}" >"$out/model_$preset.txt" 2>&1 || {
+    predict() {  # $1: output file; the rest: the communication profile arguments
+      local file=$1
+      shift
+      "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
+          "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" "$@" \
+          --workers "$NPROC" --at "$NPROC" --servers "$servers" "${net[@]}" >"$file" 2>&1
+    }
+    predict "$out/model_$preset.txt" "${comm_args[@]}" || {
       log "mintrain model failed for $preset (see $out/model_$preset.txt)"; continue; }
-    # The row "4  BSP (eff) WFBP (eff) FUSION (eff) MGWFBP (eff) CD-SGD (eff) DS-Sync (eff)".
-    awk -v n="$NPROC" -v p="$preset" '
-      /^milliseconds per iteration/ { table = 1; next }
-      table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
-        printf "%s\tssgd_bsp\t%s\n%s\tssgd_wfbp\t%s\n%s\tssgd_fusion\t%s\n%s\tssgd_mgwfbp\t%s\n",
-               p, f[2], p, f[3], p, f[4], p, f[5]
-        printf "%s\tcdsgd_two_bit\t%s\n%s\tdssync\t%s\n", p, f[6], p, f[7]; exit }' "$out/model_$preset.txt" >>"$predicted"
+    model_row "$out/model_$preset.txt" "$preset" >>"$predicted"
+    if [[ -n $out_of_sample && $preset == flat ]]; then
+      # The same prediction (same flags, --shared-cores included) from the out-of-sample profiles.
+      files=""
+      for n in $out_of_sample; do
+        [[ -s $out/comm/${preset}_n$n.json ]] && files+=${files:+,}$out/comm/${preset}_n$n.json
+      done
+      if [[ -n $files ]] && predict "$out/model_${preset}_oos_n.txt" --comm-profile "$files" --shared-cores; then
+        model_row "$out/model_${preset}_oos_n.txt" "$preset" >>"$predicted_n"
+      else
+        log "no out-of-sample prediction from other N for $preset (see $out/model_${preset}_oos_n.txt)"
+      fi
+      if [[ -s $out/comm/${preset}_sizes.json ]] &&
+         predict "$out/model_${preset}_oos_sizes.txt" --comm-profile "$out/comm/${preset}_sizes.json" --shared-cores; then
+        model_row "$out/model_${preset}_oos_sizes.txt" "$preset" >>"$predicted_sizes"
+      else
+        log "no out-of-sample prediction from other sizes for $preset (see $out/model_${preset}_oos_sizes.txt)"
+      fi
+    fi
   done
 else
   log "this mintrain has no 'model' command: the report has no predicted-vs-measured part"
@@ -445,6 +537,7 @@ fi
 # Per run: median ms/iteration and img/s over the progress windows, final test accuracy; and the
 # (seconds, test accuracy) points of its evaluations for the accuracy plot.
 summary=$out/summary.tsv   # preset algorithm ms_per_iter img_s final_acc wall_s predicted_ms rc steal_pct
+                           # predicted_oos_n_ms predicted_oos_sizes_ms
 : >"$summary"
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2];
                                                else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -465,9 +558,12 @@ while IFS=$'\t' read -r preset algo rc wall steal; do
     awk '$1 == "eval" { print $5, $3 }' "$out/runs/$preset/$algo/metrics.txt" >"$acc_file"
   fi
   [[ -s ${acc_file} ]] || echo "? ?" >"$acc_file"
-  pred=$(awk -F'\t' -v p="$preset" -v a="$algo" '$1 == p && $2 == a { print $3 }' "$predicted")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset" "$algo" "$ms" "$ips" "$acc" "$wall" "${pred:-?}" "$rc" "$steal" \
-      >>"$summary"
+  lookup() { awk -F'\t' -v p="$preset" -v a="$algo" '$1 == p && $2 == a { print $3 }' "$1"; }
+  pred=$(lookup "$predicted")
+  pred_n=$(lookup "$predicted_n")
+  pred_sizes=$(lookup "$predicted_sizes")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset" "$algo" "$ms" "$ips" "$acc" "$wall" "${pred:-?}" "$rc" \
+      "$steal" "${pred_n:-?}" "${pred_sizes:-?}" >>"$summary"
 done <"$results"
 
 # ---- plots -----------------------------------------------------------------------------------
@@ -564,7 +660,7 @@ fi
     echo "| algorithm | preset | ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) |"
     echo "|---|---|---:|---:|---:|---:|---:|"
   fi
-  while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal; do
+  while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal pred_n pred_sizes; do
     f() { [[ $1 == "?" ]] && echo "-" || printf "%.${2}f" "$1"; }
     note=""; ((rc == 0)) || note=" (failed, exit $rc)"
     if ((have_model)); then
@@ -583,6 +679,21 @@ fi
        "share of this virtual machine's CPU time its hypervisor gave to others during the run (a run over" \
        "$max_steal% was run again, twice at most)."
   ((have_model)) || echo "No predicted times: this mintrain binary has no \`model\` command."
+  if ((have_model)) && [[ -n $out_of_sample ]]; then
+    echo
+    echo "Out of sample (flat): predicted ms / iteration on $NPROC ranks, in brackets predicted / measured."
+    echo "In-sample: the network profiled on $NPROC ranks at the model's own sizes; other N: profiled on"
+    echo "$out_of_sample ranks only (the network model extrapolates to $NPROC); other sizes: profiled on $NPROC ranks"
+    echo "at powers of two that are none of the model's sizes (the measured curve interpolates)."
+    echo
+    echo "| algorithm | measured | in-sample | other N ($out_of_sample) | other sizes |"
+    echo "|---|---:|---:|---:|---:|"
+    while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal pred_n pred_sizes; do
+      [[ $preset == flat ]] || continue
+      r() { [[ $1 == "?" || $ms == "?" ]] && echo "-" || awk -v p="$1" -v m="$ms" 'BEGIN { printf "%.1f (%.2f)", p, p / m }'; }
+      echo "| ${label[$algo]} | $(f "$ms" 1) | $(r "$pred") | $(r "$pred_n") | $(r "$pred_sizes") |"
+    done <"$summary"
+  fi
   echo
   echo "![time per iteration](iter_time.png)"
   echo "![throughput](throughput.png)"
