@@ -8,6 +8,9 @@
 //   begin_iteration(it)            before forward
 //   on_gradient_ready(i, param)    from autograd, the moment parameter i's gradient is final
 //                                  (S-SGD WFBP/fusion start its allreduce here)
+//   before_forward_use(i, param)   from the model, just before forward reads parameter i; only
+//                                  for algorithms that say gates_forward() (ByteScheduler
+//                                  applies parameter i's update here, layer by layer)
 //   step(optimizer)                after backward: finish communication and update weights
 //                                  (the default just steps the optimizer)
 //   model_for_eval(model)          before evaluation and checkpoints (DS-Sync: the average)
@@ -15,6 +18,7 @@
 //                                  log (compressed exchanges), empty when there is nothing to say
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/serialize.h"
@@ -31,6 +35,11 @@ class Synchronizer {
   virtual void setup(layers::Module& model, optim::Optimizer& optimizer);
   virtual void begin_iteration(int64_t iteration) {}
   virtual void on_gradient_ready(size_t param_index, core::Tensor& param) {}
+  // True when step() may return before the update is applied, and the next forward must wait,
+  // parameter by parameter, in before_forward_use. setup() then hooks every module that owns
+  // parameters (layers::Module::register_forward_pre_hook).
+  virtual bool gates_forward() const { return false; }
+  virtual void before_forward_use(size_t param_index, core::Tensor& param) {}
   virtual void step(optim::Optimizer& optimizer) { optimizer.step(); }
   virtual void prepare_eval(layers::Module& model) {}
   // Before the trainer saves a checkpoint (collective; only rank 0 writes the file): what
@@ -54,6 +63,10 @@ class Synchronizer {
 
   virtual core::StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const core::StateDict& state) {}
+
+ private:
+  // The model's forward hooks outlive nothing: they check this token, which dies with us.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 // Single-process training: nothing to communicate.
