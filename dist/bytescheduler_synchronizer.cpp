@@ -617,12 +617,7 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
   int64_t seen_events = -1;
   while (!queue.all_sent()) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (pushes.empty()) {
-        // Nothing in flight: wait for backward (or step) to make something ready.
-        cv_.wait(lock, [&] { return stopping_ || ready_events_ != seen_events; });
-        if (stopping_ && ready_events_ == seen_events) MT_FAIL("stopped while exchange ", exchange, " was unfinished");
-      }
+      std::lock_guard<std::mutex> lock(mu_);
       seen_events = ready_events_;
       for (size_t p = 0; p < params_.size(); ++p)
         if (local_ready_[p])
@@ -647,6 +642,11 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
       pushes.pop_front();
       guarded(item, "pushing", [&] { work->wait(); });
       queue.finished(item);
+    } else if (!queue.all_sent()) {
+      // Nothing in flight and nothing ready: wait for backward (or step) to make something ready.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || ready_events_ != seen_events; });
+      if (stopping_ && ready_events_ == seen_events) MT_FAIL("stopped while exchange ", exchange, " was unfinished");
     }
   }
   for (auto& [item, work] : pushes) guarded(item, "pushing", [&] { work->wait(); });
