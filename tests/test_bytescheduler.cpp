@@ -285,8 +285,8 @@ std::shared_ptr<layers::Module> wide_mlp() {
   return std::make_shared<layers::MLP>(kImage * kImage, std::vector<int64_t>{8}, kWideClasses, 0.0f, gen);
 }
 
-// Priority order and the gated forward, on both architectures: what BSP (everything after
-// backward, in one order) or WFBP (backward order) would never show.
+// The gated forward on both architectures, and on the all-to-all one the priority order: what
+// BSP (everything after backward, in one order) or WFBP (backward order) would never show.
 TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
   constexpr int kSteps = 4, kWorkers = 2;
   for (int servers : {0, 1}) {
@@ -334,6 +334,13 @@ TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
           // b was ready before a, yet a left first.
           if (times[b + 1].ready < times[a + 1].ready && position[a + 1] < position[b + 1]) ++overtaken;
         }
+      }
+      if (servers > 0) {
+        // On the parameter server the credit returns when a push is handed to the transport
+        // (Gloo's send completes once the bytes are in the socket), which on loopback is at once:
+        // nothing queues, so nothing can be overtaken here. The servers still answer in priority
+        // order, which the gate above relies on.
+        return;
       }
       EXPECT_LT(layer0_last_sent, last_layer_last_sent)
           << what << ": every partition of layer 0 should leave before the last of the last layer's";
