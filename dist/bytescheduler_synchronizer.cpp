@@ -187,7 +187,9 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
     engine_group_ = workers_->subgroup(everyone)->subgroup(everyone);
   }
   if (workers_->rank() == 0 && options_.log) {
-    *options_.log << "ByteScheduler (" << name() << "): " << describe_plan(plan_, servers, options_.partition_bytes)
+    *options_.log << "ByteScheduler (" << name() << "): "
+                  << (ps ? describe_plan(plan_, servers, options_.partition_bytes)
+                         : std::to_string(plan_.size()) + " partitions of at most " + kb(options_.partition_bytes))
                   << ", layers nearer the input first; credit "
                   << (options_.credit_bytes > 0 ? kb(options_.credit_bytes)
                                                 : "searched over " + std::to_string(search_.size()) + " candidates, " +
