@@ -242,6 +242,7 @@ void ByteSchedulerSynchronizer::start_exchange() {
     std::fill(arrived_.begin(), arrived_.end(), false);
     times_.assign(arrived_.size(), ItemTimes{});
     send_order_.clear();
+    local_nonfinite_ = 0;
     exchange_credit_ = credit_now_;
     ++exchange_;
   }
@@ -258,6 +259,8 @@ void ByteSchedulerSynchronizer::stage(size_t param) {
     Tensor data = send_[item].narrow(0, 0, part.numel);
     if (grad.defined()) {
       data.copy_(grad.narrow(0, part.offset, part.numel));
+      const float* v = data.data<float>();  // counted before the engine may sum in place
+      for (int64_t j = 0; j < part.numel; ++j) local_nonfinite_ += std::isfinite(v[j]) ? 0 : 1;
     } else {
       data.copy_(Tensor::zeros({part.numel}));  // unused this iteration: zeros, as S-SGD counts it
     }
@@ -300,11 +303,7 @@ void ByteSchedulerSynchronizer::step(optim::Optimizer& optimizer) {
     if (!staged) stage(i);  // no gradient this iteration: zeros
   }
   // The vote: this rank's NaN/Inf count over what it sends, and worker 0's iteration time.
-  int64_t bad = 0;
-  for (size_t item = 1; item < send_.size(); ++item) {
-    const float* v = send_[item].data<float>();
-    for (int64_t j = 0; j < plan_[item - 1].numel; ++j) bad += std::isfinite(v[j]) ? 0 : 1;
-  }
+  const int64_t bad = local_nonfinite_;
   const auto now = Clock::now();
   const double interval = last_step_at_ == Clock::time_point{} ? 0.0 : secs(now - last_step_at_);
   last_step_at_ = now;

@@ -161,6 +161,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   std::vector<bool> applied_;
   size_t applied_count_ = 0;
   double norm_sq_ = 0, last_norm_ = 0;
+  int64_t local_nonfinite_ = 0;  // NaN/Inf values in this exchange's staged gradients
   int64_t unarrived_at_first_gate_ = 0;
   bool set_up_ = false;
   Clock::time_point last_step_at_{};
