@@ -511,16 +511,16 @@ void ByteSchedulerSynchronizer::note_times(size_t item, std::vector<ItemTimes>& 
                          Timeline::kComm, t.sent, t.arrived, args);
 }
 
-void ByteSchedulerSynchronizer::run_a2a(int64_t exchange) {
+CreditQueue ByteSchedulerSynchronizer::exchange_queue() {
   std::vector<int64_t> bytes(send_.size());
   bytes[0] = kVoteNumel * 4;
   for (size_t k = 0; k < plan_.size(); ++k) bytes[k + 1] = plan_[k].bytes();
-  int64_t credit = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    credit = exchange_credit_;
-  }
-  CreditQueue queue(bytes, credit);
+  std::lock_guard<std::mutex> lock(mu_);
+  return CreditQueue(bytes, exchange_credit_);
+}
+
+void ByteSchedulerSynchronizer::run_a2a(int64_t exchange) {
+  CreditQueue queue = exchange_queue();
   const int N = workers_n_;
   const int me = engine_group_->rank();
   struct InFlight {
@@ -580,15 +580,7 @@ void ByteSchedulerSynchronizer::run_a2a(int64_t exchange) {
 }
 
 void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
-  std::vector<int64_t> bytes(send_.size());
-  bytes[0] = kVoteNumel * 4;
-  for (size_t k = 0; k < plan_.size(); ++k) bytes[k + 1] = plan_[k].bytes();
-  int64_t credit = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    credit = exchange_credit_;
-  }
-  CreditQueue queue(bytes, credit);
+  CreditQueue queue = exchange_queue();
   const int servers = world_->size() - workers_n_;
   auto guarded = [&](size_t item, const std::string& what, const std::function<void()>& f) {
     const int s = server_of_[item];

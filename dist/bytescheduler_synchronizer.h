@@ -114,6 +114,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   void apply(size_t param);           // main thread: parameter's averaged gradient -> optimizer
   void wait_engine_idle();            // main thread: the engine finished the last exchange started
   void engine_loop();
+  CreditQueue exchange_queue();  // every item, at the credit of the exchange starting
   void run_a2a(int64_t exchange);
   void run_ps(int64_t exchange);
   void note_times(size_t item, std::vector<ItemTimes>& times);
