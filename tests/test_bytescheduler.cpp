@@ -5,10 +5,15 @@
 // counters show every partition summed there); with a credit of one partition, layer 0's
 // partitions leave before the last layer's although they became ready after them; layer 0's
 // forward of iteration t+1 runs while partitions of iteration t are still travelling; a NaN on
-// one worker skips the step on all; bad settings are refused naming the field.
+// one worker skips the step on all; a killed server stops the workers naming it; bad settings
+// are refused naming the field.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <numeric>
 
@@ -379,6 +384,51 @@ TEST_F(ByteSchedulerTest, NanOnOneWorkerSkipsTheWholeStepEverywhere) {
     expect_close(mt::testing::weights_of(*model), before, "after the skipped step, worker " + std::to_string(c.rank));
   });
   EXPECT_TRUE(result.ok_or_report());
+}
+
+// A server killed mid-run stops every worker within the timeout, with an error naming it.
+TEST_F(ByteSchedulerTest, KilledServerStopsEveryWorkerNamingIt) {
+  constexpr int kWorkers = 2, kServers = 2;
+  mt::testing::MultiprocessOptions o;
+  o.group.timeout = std::chrono::seconds(5);
+  o.timeout = std::chrono::seconds(60);
+  const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    if (c.rank >= kWorkers) {
+      if (c.rank == kWorkers + 1) {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(700));
+          ::kill(::getpid(), SIGKILL);
+        }).detach();
+      }
+      try {
+        dist::ParameterServer(c.group, server_options(kWorkers, kServers, kPartitionBytes)).run();
+      } catch (const std::exception&) {
+        // Server 0 stops when the workers go; the test is about the workers.
+      }
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      auto model = tiny_mlp();
+      auto opt = mt::testing::reference_sgd(*model);
+      auto sync = bs_sync(workers_of(c.group, kWorkers), c.group, "ps", kPartitionBytes, 0);
+      sync->setup(*model, *opt);
+      for (int s = 0; s < 100000; ++s) {
+        train_step(*sync, *opt, *model, s % 8, kWorkers, c.rank);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_TRUE(has(error, "parameter server 1 (rank 3)")) << "worker " << c.rank << ": " << error;
+    EXPECT_LT(took, 0.7 + 5 + 3.0) << "worker " << c.rank << " took " << took << " s: " << error;
+  }, o);
+  ASSERT_EQ(result.ranks.size(), 4u);
+  EXPECT_EQ(result.ranks[3].signal, SIGKILL) << result.report();
+  for (int r = 0; r < kWorkers; ++r) EXPECT_TRUE(result.ranks[r].ok()) << result.report();
 }
 
 TEST_F(ByteSchedulerTest, ClippingByGlobalNormAndMissingServersAreRefused) {
