@@ -458,11 +458,20 @@ std::string ByteSchedulerSynchronizer::epoch_summary() {
   if (summary_steps_ == 0) return "";
   int64_t bytes = 0;
   for (const auto& part : plan_) bytes += part.bytes();
-  char buf[240];
+  int64_t probes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    probes = probes_;
+  }
+  char buf[300];
   std::snprintf(buf, sizeof(buf), "%s: %.3g MB in %zu partitions per iteration, credit %s, %.1f ms waiting for the "
-                "vote and %.1f ms at forward gates per iteration", name().c_str(), static_cast<double>(bytes) / (1 << 20),
-                plan_.size(), kb(credit_now_).c_str(), summary_wait_s_ * 1e3 / summary_steps_,
-                summary_gate_s_ * 1e3 / summary_steps_);
+                "vote and %.1f ms at forward gates per iteration%s", name().c_str(),
+                static_cast<double>(bytes) / (1 << 20), plan_.size(), kb(credit_now_).c_str(),
+                summary_wait_s_ * 1e3 / summary_steps_, summary_gate_s_ * 1e3 / summary_steps_,
+                options_.architecture == BsArchitecture::A2A
+                    ? (", " + std::to_string((probes - summary_probes_) / summary_steps_) + " readiness probes per iteration").c_str()
+                    : "");
+  summary_probes_ = probes;
   summary_steps_ = 0;
   summary_wait_s_ = summary_gate_s_ = 0;
   return buf;

@@ -100,7 +100,10 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   int64_t unarrived_at_first_gate() const { return unarrived_at_first_gate_; }
   int64_t credit_bytes() const { return credit_now_; }  // of the next exchange
   bool searching_credit() const { return search_pos_ < search_.size(); }
-  int64_t probes() const { return probes_; }  // "a2a": messages sent for readiness alone
+  int64_t probes() const {  // "a2a": messages sent for readiness alone, since setup
+    std::lock_guard<std::mutex> lock(mu_);
+    return probes_;
+  }
 
  private:
   struct Candidate {
@@ -169,7 +172,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   std::vector<Candidate> search_;
   size_t search_pos_ = 0;
   int64_t exchanges_ = 0;
-  int64_t summary_steps_ = 0;
+  int64_t summary_steps_ = 0, summary_probes_ = 0;
   double summary_wait_s_ = 0, summary_gate_s_ = 0;
   std::vector<std::shared_ptr<Work>> command_work_;  // "ps", worker 0
   std::vector<Tensor> commands_;
