@@ -5,14 +5,16 @@
 // counters show every partition summed there); with a credit of one partition, layer 0's
 // partitions leave before the last layer's although they became ready after them; layer 0's
 // forward of iteration t+1 runs while partitions of iteration t are still travelling; a NaN on
-// one worker skips the step on all; a killed server stops the workers naming it; bad settings
-// are refused naming the field.
+// one worker skips the step on all; a killed server stops the workers naming it; the trainer
+// learns with it from the config alone; bad settings are refused naming the field.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <sstream>
 #include <thread>
 #include <cmath>
 #include <numeric>
@@ -34,6 +36,7 @@
 
 using namespace mt;
 using core::Tensor;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -429,6 +432,28 @@ TEST_F(ByteSchedulerTest, KilledServerStopsEveryWorkerNamingIt) {
   ASSERT_EQ(result.ranks.size(), 4u);
   EXPECT_EQ(result.ranks[3].signal, SIGKILL) << result.report();
   for (int r = 0; r < kWorkers; ++r) EXPECT_TRUE(result.ranks[r].ok()) << result.report();
+}
+
+// Through the trainer (its modules' forward hooks, the step guard, the final evaluation): two
+// workers learn the synthetic task, and rank 0 logs the plan and the credit search.
+TEST_F(ByteSchedulerTest, TrainerLearnsWithByteScheduler) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_bytescheduler_train_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  mt::testing::MultiprocessOptions mo;
+  mo.timeout = std::chrono::seconds(120);
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    std::ostringstream log0;
+    const double acc = mt::testing::train_synthetic_mlp(
+        ctx.group, ctx.rank, (dir / "out").string(),
+        {"dist.algorithm=bytescheduler", "dist.bytescheduler.partition_bytes=1024", "dist.bytescheduler.search_iters=2"},
+        log0);
+    if (ctx.rank == 0) {
+      EXPECT_GT(acc, 60.0) << log0.str();
+      EXPECT_TRUE(has(log0.str(), "ByteScheduler (bytescheduler/a2a)")) << log0.str();
+      EXPECT_TRUE(has(log0.str(), "ByteScheduler credit search")) << log0.str();
+    }
+  }, mo).ok_or_report());
+  fs::remove_all(dir);
 }
 
 TEST_F(ByteSchedulerTest, ClippingByGlobalNormAndMissingServersAreRefused) {
