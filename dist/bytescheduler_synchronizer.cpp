@@ -181,10 +181,7 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
   } else {
     // A communicator of the engine's own: the trainer's metric averages on the workers' group
     // may run while the engine still sends, and collectives on one group must not interleave.
-    // (workers->subgroup(all) is the job's stop-vote group; its own subgroup is a fresh one.)
-    std::vector<int> everyone(static_cast<size_t>(workers_n_));
-    std::iota(everyone.begin(), everyone.end(), 0);
-    engine_group_ = workers_->subgroup(everyone)->subgroup(everyone);
+    engine_group_ = private_communicator(*workers_);
   }
   if (workers_->rank() == 0 && options_.log) {
     *options_.log << "ByteScheduler (" << name() << "): "

@@ -39,7 +39,9 @@ void unflatten_into_values(const Tensor& flat, const std::vector<Tensor>& params
 void unflatten_into_grads(const Tensor& flat, const std::vector<Tensor>& params) {
   int64_t off = 0;
   for (const auto& p : params) {
-    Tensor g = flat.narrow(0, off, p.numel()).reshape(p.shape()).clone().detach();
+    // On the parameter's device (a host flat vector for CUDA parameters: CD-SGD stages there).
+    Tensor slice = flat.narrow(0, off, p.numel()).reshape(p.shape());
+    Tensor g = (slice.device() == p.device() ? slice.clone() : slice.to(p.device())).detach();
     Tensor(p).set_grad(g);
     off += p.numel();
   }

@@ -1,6 +1,7 @@
 #include "dist/gradient_exchange.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
@@ -13,6 +14,17 @@ GradientExchange::GradientExchange(std::shared_ptr<ProcessGroup> group,
                                    core::Device device)
     : group_(std::move(group)), compressor_(std::move(compressor)), feedback_(numel, device) {}
 
+GradientExchange::GradientExchange(std::shared_ptr<ProcessGroup> group,
+                                   std::shared_ptr<const Compressor> compressor, int64_t numel,
+                                   core::Device device)
+    : group_(std::move(group)), compressor_(std::move(compressor)), feedback_(numel, device) {}
+
+int break_even_world_size(double bits_per_value) {
+  MT_CHECK(bits_per_value > 0, "internal: break-even world size of a payload of ", bits_per_value,
+           " bits per value");
+  return static_cast<int>(std::floor(64.0 / bits_per_value));
+}
+
 PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_precision,
                                          Tensor* own_decoded) {
   PendingExchange e;
@@ -20,6 +32,7 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
   e.numel = feedback_.numel();
   e.full_precision = full_precision;
   Tensor v = feedback_.corrected(flat_grad);
+  Tensor decoded;  // this rank's own decoded payload (lossy exchanges)
   if (full_precision) {
     e.payload = v;
     e.summable = true;
@@ -27,12 +40,26 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
   } else {
     e.payload = compressor_->compress(v);
     e.summable = compressor_->summable();
-    Tensor decoded = compressor_->decompress(e.payload, e.numel);
+    decoded = compressor_->decompress(e.payload, e.numel);
     feedback_.update(v, decoded);
     if (own_decoded) *own_decoded = decoded;
   }
   if (e.summable) {
     e.work = group_->allreduce(e.payload, ReduceOp::Sum);
+  } else if (route_ == ExchangeRoute::DecodeReduceScatter) {
+    // This rank's decoded values, padded to N equal shards: rank r sums shard r of every
+    // rank's, then the summed shards are allgathered (both queued now; they run in order).
+    const int64_t N = group_->size();
+    const int64_t shard = (e.numel + N - 1) / N;
+    Tensor dense = Tensor::zeros({shard * N}, core::DType::Float32, e.payload.device());
+    dense.narrow(0, 0, e.numel).copy_(decoded);
+    Tensor summed_shard = Tensor::empty({shard}, core::DType::Float32, e.payload.device());
+    e.gathered = Tensor::empty({shard * N}, core::DType::Float32, e.payload.device());
+    e.decoded_reduce = true;
+    e.reduce_work = group_->reduce_scatter(dense, summed_shard);
+    e.work = group_->allgather(summed_shard, e.gathered);
+    stats_.bytes_sent += static_cast<double>(dense.numel() * 4) - static_cast<double>(e.payload.numel() *
+                         core::element_size(e.payload.dtype()));  // the float32 values go, not the payload
   } else {
     e.gathered = Tensor::empty({e.payload.numel() * group_->size()}, e.payload.dtype(), e.payload.device());
     e.work = group_->allgather(e.payload, e.gathered);
@@ -46,6 +73,11 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
 Tensor GradientExchange::wait(PendingExchange& e) {
   MT_CHECK(e.active(), "internal: waiting for a gradient exchange that was never launched");
   const auto start = std::chrono::steady_clock::now();
+  if (e.reduce_work) {
+    finish(e.reduce_work, *group_, "reduce-scatter of the decoded " + e.compressor->name() +
+                                       " gradients (" + std::to_string(e.numel) + " values)");
+    e.reduce_work.reset();
+  }
   finish(e.work, *group_,
          std::string(e.full_precision ? "full-precision" : e.compressor->name()) +
              " gradient exchange (" + std::to_string(e.numel) + " values)");
@@ -54,7 +86,9 @@ Tensor GradientExchange::wait(PendingExchange& e) {
   e.work.reset();
   const float scale = 1.0f / static_cast<float>(group_->size());
   Tensor sum;
-  if (e.summable) {
+  if (e.decoded_reduce) {
+    sum = e.gathered.narrow(0, 0, e.numel);
+  } else if (e.summable) {
     sum = e.full_precision ? e.payload : e.compressor->decompress(e.payload, e.numel);
   } else {
     // Every rank decodes every rank's payload and sums them in rank order: the same floating

@@ -46,7 +46,7 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
     const Algorithm& algorithm = find_algorithm(dist.algorithm());
     algorithm.validate(dist);
     sync = algorithm.make({group, dist, run.optimizer(), std::move(config_text), std::move(timeline), log,
-                           std::move(world_with_servers)});
+                           std::move(world_with_servers), run.data().batch_size()});
   });
   return sync;
 }

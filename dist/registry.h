@@ -26,6 +26,7 @@ struct AlgorithmContext {
   // The workers and the parameter servers (rendezvous.h: workers first, then the servers);
   // null when the job has no servers. `group` is then the workers' subgroup.
   std::shared_ptr<ProcessGroup> world_with_servers;
+  int64_t batch_size = 0;  // data.batch_size: samples per rank per step (0 = unknown)
 };
 
 struct Algorithm {

@@ -23,16 +23,27 @@ void StepGuard::record_step(bool skipped, double grad_norm) {
   if (skipped) ++skipped_;
 }
 
+bool StepGuard::check_and_clip() {
+  // clip_grad_norm leaves non-finite gradients unscaled and returns their norm as is.
+  last_norm_ = max_grad_norm_ > 0 ? clip_grad_norm(params_, max_grad_norm_) : global_grad_norm(params_);
+  last_skipped_ = !std::isfinite(last_norm_);
+  if (last_skipped_) ++skipped_;
+  return !last_skipped_;
+}
+
+void StepGuard::step_with(Optimizer& other) {
+  MT_CHECK(!loss_scaler_, "a guarded step with another optimizer does not support loss scaling (the "
+           "scaled gradients would be unscaled twice); use precision \"bf16\" or \"fp32\"");
+  MT_CHECK(other.params().size() == params_.size(), "a guarded step with another optimizer needs the same "
+           "parameters: it has ", other.params().size(), " tensors, the guard ", params_.size());
+  last_overflowed_ = false;
+  if (check_and_clip()) other.step();
+}
+
 void StepGuard::step() {
   last_overflowed_ = false;
   if (!loss_scaler_) {
-    // clip_grad_norm leaves non-finite gradients unscaled and returns their norm as is.
-    last_norm_ = max_grad_norm_ > 0 ? clip_grad_norm(params_, max_grad_norm_) : global_grad_norm(params_);
-    last_skipped_ = !std::isfinite(last_norm_);
-    if (last_skipped_) {
-      ++skipped_;
-      return;
-    }
+    if (!check_and_clip()) return;
   } else {
     DynamicLossScaler& scaler = *loss_scaler_;
     const double scale = scaler.scale();

@@ -30,6 +30,11 @@ class StepGuard : public Optimizer {
             std::unique_ptr<DynamicLossScaler> loss_scaler = nullptr);
 
   void step() override;
+  // The same guard (NaN/Inf check, clipping; not loss scaling) before `other`'s step instead of
+  // the wrapped optimizer's: `other` updates the same parameters with its own rate and state.
+  // CD-SGD's local step uses it (a plain SGD step beside the global one), so a bad local gradient
+  // is skipped and counted like any other. last_step_skipped() etc. then describe this step.
+  void step_with(Optimizer& other);
   core::StateDict state_dict() const override { return inner_->state_dict(); }
   void load_state_dict(const core::StateDict& state) override { inner_->load_state_dict(state); }
 
@@ -52,6 +57,9 @@ class StepGuard : public Optimizer {
   int64_t skipped_steps() const { return skipped_; }  // bad steps (overflows excluded)
 
  private:
+  // Norm, NaN/Inf check and clipping of the parameters' gradients; false = skip the step.
+  bool check_and_clip();
+
   std::unique_ptr<Optimizer> inner_;
   double max_grad_norm_;
   std::unique_ptr<DynamicLossScaler> loss_scaler_;

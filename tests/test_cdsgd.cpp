@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 
 #include "apps/config.h"
@@ -18,11 +20,14 @@
 #include "dist/cdsgd_synchronizer.h"
 #include "dist/compressed_ssgd_synchronizer.h"
 #include "dist/registry.h"
+#include "dist/tcp_store.h"
 #include "dist/momentum_correction.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "optim/step_guard.h"
 #include "support/dist_training.h"
+#include "support/gradcheck.h"
 #include "support/multiprocess.h"
 
 using namespace mt;
@@ -557,5 +562,418 @@ TEST(Cdsgd, Gloo_MomentumCorrectionWarmUpIsMomentumSsgdAndResumesExactly) {
       EXPECT_EQ(straight, with_save) << comp;
       EXPECT_EQ(straight, resumed) << comp;
     }
+  }).ok_or_report());
+}
+
+// ---------------------------------------------------------------------------------------------
+// CD-SGD as its paper means it: the scalar reference, compression off the training thread, the
+// local step's own rate and guard, the summable route past the break-even world size.
+
+namespace {
+
+// TWO_BIT quantisation of one value at threshold t (the compressor's rule).
+float two_bit(float v, float t) { return v >= t ? t : (v <= -t ? -t : 0.0f); }
+
+}  // namespace
+
+// The issue's scalar reference, by hand, on 2 ranks: TWO_BIT with threshold tau on the
+// per-sample-sum scale (2 samples per rank: tau / 2 on the mean gradient), one warm-up step
+// (full precision, synchronous), then 4 delayed steps with k = 3 (the third is full precision:
+// it sends g + r, whose average is mean(g + r), and clears r), lambda 0.5 and a local rate of
+// 0.5 x the global one. Each rank computes every rank's residual, the exchanged averages, the
+// global steps (one step late) and its own local steps, and compares weights after every step,
+// the residual and the global weights shown at the end. Plain BSP in CD-SGD's place fails this
+// test: there the local weights equal W after every step.
+TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    const int N = 2, delayed_steps = 4;
+    const float a = 0.3f, f = 0.5f, lambda = 0.5f, tau = 0.6f;
+    const int64_t B = 2;
+    const float t = tau / static_cast<float>(B);
+    const std::vector<float> W0 = {1.0f, 0.2f, -0.3f, 0.8f};
+    VectorModel model(W0);
+    auto opt = plain_sgd(model, a);
+    dist::CdsgdOptions o = cdsgd("two_bit", /*warmup=*/1, /*k=*/3, lambda);
+    o.compression.tau = tau;
+    o.samples_per_rank = B;
+    o.local_lr_factor = f;
+    dist::CdsgdSynchronizer sync(ctx.group, o);
+    sync.setup(model, *opt);
+    EXPECT_NE(sync.name().find("two_bit(tau=0.3"), std::string::npos) << sync.name();
+    // Reference state: every rank's local weights and residual, the global weights.
+    std::vector<std::vector<float>> w(N, W0), r(N, std::vector<float>(4, 0.0f));
+    std::vector<float> W = W0, pending;
+    auto grad = [&](int rank, size_t j) { return w[rank][j] - target(rank)[j]; };
+    // Warm-up: mean of the full-precision g + r (r = 0), W <- W - a * mean; w = W.
+    {
+      std::vector<float> avg(4, 0.0f);
+      for (size_t j = 0; j < 4; ++j) {
+        float sum = 0.0f;
+        for (int i = 0; i < N; ++i) sum += grad(i, j) + r[i][j];
+        avg[j] = sum * (1.0f / N);
+        W[j] = W[j] - a * avg[j];
+      }
+      for (int i = 0; i < N; ++i) w[i] = W;
+    }
+    sync.begin_iteration(0);
+    set_quadratic_grad(model.w_, target(ctx.rank));
+    sync.step(*opt);
+    opt->zero_grad();
+    for (size_t j = 0; j < 4; ++j) ASSERT_NEAR(model.w_.to_vector()[j], W[j], 1e-6) << "warm-up";
+    for (int s = 0; s < delayed_steps; ++s) {
+      const bool full = (s + 1) % 3 == 0;
+      std::vector<std::vector<float>> g(N, std::vector<float>(4));
+      std::vector<float> avg(4, 0.0f);
+      for (size_t j = 0; j < 4; ++j) {
+        float sum = 0.0f;
+        for (int i = 0; i < N; ++i) {
+          g[i][j] = grad(i, j);
+          const float v = g[i][j] + r[i][j];
+          const float sent = full ? v : two_bit(v, t);
+          r[i][j] = full ? 0.0f : v - sent;
+          sum += sent;
+        }
+        avg[j] = sum * (1.0f / N);
+      }
+      if (!pending.empty())
+        for (size_t j = 0; j < 4; ++j) W[j] = W[j] - a * pending[j];
+      pending = avg;
+      for (int i = 0; i < N; ++i)
+        for (size_t j = 0; j < 4; ++j)
+          w[i][j] = W[j] - (a * f) * (g[i][j] + lambda * g[i][j] * g[i][j] * (W[j] - w[i][j]));
+      sync.begin_iteration(1 + s);
+      set_quadratic_grad(model.w_, target(ctx.rank));
+      sync.step(*opt);
+      opt->zero_grad();
+      const auto got = model.w_.to_vector();
+      for (size_t j = 0; j < 4; ++j) ASSERT_NEAR(got[j], w[ctx.rank][j], 1e-5) << "delayed step " << s << " j " << j;
+      const auto Wgot = sync.global_weights().to_vector();
+      for (size_t j = 0; j < 4; ++j) ASSERT_NEAR(Wgot[j], W[j], 1e-5) << "delayed step " << s << " j " << j;
+    }
+    // The local weights differ from W (what BSP would give) and between the ranks.
+    EXPECT_GT(std::fabs(w[ctx.rank][1] - W[1]), 1e-3);
+    sync.prepare_eval(model);
+    const auto shown = model.w_.to_vector();
+    for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(shown[j], W[j] - a * pending[j], 1e-5) << j;
+    const auto residual = sync.pipeline().residual().to_vector();
+    for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(residual[j], r[ctx.rank][j], 1e-6) << j;
+    // Some value was rounded away and kept in the residual (the reference is not trivially dense).
+    float largest = 0.0f;
+    for (size_t j = 0; j < 4; ++j) largest = std::max(largest, std::fabs(r[ctx.rank][j]));
+    EXPECT_GT(largest, 1e-3f);
+  }).ok_or_report());
+}
+
+namespace {
+
+// A TWO_BIT compressor whose compress() waits until the test lets it through (each call takes a
+// ticket; the gate admits `allowed` of them), for at most 20 s. Per process: each rank is one.
+struct Gate {
+  std::mutex m;
+  std::condition_variable cv;
+  int64_t allowed = 0, started = 0, finished = 0;
+  bool timed_out = false;
+};
+Gate& gate() {
+  static Gate g;
+  return g;
+}
+
+class GatedTwoBit final : public dist::Compressor {
+ public:
+  std::string name() const override { return "gated_two_bit"; }
+  Tensor compress(const Tensor& in) const override {
+    Gate& g = gate();
+    {
+      std::unique_lock<std::mutex> lock(g.m);
+      const int64_t ticket = g.started++;
+      if (!g.cv.wait_for(lock, std::chrono::seconds(20), [&] { return ticket < g.allowed; })) g.timed_out = true;
+    }
+    Tensor out = inner_->compress(in);
+    {
+      std::lock_guard<std::mutex> lock(g.m);
+      ++g.finished;
+    }
+    g.cv.notify_all();
+    return out;
+  }
+  Tensor decompress(const Tensor& payload, int64_t numel) const override { return inner_->decompress(payload, numel); }
+  bool summable() const override { return false; }
+  core::DType payload_dtype() const override { return inner_->payload_dtype(); }
+  int64_t payload_numel(int64_t numel) const override { return inner_->payload_numel(numel); }
+
+ private:
+  std::unique_ptr<dist::Compressor> inner_ = dist::make_two_bit_compressor(0.01f);
+};
+
+}  // namespace
+
+// The training thread does not wait for compression: with a compressor that cannot finish until
+// the test opens its gate, which it does only after step() returned, every delayed step returns
+// while its own iteration's compressions are still held (counted by the gate and by the
+// synchronizer), and the run goes on. A synchronizer that compressed on the training thread (or
+// waited for it) would sit at the gate until its 20 s timeout, and these counts would be wrong.
+// The buckets are small, so backward hands several over through the grad-ready hooks (all of
+// them before step() is called).
+TEST(Cdsgd, Gloo_StepDoesNotWaitForCompression) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    auto m = tiny_mlp(7);
+    auto o = plain_sgd(*m, 0.05);
+    dist::CdsgdOptions opts = cdsgd("two_bit", /*warmup=*/1, /*k=*/0, 0.04);
+    opts.compressor = std::make_shared<GatedTwoBit>();
+    opts.bucket_cap_mb = 100.0 * 4 / (1024 * 1024);  // 100 values
+    dist::CdsgdSynchronizer s(ctx.group, opts);
+    s.setup(*m, *o);
+    const int64_t B = static_cast<int64_t>(s.buckets());
+    ASSERT_GE(B, 3);
+    Gate& g = gate();
+    int64_t delayed = 0;
+    for (int it = 0; it < 5; ++it) {
+      s.begin_iteration(it);
+      auto [x, y] = batch(it, ctx.rank, 8);
+      core::cross_entropy(m->forward(x), y).backward();
+      // The hooks handed every bucket over during backward; step() launches nothing.
+      EXPECT_EQ(s.launched_buckets(), static_cast<size_t>(B)) << "iteration " << it;
+      s.step(*o);
+      o->zero_grad();
+      if (it == 0) continue;  // warm-up: full precision, no compression
+      ++delayed;
+      {
+        std::lock_guard<std::mutex> lock(g.m);
+        // Every compression of this iteration was still held when step() returned; the earlier
+        // iterations' had all finished (step() applied them).
+        EXPECT_EQ(g.finished, B * (delayed - 1)) << "iteration " << it;
+        EXPECT_FALSE(g.timed_out) << "iteration " << it << ": step() waited at the gate";
+        g.allowed += B;
+      }
+      g.cv.notify_all();
+      EXPECT_EQ(s.steps_before_encoding_done(), delayed);
+    }
+    s.prepare_eval(*m);
+    std::lock_guard<std::mutex> lock(g.m);
+    EXPECT_EQ(g.finished, B * delayed);
+    EXPECT_FALSE(g.timed_out);
+  }).ok_or_report());
+}
+
+// The local step goes through the trainer's StepGuard: clipped to max_grad_norm, and a NaN
+// gradient on one rank is caught (the step skipped and counted, the local weights left at W),
+// while the NaN never reaches the exchange: the other rank's global weights stay finite.
+TEST(Cdsgd, Gloo_LocalStepGoesThroughTheStepGuard) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    const float a = 0.1f, max_norm = 0.5f;
+    const std::vector<float> W0 = {1.0f, -2.0f, 0.5f, 3.0f};
+    VectorModel model(W0);
+    optim::StepGuard guard(plain_sgd(model, a), max_norm);
+    dist::CdsgdSynchronizer sync(ctx.group, cdsgd("none", 0, 0, 0.0));
+    sync.setup(model, guard);
+    // Step 0: no exchange in flight yet, so W = W0 and the local step is W0 - a * clip(g).
+    sync.begin_iteration(0);
+    set_quadratic_grad(model.w_, target(ctx.rank));
+    std::vector<float> g0(4);
+    double norm = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      g0[j] = W0[j] - target(ctx.rank)[j];
+      norm += double(g0[j]) * g0[j];
+    }
+    norm = std::sqrt(norm);
+    ASSERT_GT(norm, max_norm);
+    sync.step(guard);
+    guard.zero_grad();
+    EXPECT_FALSE(guard.last_step_skipped());
+    EXPECT_NEAR(guard.last_grad_norm(), norm, 1e-5);
+    const float clip = static_cast<float>(max_norm / (norm + 1e-6));
+    auto w1 = model.w_.to_vector();
+    for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(w1[j], W0[j] - a * g0[j] * clip, 1e-5) << j;
+    // Step 1: rank 0's gradient holds a NaN.
+    sync.begin_iteration(1);
+    set_quadratic_grad(model.w_, target(ctx.rank));
+    if (ctx.rank == 0) {
+      auto bad = model.w_.grad().to_vector();
+      bad[2] = std::nanf("");
+      Tensor(model.w_).set_grad(Tensor::from_vector(bad, {4}));
+    }
+    sync.step(guard);
+    guard.zero_grad();
+    EXPECT_EQ(guard.last_step_skipped(), ctx.rank == 0);
+    EXPECT_EQ(guard.skipped_steps(), ctx.rank == 0 ? 1 : 0);
+    if (ctx.rank == 0) EXPECT_EQ(model.w_.to_vector(), sync.global_weights().to_vector());
+    // Step 2: exchange 1 (rank 0's bucket sent as zeros) lands in W on both ranks.
+    sync.begin_iteration(2);
+    set_quadratic_grad(model.w_, target(ctx.rank));
+    sync.step(guard);
+    guard.zero_grad();
+    for (float v : sync.global_weights().to_vector()) EXPECT_TRUE(std::isfinite(v));
+    for (float v : model.w_.to_vector()) EXPECT_TRUE(std::isfinite(v));
+    EXPECT_EQ(sync.pipeline().nonfinite_buckets(), ctx.rank == 0 ? 1 : 0);
+  }).ok_or_report());
+}
+
+// Past the break-even world size the payloads are decoded and summed through a reduce-scatter
+// and an allgather (a dense ring's bytes) instead of N-way decoding of allgathered payloads: the
+// same training, up to float addition order, on 3 ranks (the shards are padded). "auto" picks it
+// from the bits per value: TOPK at ratio 0.5 costs 32 bits a value (break-even 2 ranks), TWO_BIT
+// 2 (break-even 32).
+TEST(Cdsgd, Gloo_ReduceScatterRouteEqualsAllgather) {
+  EXPECT_TRUE(dist::break_even_world_size(2.0) == 32 && dist::break_even_world_size(1.0) == 64);
+  EXPECT_TRUE(mt::testing::run_ranks(3, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    auto run = [&](const std::string& comp, const std::string& route, dist::ExchangeRoute* chosen) {
+      dist::CdsgdOptions o = cdsgd(comp, 2, 3, 0.04);
+      o.compression.topk_ratio = 0.5;
+      o.exchange = route;
+      auto m = tiny_mlp(7);
+      auto opt = plain_sgd(*m, 0.05);
+      dist::CdsgdSynchronizer s(ctx.group, o);
+      s.setup(*m, *opt);
+      *chosen = s.pipeline().route();
+      train_steps(s, *m, *opt, 0, 8, ctx.rank);
+      s.prepare_eval(*m);
+      return all_weights(*m);
+    };
+    dist::ExchangeRoute r1, r2, r3, r4;
+    const auto gathered = run("two_bit", "allgather", &r1);
+    const auto reduced = run("two_bit", "reduce_scatter", &r2);
+    EXPECT_EQ(r1, dist::ExchangeRoute::Allgather);
+    EXPECT_EQ(r2, dist::ExchangeRoute::DecodeReduceScatter);
+    ASSERT_EQ(gathered.size(), reduced.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < gathered.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(gathered[i]) - reduced[i]));
+    EXPECT_LT(max_diff, 1e-5);
+    EXPECT_NE(gathered, all_weights(*tiny_mlp(7)));  // it trained
+    run("two_bit", "auto", &r3);
+    EXPECT_EQ(r3, dist::ExchangeRoute::Allgather);  // 3 ranks < 32
+    run("topk", "auto", &r4);
+    EXPECT_EQ(r4, dist::ExchangeRoute::DecodeReduceScatter);  // 3 ranks > 2
+  }).ok_or_report());
+}
+
+// The config: cdsgd.local_lr becomes the local rate's factor, tau_scale "sample_sum" divides
+// TWO_BIT's tau by data.batch_size, cdsgd.momentum_correction switches the correction (the
+// older compressor field still does, and the two disagreeing is an error), rank 0 says what is
+// on, and bad values name their field.
+TEST(Cdsgd, Gloo_ConfigFieldsReachTheSynchronizer) {
+  EXPECT_TRUE(mt::testing::run_ranks(1, [](mt::testing::RankContext& ctx) {
+    auto build = [&](auto edit) {
+      mintrain::RunConfig run;
+      run.mutable_dist()->set_algorithm("cdsgd");
+      run.mutable_dist()->mutable_compressor()->set_type("two_bit");
+      run.mutable_optimizer()->set_lr(0.2);
+      run.mutable_optimizer()->set_momentum(0.9);
+      run.mutable_data()->set_batch_size(16);
+      edit(run);
+      return dist::make_synchronizer(ctx.group, run);
+    };
+    auto options_of = [](const std::unique_ptr<dist::Synchronizer>& s) {
+      return dynamic_cast<const dist::CdsgdSynchronizer&>(*s).options();
+    };
+    using Run = mintrain::RunConfig;
+    auto plain = build([](Run&) {});
+    EXPECT_EQ(options_of(plain).local_lr_factor, 1.0);
+    EXPECT_EQ(options_of(plain).samples_per_rank, 16);
+    EXPECT_EQ(plain->name(), "cdsgd/two_bit(tau=" + std::to_string(0.5f / 16) + ")+momentum-correction");
+    EXPECT_TRUE(plain->takes_over_momentum());
+    EXPECT_NEAR(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_local_lr(0.05); })).local_lr_factor,
+                0.25, 1e-12);
+    EXPECT_EQ(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_tau_scale("batch_mean"); }))
+                  .samples_per_rank, 1);
+    EXPECT_FALSE(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_momentum_correction(false); })
+                     ->takes_over_momentum());
+    EXPECT_FALSE(build([](Run& r) { r.mutable_dist()->mutable_compressor()->set_momentum_correction(false); })
+                     ->takes_over_momentum());
+    // Under momentum correction L2 decay is in the velocity; the local step keeps decoupled decay.
+    EXPECT_EQ(options_of(build([](Run& r) { r.mutable_optimizer()->set_weight_decay(1e-3); })).local_step.weight_decay, 0.0);
+    EXPECT_EQ(options_of(build([](Run& r) {
+                r.mutable_optimizer()->set_weight_decay(1e-3);
+                r.mutable_dist()->mutable_cdsgd()->set_momentum_correction(false);
+              })).local_step.weight_decay, 1e-3);
+    auto error = [&](auto edit) { return error_of([&] { build(edit); }); };
+    EXPECT_NE(error([](Run& r) {
+                r.mutable_dist()->mutable_cdsgd()->set_momentum_correction(false);
+                r.mutable_dist()->mutable_compressor()->set_momentum_correction(true);
+              }).find("dist.cdsgd.momentum_correction (false) and dist.compressor.momentum_correction (true) disagree"),
+              std::string::npos);
+    EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_tau_scale("per_batch"); }).find("dist.cdsgd.tau_scale"),
+              std::string::npos);
+    EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_exchange("ring"); }).find("dist.cdsgd.exchange"),
+              std::string::npos);
+    EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_bucket_cap_mb(0); }).find("dist.cdsgd.bucket_cap_mb"),
+              std::string::npos);
+    EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_local_lr(-1); }).find("dist.cdsgd.local_lr"),
+              std::string::npos);
+    // Rank 0's start-up line says what is on.
+    std::ostringstream log;
+    mintrain::RunConfig run;
+    run.mutable_dist()->set_algorithm("cdsgd");
+    run.mutable_dist()->mutable_compressor()->set_type("two_bit");
+    run.mutable_optimizer()->set_momentum(0.9);
+    run.mutable_data()->set_batch_size(16);
+    auto s = dist::make_synchronizer(ctx.group, run, "", nullptr, &log);
+    VectorModel model({1, 2, 3});
+    auto opt = plain_sgd(model, 0.1);
+    s->setup(model, *opt);
+    EXPECT_NE(log.str().find("momentum correction on (dist.cdsgd.momentum_correction"), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("tau 0.5 on the per-sample-sum scale (tau / 16 on the batch mean)"), std::string::npos)
+        << log.str();
+  }).ok_or_report());
+}
+
+// CD-SGD on CUDA parameters (issue 31): nothing refuses device tensors; the synchronizer stages
+// gradients and weights through host memory (its flat state lives there) and a Gloo group
+// exchanges them, so a world of one on the GPU trains as the same world on the CPU, up to the
+// GPU's float rounding in forward/backward (which can flip a TWO_BIT value at the threshold: a
+// step of tau/8 x lr = 3e-4, hence the tolerance). Without a GPU it skips, visibly.
+TEST(Cdsgd, CudaParametersTrainLikeCpu) {
+  MT_REQUIRE_GPU();
+  dist::TCPStoreOptions so;
+  so.port = 0;
+  so.is_server = true;
+  so.rank = 0;
+  auto store = std::make_shared<dist::TCPStore>(so);
+  auto group = dist::create_process_group(store, 0, 1, mt::testing::test_group_options());
+  auto run = [&](core::Device device) {
+    auto m = tiny_mlp(7);
+    m->to(device);
+    auto o = plain_sgd(*m, 0.05, 0.9);  // momentum correction off: the optimizer's momentum on W
+    dist::CdsgdSynchronizer s(group, cdsgd("two_bit", 2, 3, 0.04));
+    s.setup(*m, *o);
+    for (int it = 0; it < 6; ++it) {
+      s.begin_iteration(it);
+      auto [x, y] = batch(it, 0, 8);
+      core::cross_entropy(m->forward(x.to(device)), y.to(device)).backward();
+      s.step(*o);
+      o->zero_grad();
+    }
+    s.prepare_eval(*m);
+    for (const auto& p : m->parameters()) EXPECT_EQ(p.device(), device);
+    m->to(core::Device::cpu());
+    return all_weights(*m);
+  };
+  const auto cpu = run(core::Device::cpu());
+  const auto gpu = run(core::Device::cuda(0));
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) ASSERT_NEAR(cpu[i], gpu[i], 2e-3) << i;
+}
+
+// TOPK with momentum factor masking: the velocity is masked with a bucket's last payload when the
+// next one launches, or at evaluation/checkpoint time, so a resumed run masks exactly as the run
+// that never stopped.
+TEST(Cdsgd, Gloo_TopkMomentumMaskingResumesExactly) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    dist::MomentumCorrectionOptions mo;
+    mo.momentum = 0.9;
+    mo.mask_sent = true;
+    dist::CdsgdOptions o = cdsgd("topk", 2, 0, 0.04);
+    o.compression.topk_ratio = 0.1;
+    o.momentum_correction = mo;
+    o.bucket_cap_mb = 100.0 * 4 / (1024 * 1024);  // several buckets
+    SavedState saved;
+    const auto straight = cdsgd_run(ctx.group, ctx.rank, o, 0.0, nullptr, nullptr);
+    const auto resumed_from = cdsgd_run(ctx.group, ctx.rank, o, 0.0, &saved, nullptr);
+    const auto resumed = cdsgd_run(ctx.group, ctx.rank, o, 0.0, nullptr, &saved);
+    EXPECT_EQ(straight, resumed_from);
+    EXPECT_EQ(straight, resumed);
   }).ok_or_report());
 }

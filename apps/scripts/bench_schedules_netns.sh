@@ -8,10 +8,13 @@
 #   comm ms     = BSP's wait+update (one allreduce of all gradients, flattened; SGD's update is
 #                 well under 1 ms) -- communication alone, over the shaped links
 #   ratio       = measured iteration / max(compute, comm); target for MGWFBP: <= 1.15 and < BSP
-# The testbed is torn down at the end, also on failure or Ctrl-C.
+# Then, in the same testbed, the peer: PyTorch DDP (apps/bench/pytorch_ddp.py, Gloo, the same
+# model, batch and threads) once per hook in PEER_HOOKS. The testbed is torn down at the end,
+# also on failure or Ctrl-C.
 #
 #   bench_schedules_netns.sh [RATE] [BATCH] [ITERS]     # defaults: 25mbit 16 8
-# Env: BUILD (default build/dev), NPROC (4), WARMUP (3), PRESET (flat), MASTER_PORT (29577).
+# Env: BUILD (default build/dev), NPROC (4), WARMUP (3), PRESET (flat), MASTER_PORT (29577),
+#      PEER_HOOKS ("none"; e.g. "none fp16 powersgd"; "" skips the peer), PYTHON (/usr/bin/python3).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -22,6 +25,8 @@ NPROC=${NPROC:-4}
 WARMUP=${WARMUP:-3}
 PRESET=${PRESET:-flat}
 PORT=${MASTER_PORT:-29577}
+PEER_HOOKS=${PEER_HOOKS-none}
+PYTHON=${PYTHON:-/usr/bin/python3}
 BUILD=${BUILD:-build/dev}
 BENCH=$BUILD/apps/bench/bench_schedules
 TESTBED=apps/scripts/netns_testbed.sh
@@ -81,3 +86,23 @@ awk -v rate="$RATE" -v batch="$BATCH" -v n="$NPROC" '
     printf "target (MGWFBP <= 1.15 x max and faster than BSP): %s (MGWFBP %.2f x max, %.2f x BSP)\n",
            ok ? "MET" : "NOT MET", it["MGWFBP"] / m, it["MGWFBP"] / it["BSP"]
   }' "$LOG/rank0.log"
+
+# The peer in the same testbed: PyTorch DDP, one run per hook.
+if [[ -n $PEER_HOOKS ]] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+  echo "PyTorch DDP peer skipped: $PYTHON cannot import torch (apt-get install python3-torch, or set PYTHON)"
+  PEER_HOOKS=""
+fi
+for hook in $PEER_HOOKS; do
+  PORT=$((PORT + 1))
+  for ((r = 0; r < NPROC; r++)); do
+    "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC MASTER_ADDR=10.77.0.1 MASTER_PORT=$PORT \
+        GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+        "$PYTHON" apps/bench/pytorch_ddp.py --model resnet20 --batch "$BATCH" --iters "$ITERS" \
+        --warmup "$WARMUP" --threads 1 --hook "$hook" >"$LOG/ddp-$hook-rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  pids=()
+  grep -h '^pytorch_ddp' "$LOG/ddp-$hook-rank0.log" ||
+    { echo "PyTorch DDP ($hook) gave no result:"; tail -5 "$LOG/ddp-$hook-rank0.log"; }
+done
