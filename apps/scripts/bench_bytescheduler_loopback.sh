@@ -21,7 +21,7 @@ run() {
   local ips
   ips=$(grep "rank 0" "$log" | grep "step 60/60" | sed -E "s/.* ([0-9]+) img\/s data-wait.*/\1/")
   echo "$name: ${ips:-failed (see $log)} img/s (steps 41-60)"
-  grep "rank 0" "$log" | grep "credit search" | sed 's/.*(worker 0.s iteration time):/    credit search:/'
+  grep "rank 0" "$log" | grep "credit search (" | sed 's/.*(worker 0.s iteration time):/    credit search:/'
 }
 for ((rep = 0; rep < ${REPEATS:-1}; ++rep)); do
   run BSP 0 --set dist.algorithm=ssgd --set dist.ssgd.schedule=bsp
