@@ -288,19 +288,21 @@ TEST_F(ByteSchedulerTest, ThreeWorkersAllToAllMatchOneRank) {
 // A model whose last layer has many partitions and whose first layer has few: with a credit of
 // one partition the engine cannot send the last layer's partitions as fast as backward makes
 // them, so they still wait when layer 0's gradient is ready.
-constexpr int64_t kWideClasses = 1024;  // last layer 8 x 1024 floats: 128 partitions of 256 bytes
-
-std::shared_ptr<layers::Module> wide_mlp() {
+// 1024 classes: the last layer is 8 x 1024 floats, 128 partitions of 256 bytes.
+std::shared_ptr<layers::Module> wide_mlp(int64_t classes) {
   core::Generator gen(11);
-  return std::make_shared<layers::MLP>(kImage * kImage, std::vector<int64_t>{8}, kWideClasses, 0.0f, gen);
+  return std::make_shared<layers::MLP>(kImage * kImage, std::vector<int64_t>{8}, classes, 0.0f, gen);
 }
 
 // The gated forward on both architectures, and on the all-to-all one the priority order: what
 // BSP (everything after backward, in one order) or WFBP (backward order) would never show.
 TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
-  constexpr int kSteps = 4, kWorkers = 2;
+  constexpr int kSteps = 10, kWorkers = 2;
   for (int servers : {0, 1}) {
     const std::string what = servers == 0 ? "a2a" : "ps";
+    // The server answers on loopback faster than an allreduce goes round: give it 4x the
+    // partitions, so that its answers still come while the next forward starts.
+    const int64_t classes = servers == 0 ? 1024 : 4096;
     const auto result = mt::testing::run_ranks(kWorkers + servers, [&](mt::testing::RankContext& c) {
       core::set_num_threads(1);
       if (c.rank >= kWorkers) {
@@ -308,14 +310,14 @@ TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
         return;
       }
       auto workers = servers == 0 ? c.group : workers_of(c.group, kWorkers);
-      auto model = wide_mlp();
+      auto model = wide_mlp(classes);
       auto opt = mt::testing::reference_sgd(*model);
       auto sync = bs_sync(workers, servers == 0 ? nullptr : c.group, what, kPartitionBytes, kPartitionBytes);
       auto& bs = dynamic_cast<dist::ByteSchedulerSynchronizer&>(*sync);
       sync->setup(*model, *opt);
       int64_t ran_ahead = 0;
       for (int s = 0; s < kSteps; ++s) {
-        train_step(*sync, *opt, *model, s, kWorkers, c.rank, kWideClasses);
+        train_step(*sync, *opt, *model, s, kWorkers, c.rank, classes);
         if (s > 0) ran_ahead = std::max(ran_ahead, bs.unarrived_at_first_gate());
       }
       // The forward of the last step opened layer 0's gate while partitions of the step before
