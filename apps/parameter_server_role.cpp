@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "core/error.h"
+#include "dist/dist_config.h"
 #include "dist/ps_server.h"
 
 namespace mt::apps {
@@ -14,9 +15,9 @@ int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInf
   const std::string who = "parameter server " + std::to_string(world.server_index()) + " (rank " +
                           std::to_string(world.rank) + ")";
   MT_CHECK(world.is_server(), "internal: rank ", world.rank, " is a worker, not a parameter server");
-  MT_CHECK(dc.algorithm() == "ps", who, ": this process was started as a parameter server (MINTRAIN_NUM_SERVERS=",
-           world.servers, ") but dist.algorithm \"", dc.algorithm(), "\" uses none; set dist.algorithm \"ps\" or "
-           "start no servers");
+  MT_CHECK(dist::uses_parameter_servers(dc), who, ": this process was started as a parameter server "
+           "(MINTRAIN_NUM_SERVERS=", world.servers, ") but dist.algorithm \"", dc.algorithm(), "\" uses none; set "
+           "dist.algorithm \"ps\" (or \"bytescheduler\" with architecture \"ps\") or start no servers");
   MT_CHECK(dc.ps().servers() == 0 || dc.ps().servers() == world.servers, who, ": dist.ps.servers is ",
            dc.ps().servers(), " but the job started ", world.servers, " servers (MINTRAIN_NUM_SERVERS); make them "
            "agree, or set dist.ps.servers 0");
@@ -36,7 +37,7 @@ int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInf
   dist::PsServerOptions so;
   so.workers = world.workers();
   so.servers = world.servers;
-  so.partition_bytes = dc.ps().partition_bytes();
+  so.partition_bytes = dist::server_partition_bytes(dc);
   dist::ParameterServer server(r.group, so);
   server.run(&log);
   return 0;

@@ -17,6 +17,7 @@
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/math_mode.h"
 #endif
+#include "dist/dist_config.h"
 #include "dist/registry.h"
 #include "dist/rendezvous.h"
 #include "dist/replicas.h"
@@ -190,9 +191,10 @@ void Trainer::connect() {
   if (!group_) {
     const dist::WorldInfo world = dist::world_from_env();
     if (world.world_size > 1 || dc.force_distributed()) {
-      MT_CHECK(world.servers == 0 || dc.algorithm() == "ps", "rank ", world.rank, ": the job has ", world.servers,
-               " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(), "\" uses none; "
-               "set dist.algorithm \"ps\" or start no servers");
+      MT_CHECK(world.servers == 0 || dist::uses_parameter_servers(dc), "rank ", world.rank, ": the job has ",
+               world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
+               "\" uses none; set dist.algorithm \"ps\" (or \"bytescheduler\" with architecture \"ps\") or "
+               "start no servers");
       MT_CHECK(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
                "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;

@@ -88,15 +88,8 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
   broadcast_buffers(*group_, model);
   build_buckets();
   // The exchanges run on a communicator of their own, from the worker threads: nothing the
-  // training thread issues (on the world, or on the job's stop-vote subgroup of everyone) can
-  // interleave with them. Subgroups are cached by their ranks, so forget any cached one of
-  // everyone first (its holders keep it), connect a fresh one, and forget it too, so that no
-  // later subgroup(everyone) shares it. Every rank does the same, so the store keys agree.
-  std::vector<int> everyone(static_cast<size_t>(world_size()));
-  for (int r = 0; r < world_size(); ++r) everyone[static_cast<size_t>(r)] = r;
-  group_->release_subgroup(everyone);
-  std::shared_ptr<ProcessGroup> exchange_group = group_->subgroup(everyone);
-  group_->release_subgroup(everyone);
+  // training thread issues can interleave with them.
+  std::shared_ptr<ProcessGroup> exchange_group = private_communicator(*group_);
   // Payloads live where the group's collectives run: on the GPU for NCCL; CUDA parameters with
   // Gloo are staged through host memory (the flat state is always on the host).
   const core::Device param_device = params_[0].device();

@@ -112,6 +112,8 @@ void normalize_dist_names(mintrain::DistConfig& d) {
   if (d.compressor().has_type()) d.mutable_compressor()->set_type(lower(d.compressor().type()));
   if (d.dssync().has_schedule()) d.mutable_dssync()->set_schedule(lower(d.dssync().schedule()));
   if (d.ps().has_schedule()) d.mutable_ps()->set_schedule(lower(d.ps().schedule()));
+  if (d.bytescheduler().has_architecture())
+    d.mutable_bytescheduler()->set_architecture(lower(d.bytescheduler().architecture()));
 }
 
 mintrain::DistConfig resolve_dist_config(const mintrain::DistConfig& written) {
@@ -161,6 +163,14 @@ void with_written_names(const mintrain::DistConfig& written, const std::function
     for (const auto& r : renamed) note += (note.empty() ? "" : "; ") + r;
     throw core::Error(what + " (" + note + ")");
   }
+}
+
+bool uses_parameter_servers(const mintrain::DistConfig& d) {
+  return d.algorithm() == "ps" || (d.algorithm() == "bytescheduler" && d.bytescheduler().architecture() == "ps");
+}
+
+int64_t server_partition_bytes(const mintrain::DistConfig& d) {
+  return d.algorithm() == "bytescheduler" ? d.bytescheduler().partition_bytes() : d.ps().partition_bytes();
 }
 
 void check_at_least(const std::string& field, double value, double min) {

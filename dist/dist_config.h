@@ -3,6 +3,7 @@
 // dist.compressor); older configs set flat fields (dist.schedule, dist.cdsgd_k, ...), and this file is the one
 // place that maps them onto the messages.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +28,11 @@ void with_written_names(const mintrain::DistConfig& written, const std::function
 // Every check of the dist block, in every run (one process too, so a typo fails before the
 // launch): the fields common to all algorithms, then each registered algorithm's message.
 void validate_dist_config(const mintrain::DistConfig& dist);
+
+// Whether the configured algorithm runs parameter servers beside the workers ("ps", and
+// "bytescheduler" with architecture "ps"), and the partition size the servers must check.
+bool uses_parameter_servers(const mintrain::DistConfig& dist);
+int64_t server_partition_bytes(const mintrain::DistConfig& dist);
 
 // Checks for the algorithms' validate functions; errors read "<field> must be >= <min> (got v)".
 void check_at_least(const std::string& field, double value, double min);

@@ -34,6 +34,15 @@ std::shared_ptr<Work> ProcessGroup::recv(Tensor& tensor, int peer, uint32_t tag)
           "\"gloo\" (device gradients are staged through host memory)");
 }
 
+std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group) {
+  std::vector<int> everyone(static_cast<size_t>(group.size()));
+  for (int r = 0; r < group.size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  group.release_subgroup(everyone);
+  std::shared_ptr<ProcessGroup> fresh = group.subgroup(everyone);
+  group.release_subgroup(everyone);
+  return fresh;
+}
+
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                    const ProcessGroupOptions& options) {
   // A peer that dies closes its sockets; Gloo's next write to one would raise SIGPIPE and kill

@@ -92,6 +92,14 @@ struct ProcessGroupOptions {
 // with backend "nccl", whose IB transport uses rdma-core directly.
 void check_collective_transport(const std::string& transport);
 
+// A fresh communicator over all of `group`'s ranks that nothing else shares: for exchanges run
+// from a thread of their own (CD-SGD's pipeline, ByteScheduler's engine), so that nothing the
+// training thread issues on the group, or on the job's stop-vote subgroup of everyone, can
+// interleave with them. Subgroups are cached by their ranks, so any cached one of everyone is
+// forgotten first (its holders keep it), a fresh one connected, and forgotten too, so that no
+// later subgroup(everyone) shares it. Collective: every rank calls it at the same point.
+std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group);
+
 // Creates the world group; every rank calls it with the same store.
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                    const ProcessGroupOptions& options);

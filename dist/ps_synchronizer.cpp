@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "dist/dist_config.h"
+#include "dist/ps_handshake.h"
 #include "dist/ps_protocol.h"
 #include "dist/registry.h"
 #include "dist/replicas.h"
@@ -14,11 +15,6 @@ namespace mt::dist {
 namespace {
 
 Tensor int64s(const std::vector<int64_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
-
-std::vector<int64_t> values(const Tensor& t) {
-  const int64_t* p = t.data<int64_t>();
-  return std::vector<int64_t>(p, p + t.numel());
-}
 
 double secs(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -67,9 +63,7 @@ void PsSynchronizer::with_server(int s, const std::string& what, F&& f) {
   }
 }
 
-std::string PsSynchronizer::server(int s) const {
-  return "parameter server " + std::to_string(s) + " (rank " + std::to_string(workers_->size() + s) + ")";
-}
+std::string PsSynchronizer::server(int s) const { return parameter_server_name(s, workers_->size()); }
 
 void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
@@ -108,56 +102,10 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
 }
 
 void PsSynchronizer::handshake() {
-  // Worker 0 speaks for the workers (they agree on the config: check_replicas_agree) and greets
-  // every server; servers that accepted are told to stop when another refused, so they exit at
-  // once too. The other workers learn the verdict from worker 0's broadcast, so every worker stops.
-  std::string refusal;
-  if (workers_->rank() == 0) {
-    std::vector<int> accepted;
-    for (int s = 0; s < servers(); ++s) {
-      try {
-        std::vector<int64_t> table;
-        for (size_t k = 0; k < plan_.size(); ++k) {
-          if (plan_[k].server != s) continue;
-          table.push_back(static_cast<int64_t>(k));
-          table.push_back(plan_[k].numel);
-        }
-        const int64_t count = static_cast<int64_t>(table.size() / 2);
-        const Tensor hello = int64s({ps::kVersion, workers_->size(), servers(), options_.partition_bytes, s, count});
-        Tensor answer = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
-        auto sent = world_->send(hello, workers_->size() + s, ps::kHelloTag);
-        auto got = world_->recv(answer, workers_->size() + s, ps::kHelloTag);
-        finish(sent, *world_, "the hello to " + server(s));
-        finish(got, *world_, "waiting for the answer of " + server(s));
-        const std::string mismatch = ps::hello_mismatch(values(hello), values(answer));
-        if (!mismatch.empty()) {
-          refusal += (refusal.empty() ? "" : "; ") + server(s) + " refuses the job: " + mismatch;
-          continue;
-        }
-        if (count > 0) finish(world_->send(int64s(table), workers_->size() + s, ps::kTableTag), *world_,
-                              "sending the partition table to " + server(s));
-        accepted.push_back(s);
-      } catch (const std::exception& e) {
-        refusal += (refusal.empty() ? "" : "; ") + std::string(e.what());
-      }
-    }
-    if (!refusal.empty()) {
-      refusal += ". Start workers and servers with the same config, WORLD_SIZE and MINTRAIN_NUM_SERVERS";
-      for (int s : accepted) {
-        try {
-          finish(world_->send(int64s({ps::kStop, 0}), workers_->size() + s, ps::kCommandTag), *world_,
-                 "telling " + server(s) + " to stop");
-        } catch (const std::exception&) {
-          // The refusal is the error to report.
-        }
-      }
-    }
-  }
-  Tensor verdict = Tensor::from_vector(std::vector<float>{refusal.empty() ? 0.0f : 1.0f}, {1}).to(workers_->device());
-  finish(workers_->broadcast(verdict, 0), *workers_, "learning from worker 0 whether the parameter servers accepted");
-  MT_CHECK(refusal.empty(), "worker 0: ", refusal);
-  MT_CHECK(verdict.to(core::Device::cpu()).to_vector()[0] == 0.0f, "worker ", workers_->rank(), ": the parameter servers refused the job or "
-           "did not answer (worker 0's log names the server and the values)");
+  std::vector<PsServerTable> tables(static_cast<size_t>(servers()));
+  for (size_t k = 0; k < plan_.size(); ++k)
+    tables[static_cast<size_t>(plan_[k].server)].emplace_back(static_cast<int64_t>(k), plan_[k].numel);
+  greet_parameter_servers(*workers_, *world_, tables, options_.partition_bytes);
 }
 
 void PsSynchronizer::send_command(int64_t kind, int64_t value) {

@@ -1,11 +1,13 @@
 // The Synchronizer: the one seam between training and communication. The trainer calls it at
 // fixed points of every iteration (setup once; begin_iteration before forward; step after
 // backward; prepare_eval/prepare_checkpoint before evaluation and checkpoints) and autograd calls
-// on_gradient_ready the moment a parameter's gradient is final. Each data-parallel algorithm
-// implements it and registers itself by name (registry.h); the trainer does not change when one
-// is added. Rank, world size, metric averages and the stop vote belong to the job (job.h).
+// on_gradient_ready the moment a parameter's gradient is final; a module calls
+// before_forward_use just before its forward reads a parameter (only for algorithms that gate
+// the forward). Each data-parallel algorithm implements it and registers itself by name
+// (registry.h); the trainer does not change when one is added. Rank, world size, metric averages and the stop vote belong to the job (job.h).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/serialize.h"
@@ -25,6 +27,11 @@ class Synchronizer {
   virtual void begin_iteration(int64_t iteration) {}
   virtual void on_gradient_ready(size_t param_index, core::Tensor& param) {}
   // After backward: finish communication and update the weights.
+  // True when step() may return before the update is applied, and the next forward must wait,
+  // parameter by parameter, in before_forward_use. setup() then hooks every module that owns
+  // parameters (layers::Module::register_forward_pre_hook).
+  virtual bool gates_forward() const { return false; }
+  virtual void before_forward_use(size_t param_index, core::Tensor& param) {}
   virtual void step(optim::Optimizer& optimizer) { optimizer.step(); }
   virtual void prepare_eval(layers::Module& model) {}
   // Before the trainer saves a checkpoint (collective; only rank 0 writes the file): what
@@ -48,6 +55,10 @@ class Synchronizer {
 
   virtual core::StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const core::StateDict& state) {}
+
+ private:
+  // The model's forward hooks outlive nothing: they check this token, which dies with us.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 // Single-process training: nothing to communicate.

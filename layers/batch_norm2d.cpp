@@ -20,6 +20,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, float momentum, float eps, bool a
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  run_forward_pre_hooks();
   MT_CHECK(x.dim() == 4 && x.size(1) == num_features_, "BatchNorm2d(", num_features_,
            "): expected input [N, ", num_features_, ", H, W], got ", x.str());
   const bool training = is_training();

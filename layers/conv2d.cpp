@@ -22,6 +22,7 @@ int64_t Conv2d::output_size(int64_t size) const {
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
+  run_forward_pre_hooks();
   MT_CHECK(x.dim() == 4 && x.size(1) == opt_.in_channels, "Conv2d(", opt_.in_channels, " -> ", opt_.out_channels,
            "): expected input [N, ", opt_.in_channels, ", H, W], got ", x.str());
   MT_CHECK(x.size(2) + 2 * opt_.padding >= opt_.kernel && x.size(3) + 2 * opt_.padding >= opt_.kernel,

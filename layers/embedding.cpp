@@ -16,6 +16,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, double init_std, core:
 }
 
 Tensor Embedding::forward(const Tensor& ids) {
+  run_forward_pre_hooks();
   MT_CHECK(ids.defined() && ids.dtype() == core::DType::Int64, "Embedding(", num_, " x ", dim_,
            "): expected int64 ids, got ", ids.defined() ? ids.str() : std::string("an undefined tensor"));
   return core::embedding(weight_, ids);

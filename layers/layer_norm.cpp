@@ -14,6 +14,7 @@ LayerNorm::LayerNorm(int64_t dim, float eps) : dim_(dim), eps_(eps) {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
+  run_forward_pre_hooks();
   MT_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == dim_, "LayerNorm(", dim_, "): expected input [..., ", dim_,
            "], got ", x.defined() ? x.str() : std::string("an undefined tensor"));
   return core::layer_norm(x, weight_, bias_, eps_);

@@ -19,6 +19,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, core::Generator& gen, 
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  run_forward_pre_hooks();
   MT_CHECK(x.dim() == 2 && x.size(1) == in_, "Linear(", in_, " -> ", out_, "): expected input [N, ", in_,
            "], got ", x.str(), (x.dim() > 2 ? "; flatten it first (Flatten layer)" : ""));
   return core::linear(x, weight_, bias_);

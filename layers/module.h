@@ -4,6 +4,7 @@
 // paths ("layer1.0.conv1.weight") in registration order, the same on every process, which is
 // what state dicts and the distributed module rely on.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,9 +41,20 @@ class Module {
   void load_state_dict(const core::StateDict& dict, bool strict = true);
 
   void to(core::Device device);  // moves parameters and buffers
+
+  // This module's own parameters (not its children's), in registration order.
+  const NamedTensors& own_parameters() const { return params_; }
+  // Called with this module just before its forward reads its own parameters. A data-parallel
+  // algorithm that updates parameters while the next forward already runs (ByteScheduler) waits
+  // there for this layer's update only. Modules that own parameters call
+  // run_forward_pre_hooks() first thing in forward.
+  void register_forward_pre_hook(std::function<void(Module&)> hook) { pre_hooks_.push_back(std::move(hook)); }
   std::string summary() const;   // one line per parameter: name, shape
 
  protected:
+  void run_forward_pre_hooks() {
+    for (auto& hook : pre_hooks_) hook(*this);
+  }
   Tensor& register_parameter(const std::string& name, Tensor t);  // sets requires_grad
   Tensor& register_buffer(const std::string& name, Tensor t);
   template <typename M>
@@ -63,6 +75,7 @@ class Module {
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<std::function<void(Module&)>> pre_hooks_;
 };
 
 }  // namespace mt::layers

@@ -18,6 +18,10 @@ class Optimizer {
 
   virtual void step() = 0;  // parameters without a gradient are left alone
   void zero_grad();         // drops every parameter's gradient
+  // Updates parameter i alone from `grad` (its own .grad and the others' are hidden meanwhile and
+  // put back): for algorithms that apply each parameter's update when its gradient arrives
+  // (ByteScheduler). Goes through step(), so a wrapper (StepGuard) sees it as a step of one.
+  void step_parameter(size_t i, const Tensor& grad);
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   const std::vector<Tensor>& params() const { return params_; }

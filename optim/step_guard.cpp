@@ -16,6 +16,13 @@ StepGuard::StepGuard(std::unique_ptr<Optimizer> inner, double max_grad_norm,
   MT_CHECK(max_grad_norm_ >= 0, "max_grad_norm must be >= 0 (0 = no clipping), got ", max_grad_norm_);
 }
 
+void StepGuard::record_step(bool skipped, double grad_norm) {
+  last_overflowed_ = false;
+  last_skipped_ = skipped;
+  last_norm_ = grad_norm;
+  if (skipped) ++skipped_;
+}
+
 bool StepGuard::check_and_clip() {
   // clip_grad_norm leaves non-finite gradients unscaled and returns their norm as is.
   last_norm_ = max_grad_norm_ > 0 ? clip_grad_norm(params_, max_grad_norm_) : global_grad_norm(params_);

@@ -44,6 +44,11 @@ class StepGuard : public Optimizer {
   // The multiplier the loss gets before backward: the scaler's scale, or 1.
   double loss_scale() const { return loss_scaler_ ? loss_scaler_->scale() : 1.0; }
 
+  // For algorithms that apply a step parameter by parameter (step_parameter, no clipping and no
+  // loss scaling there): their verdict on the whole step, which they check themselves, so that
+  // last_step_skipped(), last_grad_norm() and skipped_steps() speak of it as of step().
+  void record_step(bool skipped, double grad_norm);
+
   bool last_step_skipped() const { return last_skipped_; }  // for any reason
   // Skipped because the scaled gradients overflowed and the scale could still be lowered: a
   // normal event of dynamic loss scaling, not a bad step.

@@ -173,6 +173,7 @@ BertMlmHead::BertMlmHead(const BertOptions& opt, Tensor tied_decoder_weight, cor
 }
 
 Tensor BertMlmHead::forward(const Tensor& hidden) {
+  run_forward_pre_hooks();
   const Tensor h = norm_->forward(core::gelu(dense_->forward(hidden)));
   return core::linear(h, decoder_weight_, decoder_bias_);
 }

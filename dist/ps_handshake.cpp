@@ -1,0 +1,80 @@
+#include "dist/ps_handshake.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "dist/ps_protocol.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+namespace {
+
+Tensor int64s(const std::vector<int64_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
+
+std::vector<int64_t> values(const Tensor& t) {
+  const int64_t* p = t.data<int64_t>();
+  return std::vector<int64_t>(p, p + t.numel());
+}
+
+}  // namespace
+
+std::string parameter_server_name(int server, int workers) {
+  return "parameter server " + std::to_string(server) + " (rank " + std::to_string(workers + server) + ")";
+}
+
+void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
+                             int64_t partition_bytes) {
+  // Worker 0 speaks for the workers (they agree on the config: check_replicas_agree) and greets
+  // every server; servers that accepted are told to stop when another refused, so they exit at
+  // once too. The other workers learn the verdict from worker 0's broadcast, so every worker stops.
+  const int N = workers.size();
+  const int servers = world.size() - N;
+  auto server = [&](int s) { return parameter_server_name(s, N); };
+  std::string refusal;
+  if (workers.rank() == 0) {
+    std::vector<int> accepted;
+    for (int s = 0; s < servers; ++s) {
+      try {
+        std::vector<int64_t> table;
+        for (const auto& [id, numel] : tables.at(static_cast<size_t>(s))) {
+          table.push_back(id);
+          table.push_back(numel);
+        }
+        const int64_t count = static_cast<int64_t>(table.size() / 2);
+        const Tensor hello = int64s({ps::kVersion, N, servers, partition_bytes, s, count});
+        Tensor answer = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
+        auto sent = world.send(hello, N + s, ps::kHelloTag);
+        auto got = world.recv(answer, N + s, ps::kHelloTag);
+        finish(sent, world, "the hello to " + server(s));
+        finish(got, world, "waiting for the answer of " + server(s));
+        const std::string mismatch = ps::hello_mismatch(values(hello), values(answer));
+        if (!mismatch.empty()) {
+          refusal += (refusal.empty() ? "" : "; ") + server(s) + " refuses the job: " + mismatch;
+          continue;
+        }
+        if (count > 0) finish(world.send(int64s(table), N + s, ps::kTableTag), world,
+                              "sending the partition table to " + server(s));
+        accepted.push_back(s);
+      } catch (const std::exception& e) {
+        refusal += (refusal.empty() ? "" : "; ") + std::string(e.what());
+      }
+    }
+    if (!refusal.empty()) {
+      refusal += ". Start workers and servers with the same config, WORLD_SIZE and MINTRAIN_NUM_SERVERS";
+      for (int s : accepted) {
+        try {
+          finish(world.send(int64s({ps::kStop, 0}), N + s, ps::kCommandTag), world, "telling " + server(s) + " to stop");
+        } catch (const std::exception&) {
+          // The refusal is the error to report.
+        }
+      }
+    }
+  }
+  Tensor verdict = Tensor::from_vector(std::vector<float>{refusal.empty() ? 0.0f : 1.0f}, {1}).to(workers.device());
+  finish(workers.broadcast(verdict, 0), workers, "learning from worker 0 whether the parameter servers accepted");
+  MT_CHECK(refusal.empty(), "worker 0: ", refusal);
+  MT_CHECK(verdict.to(core::Device::cpu()).to_vector()[0] == 0.0f, "worker ", workers.rank(), ": the parameter servers refused the job or "
+           "did not answer (worker 0's log names the server and the values)");
+}
+
+}  // namespace mt::dist

@@ -1,0 +1,29 @@
+// Worker 0's set-up talk with the parameter servers (the wire is ps_protocol.h), shared by every
+// algorithm that runs on servers (ps_synchronizer.h, bytescheduler_synchronizer.h): worker 0
+// greets each server with what the workers believe (workers, servers, partition_bytes, the
+// server's index and its number of partitions), compares the answer, and sends the server its
+// partition table. A mismatch is refused on both sides naming both values; the servers that
+// agreed are then told to stop, and every worker learns the verdict from worker 0, so the whole
+// job stops at set-up.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "dist/process_group.h"
+
+namespace mt::dist {
+
+// One server's partitions in the order it serves them: {partition id, numel} each.
+using PsServerTable = std::vector<std::pair<int64_t, int64_t>>;
+
+// Collective over `workers`. `world`: workers then servers (server s is rank N+s);
+// tables[s]: server s's partitions. Throws an Error naming the server and the values on a
+// refusal or a silent server.
+void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
+                             int64_t partition_bytes);
+
+// "parameter server 1 (rank 5)"
+std::string parameter_server_name(int server, int workers);
+
+}  // namespace mt::dist
