@@ -13,6 +13,8 @@
 //   model_for_eval(model)          before evaluation and checkpoints (DS-Sync: the average)
 //   epoch_summary()                once per epoch: a line of communication statistics for the
 //                                  log (compressed exchanges), empty when there is nothing to say
+//   metrics_fields()               with each metrics record: the algorithm's own numbers (DLCP's
+//                                  loss and retransmissions)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -51,6 +53,9 @@ class Synchronizer {
   // Statistics since the last call (bytes per iteration, compression ratio, wait time); "" =
   // nothing to report. Rank-local: the trainer prints rank 0's.
   virtual std::string epoch_summary() { return ""; }
+  // JSON members (`"name":value,...`, no braces) the trainer adds to each train record of the
+  // metrics file: the algorithm's statistics since the last call; "" = none. Rank-local.
+  virtual std::string metrics_fields() { return ""; }
 
   virtual core::StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const core::StateDict& state) {}
