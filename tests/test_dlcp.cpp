@@ -10,9 +10,14 @@
 // rank with N x the batch and writes its loss to the metrics file; bad dist.dlcp values are
 // refused naming the field; a rank that dies makes its ring neighbours fail within the timeout
 // naming it.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -360,6 +365,103 @@ TEST(DlcpRing, DeadPeerFailsItsNeighboursNamingIt) {
     }
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 6.0);
   }, mo).ok_or_report());
+}
+
+// ---- On the emulated switch with priority bands (root only) ----
+
+int shell(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool enter_netns(const std::string& name) {
+  const int fd = ::open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::setns(fd, CLONE_NEWNET) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Two hosts burst packets of classes 3 and 0 (alternating, through DatagramEndpoint, so with
+// its DSCP marking) at a third whose switch port runs at a tenth of their rate, with the bands
+// of PRIO_QUEUES=1: class 3's band holds 1000 packets, class 0's only 10. The receiver counts
+// what arrives: class 3 nearly all and first, the drops on class 0.
+TEST(DlcpTestbed, HighClassArrivesFirstAndDropsFallOnTheLowClass) {
+  if (::geteuid() != 0 || shell("ip netns list >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs root and ip netns";
+  const std::string script = std::string(MT_SOURCE_DIR) + "/apps/scripts/netns_testbed.sh";
+  const std::string env = "MT_TESTBED_PREFIX=mt-tdlcp PRIO_QUEUES=1 BAND_LIMITS='1000 1000 1000 10' ";
+  shell(env + "bash " + script + " down >/dev/null 2>&1");
+  if (shell(env + "bash " + script + " up 3 straggler 100mbit >/dev/null 2>&1") != 0) {
+    shell(env + "bash " + script + " down >/dev/null 2>&1");
+    FAIL() << "the testbed did not come up (PRIO_QUEUES=1 up 3 straggler 100mbit)";
+  }
+  constexpr int kPerSender = 600, kPort = 47000;
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t receiver = ::fork();
+  if (receiver == 0) {
+    // Classes in arrival order, as bytes, to the parent.
+    std::string order;
+    if (enter_netns("mt-tdlcp-h2")) {
+      const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+      const int big = 8 << 20;
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+      sockaddr_in a{};
+      a.sin_family = AF_INET, a.sin_port = htons(kPort);
+      ::inet_pton(AF_INET, "10.77.0.3", &a.sin_addr);
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+        timeval tv{4, 0};  // until the senders start, then until 1.5 s of quiet
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        std::vector<uint8_t> b(2048);
+        for (;;) {
+          const ssize_t n = ::recv(fd, b.data(), b.size(), 0);
+          if (n <= 0) break;
+          Packet p;
+          if (parse_packet(b.data(), size_t(n), &p) == ParseResult::Ok) order += char('0' + p.header.priority);
+          tv = {1, 500000};
+          ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        }
+      }
+    }
+    (void)!::write(report[1], order.data(), order.size());
+    std::_Exit(0);
+  }
+  ::close(report[1]);
+  std::vector<pid_t> senders;
+  for (int h = 0; h < 2; ++h) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (!enter_netns("mt-tdlcp-h" + std::to_string(h))) std::_Exit(3);
+      ::usleep(300000);  // the receiver binds
+      DatagramEndpoint e({"10.77.0." + std::to_string(h + 1)});
+      e.add_peer(2, {{"10.77.0.3", kPort}});
+      const std::vector<float> values(338, 0.25f);
+      for (int k = 0; k < kPerSender; ++k) {
+        PacketHeader hd;
+        hd.sender = uint16_t(h), hd.index = uint32_t(k), hd.total = kPerSender, hd.offset = uint32_t(338 * k);
+        hd.priority = k % 2 == 0 ? 3 : 0;
+        const auto bytes = encode_data(hd, values.data(), 338);
+        while (!e.send(2, 0, hd, bytes)) ::usleep(100);
+      }
+      std::_Exit(0);
+    }
+    senders.push_back(pid);
+  }
+  for (pid_t pid : senders) ::waitpid(pid, nullptr, 0);
+  std::string order;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(report[0], buf, sizeof(buf))) > 0) order.append(buf, size_t(n));
+  ::close(report[0]);
+  ::waitpid(receiver, nullptr, 0);
+  shell(env + "bash " + script + " down >/dev/null 2>&1");
+  const long high = std::count(order.begin(), order.end(), '3'), low = std::count(order.begin(), order.end(), '0');
+  EXPECT_GE(high, long(0.95 * kPerSender)) << "class 3 lost packets: " << order;
+  EXPECT_LT(low, high / 2) << "class 0 was not dropped first: " << order;
+  // The first half of what arrived is class 3.
+  std::printf("class 3: %ld of %d arrived, class 0: %ld of %d\n", high, kPerSender, low, kPerSender);
+  const long early_low = std::count(order.begin(), order.begin() + order.size() / 2, '0');
+  EXPECT_LT(early_low, long(order.size() / 20)) << order;
 }
 
 // ---- As an algorithm ----
