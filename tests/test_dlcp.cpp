@@ -525,8 +525,8 @@ TEST(DlcpSync, TrainerWritesLossAndRetransmissionsToTheMetricsFile) {
     std::ostringstream log0;
     const double acc = mt::testing::train_synthetic_mlp(
         ctx.group, ctx.rank, (dir / "out").string(),
-        {"dist.algorithm=dlcp", "dist.dlcp.loss_bound=0.02", "dist.dlcp.deadline_ms=5",
-         "logging.metrics_every_iters=5"},
+        {"dist.algorithm=dlcp", "dist.dlcp.loss_bound=0.05", "dist.dlcp.deadline_ms=5",
+         "dist.dlcp.inject_loss=0.1", "dist.dlcp.packet_bytes=256", "logging.metrics_every_iters=5"},
         log0);
     if (ctx.rank == 0) {
       EXPECT_GT(acc, 60.0) << log0.str();
@@ -534,9 +534,18 @@ TEST(DlcpSync, TrainerWritesLossAndRetransmissionsToTheMetricsFile) {
       std::ifstream in(dir / "out" / "metrics.jsonl");
       std::string line;
       int records = 0;
-      while (std::getline(in, line))
-        if (has(line, "\"type\":\"train\"")) records += has(line, "\"dlcp_loss\":") && has(line, "\"dlcp_retransmissions\":");
+      double loss = 0;
+      while (std::getline(in, line)) {
+        if (!has(line, "\"type\":\"train\"") || !has(line, "\"dlcp_retransmissions\":")) continue;
+        const size_t at = line.find("\"dlcp_loss\":");
+        if (at == std::string::npos) continue;
+        ++records;
+        loss += std::stod(line.substr(at + 12));
+      }
       EXPECT_GT(records, 0) << "no train record with dlcp_loss and dlcp_retransmissions";
+      // 10% of the packets dropped, at most 5% accepted as lost: the records show a loss in (0, 5%].
+      EXPECT_GT(loss / std::max(records, 1), 0.0);
+      EXPECT_LE(loss / std::max(records, 1), 0.05 + 1e-9);
     }
   }, mo).ok_or_report());
   fs::remove_all(dir);
@@ -562,6 +571,7 @@ TEST(DlcpConfig, BadValuesAreRefusedNamingTheField) {
   refused([](auto& d) { d.mutable_dlcp()->set_packet_bytes(40); }, "dist.dlcp.packet_bytes");
   refused([](auto& d) { d.mutable_dlcp()->set_packet_bytes(70000); }, "dist.dlcp.packet_bytes");
   refused([](auto& d) { d.mutable_dlcp()->add_paths("eth0"); }, "dist.dlcp.paths[0]");
+  refused([](auto& d) { d.mutable_dlcp()->set_inject_loss(0.9); }, "dist.dlcp.inject_loss");
   mintrain::DistConfig good;
   good.set_algorithm("dlcp");
   good.mutable_dlcp()->set_priority_direction("Input_First");

@@ -23,6 +23,8 @@ void validate_dlcp_config(const mintrain::DistConfig& d) {
   MT_CHECK(c.packet_bytes() >= int(kHeaderBytes) + 4 && c.packet_bytes() <= int(kMaxDatagramBytes),
            "dist.dlcp.packet_bytes must be in ", kHeaderBytes + 4, "..", kMaxDatagramBytes, " (got ", c.packet_bytes(),
            "): the datagram holds a ", kHeaderBytes, "-byte header and at least one value");
+  MT_CHECK(c.inject_loss() >= 0 && c.inject_loss() <= 0.5, "dist.dlcp.inject_loss must be in [0, 0.5] (got ",
+           c.inject_loss(), "): the fraction of data packets dropped on purpose, for experiments");
   for (int i = 0; i < c.paths_size(); ++i) {
     in_addr a{};
     MT_CHECK(::inet_pton(AF_INET, c.paths(i).c_str(), &a) == 1, "dist.dlcp.paths[", i, "] \"", c.paths(i),
@@ -131,6 +133,14 @@ void validate_dlcp(const mintrain::DistConfig& d) { validate_dlcp_config(d); }
 std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
   DlcpOptions o = dlcp_options_from(c.dist);
   o.config_text = c.config_text;
+  if (c.dist.dlcp().inject_loss() > 0) {
+    FaultPlan plan;
+    plan.drop_fraction = c.dist.dlcp().inject_loss();
+    plan.seed = 1 + static_cast<uint64_t>(c.group->rank());
+    o.injector = std::make_shared<FaultInjector>(plan);
+    if (c.log) *c.log << "dlcp: dropping " << 100 * plan.drop_fraction << "% of data packets on purpose "
+                      << "(dist.dlcp.inject_loss)" << std::endl;
+  }
   return std::make_unique<DlcpSynchronizer>(c.group, std::move(o));
 }
 
