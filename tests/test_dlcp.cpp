@@ -6,7 +6,8 @@
 // and losses above p are retransmitted down to p; the ring allreduce equals Gloo's allreduce
 // exactly at p = 0 (2 and 4 ranks, integer-valued floats, with and without injected faults), and
 // with p > 0 and a known drop set equals the partial sums of a ring simulated in this file (which
-// plain allreduce would not give), ending after a few deadlines; the synchronizer trains as one
+// plain allreduce would not give), ending after a few deadlines; a lossless allgather leaves every
+// rank with the same sums; the synchronizer trains as one
 // rank with N x the batch and writes its loss to the metrics file; bad dist.dlcp values are
 // refused naming the field; a rank that dies makes its ring neighbours fail within the timeout
 // naming it.
@@ -321,6 +322,31 @@ TEST(DlcpRing, KnownDropsGiveThePartialSumsAndEndAtTheDeadline) {
     }
     // Three steps end at the deadline; the whole ring stays far below any TCP timeout.
     EXPECT_LT(seconds, 3 * deadline_ms / 1000.0 + 1.5);
+  }).ok_or_report());
+}
+
+TEST(DlcpRing, LosslessAllgatherKeepsEveryRanksResultTheSame) {
+  const uint32_t n = 3 * 8 * 50;
+  EXPECT_TRUE(mt::testing::run_ranks(3, [&](mt::testing::RankContext& c) {
+    FaultPlan plan;
+    plan.drop_fraction = 0.08, plan.seed = 5 + c.rank;
+    auto t = connect_transport(*c.group, {"127.0.0.1"}, test_options(0.1, 20), std::make_shared<FaultInjector>(plan));
+    std::vector<float> mine = ring_input(c.rank, n);
+    std::vector<uint16_t> counts(n);
+    RingOptions o;
+    o.lossless_allgather = true;
+    const ExchangeStats s = ring_allreduce(*t, c.rank, c.size, mine.data(), counts.data(), n, 0, 0, o);
+    // Rank 0's result everywhere: sums and counts.
+    Tensor sums = Tensor::from_vector(mine, {int64_t(n)});
+    std::vector<float> as_float(counts.begin(), counts.end());
+    Tensor k = Tensor::from_vector(as_float, {int64_t(n)});
+    c.group->broadcast(sums, 0)->wait();
+    c.group->broadcast(k, 0)->wait();
+    EXPECT_EQ(sums.to_vector(), mine);
+    EXPECT_EQ(k.to_vector(), as_float);
+    int partial = 0;
+    for (uint16_t x : counts) partial += x < c.size;
+    EXPECT_GT(partial, 0) << "no reduce-scatter packet was accepted as lost (" << s.packets_missing << " missing)";
   }).ok_or_report());
 }
 

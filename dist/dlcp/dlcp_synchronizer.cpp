@@ -43,6 +43,7 @@ DlcpOptions dlcp_options_from(const mintrain::DistConfig& d) {
   o.exchange.spray = spray_from(c.spray());
   o.direction = priority_direction_from(c.priority_direction());
   o.error_feedback = c.error_feedback();
+  o.lossless_allgather = c.lossless_allgather();
   for (const auto& p : c.paths()) o.paths.push_back(p);
   return o;
 }
@@ -87,6 +88,7 @@ void DlcpSynchronizer::step(optim::Optimizer& optimizer) {
   RingOptions ring;
   ring.layout = &layout_;
   ring.residual = options_.error_feedback ? residual_.data() : nullptr;
+  ring.lossless_allgather = options_.lossless_allgather;
   last_ = ring_allreduce(*transport_, group_->rank(), group_->size(), g, counts_.data(), n,
                          static_cast<uint32_t>(iteration_), 0, ring);
   for (uint32_t i = 0; i < n; ++i) g[i] = counts_[i] > 0 ? g[i] / counts_[i] : 0.0f;

@@ -6,8 +6,8 @@
 // With loss_bound 0 this is S-SGD BSP (the tests compare it with Gloo's allreduce).
 //
 // A packet lost in the allgather leaves that range at zero on the ranks after the loss, so
-// replicas can drift apart by the updates they missed; nothing re-synchronizes them yet (the
-// weights are only broadcast at setup). Optional error feedback keeps, on the sender, the
+// replicas can drift apart by the updates they missed (the weights are only broadcast at setup),
+// unless lossless_allgather makes that half wait for every packet. Optional error feedback keeps, on the sender, the
 // values the next rank did not receive in reduce-scatter and adds them to the next iteration.
 #pragma once
 #include <memory>
@@ -28,6 +28,7 @@ struct DlcpOptions {
   std::vector<std::string> paths;  // local addresses; empty = towards MASTER_ADDR
   PriorityDirection direction = PriorityDirection::OutputFirst;
   bool error_feedback = false;
+  bool lossless_allgather = false;
   std::string config_text;
   std::shared_ptr<FaultInjector> injector;  // tests
 };
@@ -46,7 +47,9 @@ class DlcpSynchronizer final : public Synchronizer {
   void begin_iteration(int64_t iteration) override { iteration_ = iteration; }
   void step(optim::Optimizer& optimizer) override;
   bool steps_on_gradient_average() const override { return true; }
-  bool keeps_state_per_rank() const override { return options_.error_feedback; }
+  // A checkpoint holds rank 0's model (every rank resumes from it, on any number of ranks); the
+  // error-feedback residual is not kept: a resumed run starts it at zero.
+  bool keeps_state_per_rank() const override { return false; }
   std::string epoch_summary() override;
   std::string metrics_fields() override;
 

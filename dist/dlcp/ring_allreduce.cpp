@@ -96,7 +96,7 @@ ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* v
     for (uint32_t i = 0; i < elements; ++i) mean_abs += std::fabs(values[i]);
     mean_abs /= elements;
   }
-  auto step = [&](int send_chunk, int recv_chunk, WriteMode mode, bool feedback) {
+  auto step = [&](int send_chunk, int recv_chunk, WriteMode mode, bool reduce_scatter) {
     const uint32_t sb = chunk_begin(elements, ranks, send_chunk), se = chunk_begin(elements, ranks, send_chunk + 1);
     const uint32_t rb = chunk_begin(elements, ranks, recv_chunk), re = chunk_begin(elements, ranks, recv_chunk + 1);
     OutgoingTransfer out;
@@ -106,8 +106,8 @@ ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* v
     IncomingTransfer in;
     in.peer = prev, in.iteration = iteration, in.values = values + rb, in.counts = counts + rb;
     in.elements = re - rb, in.mode = mode;
-    const ExchangeStats s = transport.exchange(&out, &in);
-    if (feedback && options.residual) {
+    const ExchangeStats s = transport.exchange(&out, &in, !reduce_scatter && options.lossless_allgather);
+    if (reduce_scatter && options.residual) {
       const TransferShape shape{se - sb, per_packet};
       for (uint32_t p : s.unacknowledged)
         for (uint32_t i = shape.offset_of(p), e = i + shape.count_of(p); i < e; ++i)

@@ -42,6 +42,9 @@ struct RingOptions {
   // Sender-side error feedback: the values of this rank's reduce-scatter packets that the next
   // rank never got are added here (the caller adds them to the next exchange).
   float* residual = nullptr;
+  // Allgather steps wait for every packet: every rank then ends with the same sums and counts
+  // (replicas stay identical); only reduce-scatter may lose packets.
+  bool lossless_allgather = false;
 };
 
 // In place over the group's ranks (rank r sends to r + 1 mod N): values become the sums,

@@ -104,7 +104,8 @@ void Transport::answer_finished(int from, const Packet& p, PacketCounters* count
   if (p.header.kind == PacketKind::Data) ++counters->stale;
 }
 
-ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTransfer* in) {
+ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTransfer* in, bool lossless) {
+  const double loss_bound = lossless ? 0.0 : options_.loss_bound;
   if (out && out->elements == 0) out = nullptr;
   if (in && in->elements == 0) in = nullptr;
   const Clock::time_point start = Clock::now();
@@ -122,7 +123,7 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
     Peer& from = peer(in->peer);
     const TransferId id{job_, static_cast<uint16_t>(in->peer), in->iteration, from.next_recv++};
     reassembly.emplace(shape_in, id, in->values, in->counts, in->mode);
-    in_needed = reassembly->packets() - allowed_missing(reassembly->packets(), options_.loss_bound);
+    in_needed = reassembly->packets() - allowed_missing(reassembly->packets(), loss_bound);
     in_done = false;
     in_header.iteration = id.iteration;
     in_header.transfer = id.transfer;
@@ -161,7 +162,7 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
     out_header.bucket = out->bucket;
     out_header.transfer = to->next_send++;
     out_header.total = shape_out.packets();
-    out_allowed = allowed_missing(shape_out.packets(), options_.loss_bound);
+    out_allowed = allowed_missing(shape_out.packets(), loss_bound);
     out_done = false;
   }
   const uint64_t decreases_before = to ? to->window.decreases() : 0;
@@ -259,7 +260,7 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
     if (h.flags & kAckDone) receiver_done = true;
   };
 
-  auto finish_in = [&](Clock::time_point now) {
+  auto finish_in = [&]() {
     in_done = true;
     if (!reassembly->complete()) {
       if (in->mode == WriteMode::Overwrite) reassembly->zero_missing();
@@ -273,7 +274,6 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
     // Three copies of the final ack: a sender that misses all three probes and gets it again.
     for (int copy = 0; copy < 3; ++copy)
       send_ack(in->peer, in_header, reassembly->arrived_all(), reassembly->received(), true);
-    (void)now;
   };
 
   auto keep_early = [&](int from, const std::vector<uint8_t>& bytes) {
@@ -346,7 +346,7 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
     Clock::time_point now = Clock::now();
     if (!in_done && (reassembly->complete() ||
                      (reassembly->received() >= in_needed && now - start >= options_.deadline)))
-      finish_in(now);
+      finish_in();
     if (!out_done) {
       // Packets that waited a retransmission timeout are lost.
       const auto rto = to->window.retransmit_timeout();

@@ -93,8 +93,9 @@ class Transport {
   Transport(std::shared_ptr<DatagramEndpoint> endpoint, int rank, uint32_t job, ExchangeOptions options);
 
   // Runs one exchange; either side may be null (or of 0 elements: nothing travels). Both ends
-  // of a transfer must call it in the same order for the same sizes.
-  ExchangeStats exchange(const OutgoingTransfer* out, const IncomingTransfer* in);
+  // of a transfer must call it in the same order for the same sizes. `lossless` makes this
+  // exchange wait for every packet (p = 0), whatever the options say; both ends must agree.
+  ExchangeStats exchange(const OutgoingTransfer* out, const IncomingTransfer* in, bool lossless = false);
 
   DatagramEndpoint& endpoint() { return *endpoint_; }
   const ExchangeOptions& options() const { return options_; }
