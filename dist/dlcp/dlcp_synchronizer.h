@@ -6,9 +6,10 @@
 // With loss_bound 0 this is S-SGD BSP (the tests compare it with Gloo's allreduce).
 //
 // A packet lost in the allgather leaves that range at zero on the ranks after the loss, so
-// replicas can drift apart by the updates they missed (the weights are only broadcast at setup),
-// unless lossless_allgather makes that half wait for every packet. Optional error feedback keeps, on the sender, the
-// values the next rank did not receive in reduce-scatter and adds them to the next iteration.
+// replicas could drift apart by the updates they missed (the weights are only broadcast at
+// setup): lossless_allgather (the default) makes that half wait for every packet. Optional error
+// feedback keeps, on the sender, the values the next rank did not receive in reduce-scatter and
+// adds them to the next iteration.
 #pragma once
 #include <memory>
 #include <string>
@@ -28,7 +29,7 @@ struct DlcpOptions {
   std::vector<std::string> paths;  // local addresses; empty = towards MASTER_ADDR
   PriorityDirection direction = PriorityDirection::OutputFirst;
   bool error_feedback = false;
-  bool lossless_allgather = false;
+  bool lossless_allgather = true;
   std::string config_text;
   std::shared_ptr<FaultInjector> injector;  // tests
 };
