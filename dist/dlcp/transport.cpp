@@ -131,6 +131,9 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
   }
   int acks_owed = 0;
   Clock::time_point last_ack = start, last_heard_in = start;
+  // The deadline runs from the transfer's first packet: a sender that starts late (still busy
+  // with its previous step) does not have its burst cut short.
+  std::optional<Clock::time_point> first_arrival;
 
   // ---- the sending side
   struct Slot {
@@ -319,6 +322,7 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
       if (a == Accepted::Written || a == Accepted::Duplicate) {
         last_heard_in = now;
         ++acks_owed;
+        if (!first_arrival) first_arrival = now;
       } else if (a == Accepted::Early) {
         keep_early(from, bytes);
       } else if (a == Accepted::Stale) {
@@ -344,8 +348,8 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
   std::vector<uint8_t> buffer;
   while (true) {
     Clock::time_point now = Clock::now();
-    if (!in_done && (reassembly->complete() ||
-                     (reassembly->received() >= in_needed && now - start >= options_.deadline)))
+    if (!in_done && (reassembly->complete() || (reassembly->received() >= in_needed && first_arrival &&
+                                                  now - *first_arrival >= options_.deadline)))
       finish_in();
     if (!out_done) {
       // Packets that waited a retransmission timeout are lost.

@@ -3,8 +3,9 @@
 //
 // Receiving: every data packet is written at its offset as it comes (reassembly.h). The
 // receiver stops waiting once every packet has arrived, or once at least (1 - p) of them have
-// and the deadline (from the start of the exchange) has passed; what is missing then stays as
-// it was (Add: the local values, counted once) or becomes zero with count 0 (Overwrite). It
+// and the deadline has passed since the transfer's first packet arrived (a sender that starts
+// late is not cut short); what is missing then stays as it was (Add: the local values, counted
+// once) or becomes zero with count 0 (Overwrite). It
 // acknowledges every few packets, and at the end three times with the "done" flag.
 //
 // Sending: packets go out in priority order (class 3 first) within a congestion window
