@@ -459,7 +459,8 @@ void Trainer::claim_output_folder() {
 
 void Trainer::record_train(const std::string& fields) {
   const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  write_metrics("{\"type\":\"train\"," + fields + ",\"time\":" +
+  const std::string algorithm = sync_ ? sync_->metrics_fields() : std::string();
+  write_metrics("{\"type\":\"train\"," + fields + (algorithm.empty() ? "" : "," + algorithm) + ",\"time\":" +
                 num(state_.elapsed_seconds + seconds_since(train_start_)) + ",\"wall_time\":" +
                 format("%.3f", wall) + "}");
 }

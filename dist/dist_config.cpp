@@ -114,6 +114,9 @@ void normalize_dist_names(mintrain::DistConfig& d) {
   if (d.ps().has_schedule()) d.mutable_ps()->set_schedule(lower(d.ps().schedule()));
   if (d.bytescheduler().has_architecture())
     d.mutable_bytescheduler()->set_architecture(lower(d.bytescheduler().architecture()));
+  if (d.dlcp().has_priority_direction())
+    d.mutable_dlcp()->set_priority_direction(lower(d.dlcp().priority_direction()));
+  if (d.dlcp().has_spray()) d.mutable_dlcp()->set_spray(lower(d.dlcp().spray()));
 }
 
 mintrain::DistConfig resolve_dist_config(const mintrain::DistConfig& written) {

@@ -3,8 +3,10 @@
 // backward; prepare_eval/prepare_checkpoint before evaluation and checkpoints) and autograd calls
 // on_gradient_ready the moment a parameter's gradient is final; a module calls
 // before_forward_use just before its forward reads a parameter (only for algorithms that gate
-// the forward). Each data-parallel algorithm implements it and registers itself by name
-// (registry.h); the trainer does not change when one is added. Rank, world size, metric averages and the stop vote belong to the job (job.h).
+// the forward); metrics_fields adds the algorithm's own numbers to each metrics record. Each
+// data-parallel algorithm implements it and registers itself by name (registry.h); the trainer
+// does not change when one is added. Rank, world size, metric averages and the stop vote belong
+// to the job (job.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -52,6 +54,9 @@ class Synchronizer {
   // Statistics since the last call (bytes per iteration, compression ratio, wait time); "" =
   // nothing to report. Rank-local: the trainer prints rank 0's.
   virtual std::string epoch_summary() { return ""; }
+  // JSON members (`"name":value,...`, no braces) the trainer adds to each train record of the
+  // metrics file: the algorithm's statistics since the last call; "" = none. Rank-local.
+  virtual std::string metrics_fields() { return ""; }
 
   virtual core::StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const core::StateDict& state) {}

@@ -150,6 +150,71 @@ TEST(TestbedScript, HostCpusGivesEveryHostAQuotaOfItsOwn) {
   EXPECT_FALSE(contains(testbed("dry-run 2 flat 100mbit 0ms").out, "cgroup"));
 }
 
+// two_paths: every host has a second link (eth1, 10.77.1.x) into a second pair of racks, joined
+// by their own inter-rack link; nothing outside 10.77.0.0/24 and 10.77.1.0/24.
+TEST(TestbedScript, TwoPathsGivesEveryHostASecondPlane) {
+  const Result r = testbed("dry-run 4 two_paths 100mbit 0ms");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::regex ip(R"((\d+)\.(\d+)\.(\d+)\.(\d+))");
+  std::vector<std::string> addresses;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), ip); it != std::sregex_iterator(); ++it)
+    addresses.push_back(it->str());
+  EXPECT_EQ(addresses, (std::vector<std::string>{"10.77.0.1", "10.77.1.1", "10.77.0.2", "10.77.1.2", "10.77.0.3",
+                                                 "10.77.1.3", "10.77.0.4", "10.77.1.4"}));
+  const auto lines = tbf_lines(r.out);
+  EXPECT_EQ(lines.size(), 4u + 4 * 4u) << r.out;  // two inter-rack links both ways, 2 links per host both ways
+  for (const std::string link : {"up0", "up1", "upb0", "upb1"})
+    EXPECT_TRUE(contains(r.out, "mt-test-sw tc qdisc replace dev " + link + " root handle 1: tbf rate 25000000bit")) << link;
+  EXPECT_TRUE(contains(r.out, "ip link set q0 master rack0b up")) << r.out;
+  EXPECT_TRUE(contains(r.out, "ip link set q3 master rack1b up")) << r.out;
+  EXPECT_FALSE(contains(r.out, " htb ")) << "no priority queues unless PRIO_QUEUES=1";
+}
+
+// PRIO_QUEUES=1: the switch's side of every link gets 4 bands at its rate (htb), served in
+// priority order, DSCP CS4..CS1 by u32 filters, the lowest band with the shortest queue; hosts'
+// own sides stay plain tbf.
+TEST(TestbedScript, PrioQueuesKeyTheSwitchPortsByDscp) {
+  const Result r = sh("PRIO_QUEUES=1 BAND_LIMITS='800 400 100 20' bash " + kScript + " dry-run 2 flat 100mbit 0ms");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const std::string port : {"p0", "p1"}) {
+    const std::string at = "ip netns exec mt-test-sw tc ";
+    EXPECT_TRUE(contains(r.out, at + "qdisc replace dev " + port + " root handle 1: htb default 13\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, at + "class replace dev " + port + " parent 1: classid 1:1 htb rate 100mbit ceil 100mbit"));
+    EXPECT_TRUE(contains(r.out, at + "class replace dev " + port + " parent 1:1 classid 1:11 htb rate 1000000bit quantum 1514 "
+                                     "ceil 100mbit burst 125000 prio 0\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, at + "class replace dev " + port + " parent 1:1 classid 1:14 htb rate 1000000bit quantum 1514 "
+                                     "ceil 100mbit burst 125000 prio 3\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, at + "qdisc replace dev " + port + " parent 1:11 handle 11: pfifo limit 800\n"));
+    EXPECT_TRUE(contains(r.out, at + "qdisc replace dev " + port + " parent 1:14 handle 14: pfifo limit 20\n"));
+    EXPECT_TRUE(contains(r.out, at + "filter replace dev " + port +
+                                    " parent 1: protocol ip prio 1 u32 match ip dsfield 0x80 0xfc flowid 1:11\n"));
+    EXPECT_TRUE(contains(r.out, at + "filter replace dev " + port +
+                                    " parent 1: protocol ip prio 4 u32 match ip dsfield 0x20 0xfc flowid 1:14\n"));
+    EXPECT_FALSE(contains(r.out, "dev " + port + " root handle 1: tbf")) << r.out;
+  }
+  EXPECT_TRUE(contains(r.out, "mt-test-h0 tc qdisc replace dev eth0 root handle 1: tbf rate 100mbit")) << r.out;
+  const Result bad = sh("PRIO_QUEUES=1 BAND_LIMITS='lots' bash " + kScript + " dry-run 2 flat");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "BAND_LIMITS must be 4 packet counts")) << bad.out;
+}
+
+// Cross traffic: one round from host 0 to host 3, with iperf3 or our own dd into a UDP socket
+// towards an address that only host 3's frames answer to (inside 10.77.0.0/24).
+TEST(TestbedScript, CrossTrafficFloodsOneHostFromAnother) {
+  const Result r = sh("CROSS='0 3' bash " + kScript + " dry-run 4 flat 100mbit 0ms");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "# cross 0 3 1 3")) << r.out;
+  if (contains(r.out, "iperf3")) {
+    EXPECT_TRUE(contains(r.out, "ip netns exec mt-test-h3 iperf3 -s")) << r.out;
+    EXPECT_TRUE(contains(r.out, "ip netns exec mt-test-h0 iperf3 -c 10.77.0.4 -u")) << r.out;
+  } else {
+    EXPECT_TRUE(contains(r.out, "ip netns exec mt-test-h0 ip neigh replace 10.77.0.250 lladdr")) << r.out;
+    EXPECT_TRUE(contains(r.out, "ip netns exec mt-test-h0 timeout 1 bash -c exec dd if=/dev/zero bs=1400")) << r.out;
+  }
+  EXPECT_EQ(testbed("cross 0 0").rc, 2);
+  EXPECT_EQ(testbed("cross 0 1 soon").rc, 2);
+}
+
 TEST(TestbedScript, VaryRefusesBadArguments) {
   EXPECT_EQ(testbed("vary x 10mbit 20mbit").rc, 2);
   EXPECT_EQ(testbed("vary 0 10mbit 20mbit soon").rc, 2);

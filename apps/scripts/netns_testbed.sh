@@ -7,6 +7,7 @@
 #   netns_testbed.sh up N PRESET [RATE] [DELAY]   # PRESET see below; RATE 1gbit, DELAY 0ms
 #   netns_testbed.sh run I -- CMD...              # run CMD inside host I (ip netns exec mt-hI)
 #   netns_testbed.sh vary I LOW HIGH [PERIOD]     # host I's link: LOW, HIGH, LOW... every PERIOD s
+#   netns_testbed.sh cross I J [ON] [OFF]         # hotspots: host I floods host J for ON s every ON+OFF s
 #   netns_testbed.sh down                         # delete every mt-* namespace (safe to repeat)
 #   netns_testbed.sh dry-run [N PRESET RATE DELAY]  # print the commands `up` would run, then `down`
 #
@@ -20,6 +21,19 @@
 #   contention  flat; `up` builds it, and the caller runs `vary 0 RATE/5 RATE 2 &` during the job
 #               (another job's traffic taking bandwidth on host 0's link now and then; dry-run
 #               prints one round of it). `vary` runs until killed; it only works with DELAY 0ms.
+#   two_paths   two_racks built twice (two planes): every host has eth0 (10.77.0.<i+1>) on racks
+#               rack0/rack1 joined by up0/up1, and eth1 (10.77.1.<i+1>) on racks rack0b/rack1b
+#               joined by upb0/upb1, each inter-rack link at INTER_RATE: two parallel paths
+#               between the racks, one per source address (DLCP sprays packets over both; TCP
+#               takes one).
+# Env PRIO_QUEUES=1 gives every switch port (the switch's side of every link) priority queues
+# keyed by DSCP at its rate (htb instead of tbf): 4 bands, CS4 / CS3 / CS2 and unmarked traffic /
+# CS1 (DLCP's classes 3, 2, 1, 0), served in that order, each a pfifo of BAND_LIMITS packets
+# (env; default "1000 500 200 50"), so the lowest class waits longest and is dropped first.
+# `cross` floods with iperf3 (UDP) when it is installed, else with dd into a UDP socket towards
+# 10.77.0.250, an address no host has but whose frames go to host J (a static neighbour entry),
+# so they cross the switch and J's link and J drops them silently. It runs until killed; `down`
+# ends every process still inside the testbed's namespaces.
 # DELAY needs the netem qdisc (absent from some kernels, e.g. our VM: then use 0ms).
 # Env HOST_CPUS (e.g. 0.5; default unset: no limit) gives every host a CPU share of its own, a
 # cgroup quota of that many cores: the emulated hosts share this machine's cores, and without
@@ -37,9 +51,10 @@ PREFIX=${MT_TESTBED_PREFIX:-mt}   # another prefix gives a separate testbed (the
 [[ $PREFIX =~ ^[a-z][a-z0-9-]{0,15}$ ]] || { echo "bad MT_TESTBED_PREFIX '$PREFIX'" >&2; exit 2; }
 SW=${PREFIX}-sw
 SUBNET=10.77.0
+SUBNET2=10.77.1    # the second plane of two_paths
 DRY=0
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # Every command that changes the system goes through x: printed in dry-run, run otherwise.
 x() {
@@ -69,12 +84,45 @@ shape() {
   bits=$(rate_bits "$rate")
   burst=$((bits / 8 / 100))          # 10 ms worth of bytes, at least a few full frames
   ((burst < 15000)) && burst=15000
+  local prio=0
+  [[ ${PRIO_QUEUES:-0} == 1 && $ns == "$SW" ]] && prio=1
   if [[ $delay == 0 || $delay == 0ms ]]; then
-    x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency "$queue"
+    if ((prio)); then
+      prio_queues "$ns" "$dev" "root handle 1:" 1 "$rate" "$burst"
+    else
+      x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency "$queue"
+    fi
   else
     x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: netem delay "$delay"
-    x ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency "$queue"
+    if ((prio)); then
+      prio_queues "$ns" "$dev" "parent 1: handle 2:" 2 "$rate" "$burst"
+    else
+      x ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency "$queue"
+    fi
   fi
+}
+
+# Priority queues by DSCP at the link's rate (PRIO_QUEUES=1), with htb (this kernel family may
+# lack the prio qdisc): class M:1 at the rate, four bands below it that each keep 1% of it and
+# borrow the rest in priority order (band 1 first): band 1 CS4, band 2 CS3, band 3 CS2 and
+# everything unmarked (the default), band 4 CS1. Band b queues BAND_LIMITS[b] packets; what does
+# not fit is dropped, so the lowest band, served last with the shortest queue, loses first.
+# $3: where the htb goes ("root handle 1:" or under netem); $4: its major number.
+prio_queues() {
+  local ns=$1 dev=$2 at=$3 m=$4 rate=$5 burst=$6 limits b
+  read -r -a limits <<<"${BAND_LIMITS:-1000 500 200 50}"
+  local floor=$(( $(rate_bits "$rate") / 100 ))
+  ((floor < 8000)) && floor=8000
+  x ip netns exec "$ns" tc qdisc replace dev "$dev" $at htb default 13
+  x ip netns exec "$ns" tc class replace dev "$dev" parent "$m:" classid "$m:1" htb rate "$rate" ceil "$rate" burst "$burst"
+  local tos=(0x80 0x60 0x40 0x20)   # DSCP CS4, CS3, CS2, CS1 in the TOS byte
+  for b in 1 2 3 4; do
+    x ip netns exec "$ns" tc class replace dev "$dev" parent "$m:1" classid "$m:1$b" htb rate "${floor}bit" quantum 1514 \
+      ceil "$rate" burst "$burst" prio "$((b - 1))"
+    x ip netns exec "$ns" tc qdisc replace dev "$dev" parent "$m:1$b" handle "${m}$b:" pfifo limit "${limits[$((b - 1))]}"
+    x ip netns exec "$ns" tc filter replace dev "$dev" parent "$m:" protocol ip prio "$b" u32 \
+      match ip dsfield "${tos[$((b - 1))]}" 0xfc flowid "$m:1$b"
+  done
 }
 
 # "25mbit" -> 25000000 (tc units: kbit, mbit, gbit, bit; decimal).
@@ -156,9 +204,13 @@ up() {
     awk -v c="${HOST_CPUS:-1}" 'BEGIN { exit !(c > 0) }' ||
     { echo "HOST_CPUS must be a number of cores > 0, e.g. 0.5 (got '$HOST_CPUS')" >&2; exit 2; }
   case $preset in
-    flat|two_racks|straggler|contention) ;;
-    *) echo "unknown preset '$preset' (flat, two_racks, straggler, contention)" >&2; exit 2 ;;
+    flat|two_racks|straggler|contention|two_paths) ;;
+    *) echo "unknown preset '$preset' (flat, two_racks, straggler, contention, two_paths)" >&2; exit 2 ;;
   esac
+  if [[ -n ${BAND_LIMITS:-} ]]; then
+    [[ $BAND_LIMITS =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]] ||
+      { echo "BAND_LIMITS must be 4 packet counts, e.g. \"1000 500 200 50\" (got '$BAND_LIMITS')" >&2; exit 2; }
+  fi
   need_root up "$@"
   # A half-built testbed is removed: on failure or interrupt, tear everything down.
   if ((!DRY)); then
@@ -176,23 +228,30 @@ up() {
   fi
   local bridges=(br0)
   [[ $preset == two_racks ]] && bridges=(rack0 rack1)
+  [[ $preset == two_paths ]] && bridges=(rack0 rack1 rack0b rack1b)
   local br
   for br in "${bridges[@]}"; do
     x ip netns exec "$SW" ip link add "$br" type bridge
     x ip netns exec "$SW" ip link set "$br" up
   done
-  if [[ $preset == two_racks ]]; then
+  if [[ $preset == two_racks || $preset == two_paths ]]; then
     local inter=${INTER_RATE:-}
     [[ -n $inter ]] || inter="$(( $(rate_bits "$rate") / 4 ))bit"
-    veth "$SW" up0 "$SW" up1
-    x ip netns exec "$SW" ip link set up0 master rack0 up
-    x ip netns exec "$SW" ip link set up1 master rack1 up
-    # The link between the racks queues up to a second of traffic instead of 100 ms: DS-Sync's
-    # groups all cross it at once (4 TCP flows each way at 8 ranks), and a 100 ms queue dropped
-    # ~700 packets a run, each loss a retransmission stall of 200 ms or more at random; with a
-    # deep buffer (as spine switches have) the flows share the link at its rate instead.
-    shape "$SW" up0 "$inter" "$delay" "${UPLINK_QUEUE:-1s}"
-    shape "$SW" up1 "$inter" "$delay" "${UPLINK_QUEUE:-1s}"
+    local planes=("up0 up1 rack0 rack1")
+    [[ $preset == two_paths ]] && planes+=("upb0 upb1 rack0b rack1b")
+    local plane a b ra rb
+    for plane in "${planes[@]}"; do
+      read -r a b ra rb <<<"$plane"
+      veth "$SW" "$a" "$SW" "$b"
+      x ip netns exec "$SW" ip link set "$a" master "$ra" up
+      x ip netns exec "$SW" ip link set "$b" master "$rb" up
+      # The link between the racks queues up to a second of traffic instead of 100 ms: DS-Sync's
+      # groups all cross it at once (4 TCP flows each way at 8 ranks), and a 100 ms queue dropped
+      # ~700 packets a run, each loss a retransmission stall of 200 ms or more at random; with a
+      # deep buffer (as spine switches have) the flows share the link at its rate instead.
+      shape "$SW" "$a" "$inter" "$delay" "${UPLINK_QUEUE:-1s}"
+      shape "$SW" "$b" "$inter" "$delay" "${UPLINK_QUEUE:-1s}"
+    done
   fi
 
   local i h port link_rate
@@ -201,7 +260,7 @@ up() {
     link_rate=$rate
     [[ $preset == straggler ]] && ((i == n - 1)) && link_rate="$(( $(rate_bits "$rate") / 10 ))bit"
     br=${bridges[0]}
-    [[ $preset == two_racks ]] && ((i >= n / 2)) && br=${bridges[1]}
+    [[ $preset == two_racks || $preset == two_paths ]] && ((i >= n / 2)) && br=${bridges[1]}
     x ip netns add "$h"
     x ip netns exec "$h" ip link set lo up
     veth "$h" eth0 "$SW" "$port"
@@ -211,6 +270,14 @@ up() {
     [[ -z ${HOST_CPUS:-} ]] || cg_make "$h"
     shape "$h" eth0 "$link_rate" "$delay"       # host -> switch
     shape "$SW" "$port" "$link_rate" "$delay"   # switch -> host
+    if [[ $preset == two_paths ]]; then         # the second plane: eth1 on rack0b/rack1b
+      veth "$h" eth1 "$SW" "q$i"
+      x ip netns exec "$h" ip addr add "$SUBNET2.$((i + 1))/24" dev eth1
+      x ip netns exec "$h" ip link set eth1 up
+      x ip netns exec "$SW" ip link set "q$i" master "${br}b" up
+      shape "$h" eth1 "$link_rate" "$delay"
+      shape "$SW" "q$i" "$link_rate" "$delay"
+    fi
   done
   ((DRY)) || echo "testbed up: $n hosts ($preset, $rate, delay $delay${HOST_CPUS:+, $HOST_CPUS cores each}): $(host 0) = $SUBNET.1 .. $(host $((n - 1))) = $SUBNET.$n"
   ((DRY)) || trap - EXIT INT TERM
@@ -225,7 +292,13 @@ down() {
   else
     list=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}-(h[0-9]+|sw)$" || true)
   fi
+  local pids
   for ns in $list; do
+    # Processes still inside (cross traffic, a rank): deleting the namespace would not end them.
+    if ((!DRY)); then
+      pids=$(ip netns pids "$ns" 2>/dev/null || true)
+      [[ -z $pids ]] || kill $pids 2>/dev/null || true
+    fi
     x ip netns del "$ns"
   done
   # The hosts' cgroups (HOST_CPUS), once their processes are gone: a cgroup with a process left in
@@ -270,6 +343,35 @@ vary() {
   done
 }
 
+# Hotspots from host I to host J: a flood for ON s, then OFF s of quiet, until killed (dry-run:
+# one round, without the sleeps).
+cross() {
+  local i=${1:?usage: cross I J [ON] [OFF]} j=${2:?usage: cross I J [ON] [OFF]} on=${3:-1} off=${4:-3}
+  [[ $i =~ ^[0-9]+$ && $j =~ ^[0-9]+$ && $i != "$j" ]] || { echo "cross: I and J must be two host numbers" >&2; exit 2; }
+  [[ $on =~ ^[0-9]+([.][0-9]+)?$ && $off =~ ^[0-9]+([.][0-9]+)?$ ]] ||
+    { echo "cross: ON and OFF must be seconds, e.g. 1 3" >&2; exit 2; }
+  need_root cross
+  local hi hj
+  hi=$(host "$i"); hj=$(host "$j")
+  if command -v iperf3 >/dev/null; then
+    x ip netns exec "$hj" iperf3 -s -D -1
+    while true; do
+      x ip netns exec "$hi" iperf3 -c "$SUBNET.$((j + 1))" -u -b 0 -l 1400 -t "$on" >/dev/null || true
+      ((DRY)) && return 0
+      sleep "$off"
+      x ip netns exec "$hj" iperf3 -s -D -1
+    done
+  fi
+  local mac=02:00:00:00:00:00
+  ((DRY)) || mac=$(ip netns exec "$hj" cat /sys/class/net/eth0/address)
+  x ip netns exec "$hi" ip neigh replace "$SUBNET.250" lladdr "$mac" dev eth0 nud permanent
+  while true; do
+    x ip netns exec "$hi" timeout "$on" bash -c "exec dd if=/dev/zero bs=1400 status=none >/dev/udp/$SUBNET.250/9" || true
+    ((DRY)) && return 0
+    sleep "$off"
+  done
+}
+
 run() {
   local i=${1:?usage: run I -- CMD...}
   shift
@@ -292,6 +394,7 @@ case $cmd in
   down) down ;;
   run) run "$@" ;;
   vary) vary "$@" ;;
+  cross) cross "$@" ;;
   dry-run)
     DRY=1
     echo "# up ${1:-4} ${2:-flat} ${3:-1gbit} ${4:-0ms}"
@@ -300,6 +403,11 @@ case $cmd in
       low="$(( $(rate_bits "${3:-1gbit}") / 5 ))bit"
       echo "# vary 0 $low ${3:-1gbit} 2 (in the background while the job runs)"
       vary 0 "$low" "${3:-1gbit}" 2
+    fi
+    if [[ -n ${CROSS:-} ]]; then   # CROSS="I J": one round of cross traffic
+      echo "# cross $CROSS 1 3 (in the background while the job runs)"
+      read -r ci cj <<<"$CROSS"
+      cross "$ci" "$cj" 1 3
     fi
     echo "# down"
     down "${1:-4}"

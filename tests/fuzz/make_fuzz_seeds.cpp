@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "apps/checkpoint.h"
+#include "dist/dlcp/packet.h"
 #include "tiny_run.h"
 
 namespace fs = std::filesystem;
@@ -116,5 +117,22 @@ int main(int argc, char** argv) {
   put(dir, "utf8", "\x00" "Caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 na\xc3\xafve \xe2\x80\x94 \xcc\x81x");
   put(dir, "invalid_utf8", "\x01\xff\xfe\xc3 \xe4\xb8 abc\x80");
   put(dir, "vocab", "\x03[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n##s\nplay\n");
+
+  // DLCP packets: mode byte (bit 0: repair the checksum after mutation), then a datagram. The
+  // data packet is packet 2 of a 1000-element transfer in packets of 16, as the harness expects.
+  dir = fresh(out, "fuzz_dlcp_packet");
+  {
+    namespace dlcp = mt::dist::dlcp;
+    dlcp::PacketHeader h;
+    h.job = 7, h.sender = 1, h.iteration = 3, h.transfer = 5, h.index = 2, h.offset = 32, h.total = 63;
+    h.contributors = 2, h.priority = 3, h.layer = 4;
+    const std::vector<float> values(16, 0.5f);
+    const auto data = dlcp::encode_data(h, values.data(), 16);
+    const auto ack = dlcp::encode_ack(h, std::vector<bool>{true, false, true, true, false, true, false, false, true});
+    put(dir, "data", "\x01" + Bytes(data.begin(), data.end()));
+    put(dir, "data_as_is", Bytes(1, '\x00') + Bytes(data.begin(), data.end()));
+    put(dir, "ack", "\x01" + Bytes(ack.begin(), ack.end()));
+    put(dir, "truncated", "\x00" + Bytes(data.begin(), data.begin() + 30));
+  }
   return 0;
 }

@@ -1,0 +1,152 @@
+#include "dist/dlcp/dlcp_synchronizer.h"
+
+#include <arpa/inet.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "dist/dist_config.h"
+#include "dist/flat.h"
+#include "dist/registry.h"
+#include "dist/replicas.h"
+
+namespace mt::dist::dlcp {
+
+void validate_dlcp_config(const mintrain::DistConfig& d) {
+  const mintrain::DlcpConfig& c = d.dlcp();
+  MT_CHECK(c.loss_bound() >= 0 && c.loss_bound() <= 0.5, "dist.dlcp.loss_bound must be in [0, 0.5] (got ",
+           c.loss_bound(), "): the fraction of a transfer's packets that may be lost");
+  check_at_least("dist.dlcp.deadline_ms", c.deadline_ms(), 1);
+  check_name("dist.dlcp.priority_direction", c.priority_direction(), {"output_first", "input_first"});
+  check_name("dist.dlcp.spray", c.spray(), {"round_robin", "least_loaded"});
+  MT_CHECK(c.packet_bytes() >= int(kHeaderBytes) + 4 && c.packet_bytes() <= int(kMaxDatagramBytes),
+           "dist.dlcp.packet_bytes must be in ", kHeaderBytes + 4, "..", kMaxDatagramBytes, " (got ", c.packet_bytes(),
+           "): the datagram holds a ", kHeaderBytes, "-byte header and at least one value");
+  MT_CHECK(c.inject_loss() >= 0 && c.inject_loss() <= 0.5, "dist.dlcp.inject_loss must be in [0, 0.5] (got ",
+           c.inject_loss(), "): the fraction of data packets dropped on purpose, for experiments");
+  for (int i = 0; i < c.paths_size(); ++i) {
+    in_addr a{};
+    MT_CHECK(::inet_pton(AF_INET, c.paths(i).c_str(), &a) == 1, "dist.dlcp.paths[", i, "] \"", c.paths(i),
+             "\" is not an IPv4 address of this host (e.g. \"127.0.0.2\")");
+  }
+}
+
+DlcpOptions dlcp_options_from(const mintrain::DistConfig& d) {
+  const mintrain::DlcpConfig& c = d.dlcp();
+  DlcpOptions o;
+  o.exchange.loss_bound = c.loss_bound();
+  o.exchange.deadline = std::chrono::milliseconds(c.deadline_ms());
+  o.exchange.timeout = std::chrono::seconds(d.timeout_seconds());
+  o.exchange.elements_per_packet =
+      static_cast<uint16_t>(std::min<int>((c.packet_bytes() - int(kHeaderBytes)) / 4, kMaxElementsPerPacket));
+  o.exchange.spray = spray_from(c.spray());
+  o.direction = priority_direction_from(c.priority_direction());
+  o.error_feedback = c.error_feedback();
+  o.lossless_allgather = c.lossless_allgather();
+  for (const auto& p : c.paths()) o.paths.push_back(p);
+  return o;
+}
+
+DlcpSynchronizer::DlcpSynchronizer(std::shared_ptr<ProcessGroup> group, DlcpOptions options)
+    : group_(std::move(group)), options_(std::move(options)) {
+  MT_CHECK(group_ != nullptr, "DLCP needs a process group");
+  MT_CHECK(group_->backend() == "gloo", "dist.algorithm \"dlcp\" sends CPU gradients as datagrams; it runs with "
+           "dist.backend \"gloo\" (got \"", group_->backend(), "\")");
+  if (options_.paths.empty()) {
+    const char* master = std::getenv("MASTER_ADDR");
+    options_.paths.push_back(local_address_towards(master && *master ? master : "127.0.0.1"));
+  }
+}
+
+void DlcpSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
+  check_replicas_agree(*group_, model, options_.config_text);
+  broadcast_parameters(*group_, model);
+  broadcast_buffers(*group_, model);
+  params_ = optimizer.params();
+  int64_t end = 0;
+  for (const Tensor& p : params_) {
+    MT_CHECK(p.device().is_cpu(), "dist.algorithm \"dlcp\" exchanges CPU gradients; train on the CPU");
+    end += p.numel();
+    layout_.layer_end.push_back(end);
+  }
+  MT_CHECK(end < int64_t(UINT32_MAX), "DLCP: ", end, " parameters exceed one transfer's 2^32 elements");
+  layout_.direction = options_.direction;
+  if (options_.error_feedback) residual_.assign(static_cast<size_t>(end), 0.0f);
+  counts_.assign(static_cast<size_t>(end), 1);
+  transport_ = connect_transport(*group_, options_.paths, options_.exchange, options_.injector);
+}
+
+void DlcpSynchronizer::step(optim::Optimizer& optimizer) {
+  Tensor flat = flatten_grads(params_);
+  float* g = flat.data<float>();
+  const uint32_t n = static_cast<uint32_t>(flat.numel());
+  if (options_.error_feedback) {
+    for (uint32_t i = 0; i < n; ++i) g[i] += residual_[i];
+    std::fill(residual_.begin(), residual_.end(), 0.0f);
+  }
+  RingOptions ring;
+  ring.layout = &layout_;
+  ring.residual = options_.error_feedback ? residual_.data() : nullptr;
+  ring.lossless_allgather = options_.lossless_allgather;
+  last_ = ring_allreduce(*transport_, group_->rank(), group_->size(), g, counts_.data(), n,
+                         static_cast<uint32_t>(iteration_), 0, ring);
+  for (uint32_t i = 0; i < n; ++i) g[i] = counts_[i] > 0 ? g[i] / counts_[i] : 0.0f;
+  unflatten_into_grads(flat, params_);
+  optimizer.step();
+  total_.add(last_);
+  since_epoch_.add(last_);
+  since_record_.add(last_);
+  ++steps_since_epoch_, ++steps_since_record_;
+}
+
+std::string DlcpSynchronizer::epoch_summary() {
+  if (steps_since_epoch_ == 0) return "";
+  const double it = double(steps_since_epoch_);
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "dlcp: %.2f%% of packets lost (bound %.2f%%), %.1f retransmissions, %.1f deadline endings and "
+                "%.1f ms in the ring per iteration; %llu packets refused",
+                100 * since_epoch_.loss(), 100 * options_.exchange.loss_bound, since_epoch_.retransmissions / it,
+                since_epoch_.deadline_endings / it, 1000 * since_epoch_.seconds / it,
+                static_cast<unsigned long long>(since_epoch_.rejected.rejected()));
+  since_epoch_ = {};
+  steps_since_epoch_ = 0;
+  return line;
+}
+
+std::string DlcpSynchronizer::metrics_fields() {
+  if (steps_since_record_ == 0) return "";
+  const double it = double(steps_since_record_);
+  char fields[256];
+  std::snprintf(fields, sizeof(fields),
+                "\"dlcp_loss\":%.6g,\"dlcp_retransmissions\":%.6g,\"dlcp_deadline_endings\":%.6g,\"dlcp_ms\":%.6g",
+                since_record_.loss(), since_record_.retransmissions / it, since_record_.deadline_endings / it,
+                1000 * since_record_.seconds / it);
+  since_record_ = {};
+  steps_since_record_ = 0;
+  return fields;
+}
+
+namespace {
+
+void validate_dlcp(const mintrain::DistConfig& d) { validate_dlcp_config(d); }
+
+std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
+  DlcpOptions o = dlcp_options_from(c.dist);
+  o.config_text = c.config_text;
+  if (c.dist.dlcp().inject_loss() > 0) {
+    FaultPlan plan;
+    plan.drop_fraction = c.dist.dlcp().inject_loss();
+    plan.seed = 1 + static_cast<uint64_t>(c.group->rank());
+    o.injector = std::make_shared<FaultInjector>(plan);
+    if (c.log) *c.log << "dlcp: dropping " << 100 * plan.drop_fraction << "% of data packets on purpose "
+                      << "(dist.dlcp.inject_loss)" << std::endl;
+  }
+  return std::make_unique<DlcpSynchronizer>(c.group, std::move(o));
+}
+
+}  // namespace
+}  // namespace mt::dist::dlcp
+
+MT_REGISTER_ALGORITHM(dlcp, mt::dist::dlcp::validate_dlcp, mt::dist::dlcp::make_dlcp)

@@ -1,0 +1,74 @@
+// DLCP as a data-parallel algorithm (`dist.algorithm: "dlcp"`, configs/mintrain.proto
+// DlcpConfig): S-SGD's BSP schedule, whose allreduce is DLCP's ring over UDP datagrams
+// (ring_allreduce.h) instead of Gloo's over TCP. After backward every rank flattens its
+// gradients, the ring sums them with per-element counts, and each element's gradient becomes
+// its sum over the ranks whose value arrived divided by their number; then the optimizer steps.
+// With loss_bound 0 this is S-SGD BSP (the tests compare it with Gloo's allreduce).
+//
+// A packet lost in the allgather leaves that range at zero on the ranks after the loss, so
+// replicas could drift apart by the updates they missed (the weights are only broadcast at
+// setup): lossless_allgather (the default) makes that half wait for every packet. Optional error
+// feedback keeps, on the sender, the values the next rank did not receive in reduce-scatter and
+// adds them to the next iteration.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/dlcp/fault_injector.h"
+#include "dist/dlcp/ring_allreduce.h"
+#include "dist/dlcp/transport.h"
+#include "dist/process_group.h"
+#include "dist/synchronizer.h"
+#include "mintrain.pb.h"
+
+namespace mt::dist::dlcp {
+
+struct DlcpOptions {
+  ExchangeOptions exchange;
+  std::vector<std::string> paths;  // local addresses; empty = towards MASTER_ADDR
+  PriorityDirection direction = PriorityDirection::OutputFirst;
+  bool error_feedback = false;
+  bool lossless_allgather = true;
+  std::string config_text;
+  std::shared_ptr<FaultInjector> injector;  // tests
+};
+
+// The options of a validated dist config (dist.timeout_seconds is the silence that fails).
+DlcpOptions dlcp_options_from(const mintrain::DistConfig& dist);
+// Checks dist.dlcp; errors name the field.
+void validate_dlcp_config(const mintrain::DistConfig& dist);
+
+class DlcpSynchronizer final : public Synchronizer {
+ public:
+  DlcpSynchronizer(std::shared_ptr<ProcessGroup> group, DlcpOptions options);
+
+  std::string name() const override { return "dlcp"; }
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override { iteration_ = iteration; }
+  void step(optim::Optimizer& optimizer) override;
+  bool steps_on_gradient_average() const override { return true; }
+  // A checkpoint holds rank 0's model (every rank resumes from it, on any number of ranks); the
+  // error-feedback residual is not kept: a resumed run starts it at zero.
+  bool keeps_state_per_rank() const override { return false; }
+  std::string epoch_summary() override;
+  std::string metrics_fields() override;
+
+  const ExchangeStats& last_step() const { return last_; }
+  const ExchangeStats& total() const { return total_; }
+  Transport& transport() { return *transport_; }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+  DlcpOptions options_;
+  std::shared_ptr<Transport> transport_;
+  std::vector<Tensor> params_;
+  GradientLayout layout_;
+  std::vector<float> residual_;
+  std::vector<uint16_t> counts_;
+  int64_t iteration_ = 0;
+  ExchangeStats last_, total_, since_epoch_, since_record_;
+  int64_t steps_since_epoch_ = 0, steps_since_record_ = 0;
+};
+
+}  // namespace mt::dist::dlcp

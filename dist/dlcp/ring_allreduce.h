@@ -1,0 +1,56 @@
+// Ring allreduce over DLCP's datagram transport: the same N-1 reduce-scatter steps and N-1
+// allgather steps as Gloo's ring, each step one bounded-loss exchange (send a chunk to the
+// next rank, receive one from the previous). Besides the sums it keeps, per element, how many
+// ranks' values they hold: a packet lost in reduce-scatter leaves its chunk without the
+// sender's partial sum (the count says so), one lost in allgather leaves 0 with count 0. The
+// caller divides by the counts (average over the contributions that arrived). Packet
+// boundaries are the same in every step (packets are cut from each chunk's start), so every
+// element of a packet has the same count, and a packet carries it in `contributors`.
+//
+// Peers are found through the process group (ring_peers): every rank allgathers its endpoint's
+// addresses, and rank 0's entry carries the job id that keeps other jobs' packets out.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/dlcp/priority.h"
+#include "dist/dlcp/transport.h"
+#include "dist/process_group.h"
+
+namespace mt::dist::dlcp {
+
+// Where each layer's gradients sit in the flat buffer, for packet priorities: layer_end[l] is
+// one past its last element (increasing); layer 0 is nearest the input.
+struct GradientLayout {
+  std::vector<int64_t> layer_end;
+  PriorityDirection direction = PriorityDirection::OutputFirst;
+};
+
+// Builds the transport of this rank: an endpoint on `local_addresses`, the peers' addresses
+// and the job id exchanged over `group` (collective).
+std::shared_ptr<Transport> connect_transport(ProcessGroup& group, const std::vector<std::string>& local_addresses,
+                                             const ExchangeOptions& options,
+                                             std::shared_ptr<FaultInjector> injector = nullptr);
+
+// The chunk of the buffer each rank reduces: [chunk_begin(c), chunk_begin(c + 1)).
+uint32_t chunk_begin(uint32_t elements, int ranks, int chunk);
+
+struct RingOptions {
+  const GradientLayout* layout = nullptr;  // null: every packet class 0, layer 0
+  // Sender-side error feedback: the values of this rank's reduce-scatter packets that the next
+  // rank never got are added here (the caller adds them to the next exchange).
+  float* residual = nullptr;
+  // Allgather steps wait for every packet: every rank then ends with the same sums and counts
+  // (replicas stay identical); only reduce-scatter may lose packets.
+  bool lossless_allgather = false;
+};
+
+// In place over the group's ranks (rank r sends to r + 1 mod N): values become the sums,
+// counts[i] the number of ranks whose value of element i is in the sum. counts is written
+// (set to 1 first); both hold `elements` entries. Every rank calls it with the same elements.
+ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* values, uint16_t* counts,
+                             uint32_t elements, uint32_t iteration, uint16_t bucket, const RingOptions& options = {});
+
+}  // namespace mt::dist::dlcp

@@ -1,0 +1,131 @@
+// DLCP's bounded-loss exchange: during one exchange a rank sends one buffer to a peer and
+// receives one from another (a ring step), or only one of the two, over a DatagramEndpoint.
+//
+// Receiving: every data packet is written at its offset as it comes (reassembly.h). The
+// receiver stops waiting once every packet has arrived, or once at least (1 - p) of them have
+// and the deadline has passed since the transfer's first packet arrived (a sender that starts
+// late is not cut short); what is missing then stays as it was (Add: the local values, counted
+// once) or becomes zero with count 0 (Overwrite). It
+// acknowledges every few packets, and at the end three times with the "done" flag.
+//
+// Sending: packets go out in priority order (class 3 first) within a congestion window
+// (congestion_window.h), sprayed over the paths to the peer. A packet counts as lost when three
+// packets sent after it were acknowledged and it was not (reordering across paths stays below
+// that), or when it waited a retransmission timeout. A lost packet is sent again only while the
+// lost ones are more than the receiver may miss (p of the packets); an idle sender sends a probe
+// (an ack packet with kAckProbe) that the receiver answers with its state, so that a lost ack or
+// "done" does not hold it up.
+//
+// A rank that sends nothing for `timeout` (acks or data the exchange waits on) is an Error
+// naming it and its addresses. Packets of a later transfer are kept for it; packets of a
+// finished one are answered with its final ack.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/dlcp/congestion_window.h"
+#include "dist/dlcp/datagram_endpoint.h"
+#include "dist/dlcp/packet.h"
+#include "dist/dlcp/reassembly.h"
+
+namespace mt::dist::dlcp {
+
+enum class Spray { RoundRobin, LeastLoaded };
+Spray spray_from(const std::string& name);  // "round_robin" | "least_loaded"
+
+struct ExchangeOptions {
+  double loss_bound = 0;                                        // p, in [0, 1)
+  std::chrono::milliseconds deadline{20};
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // silence that is an Error
+  uint16_t elements_per_packet = 338;                           // (1400 - 48) / 4
+  Spray spray = Spray::RoundRobin;
+  int ack_every = 8;
+  double initial_window = 16;
+};
+
+// The packets a transfer may lose: floor(p * packets).
+uint32_t allowed_missing(uint32_t packets, double loss_bound);
+
+struct OutgoingTransfer {
+  int peer = -1;
+  uint32_t iteration = 0;
+  uint16_t bucket = 0;
+  const float* values = nullptr;
+  uint32_t elements = 0;
+  std::vector<uint16_t> contributors;  // per packet (ranks summed into it); empty = 1
+  std::vector<uint8_t> priority;       // per packet; empty = class 0
+  std::vector<uint16_t> layer;         // per packet; empty = 0
+};
+
+struct IncomingTransfer {
+  int peer = -1;
+  uint32_t iteration = 0;
+  float* values = nullptr;
+  uint16_t* counts = nullptr;  // optional: contributions per element
+  uint32_t elements = 0;
+  WriteMode mode = WriteMode::Overwrite;
+};
+
+struct ExchangeStats {
+  uint64_t packets_sent = 0;       // first transmissions
+  uint64_t retransmissions = 0;
+  uint64_t probes = 0;
+  uint64_t packets_expected = 0;   // incoming
+  uint64_t packets_received = 0;
+  uint64_t packets_missing = 0;    // accepted as lost at the deadline
+  uint64_t deadline_endings = 0;   // incoming transfers that ended at the deadline, incomplete
+  uint64_t window_decreases = 0;
+  double seconds = 0;
+  PacketCounters rejected;
+  // Outgoing packets the receiver did not get, as far as the sender knows at the end.
+  std::vector<uint32_t> unacknowledged;
+
+  double loss() const { return packets_expected ? double(packets_missing) / double(packets_expected) : 0.0; }
+  void add(const ExchangeStats& other);  // sums (unacknowledged is not merged)
+};
+
+class Transport {
+ public:
+  Transport(std::shared_ptr<DatagramEndpoint> endpoint, int rank, uint32_t job, ExchangeOptions options);
+
+  // Runs one exchange; either side may be null (or of 0 elements: nothing travels). Both ends
+  // of a transfer must call it in the same order for the same sizes. `lossless` makes this
+  // exchange wait for every packet (p = 0), whatever the options say; both ends must agree.
+  ExchangeStats exchange(const OutgoingTransfer* out, const IncomingTransfer* in, bool lossless = false);
+
+  DatagramEndpoint& endpoint() { return *endpoint_; }
+  const ExchangeOptions& options() const { return options_; }
+  int rank() const { return rank_; }
+  uint32_t job() const { return job_; }
+
+ private:
+  struct Finished {  // a finished incoming transfer, to answer its late packets
+    uint32_t transfer = 0, iteration = 0;
+    std::vector<bool> arrived;
+    uint32_t received = 0;
+  };
+  struct Peer {
+    uint32_t next_send = 0, next_recv = 0;
+    std::deque<std::vector<uint8_t>> early;
+    std::deque<Finished> finished;
+    CongestionWindow window;
+    int next_path = 0;
+  };
+  Peer& peer(int rank);
+  void send_ack(int to, const PacketHeader& base, const std::vector<bool>& arrived, uint32_t received, bool done);
+  // A packet (data, or a probe) of a finished transfer: answered with its final ack.
+  void answer_finished(int from, const Packet& p, PacketCounters* counters);
+
+  std::shared_ptr<DatagramEndpoint> endpoint_;
+  int rank_;
+  uint32_t job_;
+  ExchangeOptions options_;
+  std::map<int, Peer> peers_;
+};
+
+}  // namespace mt::dist::dlcp
