@@ -69,8 +69,8 @@ fi
 
 # The acceptance table from rank 0's markdown table.
 awk -v rate="$RATE" -v batch="$BATCH" -v n="$NPROC" '
-  /^\| (BSP|WFBP|FUSION|MGWFBP) \|/ {
-    split($0, f, "|"); s = f[2]; gsub(/ /, "", s)
+  toupper($0) ~ /^\| (BSP|WFBP|FUSION|MGWFBP) \|/ {
+    split($0, f, "|"); s = toupper(f[2]); gsub(/ /, "", s)
     it[s] = f[3] + 0; fb[s] = f[4] + 0; wu[s] = f[5] + 0; pred[s] = f[7] + 0
   }
   END {
