@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lines of C++ per folder (code: neither blank nor a // comment; all: every line), so growth is
 # seen with every test run (apps/scripts/run_tests.sh prints it after the tests). dist/ is split
-# into the runtime (what training links) and the prediction wing (dist/predict/).
+# into the runtime (what training links), the DLCP transport (dist/dlcp/, also linked) and the
+# prediction wing (dist/predict/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -27,6 +28,8 @@ for dir in core layers optim data; do
 done
 mapfile -t files < <(sources dist 1)
 count "dist/ runtime" "${files[@]}"
+mapfile -t files < <(sources dist/dlcp)
+count "dist/dlcp/" "${files[@]}"
 mapfile -t files < <(sources dist/predict)
 count "dist/predict/" "${files[@]}"
 for dir in apps tests; do
