@@ -122,7 +122,8 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
   const bool ps = options_.architecture == BsArchitecture::PS;
   MT_CHECK(ps || workers_->backend() == "gloo", "dist.algorithm \"bytescheduler\" with architecture \"a2a\" "
            "allreduces host copies of the gradients and needs a Gloo group, not ", workers_->backend(),
-           "; set dist.backend \"gloo\"");
+           ": on the CPU set dist.backend \"gloo\"; on a GPU (where the trainer refuses Gloo) use "
+           "architecture \"ps\" or another algorithm");
   const int servers = ps ? world_->size() - workers_n_ : 1;
   // Priority = position in the plan: parameters in registration (forward) order, each from its
   // first element on.
