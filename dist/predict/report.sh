@@ -19,7 +19,7 @@
 #                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
 #                               [--max-steal P] [--set KEY=VALUE]... [--out-of-sample "N1 N2"]
 #
-# Parameter servers (ps_bsp, ps_wfbp; flat preset only): the testbed gets N+S hosts, rank r runs
+# Parameter servers (ps_bsp, ps_wfbp, bytescheduler_ps; flat preset only): the testbed gets N+S hosts, rank r runs
 # in host r with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S, so hosts N..N+S-1 hold the servers, each
 # behind its own shaped link (--servers S, default 1).
 #
@@ -34,6 +34,7 @@
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
 #            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp (parameter server)
+#            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
 # --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
 # --servers  parameter servers for ps_bsp and ps_wfbp, each on a host of its own (default 1)
@@ -136,8 +137,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|bytescheduler_a2a|bytescheduler_ps) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp bytescheduler_a2a bytescheduler_ps)" >&2; exit 2 ;;
   esac
 done
 
@@ -196,7 +197,8 @@ read -r -a algorithms <<<"$algorithm_list"
 declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]="S-SGD FUSION"
                   [ssgd_mgwfbp]="S-SGD MGWFBP" [cdsgd_two_bit]="CD-SGD TWO_BIT"
                   [ssgd_two_bit]="compressed S-SGD TWO_BIT"
-                  [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS")
+                  [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS"
+                  [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS")
 # The config overrides of each algorithm (and of DS-Sync on two racks, below).
 algo_sets() {
   case $1 in
@@ -209,6 +211,9 @@ algo_sets() {
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
     ps_bsp) echo "dist.algorithm=ps dist.ps.schedule=bsp" ;;
     ps_wfbp) echo "dist.algorithm=ps dist.ps.schedule=wfbp" ;;
+    # ByteScheduler's allreduce form sums host copies on Gloo (the CPU's backend anyway).
+    bytescheduler_a2a) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=a2a" ;;
+    bytescheduler_ps) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=ps" ;;
     dssync) echo "dist.algorithm=dssync dist.dssync_group_size=$DSSYNC_GROUP"
             [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=$RACK dist.dssync_cross_period=2" ;;
   esac
@@ -427,7 +432,7 @@ for preset in $presets; do
   for algo in "${algorithms[@]}"; do
     run_dir=$out/runs/$preset/$algo
     ps_servers=0
-    if [[ $algo == ps_* ]]; then
+    if [[ $algo == ps_* || $algo == bytescheduler_ps ]]; then
       [[ $preset == flat ]] || { log "$preset / ${label[$algo]}: the parameter server runs on the flat preset only"; continue; }
       ps_servers=$servers
     fi
@@ -483,7 +488,9 @@ model_row() {
   awk -v n="$NPROC" -v p="$2" '
     /^the seven methods/ { table = 1; next }
     table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
-      if (f[6] != "-") printf "%s\tps_bsp\t%s\n%s\tps_wfbp\t%s\n", p, f[6], p, f[7]; exit }' "$1"
+      printf "%s\tbytescheduler_a2a\t%s\n", p, f[5]
+      if (f[6] != "-") printf "%s\tps_bsp\t%s\n%s\tps_wfbp\t%s\n%s\tbytescheduler_ps\t%s\n", p, f[6], p, f[7], p, f[8]
+      exit }' "$1"
 }
 if ((have_model)); then
   gbps=$(echo "scale=6; $rate_bits / 1000000000" | bc)
