@@ -200,14 +200,7 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
 }
 
 void ByteSchedulerSynchronizer::begin_iteration(int64_t iteration) {
-  if (iteration != iteration_) {
-    iteration_ = iteration;
-    micro_batch_ = 0;
-  } else {
-    ++micro_batch_;
-  }
-  const int k = options_.grad_accumulation_steps;
-  communicate_ = micro_batch_ % k == k - 1;
+  micro_batches_.begin(iteration);
 }
 
 void ByteSchedulerSynchronizer::wait_engine_idle() {
@@ -220,7 +213,7 @@ void ByteSchedulerSynchronizer::wait_engine_idle() {
       error_ = "nothing happened within 3 x the " + std::to_string(options_.timeout.count() / 1000) + " s timeout";
     }
   }
-  if (!error_.empty()) fail("finishing the exchange of iteration " + std::to_string(iteration_));
+  if (!error_.empty()) fail("finishing the exchange of iteration " + std::to_string(micro_batches_.iteration()));
 }
 
 void ByteSchedulerSynchronizer::fail(const std::string& what) {
@@ -276,7 +269,7 @@ void ByteSchedulerSynchronizer::stage(size_t param) {
 }
 
 void ByteSchedulerSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
-  if (!communicate_) return;  // an earlier micro-batch: gradients just accumulate locally
+  if (!micro_batches_.communicate()) return;  // an earlier micro-batch: gradients just accumulate locally
   if (!exchange_open_) start_exchange();
   bool staged = false;
   {
@@ -287,9 +280,7 @@ void ByteSchedulerSynchronizer::on_gradient_ready(size_t param_index, core::Tens
 }
 
 void ByteSchedulerSynchronizer::step(optim::Optimizer& optimizer) {
-  MT_CHECK(communicate_, "worker ", workers_->rank(), ": step() on micro-batch ", micro_batch_ + 1, " of ",
-           options_.grad_accumulation_steps, "; call begin_iteration(it) before each micro-batch and step() once "
-           "after the last");
+  micro_batches_.check_step("worker", workers_->rank());
   optimizer_ = &optimizer;
   if (!exchange_open_) start_exchange();
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -324,7 +315,7 @@ void ByteSchedulerSynchronizer::step(optim::Optimizer& optimizer) {
         error_ = "nothing happened within 3 x the " + std::to_string(options_.timeout.count() / 1000) + " s timeout";
       }
     }
-    if (!error_.empty()) fail("waiting for the NaN/Inf vote of iteration " + std::to_string(iteration_));
+    if (!error_.empty()) fail("waiting for the NaN/Inf vote of iteration " + std::to_string(micro_batches_.iteration()));
   }
   summary_wait_s_ += secs(Clock::now() - wait_start);
   if (options_.timeline) options_.timeline->add("wait (vote)", Timeline::kCompute, wait_start, Clock::now());

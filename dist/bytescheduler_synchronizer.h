@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "dist/bytescheduler_queue.h"
+#include "dist/micro_batches.h"
 #include "dist/process_group.h"
 #include "dist/ps_partition.h"
 #include "dist/synchronizer.h"
@@ -155,9 +156,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
 
   // Main thread.
   int64_t credit_now_ = 0;
-  int64_t iteration_ = -1;
-  int micro_batch_ = 0;
-  bool communicate_ = true;
+  MicroBatches micro_batches_{options_.grad_accumulation_steps};
   bool exchange_open_ = false;   // started, its step() not yet called
   bool pending_ = false;         // stepped, updates not all applied
   bool pending_skipped_ = false;

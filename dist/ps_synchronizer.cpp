@@ -120,15 +120,8 @@ void PsSynchronizer::send_command(int64_t kind, int64_t value) {
 }
 
 void PsSynchronizer::begin_iteration(int64_t iteration) {
-  if (iteration != iteration_) {
-    iteration_ = iteration;
-    micro_batch_ = 0;
-  } else {
-    ++micro_batch_;
-  }
-  const int k = options_.grad_accumulation_steps;
-  communicate_ = micro_batch_ % k == k - 1;
-  if (communicate_ && workers_->rank() == 0) send_command(ps::kStep, iteration);
+  micro_batches_.begin(iteration);
+  if (micro_batches_.communicate() && workers_->rank() == 0) send_command(ps::kStep, iteration);
 }
 
 void PsSynchronizer::push(size_t k) {
@@ -138,7 +131,7 @@ void PsSynchronizer::push(size_t k) {
   core::NoGradGuard no_grad;
   outgoing_[k].copy_(p.grad().contiguous().view({-1}).narrow(0, part.offset, part.numel));  // to host
   const int peer = workers_->size() + part.server;
-  with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(iteration_), [&] {
+  with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(micro_batches_.iteration()), [&] {
     pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
     push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(static_cast<int64_t>(k)));
   });
@@ -148,7 +141,7 @@ void PsSynchronizer::push(size_t k) {
 }
 
 void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
-  if (!communicate_ || options_.schedule != PsSchedule::WFBP) return;
+  if (!micro_batches_.communicate() || options_.schedule != PsSchedule::WFBP) return;
   for (size_t k : partitions_of_.at(param_index)) {
     push(k);
     ++pushes_from_hooks_;
@@ -156,9 +149,7 @@ void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) 
 }
 
 void PsSynchronizer::step(optim::Optimizer& optimizer) {
-  MT_CHECK(communicate_, "worker ", workers_->rank(), ": step() on micro-batch ", micro_batch_ + 1, " of ",
-           options_.grad_accumulation_steps, "; call begin_iteration(it) before each micro-batch and step() once "
-           "after the last");
+  micro_batches_.check_step("worker", workers_->rank());
   // BSP: everything now; WFBP: partitions of parameters no hook reported (unused this time).
   for (size_t k = 0; k < plan_.size(); ++k)
     if (!pushed_[k]) push(k);
@@ -169,7 +160,7 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
     for (size_t k = 0; k < plan_.size(); ++k) {
       const PsPartition& part = plan_[k];
       const std::string what = "partition " + std::to_string(k) + " (parameter " + std::to_string(part.param) + ", " +
-                               std::to_string(part.bytes()) + " bytes) of iteration " + std::to_string(iteration_);
+                               std::to_string(part.bytes()) + " bytes) of iteration " + std::to_string(micro_batches_.iteration());
       with_server(part.server, "push/pull of " + what, [&] {
         push_work_[k]->wait();
         pull_work_[k]->wait();

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/micro_batches.h"
 #include "dist/process_group.h"
 #include "dist/ps_partition.h"
 #include "dist/synchronizer.h"
@@ -92,9 +93,7 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<Tensor> commands_;                    // worker 0: per server, kept while in flight
   std::vector<std::shared_ptr<Work>> command_work_;
 
-  int64_t iteration_ = -1;
-  int micro_batch_ = 0;
-  bool communicate_ = true;
+  MicroBatches micro_batches_{options_.grad_accumulation_steps};
   bool set_up_ = false;
   bool failed_ = false;  // an exchange failed: no stop message at the end
   int64_t steps_ = 0;

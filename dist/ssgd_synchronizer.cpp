@@ -99,22 +99,15 @@ void SsgdSynchronizer::note_unused(const std::vector<size_t>& unused) {
                "mintrain: note: rank %d: %s got no gradient in iteration %lld; they count as zero in the "
                "average (as PyTorch DDP's find_unused_parameters), and the buckets from theirs on wait for "
                "the end of backward on every rank\n",
-               rank(), names.c_str(), static_cast<long long>(iteration_));
+               rank(), names.c_str(), static_cast<long long>(micro_batches_.iteration()));
 }
 
 void SsgdSynchronizer::begin_iteration(int64_t iteration) {
-  if (iteration != iteration_) {
-    iteration_ = iteration;
-    micro_batch_ = 0;
-  } else {
-    ++micro_batch_;
-  }
-  const int k = options_.grad_accumulation_steps;
-  communicate_ = micro_batch_ % k == k - 1;
+  micro_batches_.begin(iteration);
 }
 
 void SsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
-  if (!communicate_) return;  // an earlier micro-batch: gradients just accumulate locally
+  if (!micro_batches_.communicate()) return;  // an earlier micro-batch: gradients just accumulate locally
   arrivals_.push_back(param_index);
   // MG-WFBP while it profiles: a mark in the device's queue (on a GPU the kernels' time, not
   // the launches'); BSP and the profiling iterations send everything after backward.
@@ -158,10 +151,7 @@ void SsgdSynchronizer::wait_all() {
 }
 
 void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
-  MT_CHECK(communicate_, "rank ", rank(), ": step() on micro-batch ", micro_batch_ + 1, " of ",
-           options_.grad_accumulation_steps,
-           "; with dist.grad_accumulation_steps = k, call begin_iteration(it) before each of the k "
-           "micro-batches and step() once after the last");
+  micro_batches_.check_step("rank", rank());
   // Buckets not sent yet (BSP: all of them; otherwise those of parameters unused this
   // iteration and the ones after them) go now, in bucket order, the same on every rank. An
   // unused parameter counts as a zero gradient, as with PyTorch DDP's find_unused_parameters.

@@ -30,6 +30,7 @@
 #include "dist/bucket.h"
 #include "dist/comm_hook.h"
 #include "dist/merge_plan.h"
+#include "dist/micro_batches.h"
 #include "dist/process_group.h"
 #include "dist/synchronizer.h"
 #include "dist/timeline.h"
@@ -120,9 +121,7 @@ class SsgdSynchronizer final : public Synchronizer {
   std::vector<std::string> param_names_;  // for messages (empty: refer to indices)
   int64_t iterations_with_unused_ = 0;    // iterations in which a parameter got no gradient
 
-  int64_t iteration_ = -1;
-  int micro_batch_ = 0;
-  bool communicate_ = true;  // this backward is the last micro-batch of the iteration
+  MicroBatches micro_batches_{options_.grad_accumulation_steps};
   int64_t communicated_iters_ = 0;
 
   // Hook order and times of the current iteration, for FUSION's rebuild and MGWFBP's profile.
