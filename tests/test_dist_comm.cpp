@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -580,9 +581,19 @@ TEST(ProcessGroup, SingleRankAndBadArguments) {
 
 namespace {
 
+// The state letter of /proc/PID/stat ('T' = stopped), or 0 when the process is gone.
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
+}
+
 // Rank `stopped` publishes its pid and stops itself (as SIGSTOP or a debugger would); the other
-// rank's allreduce times out and its error must name the stopped rank. Then it wakes the
-// stopped rank (SIGCONT), so both end normally.
+// rank waits until it really is stopped, so that its SIGCONT cannot arrive first on a loaded
+// machine and leave it stopped for good. Its allreduce then times out and the error must name
+// the stopped rank. Then it wakes the stopped rank (SIGCONT), so both end normally.
 void expect_stopped_rank_named(int stopped, const std::string& expected) {
   MultiprocessOptions o;
   o.group.timeout = 2s;
@@ -598,6 +609,11 @@ void expect_stopped_rank_named(int stopped, const std::string& expected) {
                 const auto v = c.store->get("test/pid/" + std::to_string(stopped));
                 const pid_t other = std::stoi(std::string(v.begin(), v.end()));
                 c.store->set("test/got_pid", bytes("1"));
+                const auto deadline = std::chrono::steady_clock::now() + 20s;
+                while (process_state(other) != 'T' && std::chrono::steady_clock::now() < deadline) {
+                  std::this_thread::sleep_for(10ms);
+                }
+                ASSERT_EQ(process_state(other), 'T') << "rank " << stopped << " did not stop itself within 20 s";
                 Tensor t = Tensor::full({16}, 1.0);
                 const std::string e = error_of([&] { c.group->allreduce(t)->wait(); });
                 ::kill(other, SIGCONT);
