@@ -5,8 +5,8 @@
 // allreduce exactly (integer-valued floats; 2 workers with 1 and 2 servers, on a clean and on a
 // faulty link), and training gives bit for bit the weights of the Gloo parameter server; with
 // p > 0 and a known set of dropped push packets the sums are the partial sums (the dropped
-// worker's values missing, counts 1) that plain averaging would not give, and the server's
-// exchange ends at the deadline; settings that workers and servers must share are compared; bad
+// worker's values missing, counts 1) that plain averaging would not give, the server's
+// exchange ends at the deadline, and error feedback keeps the lost values on their sender; settings that workers and servers must share are compared; bad
 // dist.dlcp values are refused naming the field; a killed server is named by the workers and a
 // killed worker by the servers; `launch --nservers` trains and writes the loss to the metrics.
 #include <gtest/gtest.h>
@@ -257,6 +257,7 @@ TEST(DlcpPs, TrainsToTheWeightsOfTheGlooParameterServer) {
 // exactly those two be missing, so server 0 cannot end before every other packet arrived, and
 // does end one deadline after the first: the sums there hold worker 0's values alone, count 1
 // (plain averaging would have both). The pull is lossless: both workers get the same result.
+// With error feedback worker 1 keeps the values of its two lost packets for the next iteration.
 TEST(DlcpPs, KnownDropsGiveThePartialSumsAndEndAtTheDeadline) {
   constexpr int kWorkers = 2, kServers = 1;
   const std::set<uint32_t> dropped = {1, 4};
@@ -264,7 +265,8 @@ TEST(DlcpPs, KnownDropsGiveThePartialSumsAndEndAtTheDeadline) {
   // The tiny MLP's size decides the packets of server 0's one buffer.
   const int64_t n = dist::total_numel(mt::testing::reference_sgd(*tiny_mlp())->params());
   const uint32_t packets = TransferShape{uint32_t(n), uint16_t(kValuesPerPacket)}.packets();
-  const mintrain::RunConfig run = dlcp_ps_run((dropped.size() + 0.5) / packets, deadline_ms);
+  mintrain::RunConfig run = dlcp_ps_run((dropped.size() + 0.5) / packets, deadline_ms);
+  run.mutable_dist()->mutable_dlcp()->set_error_feedback(true);
   FaultPlan plan;
   plan.drop_if = [&](const PacketHeader& h) {
     return h.kind == PacketKind::Data && h.sender == 1 && h.bucket == 0 && dropped.count(h.index) > 0;
@@ -312,6 +314,10 @@ TEST(DlcpPs, KnownDropsGiveThePartialSumsAndEndAtTheDeadline) {
       differ += mine[size_t(i)] != sums[size_t(i)];
     }
     EXPECT_GT(differ, 0) << "plain averaging would give the full sums";
+    const std::vector<float> input = input_of(c.rank, size_t(n));
+    ASSERT_EQ(ps.residual().size(), size_t(n));
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(ps.residual()[size_t(i)], c.rank == 1 && lost.count(i) ? input[size_t(i)] : 0.0f) << i;
     if (c.rank == 1) {
       EXPECT_EQ(ps.last_push().retransmissions, 0u) << "the loss stays within p: nothing is resent";
       EXPECT_EQ(s.packets_missing, dropped.size()) << "the server did not acknowledge the dropped packets";

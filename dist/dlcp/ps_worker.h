@@ -64,6 +64,7 @@ class DlcpPsSynchronizer final : public Synchronizer {
   const ExchangeStats& last_push() const { return last_push_; }
   const ExchangeStats& last_pull() const { return last_pull_; }
   const std::vector<ServerBuffer>& buffers() const { return buffers_; }
+  const std::vector<float>& residual() const { return residual_; }  // error feedback (flat), else empty
   Transport& transport() { return *transport_; }
 
  private:
