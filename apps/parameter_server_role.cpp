@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "dist/dist_config.h"
+#include "dist/dlcp/ps_server.h"
 #include "dist/ps_server.h"
 
 namespace mt::apps {
@@ -34,6 +35,14 @@ int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInf
   po.interface = dc.interface();
   po.timeout = std::chrono::seconds(dc.timeout_seconds());
   const dist::Rendezvous r = dist::rendezvous(world, po);
+  if (dc.algorithm() == "dlcp") {  // gradients as datagrams (dist/dlcp/ps_server.h)
+    dist::dlcp::DlcpServerOptions so;
+    so.workers = world.workers();
+    so.servers = world.servers;
+    so.dlcp = dist::dlcp::dlcp_options_from(dc, world.rank);
+    dist::dlcp::DlcpParameterServer(r.group, so).run(&log);
+    return 0;
+  }
   dist::PsServerOptions so;
   so.workers = world.workers();
   so.servers = world.servers;

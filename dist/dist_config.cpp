@@ -117,6 +117,7 @@ void normalize_dist_names(mintrain::DistConfig& d) {
   if (d.dlcp().has_priority_direction())
     d.mutable_dlcp()->set_priority_direction(lower(d.dlcp().priority_direction()));
   if (d.dlcp().has_spray()) d.mutable_dlcp()->set_spray(lower(d.dlcp().spray()));
+  if (d.dlcp().has_architecture()) d.mutable_dlcp()->set_architecture(lower(d.dlcp().architecture()));
 }
 
 mintrain::DistConfig resolve_dist_config(const mintrain::DistConfig& written) {
@@ -169,11 +170,14 @@ void with_written_names(const mintrain::DistConfig& written, const std::function
 }
 
 bool uses_parameter_servers(const mintrain::DistConfig& d) {
-  return d.algorithm() == "ps" || (d.algorithm() == "bytescheduler" && d.bytescheduler().architecture() == "ps");
+  return d.algorithm() == "ps" || (d.algorithm() == "bytescheduler" && d.bytescheduler().architecture() == "ps") ||
+         (d.algorithm() == "dlcp" && d.dlcp().architecture() == "ps");
 }
 
 int64_t server_partition_bytes(const mintrain::DistConfig& d) {
-  return d.algorithm() == "bytescheduler" ? d.bytescheduler().partition_bytes() : d.ps().partition_bytes();
+  if (d.algorithm() == "bytescheduler") return d.bytescheduler().partition_bytes();
+  if (d.algorithm() == "dlcp") return d.dlcp().partition_bytes();
+  return d.ps().partition_bytes();
 }
 
 void check_at_least(const std::string& field, double value, double min) {

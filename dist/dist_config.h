@@ -30,7 +30,7 @@ void with_written_names(const mintrain::DistConfig& written, const std::function
 void validate_dist_config(const mintrain::DistConfig& dist);
 
 // Whether the configured algorithm runs parameter servers beside the workers ("ps", and
-// "bytescheduler" with architecture "ps"), and the partition size the servers must check.
+// "bytescheduler" or "dlcp" with architecture "ps"), and the partition size the servers must check.
 bool uses_parameter_servers(const mintrain::DistConfig& dist);
 int64_t server_partition_bytes(const mintrain::DistConfig& dist);
 

@@ -22,6 +22,44 @@ std::string parameter_server_name(int server, int workers) {
   return "parameter server " + std::to_string(server) + " (rank " + std::to_string(workers + server) + ")";
 }
 
+std::string parameter_server_worker_name(int worker) {
+  return "worker " + std::to_string(worker) + " (rank " + std::to_string(worker) + ")";
+}
+
+PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers, int64_t partition_bytes) {
+  const int index = world.rank() - workers;
+  const std::string who = parameter_server_name(index, workers);
+  auto from_worker0 = [&](const std::shared_ptr<Work>& work, const std::string& what) {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      MT_FAIL(who, ": worker 0 (rank 0) is gone or silent (", what, "): ", e.what(),
+              "; stopping the server (the job cannot go on without it)");
+    }
+  };
+  Tensor hello = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
+  from_worker0(world.recv(hello, 0, ps::kHelloTag), "waiting for worker 0's hello at set-up");
+  const std::vector<int64_t> theirs = values(hello);
+  const int64_t partitions = theirs[5];
+  const Tensor answer = int64s({ps::kVersion, workers, servers, partition_bytes, index, partitions});
+  from_worker0(world.send(answer, 0, ps::kHelloTag), "answering worker 0's hello");
+  const std::string mismatch = ps::hello_mismatch(theirs, values(answer));
+  MT_CHECK(mismatch.empty(), who, " refuses the job: ", mismatch, ". Start workers and servers with the same "
+           "config, WORLD_SIZE and MINTRAIN_NUM_SERVERS");
+  MT_CHECK(partitions >= 0, who, ": worker 0 announced ", partitions, " partitions");
+  PsServerTable table;
+  if (partitions == 0) return table;
+  Tensor numbers = Tensor::zeros({2 * partitions}, core::DType::Int64);
+  from_worker0(world.recv(numbers, 0, ps::kTableTag), "waiting for the partition table");
+  const std::vector<int64_t> t = values(numbers);
+  for (int64_t k = 0; k < partitions; ++k) {
+    MT_CHECK(t[2 * k + 1] > 0 && t[2 * k + 1] * 4 <= partition_bytes, who, ": partition ", t[2 * k], " of ",
+             t[2 * k + 1], " floats does not fit partition_bytes ", partition_bytes);
+    table.emplace_back(t[2 * k], t[2 * k + 1]);
+  }
+  return table;
+}
+
 void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
                              int64_t partition_bytes) {
   // Worker 0 speaks for the workers (they agree on the config: check_replicas_agree) and greets

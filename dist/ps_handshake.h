@@ -23,7 +23,15 @@ using PsServerTable = std::vector<std::pair<int64_t, int64_t>>;
 void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
                              int64_t partition_bytes);
 
+// The server's side, for servers other than ps_server.h's: waits for worker 0's hello, answers
+// with what this server believes, and returns its partition table (in push order). A mismatch is
+// an Error naming both values (worker 0 refuses too); a silent worker 0 is an Error naming it.
+// `world`: workers then servers, this process being server `world.rank() - workers`.
+PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers, int64_t partition_bytes);
+
 // "parameter server 1 (rank 5)"
 std::string parameter_server_name(int server, int workers);
+// "worker 2 (rank 2)"
+std::string parameter_server_worker_name(int worker);
 
 }  // namespace mt::dist

@@ -121,7 +121,9 @@ void DatagramEndpoint::add_peer(int rank, std::vector<PathAddress> addresses) {
 
 std::string DatagramEndpoint::describe_peer(int rank) const {
   const auto it = peer_text_.find(rank);
-  return "rank " + std::to_string(rank) + (it == peer_text_.end() ? "" : " at " + format_paths(it->second));
+  const auto name = peer_name_.find(rank);
+  return (name == peer_name_.end() ? "rank " + std::to_string(rank) : name->second) +
+         (it == peer_text_.end() ? "" : " at " + format_paths(it->second));
 }
 
 int DatagramEndpoint::paths_to(int rank) const {

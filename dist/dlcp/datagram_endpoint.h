@@ -51,6 +51,8 @@ class DatagramEndpoint {
   void add_peer(int rank, std::vector<PathAddress> addresses);
   bool has_peer(int rank) const { return peers_.count(rank) > 0; }
   std::string describe_peer(int rank) const;  // "rank 2 at 127.0.0.1:4000,127.0.0.2:4001"
+  // What errors call the peer instead of "rank 2" (e.g. "parameter server 0 (rank 2)").
+  void set_peer_name(int rank, std::string name) { peer_name_[rank] = std::move(name); }
   // Paths to `rank`: path p pairs local socket p mod L with the peer's address p mod P.
   int paths_to(int rank) const;
 
@@ -76,6 +78,7 @@ class DatagramEndpoint {
   std::vector<int> tos_;  // the TOS byte each socket has now
   std::map<int, std::vector<sockaddr_in>> peers_;
   std::map<int, std::vector<PathAddress>> peer_text_;
+  std::map<int, std::string> peer_name_;
   std::vector<PathCounters> sent_;
   std::shared_ptr<FaultInjector> injector_;
   struct Held {

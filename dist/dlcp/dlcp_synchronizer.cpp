@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "dist/dlcp/ps_worker.h"
 #include "dist/dist_config.h"
 #include "dist/flat.h"
 #include "dist/registry.h"
@@ -25,6 +26,13 @@ void validate_dlcp_config(const mintrain::DistConfig& d) {
            "): the datagram holds a ", kHeaderBytes, "-byte header and at least one value");
   MT_CHECK(c.inject_loss() >= 0 && c.inject_loss() <= 0.5, "dist.dlcp.inject_loss must be in [0, 0.5] (got ",
            c.inject_loss(), "): the fraction of data packets dropped on purpose, for experiments");
+  check_name("dist.dlcp.architecture", c.architecture(), {"ring", "ps"});
+  check_at_least("dist.dlcp.partition_bytes", static_cast<double>(c.partition_bytes()), 4);
+  // Each architecture has its own lossless second half; the other's field would be ignored.
+  MT_CHECK(!(c.architecture() == "ring" && c.has_lossless_pull()), "dist.dlcp.lossless_pull applies to "
+           "architecture \"ps\"; the ring's allgather is dist.dlcp.lossless_allgather");
+  MT_CHECK(!(c.architecture() == "ps" && c.has_lossless_allgather()), "dist.dlcp.lossless_allgather applies to "
+           "architecture \"ring\"; the parameter servers' pull is dist.dlcp.lossless_pull");
   for (int i = 0; i < c.paths_size(); ++i) {
     in_addr a{};
     MT_CHECK(::inet_pton(AF_INET, c.paths(i).c_str(), &a) == 1, "dist.dlcp.paths[", i, "] \"", c.paths(i),
@@ -32,7 +40,13 @@ void validate_dlcp_config(const mintrain::DistConfig& d) {
   }
 }
 
-DlcpOptions dlcp_options_from(const mintrain::DistConfig& d) {
+std::vector<std::string> local_paths_or_default(const std::vector<std::string>& paths) {
+  if (!paths.empty()) return paths;
+  const char* master = std::getenv("MASTER_ADDR");
+  return {local_address_towards(master && *master ? master : "127.0.0.1")};
+}
+
+DlcpOptions dlcp_options_from(const mintrain::DistConfig& d, int rank) {
   const mintrain::DlcpConfig& c = d.dlcp();
   DlcpOptions o;
   o.exchange.loss_bound = c.loss_bound();
@@ -44,7 +58,15 @@ DlcpOptions dlcp_options_from(const mintrain::DistConfig& d) {
   o.direction = priority_direction_from(c.priority_direction());
   o.error_feedback = c.error_feedback();
   o.lossless_allgather = c.lossless_allgather();
+  o.lossless_pull = c.lossless_pull();
+  o.partition_bytes = c.partition_bytes();
   for (const auto& p : c.paths()) o.paths.push_back(p);
+  if (c.inject_loss() > 0) {
+    FaultPlan plan;
+    plan.drop_fraction = c.inject_loss();
+    plan.seed = 1 + static_cast<uint64_t>(rank);
+    o.injector = std::make_shared<FaultInjector>(plan);
+  }
   return o;
 }
 
@@ -53,10 +75,7 @@ DlcpSynchronizer::DlcpSynchronizer(std::shared_ptr<ProcessGroup> group, DlcpOpti
   MT_CHECK(group_ != nullptr, "DLCP needs a process group");
   MT_CHECK(group_->backend() == "gloo", "dist.algorithm \"dlcp\" sends CPU gradients as datagrams; it runs with "
            "dist.backend \"gloo\" (got \"", group_->backend(), "\")");
-  if (options_.paths.empty()) {
-    const char* master = std::getenv("MASTER_ADDR");
-    options_.paths.push_back(local_address_towards(master && *master ? master : "127.0.0.1"));
-  }
+  options_.paths = local_paths_or_default(options_.paths);
 }
 
 void DlcpSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
@@ -65,13 +84,14 @@ void DlcpSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   broadcast_buffers(*group_, model);
   params_ = optimizer.params();
   int64_t end = 0;
+  std::vector<int64_t> numel;
   for (const Tensor& p : params_) {
     MT_CHECK(p.device().is_cpu(), "dist.algorithm \"dlcp\" exchanges CPU gradients; train on the CPU");
     end += p.numel();
-    layout_.layer_end.push_back(end);
+    numel.push_back(p.numel());
   }
   MT_CHECK(end < int64_t(UINT32_MAX), "DLCP: ", end, " parameters exceed one transfer's 2^32 elements");
-  layout_.direction = options_.direction;
+  layout_ = GradientLayout::of_parameters(numel, options_.direction);
   if (options_.error_feedback) residual_.assign(static_cast<size_t>(end), 0.0f);
   counts_.assign(static_cast<size_t>(end), 1);
   transport_ = connect_transport(*group_, options_.paths, options_.exchange, options_.injector);
@@ -89,60 +109,39 @@ void DlcpSynchronizer::step(optim::Optimizer& optimizer) {
   ring.layout = &layout_;
   ring.residual = options_.error_feedback ? residual_.data() : nullptr;
   ring.lossless_allgather = options_.lossless_allgather;
-  last_ = ring_allreduce(*transport_, group_->rank(), group_->size(), g, counts_.data(), n,
-                         static_cast<uint32_t>(iteration_), 0, ring);
+  const ExchangeStats stats = ring_allreduce(*transport_, group_->rank(), group_->size(), g, counts_.data(), n,
+                                             static_cast<uint32_t>(iteration_), 0, ring);
   for (uint32_t i = 0; i < n; ++i) g[i] = counts_[i] > 0 ? g[i] / counts_[i] : 0.0f;
   unflatten_into_grads(flat, params_);
   optimizer.step();
-  total_.add(last_);
-  since_epoch_.add(last_);
-  since_record_.add(last_);
-  ++steps_since_epoch_, ++steps_since_record_;
+  record_.add(stats);
 }
 
-std::string DlcpSynchronizer::epoch_summary() {
-  if (steps_since_epoch_ == 0) return "";
-  const double it = double(steps_since_epoch_);
-  char line[512];
-  std::snprintf(line, sizeof(line),
-                "dlcp: %.2f%% of packets lost (bound %.2f%%), %.1f retransmissions, %.1f deadline endings and "
-                "%.1f ms in the ring per iteration; %llu packets refused",
-                100 * since_epoch_.loss(), 100 * options_.exchange.loss_bound, since_epoch_.retransmissions / it,
-                since_epoch_.deadline_endings / it, 1000 * since_epoch_.seconds / it,
-                static_cast<unsigned long long>(since_epoch_.rejected.rejected()));
-  since_epoch_ = {};
-  steps_since_epoch_ = 0;
-  return line;
-}
+std::string DlcpSynchronizer::epoch_summary() { return record_.epoch_summary(); }
 
-std::string DlcpSynchronizer::metrics_fields() {
-  if (steps_since_record_ == 0) return "";
-  const double it = double(steps_since_record_);
-  char fields[256];
-  std::snprintf(fields, sizeof(fields),
-                "\"dlcp_loss\":%.6g,\"dlcp_retransmissions\":%.6g,\"dlcp_deadline_endings\":%.6g,\"dlcp_ms\":%.6g",
-                since_record_.loss(), since_record_.retransmissions / it, since_record_.deadline_endings / it,
-                1000 * since_record_.seconds / it);
-  since_record_ = {};
-  steps_since_record_ = 0;
-  return fields;
-}
+std::string DlcpSynchronizer::metrics_fields() { return record_.metrics_fields(); }
 
 namespace {
 
 void validate_dlcp(const mintrain::DistConfig& d) { validate_dlcp_config(d); }
 
 std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
-  DlcpOptions o = dlcp_options_from(c.dist);
-  o.config_text = c.config_text;
-  if (c.dist.dlcp().inject_loss() > 0) {
-    FaultPlan plan;
-    plan.drop_fraction = c.dist.dlcp().inject_loss();
-    plan.seed = 1 + static_cast<uint64_t>(c.group->rank());
-    o.injector = std::make_shared<FaultInjector>(plan);
-    if (c.log) *c.log << "dlcp: dropping " << 100 * plan.drop_fraction << "% of data packets on purpose "
-                      << "(dist.dlcp.inject_loss)" << std::endl;
+  const bool ps = c.dist.dlcp().architecture() == "ps";
+  const std::shared_ptr<ProcessGroup>& world = ps ? c.world_with_servers : c.group;
+  if (ps) {
+    MT_CHECK(world != nullptr, "dist.dlcp.architecture \"ps\" needs parameter servers: start them with `mintrain "
+             "launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, apps/README.md)");
+  } else {
+    MT_CHECK(c.world_with_servers == nullptr, "the job started parameter servers but dist.dlcp.architecture is "
+             "\"ring\" (allreduce among the workers); set it to \"ps\" or start no servers");
   }
+  DlcpOptions o = dlcp_options_from(c.dist, world->rank());
+  o.config_text = c.config_text;
+  o.log = c.log;
+  if (o.injector && c.log)
+    *c.log << "dlcp: dropping " << 100 * c.dist.dlcp().inject_loss() << "% of data packets on purpose "
+           << "(dist.dlcp.inject_loss)" << std::endl;
+  if (ps) return std::make_unique<DlcpPsSynchronizer>(c.group, c.world_with_servers, std::move(o));
   return std::make_unique<DlcpSynchronizer>(c.group, std::move(o));
 }
 

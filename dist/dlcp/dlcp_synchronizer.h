@@ -1,5 +1,6 @@
 // DLCP as a data-parallel algorithm (`dist.algorithm: "dlcp"`, configs/mintrain.proto
-// DlcpConfig): S-SGD's BSP schedule, whose allreduce is DLCP's ring over UDP datagrams
+// DlcpConfig), architecture "ring" (the parameter-server form is ps_worker.h; the registration
+// here builds either): S-SGD's BSP schedule, whose allreduce is DLCP's ring over UDP datagrams
 // (ring_allreduce.h) instead of Gloo's over TCP. After backward every rank flattens its
 // gradients, the ring sums them with per-element counts, and each element's gradient becomes
 // its sum over the ranks whose value arrived divided by their number; then the optimizer steps.
@@ -11,10 +12,12 @@
 // feedback keeps, on the sender, the values the next rank did not receive in reduce-scatter and
 // adds them to the next iteration.
 #pragma once
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dist/dlcp/exchange_record.h"
 #include "dist/dlcp/fault_injector.h"
 #include "dist/dlcp/ring_allreduce.h"
 #include "dist/dlcp/transport.h"
@@ -29,15 +32,22 @@ struct DlcpOptions {
   std::vector<std::string> paths;  // local addresses; empty = towards MASTER_ADDR
   PriorityDirection direction = PriorityDirection::OutputFirst;
   bool error_feedback = false;
-  bool lossless_allgather = true;
+  bool lossless_allgather = true;  // the ring
+  bool lossless_pull = true;       // the parameter-server form (ps_worker.h)
+  int64_t partition_bytes = 4 << 20;
   std::string config_text;
-  std::shared_ptr<FaultInjector> injector;  // tests
+  std::shared_ptr<FaultInjector> injector;  // tests, and dist.dlcp.inject_loss
+  std::ostream* log = nullptr;              // start-up notes
 };
 
-// The options of a validated dist config (dist.timeout_seconds is the silence that fails).
-DlcpOptions dlcp_options_from(const mintrain::DistConfig& dist);
+// The options of a validated dist config (dist.timeout_seconds is the silence that fails) for
+// world rank `rank`: with dist.dlcp.inject_loss, an injector that drops that fraction of its
+// data packets (seeded by the rank).
+DlcpOptions dlcp_options_from(const mintrain::DistConfig& dist, int rank = 0);
 // Checks dist.dlcp; errors name the field.
 void validate_dlcp_config(const mintrain::DistConfig& dist);
+// The local addresses to send from: `paths`, or when empty the one that reaches MASTER_ADDR.
+std::vector<std::string> local_paths_or_default(const std::vector<std::string>& paths);
 
 class DlcpSynchronizer final : public Synchronizer {
  public:
@@ -54,8 +64,8 @@ class DlcpSynchronizer final : public Synchronizer {
   std::string epoch_summary() override;
   std::string metrics_fields() override;
 
-  const ExchangeStats& last_step() const { return last_; }
-  const ExchangeStats& total() const { return total_; }
+  const ExchangeStats& last_step() const { return record_.last(); }
+  const ExchangeStats& total() const { return record_.total(); }
   Transport& transport() { return *transport_; }
 
  private:
@@ -67,8 +77,7 @@ class DlcpSynchronizer final : public Synchronizer {
   std::vector<float> residual_;
   std::vector<uint16_t> counts_;
   int64_t iteration_ = 0;
-  ExchangeStats last_, total_, since_epoch_, since_record_;
-  int64_t steps_since_epoch_ = 0, steps_since_record_ = 0;
+  ExchangeRecord record_{options_.exchange.loss_bound, "in the ring"};
 };
 
 }  // namespace mt::dist::dlcp

@@ -38,6 +38,8 @@ Accepted Reassembly::accept(const Packet& p, PacketCounters* counters) {
   if (arrived_[h.index]) return refuse(Accepted::Duplicate, &PacketCounters::duplicate);
   arrived_[h.index] = true;
   ++received_;
+  if (priority_) priority_[h.index] = h.priority;
+  if (layer_) layer_[h.index] = h.layer;
   float* out = values_ + h.offset;
   uint16_t* count = counts_ ? counts_ + h.offset : nullptr;
   if (mode_ == WriteMode::Add) {

@@ -53,6 +53,9 @@ class Reassembly {
   std::vector<bool> bitmap_from(uint32_t base, size_t max_bits) const;
   // Overwrite mode: values and counts of every missing packet become 0.
   void zero_missing();
+  // From now on each written packet's class and layer go to priority[index] and layer[index]
+  // (either may be null; each holds packets() entries).
+  void record_tags(uint8_t* priority, uint16_t* layer) { priority_ = priority, layer_ = layer; }
   const TransferShape& shape() const { return shape_; }
   const TransferId& id() const { return id_; }
 
@@ -64,6 +67,8 @@ class Reassembly {
   WriteMode mode_;
   std::vector<bool> arrived_;
   uint32_t received_ = 0;
+  uint8_t* priority_ = nullptr;
+  uint16_t* layer_ = nullptr;
 };
 
 }  // namespace mt::dist::dlcp

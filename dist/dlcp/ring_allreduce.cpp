@@ -10,7 +10,7 @@
 namespace mt::dist::dlcp {
 namespace {
 
-constexpr int64_t kAddressChars = 512;  // per rank in the allgather: "job;host:port,host:port..."
+constexpr int64_t kAddressChars = 512;  // per rank in the allgather: "job;host:port,host:port...;agreement"
 
 std::vector<float> encode_text(const std::string& text) {
   MT_CHECK(static_cast<int64_t>(text.size()) < kAddressChars, "DLCP: too many paths to announce (",
@@ -28,34 +28,12 @@ std::string decode_text(const float* chars) {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
-// Class and layer of every packet of the chunk [begin, begin + n) of `values`.
-void classify(const GradientLayout* layout, const float* values, const uint16_t* counts, uint32_t begin,
-              uint32_t n, uint16_t per_packet, double mean_abs, OutgoingTransfer* out) {
-  const TransferShape shape{n, per_packet};
-  out->contributors.assign(shape.packets(), 1);
-  out->priority.assign(shape.packets(), 0);
-  out->layer.assign(shape.packets(), 0);
-  const size_t layers = layout ? layout->layer_end.size() : 0;
-  for (uint32_t p = 0; p < shape.packets(); ++p) {
-    const uint32_t at = begin + shape.offset_of(p), count = shape.count_of(p);
-    const uint16_t contributors = counts[at];
-    out->contributors[p] = contributors;
-    if (layers == 0) continue;
-    const auto it = std::upper_bound(layout->layer_end.begin(), layout->layer_end.end(), int64_t(at));
-    const size_t layer = std::min<size_t>(static_cast<size_t>(it - layout->layer_end.begin()), layers - 1);
-    double sum = 0;
-    for (uint32_t i = 0; i < count; ++i) sum += std::fabs(values[at + i]);
-    const double mean = sum / count / std::max<uint16_t>(contributors, 1);
-    const double position = layers > 1 ? double(layer) / double(layers - 1) : 1.0;
-    out->layer[p] = static_cast<uint16_t>(std::min<size_t>(layer, 65535));
-    out->priority[p] = priority_class(position, mean_abs > 0 ? mean / mean_abs : 0.0, layout->direction);
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<Transport> connect_transport(ProcessGroup& group, const std::vector<std::string>& local_addresses,
-                                             const ExchangeOptions& options, std::shared_ptr<FaultInjector> injector) {
+                                             const ExchangeOptions& options, std::shared_ptr<FaultInjector> injector,
+                                             const std::string& agreement) {
+  MT_CHECK(agreement.find(';') == std::string::npos, "internal: a DLCP agreement text holds no ';'");
   auto endpoint = std::make_shared<DatagramEndpoint>(local_addresses);
   if (injector) endpoint->set_fault_injector(std::move(injector));
   uint32_t job = 0;
@@ -63,6 +41,8 @@ std::shared_ptr<Transport> connect_transport(ProcessGroup& group, const std::vec
   std::string mine = std::to_string(job);
   mine += ';';
   mine += format_paths(endpoint->local_paths());
+  mine += ';';
+  mine += agreement;
   Tensor input = Tensor::from_vector(encode_text(mine), {kAddressChars});
   Tensor all = Tensor::zeros({kAddressChars * group.size()});
   finish(group.allgather(input, all), group, "DLCP: exchanging the datagram endpoints' addresses");
@@ -70,10 +50,14 @@ std::shared_ptr<Transport> connect_transport(ProcessGroup& group, const std::vec
   uint32_t job_of_rank0 = 0;
   for (int r = 0; r < group.size(); ++r) {
     const std::string text = decode_text(chars + r * kAddressChars);
-    const size_t semi = text.find(';');
-    MT_CHECK(semi != std::string::npos, "DLCP: rank ", r, " announced no address (\"", text, "\")");
+    const size_t semi = text.find(';'), semi2 = text.find(';', semi == std::string::npos ? 0 : semi + 1);
+    MT_CHECK(semi != std::string::npos && semi2 != std::string::npos, "DLCP: rank ", r, " announced no address (\"",
+             text, "\")");
     if (r == 0) job_of_rank0 = static_cast<uint32_t>(std::stoul(text.substr(0, semi)));
-    if (r != group.rank()) endpoint->add_peer(r, parse_paths(text.substr(semi + 1)));
+    const std::string theirs = text.substr(semi2 + 1);
+    MT_CHECK(theirs == agreement, "DLCP: rank ", r, " runs with \"", theirs, "\" but rank ", group.rank(),
+             " with \"", agreement, "\"; start every rank (workers and servers) with the same dist.dlcp");
+    if (r != group.rank()) endpoint->add_peer(r, parse_paths(text.substr(semi + 1, semi2 - semi - 1)));
   }
   return std::make_shared<Transport>(endpoint, group.rank(), job_of_rank0, options);
 }
@@ -91,18 +75,14 @@ ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* v
   if (ranks == 1 || elements == 0) return total;
   const int next = (rank + 1) % ranks, prev = mod(rank - 1, ranks);
   const uint16_t per_packet = transport.options().elements_per_packet;
-  double mean_abs = 0;
-  if (options.layout) {
-    for (uint32_t i = 0; i < elements; ++i) mean_abs += std::fabs(values[i]);
-    mean_abs /= elements;
-  }
+  const double buffer_mean_abs = options.layout ? mean_abs(values, elements) : 0.0;
   auto step = [&](int send_chunk, int recv_chunk, WriteMode mode, bool reduce_scatter) {
     const uint32_t sb = chunk_begin(elements, ranks, send_chunk), se = chunk_begin(elements, ranks, send_chunk + 1);
     const uint32_t rb = chunk_begin(elements, ranks, recv_chunk), re = chunk_begin(elements, ranks, recv_chunk + 1);
     OutgoingTransfer out;
     out.peer = next, out.iteration = iteration, out.bucket = bucket;
     out.values = values + sb, out.elements = se - sb;
-    classify(options.layout, values, counts, sb, se - sb, per_packet, mean_abs, &out);
+    classify_packets(options.layout, values, counts, sb, se - sb, per_packet, buffer_mean_abs, &out);
     IncomingTransfer in;
     in.peer = prev, in.iteration = iteration, in.values = values + rb, in.counts = counts + rb;
     in.elements = re - rb, in.mode = mode;

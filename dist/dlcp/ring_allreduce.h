@@ -7,32 +7,29 @@
 // boundaries are the same in every step (packets are cut from each chunk's start), so every
 // element of a packet has the same count, and a packet carries it in `contributors`.
 //
-// Peers are found through the process group (ring_peers): every rank allgathers its endpoint's
-// addresses, and rank 0's entry carries the job id that keeps other jobs' packets out.
+// Peers are found through the process group (connect_transport): every rank allgathers its
+// endpoint's addresses, and rank 0's entry carries the job id that keeps other jobs' packets out.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dist/dlcp/packet_classes.h"
 #include "dist/dlcp/priority.h"
 #include "dist/dlcp/transport.h"
 #include "dist/process_group.h"
 
 namespace mt::dist::dlcp {
 
-// Where each layer's gradients sit in the flat buffer, for packet priorities: layer_end[l] is
-// one past its last element (increasing); layer 0 is nearest the input.
-struct GradientLayout {
-  std::vector<int64_t> layer_end;
-  PriorityDirection direction = PriorityDirection::OutputFirst;
-};
-
 // Builds the transport of this rank: an endpoint on `local_addresses`, the peers' addresses
-// and the job id exchanged over `group` (collective).
+// and the job id exchanged over `group` (collective). `agreement` (no ';'), when not empty, is
+// compared with every rank's: ranks whose settings must match (the packet size, p, the
+// deadline) all fail at once, naming the rank and both texts, instead of misreading packets.
 std::shared_ptr<Transport> connect_transport(ProcessGroup& group, const std::vector<std::string>& local_addresses,
                                              const ExchangeOptions& options,
-                                             std::shared_ptr<FaultInjector> injector = nullptr);
+                                             std::shared_ptr<FaultInjector> injector = nullptr,
+                                             const std::string& agreement = "");
 
 // The chunk of the buffer each rank reduces: [chunk_begin(c), chunk_begin(c + 1)).
 uint32_t chunk_begin(uint32_t elements, int ranks, int chunk);

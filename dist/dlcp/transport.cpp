@@ -104,38 +104,8 @@ void Transport::answer_finished(int from, const Packet& p, PacketCounters* count
   if (p.header.kind == PacketKind::Data) ++counters->stale;
 }
 
-ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTransfer* in, bool lossless) {
-  const double loss_bound = lossless ? 0.0 : options_.loss_bound;
-  if (out && out->elements == 0) out = nullptr;
-  if (in && in->elements == 0) in = nullptr;
-  const Clock::time_point start = Clock::now();
-  ExchangeStats stats;
-  const TransferShape shape_out{out ? out->elements : 0, options_.elements_per_packet};
-  const TransferShape shape_in{in ? in->elements : 0, options_.elements_per_packet};
-
-  // ---- the receiving side
-  std::optional<Reassembly> reassembly;
-  uint32_t in_needed = 0;
-  bool in_done = true;
-  PacketHeader in_header;
-  if (in) {
-    MT_CHECK(endpoint_->has_peer(in->peer), "DLCP: no address known for rank ", in->peer);
-    Peer& from = peer(in->peer);
-    const TransferId id{job_, static_cast<uint16_t>(in->peer), in->iteration, from.next_recv++};
-    reassembly.emplace(shape_in, id, in->values, in->counts, in->mode);
-    in_needed = reassembly->packets() - allowed_missing(reassembly->packets(), loss_bound);
-    in_done = false;
-    in_header.iteration = id.iteration;
-    in_header.transfer = id.transfer;
-    stats.packets_expected = reassembly->packets();
-  }
-  int acks_owed = 0;
-  Clock::time_point last_ack = start, last_heard_in = start;
-  // The deadline runs from the transfer's first packet: a sender that starts late (still busy
-  // with its previous step) does not have its burst cut short.
-  std::optional<Clock::time_point> first_arrival;
-
-  // ---- the sending side
+// ---- One outgoing transfer: priority order, window, loss detection, resends beyond p, probes.
+struct Transport::Sending {
   struct Slot {
     Clock::time_point sent_at{};
     uint64_t seq = 0;
@@ -143,79 +113,82 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
     bool acked = false, in_flight = false, lost = false;
     int path = 0;
   };
-  std::vector<Slot> slots(shape_out.packets());
-  std::vector<uint32_t> order(slots.size());
-  std::iota(order.begin(), order.end(), 0u);
-  if (out && !out->priority.empty()) {
-    MT_CHECK(out->priority.size() == slots.size(), "DLCP: ", out->priority.size(), " priorities for ", slots.size(),
-             " packets");
-    std::stable_sort(order.begin(), order.end(),
-                     [&](uint32_t a, uint32_t b) { return out->priority[a] > out->priority[b]; });
-  }
-  PacketHeader out_header;
-  Peer* to = nullptr;
-  bool out_done = true;
-  uint32_t out_allowed = 0;
-  if (out) {
-    MT_CHECK(endpoint_->has_peer(out->peer), "DLCP: no address known for rank ", out->peer);
-    to = &peer(out->peer);
-    out_header.job = job_;
-    out_header.sender = static_cast<uint16_t>(rank_);
-    out_header.iteration = out->iteration;
-    out_header.bucket = out->bucket;
-    out_header.transfer = to->next_send++;
-    out_header.total = shape_out.packets();
-    out_allowed = allowed_missing(shape_out.packets(), loss_bound);
-    out_done = false;
-  }
-  const uint64_t decreases_before = to ? to->window.decreases() : 0;
-  const int paths = out ? endpoint_->paths_to(out->peer) : 1;
-  std::vector<int> flying_on_path(paths, 0);
+  const OutgoingTransfer* out;
+  Transport* transport;
+  ExchangeStats* stats;
+  Peer* to;
+  TransferShape shape;
+  PacketHeader header;
+  std::vector<Slot> slots;
+  std::vector<uint32_t> order;  // packet indices, highest class first
+  uint32_t allowed = 0;         // packets the receiver may miss
+  int paths = 1;
+  std::vector<int> flying_on_path;
   std::deque<std::pair<uint32_t, uint64_t>> flight;  // (packet, seq) in sending order; stale entries skipped
   std::deque<uint32_t> resend;
   size_t next_new = 0;
   uint32_t acked = 0, in_flight = 0, lost_outstanding = 0, receiver_has = 0, acked_prefix = 0;
-  uint64_t seq = 0, highest_acked_seq = 0;
-  bool receiver_done = false, receiver_has_enough = false;
-  Clock::time_point enough_at{}, last_sent = start, last_heard_out = start;
+  uint64_t seq = 0, highest_acked_seq = 0, decreases_before = 0;
+  bool done = false, receiver_done = false, receiver_has_enough = false;
+  Clock::time_point enough_at{}, last_sent{}, last_heard{};
 
-  auto transmit = [&](uint32_t i, Clock::time_point now) -> bool {
-    int path = 0;
-    if (options_.spray == Spray::RoundRobin) {
-      path = to->next_path;
-    } else {
-      path = static_cast<int>(std::min_element(flying_on_path.begin(), flying_on_path.end()) - flying_on_path.begin());
+  Sending(const OutgoingTransfer* o, Transport* t, ExchangeStats* s, double loss_bound, Clock::time_point start)
+      : out(o), transport(t), stats(s), to(&t->peer(o->peer)),
+        shape{o->elements, t->options_.elements_per_packet}, slots(shape.packets()), order(slots.size()),
+        last_sent(start), last_heard(start) {
+    std::iota(order.begin(), order.end(), 0u);
+    if (!out->priority.empty()) {
+      MT_CHECK(out->priority.size() == slots.size(), "DLCP: ", out->priority.size(), " priorities for ", slots.size(),
+               " packets");
+      std::stable_sort(order.begin(), order.end(),
+                       [&](uint32_t a, uint32_t b) { return out->priority[a] > out->priority[b]; });
     }
-    PacketHeader h = out_header;
+    header.job = t->job_;
+    header.sender = static_cast<uint16_t>(t->rank_);
+    header.iteration = out->iteration;
+    header.bucket = out->bucket;
+    header.transfer = to->next_send++;
+    header.total = shape.packets();
+    allowed = allowed_missing(shape.packets(), loss_bound);
+    paths = t->endpoint_->paths_to(out->peer);
+    flying_on_path.assign(static_cast<size_t>(paths), 0);
+    decreases_before = to->window.decreases();
+  }
+
+  bool transmit(uint32_t i, Clock::time_point now) {
+    int path = to->next_path;
+    if (transport->options_.spray == Spray::LeastLoaded)
+      path = static_cast<int>(std::min_element(flying_on_path.begin(), flying_on_path.end()) - flying_on_path.begin());
+    PacketHeader h = header;
     h.index = i;
-    h.offset = shape_out.offset_of(i);
+    h.offset = shape.offset_of(i);
     h.priority = out->priority.empty() ? 0 : out->priority[i];
     h.layer = out->layer.empty() ? 0 : out->layer[i];
     h.contributors = out->contributors.empty() ? 1 : out->contributors[i];
-    const auto bytes = encode_data(h, out->values + h.offset, shape_out.count_of(i));
-    if (!endpoint_->send(out->peer, path, h, bytes)) return false;
+    const auto bytes = encode_data(h, out->values + h.offset, shape.count_of(i));
+    if (!transport->endpoint_->send(out->peer, path, h, bytes)) return false;
     to->next_path = (to->next_path + 1) % paths;
     Slot& s = slots[i];
-    (s.transmissions == 0 ? stats.packets_sent : stats.retransmissions) += 1;
+    (s.transmissions == 0 ? stats->packets_sent : stats->retransmissions) += 1;
     s.transmissions++;
     s.sent_at = now;
     s.seq = ++seq;
     s.in_flight = true;
     s.path = path;
     ++in_flight;
-    ++flying_on_path[path];
+    ++flying_on_path[static_cast<size_t>(path)];
     flight.emplace_back(i, s.seq);
     last_sent = now;
     return true;
-  };
-  auto land = [&](uint32_t i) {  // no longer in flight
+  }
+  void land(uint32_t i) {  // no longer in flight
     Slot& s = slots[i];
     if (!s.in_flight) return;
     s.in_flight = false;
     --in_flight;
-    --flying_on_path[s.path];
-  };
-  auto mark_lost = [&](uint32_t i, Clock::time_point now) {
+    --flying_on_path[static_cast<size_t>(s.path)];
+  }
+  void mark_lost(uint32_t i, Clock::time_point now) {
     Slot& s = slots[i];
     land(i);
     if (s.lost) return;
@@ -223,8 +196,8 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
     ++lost_outstanding;
     to->window.on_loss(s.sent_at, now);
     resend.push_back(i);
-  };
-  auto mark_acked = [&](uint32_t i, Clock::time_point now, uint32_t* newly) {
+  }
+  void mark_acked(uint32_t i, Clock::time_point now, uint32_t* newly) {
     Slot& s = slots[i];
     if (s.acked) return;
     s.acked = true;
@@ -236,14 +209,14 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
       highest_acked_seq = std::max(highest_acked_seq, s.seq);
     }
     land(i);
-  };
-  auto on_ack = [&](const Packet& p, Clock::time_point now) {
+  }
+  void on_ack(const Packet& p, Clock::time_point now) {
     const PacketHeader& h = p.header;
-    last_heard_out = now;
+    last_heard = now;
     if (h.total != slots.size()) return;
     receiver_has = std::max(receiver_has, h.index);
     uint32_t newly = 0;
-    const uint32_t base = std::min<uint32_t>(h.offset, slots.size());
+    const uint32_t base = std::min<uint32_t>(h.offset, static_cast<uint32_t>(slots.size()));
     for (; acked_prefix < base; ++acked_prefix) mark_acked(acked_prefix, now, &newly);
     for (uint32_t k = 0; k < h.count && base + k < slots.size(); ++k)
       if (p.bit(k)) mark_acked(base + k, now, &newly);
@@ -259,24 +232,156 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
       flight.pop_front();
       mark_lost(i, now);
     }
-    if (!receiver_has_enough && receiver_has >= slots.size() - out_allowed) receiver_has_enough = true, enough_at = now;
+    if (!receiver_has_enough && receiver_has >= slots.size() - allowed) receiver_has_enough = true, enough_at = now;
     if (h.flags & kAckDone) receiver_done = true;
-  };
+  }
+  // Timeouts, the window's worth of (re)transmissions, the end, or a probe when idle.
+  void pump(Clock::time_point now) {
+    // Packets that waited a retransmission timeout are lost.
+    const auto rto = to->window.retransmit_timeout();
+    while (!flight.empty()) {
+      const auto [i, s] = flight.front();
+      if (!slots[i].in_flight || slots[i].seq != s) {
+        flight.pop_front();
+        continue;
+      }
+      if (now - slots[i].sent_at < rto) break;
+      flight.pop_front();
+      mark_lost(i, now);
+    }
+    while (in_flight < to->window.window()) {
+      int64_t pick = -1;
+      bool fresh = false;
+      // Resend only the losses beyond what the receiver may miss.
+      while (!resend.empty() && lost_outstanding > allowed) {
+        const uint32_t i = resend.front();
+        resend.pop_front();
+        if (slots[i].acked || !slots[i].lost) continue;
+        pick = i;
+        break;
+      }
+      if (pick < 0 && next_new < order.size()) pick = order[next_new], fresh = true;
+      if (pick < 0) break;
+      const uint32_t i = static_cast<uint32_t>(pick);
+      const bool was_lost = slots[i].lost;
+      if (was_lost) slots[i].lost = false, --lost_outstanding;
+      if (!transmit(i, now)) {
+        if (was_lost) slots[i].lost = true, ++lost_outstanding, resend.push_front(i);
+        break;
+      }
+      if (fresh) ++next_new;
+    }
+    const auto& options = transport->options_;
+    if (receiver_done || acked == slots.size()) {
+      done = true;
+    } else if (receiver_has_enough && next_new == order.size() && now - enough_at >= options.deadline + rto) {
+      done = true;  // it has (1 - p) and stops at its deadline by itself
+    } else if (next_new == order.size() &&
+               now - last_sent >= std::max<Clock::duration>(rto, std::chrono::milliseconds(5))) {
+      // Idle: ask the receiver for its state.
+      PacketHeader probe = header;
+      probe.kind = PacketKind::Ack;
+      probe.flags = kAckProbe;
+      transport->endpoint_->send(out->peer, 0, probe, encode_ack(probe, {}));
+      ++stats->probes;
+      last_sent = now;
+    }
+  }
+  std::vector<uint32_t> unacknowledged() const {
+    std::vector<uint32_t> missing;
+    for (uint32_t i = 0; i < slots.size(); ++i)
+      if (!slots[i].acked) missing.push_back(i);
+    return missing;
+  }
+};
 
-  auto finish_in = [&]() {
-    in_done = true;
-    if (!reassembly->complete()) {
-      if (in->mode == WriteMode::Overwrite) reassembly->zero_missing();
+// ---- One incoming transfer: packets written at their offsets, acks, the end by the loss rule.
+struct Transport::Receiving {
+  const IncomingTransfer* in;
+  Reassembly reassembly;
+  PacketHeader header;  // iteration and transfer, for the acks
+  uint32_t needed = 0;  // packets that end it once the deadline passed
+  bool done = false;
+  int acks_owed = 0;
+  Clock::time_point last_ack{}, last_heard{};
+  // The deadline runs from the transfer's first packet: a sender that starts late (still busy
+  // with its previous step) does not have its burst cut short.
+  std::optional<Clock::time_point> first_arrival;
+
+  Receiving(const IncomingTransfer* i, Transport* t, double loss_bound, Clock::time_point start)
+      : in(i),
+        reassembly(TransferShape{i->elements, t->options_.elements_per_packet},
+                   TransferId{t->job_, static_cast<uint16_t>(i->peer), i->iteration, t->peer(i->peer).next_recv++},
+                   i->values, i->counts, i->mode),
+        last_ack(start), last_heard(start) {
+    reassembly.record_tags(i->packet_priority, i->packet_layer);
+    needed = reassembly.packets() - allowed_missing(reassembly.packets(), loss_bound);
+    header.iteration = reassembly.id().iteration;
+    header.transfer = reassembly.id().transfer;
+  }
+  bool may_end(Clock::time_point now, std::chrono::milliseconds deadline) const {
+    return reassembly.complete() ||
+           (reassembly.received() >= needed && first_arrival && now - *first_arrival >= deadline);
+  }
+};
+
+ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTransfer* in, bool lossless) {
+  std::vector<OutgoingTransfer> outs;
+  std::vector<IncomingTransfer> ins;
+  if (out) outs.push_back(*out);
+  if (in) ins.push_back(*in);
+  std::vector<std::vector<uint32_t>> unacknowledged;
+  ExchangeStats stats = exchange_all(outs, ins, lossless, &unacknowledged);
+  if (!unacknowledged.empty()) stats.unacknowledged = std::move(unacknowledged.front());
+  return stats;
+}
+
+ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
+                                      const std::vector<IncomingTransfer>& ins, bool lossless,
+                                      std::vector<std::vector<uint32_t>>* unacknowledged) {
+  const double loss_bound = lossless ? 0.0 : options_.loss_bound;
+  const Clock::time_point start = Clock::now();
+  ExchangeStats stats;
+
+  // Transfers of 0 elements carry nothing (both ends skip them alike).
+  std::vector<Receiving> receiving;
+  std::map<int, size_t> receiving_from;  // peer -> index in receiving
+  receiving.reserve(ins.size());
+  for (const IncomingTransfer& in : ins) {
+    if (in.elements == 0) continue;
+    MT_CHECK(endpoint_->has_peer(in.peer), "DLCP: no address known for rank ", in.peer);
+    MT_CHECK(receiving_from.emplace(in.peer, receiving.size()).second, "DLCP: two incoming transfers from rank ",
+             in.peer, " in one exchange");
+    receiving.emplace_back(&in, this, loss_bound, start);
+    stats.packets_expected += receiving.back().reassembly.packets();
+  }
+  std::vector<Sending> sending;
+  std::vector<size_t> sending_index(outs.size(), SIZE_MAX);  // outs[k] -> index in sending
+  std::map<int, size_t> sending_to;
+  sending.reserve(outs.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    if (outs[k].elements == 0) continue;
+    MT_CHECK(endpoint_->has_peer(outs[k].peer), "DLCP: no address known for rank ", outs[k].peer);
+    MT_CHECK(sending_to.emplace(outs[k].peer, sending.size()).second, "DLCP: two outgoing transfers to rank ",
+             outs[k].peer, " in one exchange");
+    sending_index[k] = sending.size();
+    sending.emplace_back(&outs[k], this, &stats, loss_bound, start);
+  }
+
+  auto finish_in = [&](Receiving& r) {
+    r.done = true;
+    if (!r.reassembly.complete()) {
+      if (r.in->mode == WriteMode::Overwrite) r.reassembly.zero_missing();
       ++stats.deadline_endings;
     }
-    stats.packets_received = reassembly->received();
-    stats.packets_missing = reassembly->packets() - reassembly->received();
-    Peer& from = peer(in->peer);
-    from.finished.push_back({in_header.transfer, in_header.iteration, reassembly->arrived_all(), reassembly->received()});
+    stats.packets_received += r.reassembly.received();
+    stats.packets_missing += r.reassembly.packets() - r.reassembly.received();
+    Peer& from = peer(r.in->peer);
+    from.finished.push_back({r.header.transfer, r.header.iteration, r.reassembly.arrived_all(), r.reassembly.received()});
     if (from.finished.size() > kFinishedKept) from.finished.pop_front();
     // Three copies of the final ack: a sender that misses all three probes and gets it again.
     for (int copy = 0; copy < 3; ++copy)
-      send_ack(in->peer, in_header, reassembly->arrived_all(), reassembly->received(), true);
+      send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), true);
   };
 
   auto keep_early = [&](int from, const std::vector<uint8_t>& bytes) {
@@ -290,9 +395,9 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
 
   auto handle = [&](const std::vector<uint8_t>& bytes, int from, Clock::time_point now) {
     Packet p;
-    const ParseResult r = parse_packet(bytes.data(), bytes.size(), &p);
-    if (r != ParseResult::Ok) {
-      stats.rejected.count(r);
+    const ParseResult result = parse_packet(bytes.data(), bytes.size(), &p);
+    if (result != ParseResult::Ok) {
+      stats.rejected.count(result);
       return;
     }
     const PacketHeader& h = p.header;
@@ -301,28 +406,30 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
       ++stats.rejected.foreign;
       return;
     }
+    const auto in_it = receiving_from.find(from);
+    Receiving* r = in_it == receiving_from.end() || receiving[in_it->second].done ? nullptr : &receiving[in_it->second];
     if (h.kind == PacketKind::Ack && (h.flags & kAckProbe)) {
-      if (in && !in_done && from == in->peer && h.transfer == in_header.transfer) {
-        last_heard_in = now;
-        send_ack(from, in_header, reassembly->arrived_all(), reassembly->received(), false);
+      if (r && h.transfer == r->header.transfer) {
+        r->last_heard = now;
+        send_ack(from, r->header, r->reassembly.arrived_all(), r->reassembly.received(), false);
       } else if (h.transfer < peer(from).next_recv) {
         answer_finished(from, p, &stats.rejected);
       }
       return;
     }
     if (h.kind == PacketKind::Ack) {
-      if (out && !out_done && from == out->peer && h.transfer == out_header.transfer &&
-          h.iteration == out_header.iteration)
-        on_ack(p, now);
-      return;  // acks of other transfers: finished ones, nothing to do
+      const auto out_it = sending_to.find(from);
+      if (out_it == sending_to.end()) return;  // acks of finished transfers: nothing to do
+      Sending& s = sending[out_it->second];
+      if (!s.done && h.transfer == s.header.transfer && h.iteration == s.header.iteration) s.on_ack(p, now);
+      return;
     }
-    Peer& src = peer(from);
-    if (in && !in_done && from == in->peer) {
-      const Accepted a = reassembly->accept(p, &stats.rejected);
+    if (r) {
+      const Accepted a = r->reassembly.accept(p, &stats.rejected);
       if (a == Accepted::Written || a == Accepted::Duplicate) {
-        last_heard_in = now;
-        ++acks_owed;
-        if (!first_arrival) first_arrival = now;
+        r->last_heard = now;
+        ++r->acks_owed;
+        if (!r->first_arrival) r->first_arrival = now;
       } else if (a == Accepted::Early) {
         keep_early(from, bytes);
       } else if (a == Accepted::Stale) {
@@ -331,86 +438,46 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
       }
       return;
     }
-    if (h.transfer >= src.next_recv) {
+    if (h.transfer >= peer(from).next_recv) {
       keep_early(from, bytes);
     } else {
       answer_finished(from, p, &stats.rejected);
     }
   };
 
-  // Packets that came early for this transfer, while the last exchange ran.
-  if (in) {
+  // Packets that came early for these transfers, while the last exchange ran.
+  for (Receiving& r : receiving) {
     std::deque<std::vector<uint8_t>> early;
-    early.swap(peer(in->peer).early);
-    for (const auto& bytes : early) handle(bytes, in->peer, start);
+    early.swap(peer(r.in->peer).early);
+    for (const auto& bytes : early) handle(bytes, r.in->peer, start);
   }
 
   std::vector<uint8_t> buffer;
   while (true) {
     Clock::time_point now = Clock::now();
-    if (!in_done && (reassembly->complete() || (reassembly->received() >= in_needed && first_arrival &&
-                                                  now - *first_arrival >= options_.deadline)))
-      finish_in();
-    if (!out_done) {
-      // Packets that waited a retransmission timeout are lost.
-      const auto rto = to->window.retransmit_timeout();
-      while (!flight.empty()) {
-        const auto [i, s] = flight.front();
-        if (!slots[i].in_flight || slots[i].seq != s) {
-          flight.pop_front();
-          continue;
-        }
-        if (now - slots[i].sent_at < rto) break;
-        flight.pop_front();
-        mark_lost(i, now);
-      }
-      while (in_flight < to->window.window()) {
-        int64_t pick = -1;
-        bool fresh = false;
-        // Resend only the losses beyond what the receiver may miss.
-        while (!resend.empty() && lost_outstanding > out_allowed) {
-          const uint32_t i = resend.front();
-          resend.pop_front();
-          if (slots[i].acked || !slots[i].lost) continue;
-          pick = i;
-          break;
-        }
-        if (pick < 0 && next_new < order.size()) pick = order[next_new], fresh = true;
-        if (pick < 0) break;
-        const uint32_t i = static_cast<uint32_t>(pick);
-        const bool was_lost = slots[i].lost;
-        if (was_lost) slots[i].lost = false, --lost_outstanding;
-        if (!transmit(i, now)) {
-          if (was_lost) slots[i].lost = true, ++lost_outstanding, resend.push_front(i);
-          break;
-        }
-        if (fresh) ++next_new;
-      }
-      if (receiver_done || acked == slots.size()) {
-        out_done = true;
-      } else if (receiver_has_enough && next_new == order.size() && now - enough_at >= options_.deadline + rto) {
-        out_done = true;  // it has (1 - p) and stops at its deadline by itself
-      } else if (next_new == order.size() && now - last_sent >= std::max<Clock::duration>(rto, std::chrono::milliseconds(5))) {
-        // Idle: ask the receiver for its state.
-        PacketHeader probe = out_header;
-        probe.kind = PacketKind::Ack;
-        probe.flags = kAckProbe;
-        endpoint_->send(out->peer, 0, probe, encode_ack(probe, {}));
-        ++stats.probes;
-        last_sent = now;
-      }
+    bool all_done = true;
+    for (Receiving& r : receiving) {
+      if (!r.done && r.may_end(now, options_.deadline)) finish_in(r);
+      all_done = all_done && r.done;
     }
-    if (in_done && out_done) break;
-    if (!in_done && now - last_heard_in > options_.timeout)
-      MT_FAIL("DLCP: rank ", rank_, " received ", reassembly->received(), " of ", reassembly->packets(),
-              " packets of iteration ", in->iteration, " and then nothing for ", ms(now - last_heard_in) / 1000,
-              " s from ", endpoint_->describe_peer(in->peer), " (dist.timeout_seconds); that rank died, hangs, or "
+    for (Sending& s : sending) {
+      if (!s.done) s.pump(now);
+      all_done = all_done && s.done;
+    }
+    if (all_done) break;
+    for (const Receiving& r : receiving) {
+      if (r.done || now - r.last_heard <= options_.timeout) continue;
+      MT_FAIL("DLCP: rank ", rank_, " received ", r.reassembly.received(), " of ", r.reassembly.packets(),
+              " packets of iteration ", r.in->iteration, " and then nothing for ", ms(now - r.last_heard) / 1000,
+              " s from ", endpoint_->describe_peer(r.in->peer), " (dist.timeout_seconds); that rank died, hangs, or "
               "its packets cannot reach this host");
-    if (!out_done && now - last_heard_out > options_.timeout)
-      MT_FAIL("DLCP: rank ", rank_, " sent ", slots.size(), " packets of iteration ", out->iteration, " to ",
-              endpoint_->describe_peer(out->peer), " and heard no acknowledgement for ",
-              ms(now - last_heard_out) / 1000, " s (dist.timeout_seconds); that rank died, hangs, or this host's "
-              "packets cannot reach it");
+    }
+    for (const Sending& s : sending) {
+      if (s.done || now - s.last_heard <= options_.timeout) continue;
+      MT_FAIL("DLCP: rank ", rank_, " sent ", s.slots.size(), " packets of iteration ", s.out->iteration, " to ",
+              endpoint_->describe_peer(s.out->peer), " and heard no acknowledgement for ", ms(now - s.last_heard) / 1000,
+              " s (dist.timeout_seconds); that rank died, hangs, or this host's packets cannot reach it");
+    }
     // Wait a little for packets, then drain what is queued.
     int from = -1;
     if (endpoint_->receive(&buffer, &from, kTick)) {
@@ -421,17 +488,22 @@ ExchangeStats Transport::exchange(const OutgoingTransfer* out, const IncomingTra
       endpoint_->flush_held();
     }
     now = Clock::now();
-    if (!in_done && acks_owed > 0 &&
-        (acks_owed >= options_.ack_every || now - last_ack >= std::chrono::milliseconds(1) || reassembly->complete())) {
-      if (!reassembly->complete()) send_ack(in->peer, in_header, reassembly->arrived_all(), reassembly->received(), false);
-      acks_owed = 0;
-      last_ack = now;
+    for (Receiving& r : receiving) {
+      if (r.done || r.acks_owed == 0) continue;
+      if (r.acks_owed >= options_.ack_every || now - r.last_ack >= std::chrono::milliseconds(1) ||
+          r.reassembly.complete()) {
+        if (!r.reassembly.complete())
+          send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), false);
+        r.acks_owed = 0;
+        r.last_ack = now;
+      }
     }
   }
-  if (out) {
-    stats.window_decreases = to->window.decreases() - decreases_before;
-    for (uint32_t i = 0; i < slots.size(); ++i)
-      if (!slots[i].acked) stats.unacknowledged.push_back(i);
+  for (const Sending& s : sending) stats.window_decreases += s.to->window.decreases() - s.decreases_before;
+  if (unacknowledged) {
+    unacknowledged->assign(outs.size(), {});
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (sending_index[k] != SIZE_MAX) (*unacknowledged)[k] = sending[sending_index[k]].unacknowledged();
   }
   stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return stats;

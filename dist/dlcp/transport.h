@@ -1,5 +1,8 @@
 // DLCP's bounded-loss exchange: during one exchange a rank sends one buffer to a peer and
-// receives one from another (a ring step), or only one of the two, over a DatagramEndpoint.
+// receives one from another (a ring step), or only one of the two, over a DatagramEndpoint; or,
+// with exchange_all, several buffers to and from several peers at once (a parameter server
+// receives every worker's push together, a worker pushes to every server together). Each
+// transfer follows the rules below on its own; the exchange ends when all have.
 //
 // Receiving: every data packet is written at its offset as it comes (reassembly.h). The
 // receiver stops waiting once every packet has arrived, or once at least (1 - p) of them have
@@ -69,6 +72,10 @@ struct IncomingTransfer {
   uint16_t* counts = nullptr;  // optional: contributions per element
   uint32_t elements = 0;
   WriteMode mode = WriteMode::Overwrite;
+  // Optional, one entry per packet: the class and layer its sender gave each packet that
+  // arrived (left as they were for the others), so a relay can send the packet on with them.
+  uint8_t* packet_priority = nullptr;
+  uint16_t* packet_layer = nullptr;
 };
 
 struct ExchangeStats {
@@ -82,7 +89,8 @@ struct ExchangeStats {
   uint64_t window_decreases = 0;
   double seconds = 0;
   PacketCounters rejected;
-  // Outgoing packets the receiver did not get, as far as the sender knows at the end.
+  // Outgoing packets the receiver did not get, as far as the sender knows at the end
+  // (exchange(); exchange_all reports them per transfer).
   std::vector<uint32_t> unacknowledged;
 
   double loss() const { return packets_expected ? double(packets_missing) / double(packets_expected) : 0.0; }
@@ -97,6 +105,10 @@ class Transport {
   // of a transfer must call it in the same order for the same sizes. `lossless` makes this
   // exchange wait for every packet (p = 0), whatever the options say; both ends must agree.
   ExchangeStats exchange(const OutgoingTransfer* out, const IncomingTransfer* in, bool lossless = false);
+  // Several transfers at once, at most one outgoing and one incoming per peer. `unacknowledged`
+  // (optional) gets, per outgoing transfer in the order given, the packets its receiver did not get.
+  ExchangeStats exchange_all(const std::vector<OutgoingTransfer>& outs, const std::vector<IncomingTransfer>& ins,
+                             bool lossless = false, std::vector<std::vector<uint32_t>>* unacknowledged = nullptr);
 
   DatagramEndpoint& endpoint() { return *endpoint_; }
   const ExchangeOptions& options() const { return options_; }
@@ -116,6 +128,8 @@ class Transport {
     CongestionWindow window;
     int next_path = 0;
   };
+  struct Sending;    // one outgoing transfer's state during an exchange (transport.cpp)
+  struct Receiving;  // one incoming transfer's
   Peer& peer(int rank);
   void send_ack(int to, const PacketHeader& base, const std::vector<bool>& arrived, uint32_t received, bool done);
   // A packet (data, or a probe) of a finished transfer: answered with its final ack.
