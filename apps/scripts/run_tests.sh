@@ -14,14 +14,14 @@ bash apps/scripts/line_counts.sh
 if ((status != 0)); then exit "$status"; fi
 
 # Sanitizers (reliability issue): the suites that read hostile input (configs, archives and
-# checkpoints, IDX/CIFAR files, tokenizer text, garbage on the store's socket) or handle faults
-# (dead ranks, signals, restarts, loss scaling), built with AddressSanitizer and
-# UndefinedBehaviorSanitizer. The whole suite under them is `cmake --preset asan && cmake
-# --build --preset asan && ctest --preset asan` (about 25 minutes on 2 cores: too long for
-# every CI run). MT_SKIP_SANITIZERS=1 skips this part.
+# checkpoints, IDX/CIFAR files, tokenizer text, garbage on the store's socket, whatever arrives
+# on DLCP's UDP port) or handle faults (dead ranks, signals, restarts, loss scaling), built with
+# AddressSanitizer and UndefinedBehaviorSanitizer. The whole suite under them is `cmake --preset
+# asan && cmake --build --preset asan && ctest --preset asan` (about 25 minutes on 2 cores: too
+# long for every CI run). MT_SKIP_SANITIZERS=1 skips this part.
 if [[ "${MT_SKIP_SANITIZERS:-0}" != 1 ]]; then
   sanitized=(test_serialize test_config test_tokenizer test_data test_dist_comm test_compressors
-             test_loss_scaler test_reliability)
+             test_loss_scaler test_reliability test_dlcp_packet)
   cmake --preset asan >/dev/null
   cmake --build build/asan -j"$(nproc)" --target mintrain "${sanitized[@]}"
   ctest --preset asan -L "^($(IFS='|'; echo "${sanitized[*]}"))\$"
