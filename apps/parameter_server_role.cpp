@@ -17,8 +17,8 @@ int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInf
                           std::to_string(world.rank) + ")";
   MT_CHECK(world.is_server(), "internal: rank ", world.rank, " is a worker, not a parameter server");
   MT_CHECK(dist::uses_parameter_servers(dc), who, ": this process was started as a parameter server "
-           "(MINTRAIN_NUM_SERVERS=", world.servers, ") but dist.algorithm \"", dc.algorithm(), "\" uses none; set "
-           "dist.algorithm \"ps\" (or \"bytescheduler\" with architecture \"ps\") or start no servers");
+           "(MINTRAIN_NUM_SERVERS=", world.servers, ") but dist.algorithm \"", dc.algorithm(), "\" uses none; ",
+           dist::kUseParameterServersHint);
   MT_CHECK(dc.ps().servers() == 0 || dc.ps().servers() == world.servers, who, ": dist.ps.servers is ",
            dc.ps().servers(), " but the job started ", world.servers, " servers (MINTRAIN_NUM_SERVERS); make them "
            "agree, or set dist.ps.servers 0");

@@ -193,8 +193,7 @@ void Trainer::connect() {
     if (world.world_size > 1 || dc.force_distributed()) {
       MT_CHECK(world.servers == 0 || dist::uses_parameter_servers(dc), "rank ", world.rank, ": the job has ",
                world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
-               "\" uses none; set dist.algorithm \"ps\" (or \"bytescheduler\" with architecture \"ps\") or "
-               "start no servers");
+               "\" uses none; ", dist::kUseParameterServersHint);
       MT_CHECK(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
                "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;

@@ -174,6 +174,9 @@ bool uses_parameter_servers(const mintrain::DistConfig& d) {
          (d.algorithm() == "dlcp" && d.dlcp().architecture() == "ps");
 }
 
+const char* const kUseParameterServersHint =
+    "set dist.algorithm \"ps\" (or \"bytescheduler\" or \"dlcp\" with architecture \"ps\") or start no servers";
+
 int64_t server_partition_bytes(const mintrain::DistConfig& d) {
   if (d.algorithm() == "bytescheduler") return d.bytescheduler().partition_bytes();
   if (d.algorithm() == "dlcp") return d.dlcp().partition_bytes();

@@ -33,6 +33,9 @@ void validate_dist_config(const mintrain::DistConfig& dist);
 // "bytescheduler" or "dlcp" with architecture "ps"), and the partition size the servers must check.
 bool uses_parameter_servers(const mintrain::DistConfig& dist);
 int64_t server_partition_bytes(const mintrain::DistConfig& dist);
+// What a job started with servers but an algorithm that uses none is told to do: the algorithms
+// above, and the alternative of starting no servers.
+extern const char* const kUseParameterServersHint;
 
 // Checks for the algorithms' validate functions; errors read "<field> must be >= <min> (got v)".
 void check_at_least(const std::string& field, double value, double min);
