@@ -2,8 +2,9 @@
 // 10.77.0.x addresses and our own namespaces, the straggler and contention presets shape the
 // links they should at the rates they should, and bad arguments are refused. As root with working
 // network namespaces: `down` is safe when nothing exists, and a real 2-host testbed comes up,
-// the hosts reach each other, and `down` leaves nothing behind. The tests use their own prefix
-// (mt-test), so they never touch a testbed of a benchmark running at the same time.
+// the hosts reach each other, `drops` counts what a flooded link dropped, and `down` leaves
+// nothing behind. The tests use their own prefix (mt-test), so they never touch a testbed of a
+// benchmark running at the same time.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -299,6 +300,30 @@ TEST(TestbedScript, TwoHostsReachEachOtherAndDownRemovesEverything) {
   EXPECT_NE(qdisc.out.find("tbf"), std::string::npos) << qdisc.out;
   EXPECT_EQ(down.rc, 0) << down.out;
   EXPECT_EQ(sh("ip netns list | grep mt-test-").out, "");
+}
+
+// `drops` counts what the shaped links dropped: nothing on a fresh testbed, and after a UDP
+// flood far over a 1 Mbit/s link's 100 ms queue, a positive total with the sender's link named.
+TEST(TestbedScript, DropsCountsWhatAFullLinkDropped) {
+  if (!netns_usable()) GTEST_SKIP() << "needs root and ip netns";
+  const std::string prefix = "mt-tdrop";
+  const Result up = testbed("up 2 flat 1mbit", prefix);
+  if (up.rc != 0) {
+    testbed("down", prefix);
+    FAIL() << up.out;
+  }
+  const Result before = testbed("drops", prefix);
+  // The testbed's own cross traffic: host 0 floods host 1 with UDP for 2 s, far over 1 Mbit/s,
+  // so most of it is dropped by host 0's link (the flood sleeps after that until killed).
+  sh("timeout 4 bash " + kScript + " cross 0 1 2 10 >/dev/null", prefix);
+  const Result after = testbed("drops", prefix);
+  testbed("down", prefix);
+  EXPECT_EQ(before.rc, 0) << before.out;
+  EXPECT_EQ(before.out, "total 0\n");
+  std::smatch total;
+  ASSERT_TRUE(std::regex_search(after.out, total, std::regex("total ([0-9]+)\n$"))) << after.out;
+  EXPECT_GT(std::stol(total[1]), 100) << after.out;
+  EXPECT_TRUE(contains(after.out, prefix + "-h0 eth0 ")) << after.out;
 }
 
 // A real testbed with HOST_CPUS: `run` starts the command inside its host's cgroup, the quota is

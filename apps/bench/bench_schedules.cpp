@@ -1,10 +1,15 @@
 // S-SGD schedules head to head: iteration time of BSP, WFBP, FUSION and MG-WFBP for one model on
 // N local ranks (forked processes, Gloo over TCP loopback), next to the cost model's prediction
 // (dist/cost_model.h) from the profiled per-parameter backward times and the fitted
-// T(M) = alpha + beta*M. Prints one table on rank 0.
+// T(M) = alpha + beta*M. Prints one table on rank 0, with two more rows in the same run:
+//   COMPUTE  every rank trains on its own (forward, backward, SGD step; no synchronizer), all at
+//            once: the compute alone, as the ranks share the machine
+//   CDSGD    CD-SGD as `mintrain train` builds it (dist.algorithm "cdsgd", TWO_BIT tau 0.5 on the
+//            per-sample-sum scale, momentum correction), full precision for the warm-up
+//            iterations and then every --cdsgd-k-th (0: never)
 //
 //   bench_schedules [--nproc 4] [--model resnet20] [--batch 32] [--iters 8] [--warmup 3]
-//                   [--threads 1] [--master-addr 127.0.0.1] [--interface IF]
+//                   [--threads 1] [--master-addr 127.0.0.1] [--interface IF] [--cdsgd-k 0]
 //
 // Caveat printed with the table: on a small machine the ranks share cores, so communication
 // (Gloo's threads) and computation compete; the model assumes they run on separate resources.
@@ -14,6 +19,8 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <google/protobuf/text_format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,10 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
 #include "dist/predict/cost_model.h"
+#include "dist/registry.h"
 #include "dist/rendezvous.h"
 #include "dist/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
@@ -37,7 +46,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Args {
-  int nproc = 4, batch = 32, iters = 8, warmup = 3, threads = 1;
+  int nproc = 4, batch = 32, iters = 8, warmup = 3, threads = 1, cdsgd_k = 0;
   std::string model = "resnet20", master_addr = "127.0.0.1", interface;
 };
 
@@ -89,25 +98,46 @@ int rank_main(const Args& args) {
 
   std::vector<dist::LayerCost> layers;  // from MG-WFBP's profile
   dist::LinearCost cost;
-  Measured m[4];
-  const dist::Schedule order[4] = {dist::Schedule::MGWFBP, dist::Schedule::BSP, dist::Schedule::WFBP,
-                                   dist::Schedule::FUSION};
-  for (int k = 0; k < 4; ++k) {
-    const dist::Schedule s = order[k];
+  // The four S-SGD schedules, then the compute alone and CD-SGD (rows COMPUTE and CDSGD).
+  constexpr int kSchedules = 4, kCompute = 4, kCdsgd = 5, kRuns = 6;
+  Measured m[kRuns];
+  const dist::Schedule order[kSchedules] = {dist::Schedule::MGWFBP, dist::Schedule::BSP, dist::Schedule::WFBP,
+                                            dist::Schedule::FUSION};
+  for (int k = 0; k < kRuns; ++k) {
     core::Generator gen(1);
     auto model = layers::build_model(args.model, mo, gen);  // fresh: hooks belong to one synchronizer
     optim::OptimizerOptions oo;
     oo.lr = 0.01;
     oo.momentum = 0.9;
+    std::unique_ptr<dist::Synchronizer> sync;
+    dist::SsgdSynchronizer* ssgd = nullptr;
+    int warmup = args.warmup;
+    if (k < kSchedules) {
+      dist::SsgdOptions so;
+      so.schedule = order[k];
+      so.profile_iters = args.warmup;
+      so.config_text = "bench";
+      auto s = std::make_unique<dist::SsgdSynchronizer>(rdv.group, so);
+      ssgd = s.get();
+      sync = std::move(s);
+      if (order[k] == dist::Schedule::MGWFBP) warmup += 2;
+    } else if (k == kCompute) {
+      sync = dist::make_synchronizer(nullptr, mintrain::RunConfig());  // one process's: no exchange
+    } else {
+      // What `mintrain train` builds for dist.algorithm "cdsgd" with TWO_BIT and these settings.
+      const std::string text = "data { batch_size: " + std::to_string(args.batch) +
+                               " } optimizer { name: \"sgd\" lr: 0.01 momentum: 0.9 } dist { algorithm: \"cdsgd\""
+                               " timeout_seconds: 120 compressor { type: \"two_bit\" } cdsgd { k: " +
+                               std::to_string(args.cdsgd_k) + " warmup_iters: " + std::to_string(args.warmup) + " } }";
+      mintrain::RunConfig run;
+      MT_CHECK(google::protobuf::TextFormat::ParseFromString(text, &run), "bench: bad CD-SGD config: ", text);
+      sync = dist::make_synchronizer(rdv.group, run, "bench");
+      warmup += 2;  // the first delayed steps too: timed iterations are all compressed and delayed
+    }
+    if (sync->takes_over_momentum()) oo.momentum = 0.0;  // momentum correction: as the trainer
     auto opt = optim::build_optimizer("sgd", model->parameters(), oo);
-    dist::SsgdOptions so;
-    so.schedule = s;
-    so.profile_iters = args.warmup;
-    so.config_text = "bench";
-    dist::SsgdSynchronizer sync(rdv.group, so);
-    sync.setup(*model, *opt);
+    sync->setup(*model, *opt);
     model->train();
-    const int warmup = s == dist::Schedule::MGWFBP ? args.warmup + 2 : args.warmup;
     for (int it = 0; it < warmup + args.iters; ++it) {
       if (it == warmup) {
         rdv.group->barrier();
@@ -115,12 +145,12 @@ int rank_main(const Args& args) {
         m[k].cpu_other = -cpu_seconds(RUSAGE_SELF) - m[k].cpu_main;
       }
       const auto t0 = Clock::now();
-      sync.begin_iteration(it);
+      sync->begin_iteration(it);
       const core::Tensor loss = core::cross_entropy(model->forward(x), y);
       const auto t1 = Clock::now();
       loss.backward();
       const auto t2 = Clock::now();
-      sync.step(*opt);
+      sync->step(*opt);
       opt->zero_grad();
       const auto t3 = Clock::now();
       if (it >= warmup) {
@@ -135,10 +165,10 @@ int rank_main(const Args& args) {
       m[k].cpu_main = (m[k].cpu_main + main_now) / args.iters;
       m[k].cpu_other = (m[k].cpu_other + all_now - main_now) / args.iters;
     }
-    if (s == dist::Schedule::MGWFBP) {
+    if (ssgd && order[k] == dist::Schedule::MGWFBP) {
       // Per-parameter layers in forward order (hook order reversed) for the cost model.
-      const auto& tb = sync.profiled_backward();
-      const auto& hook = sync.hook_order();
+      const auto& tb = ssgd->profiled_backward();
+      const auto& hook = ssgd->hook_order();
       const auto params = opt->params();
       layers.resize(tb.size());
       for (size_t pos = 0; pos < tb.size(); ++pos) {
@@ -146,10 +176,10 @@ int rank_main(const Args& args) {
         l.backward = tb[pos];
         l.bytes = static_cast<double>(params[hook[pos]].numel()) * 4.0;
       }
-      cost = sync.cost();
+      cost = ssgd->cost();
       if (rank == 0)
         std::printf("MG-WFBP plan: %zu messages for %zu gradients; alpha %.1f us, beta %.3f ms/MB, gamma %.1f us\n",
-                    sync.buckets().size(), tb.size(), cost.alpha * 1e6, cost.beta * 1048576e3, cost.gamma * 1e6);
+                    ssgd->buckets().size(), tb.size(), cost.alpha * 1e6, cost.beta * 1048576e3, cost.gamma * 1e6);
     }
   }
   if (rank != 0) return 0;
@@ -180,6 +210,14 @@ int rank_main(const Args& args) {
                 (m[k].forward + m[k].backward) * 1e3, m[k].update * 1e3, n * args.batch / m[k].iteration,
                 p.iteration * 1e3, p.iteration / m[k].iteration, m[k].cpu_main * 1e3, m[k].cpu_other * 1e3);
   }
+  // No prediction for these two (the cost model's schedules are S-SGD's).
+  for (int k : {kCompute, kCdsgd})
+    std::printf("| %s | %.1f | %.1f | %.1f | %.0f | | | %.1f | %.1f |\n", k == kCompute ? "COMPUTE" : "CDSGD",
+                m[k].iteration * 1e3, (m[k].forward + m[k].backward) * 1e3, m[k].update * 1e3,
+                n * args.batch / m[k].iteration, m[k].cpu_main * 1e3, m[k].cpu_other * 1e3);
+  std::printf("CDSGD: TWO_BIT tau 0.5 per-sample sum, momentum correction, k %d (full precision every k-th; 0: "
+              "never), %d full-precision warm-up iterations before the timed ones\n",
+              args.cdsgd_k, args.warmup);
   std::fflush(stdout);
   return 0;
 }
@@ -198,6 +236,7 @@ int main(int argc, char** argv) {
     else if (k == "--model") a.model = v;
     else if (k == "--master-addr") a.master_addr = v;
     else if (k == "--interface") a.interface = v;
+    else if (k == "--cdsgd-k") a.cdsgd_k = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

@@ -8,6 +8,7 @@
 #   netns_testbed.sh run I -- CMD...              # run CMD inside host I (ip netns exec mt-hI)
 #   netns_testbed.sh vary I LOW HIGH [PERIOD]     # host I's link: LOW, HIGH, LOW... every PERIOD s
 #   netns_testbed.sh cross I J [ON] [OFF]         # hotspots: host I floods host J for ON s every ON+OFF s
+#   netns_testbed.sh drops                        # packets the links dropped since `up` (tc -s qdisc)
 #   netns_testbed.sh down                         # delete every mt-* namespace (safe to repeat)
 #   netns_testbed.sh dry-run [N PRESET RATE DELAY]  # print the commands `up` would run, then `down`
 #
@@ -54,7 +55,7 @@ SUBNET=10.77.0
 SUBNET2=10.77.1    # the second plane of two_paths
 DRY=0
 
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # Every command that changes the system goes through x: printed in dry-run, run otherwise.
 x() {
@@ -354,9 +355,11 @@ cross() {
   local hi hj
   hi=$(host "$i"); hj=$(host "$j")
   if command -v iperf3 >/dev/null; then
+    local report=/dev/null   # iperf3's report; in dry-run the command line itself must show
+    ((DRY)) && report=/dev/stdout
     x ip netns exec "$hj" iperf3 -s -D -1
     while true; do
-      x ip netns exec "$hi" iperf3 -c "$SUBNET.$((j + 1))" -u -b 0 -l 1400 -t "$on" >/dev/null || true
+      x ip netns exec "$hi" iperf3 -c "$SUBNET.$((j + 1))" -u -b 0 -l 1400 -t "$on" >"$report" || true
       ((DRY)) && return 0
       sleep "$off"
       x ip netns exec "$hj" iperf3 -s -D -1
@@ -370,6 +373,21 @@ cross() {
     ((DRY)) && return 0
     sleep "$off"
   done
+}
+
+# Packets dropped since `up` by every shaping qdisc of the testbed (a full switch buffer, tbf's
+# latency, or a full priority band), from `tc -s qdisc`: one line "total N" and, before it, one
+# "NAMESPACE DEVICE N" per link that dropped any (the uplinks between racks are up0/up1 in the
+# switch namespace). Counts add the qdiscs of a link (netem and tbf, or htb and its bands).
+drops() {
+  need_root drops
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}-(h[0-9]+|sw)$" || true); do
+    ip netns exec "$ns" tc -s qdisc show | awk -v ns="$ns" '
+      $1 == "qdisc" { for (i = 1; i <= NF; i++) if ($i == "dev") dev = $(i + 1) }
+      /dropped/ { for (i = 1; i <= NF; i++) if ($i == "(dropped") { n = $(i + 1); sub(/,/, "", n); d[dev] += n } }
+      END { for (k in d) if (d[k] > 0) print ns, k, d[k] }'
+  done | awk '{ print; total += $3 } END { print "total", total + 0 }'
 }
 
 run() {
@@ -395,6 +413,7 @@ case $cmd in
   run) run "$@" ;;
   vary) vary "$@" ;;
   cross) cross "$@" ;;
+  drops) drops ;;
   dry-run)
     DRY=1
     echo "# up ${1:-4} ${2:-flat} ${3:-1gbit} ${4:-0ms}"

@@ -7,10 +7,12 @@
 #   algorithms  by default S-SGD BSP, S-SGD MGWFBP, CD-SGD TWO_BIT, DS-Sync (butterfly groups of 2; on
 #               two_racks told the racks, cross-rack groups every 2nd iteration)
 #   presets     flat, two_racks (ranks split in two halves; inter-rack link RATE/4 or
-#               --inter-rate), straggler (one host at RATE/10);
+#               --inter-rate, its switch buffer UPLINK_QUEUE, env, default the testbed's 1s),
+#               straggler (one host at RATE/10);
 #               contention (host 0's link alternating RATE/5 and RATE every 2 s) on request
 # It collects every rank's log and metrics.jsonl, then writes DIR/report.md (a table: time per
-# iteration, throughput, final test accuracy, wall time; and the cost model's prediction when
+# iteration, throughput, final test accuracy, wall time, the packets the testbed's links dropped
+# during the run (netns_testbed.sh drops); and the cost model's prediction when
 # `mintrain model` exists) and PNG plots made by gnuplot:
 #   iter_time.png, throughput.png, accuracy_vs_time.png, predicted_vs_measured.png (with the model)
 #
@@ -33,6 +35,8 @@
 # --rate     host link rate, tc units (default 100mbit)
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
+#            ssgd_hierarchical (FUSION, each allreduce reduced in the rack, one flow per rack
+#            across; racks of --nproc/2 on every preset)
 #            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp (parameter server)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
@@ -137,8 +141,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|bytescheduler_a2a|bytescheduler_ps) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp bytescheduler_a2a bytescheduler_ps)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|bytescheduler_a2a|bytescheduler_ps) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp bytescheduler_a2a bytescheduler_ps)" >&2; exit 2 ;;
   esac
 done
 
@@ -195,7 +199,8 @@ fi
 
 read -r -a algorithms <<<"$algorithm_list"
 declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]="S-SGD FUSION"
-                  [ssgd_mgwfbp]="S-SGD MGWFBP" [cdsgd_two_bit]="CD-SGD TWO_BIT"
+                  [ssgd_mgwfbp]="S-SGD MGWFBP" [ssgd_hierarchical]="S-SGD hierarchical allreduce"
+                  [cdsgd_two_bit]="CD-SGD TWO_BIT"
                   [ssgd_two_bit]="compressed S-SGD TWO_BIT"
                   [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS"
                   [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS")
@@ -206,6 +211,7 @@ algo_sets() {
     ssgd_wfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=wfbp" ;;
     ssgd_fusion) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion" ;;
     ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=mgwfbp" ;;
+    ssgd_hierarchical) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion dist.ssgd.allreduce=hierarchical dist.ssgd.ranks_per_rack=$RACK" ;;
     ssgd_two_bit) echo "dist.algorithm=ssgd dist.compression=TWO_BIT" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
@@ -334,7 +340,7 @@ fi
 
 # ---- the runs ---------------------------------------------------------------------------------
 port=29610
-results=$out/results.tsv   # preset algorithm rc wall_s
+results=$out/results.tsv   # preset algorithm rc wall_s steal_pct drops
 : >"$results"
 # Runs `mintrain ARGS...` as NPROC ranks (plus SERVERS parameter servers when set), one per host
 # of the testbed that is up; rank r's output goes to LOGPREFIX$r.log. Returns the first non-zero
@@ -457,7 +463,11 @@ for preset in $presets; do
     rc=0
     SERVERS=$ps_servers steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
     if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" 2>/dev/null || true; vary_pid=""; fi
-    printf '%s\t%s\t%s\t%.1f\t%s\n' "$preset" "$algo" "$rc" "$wall" "$steal" >>"$results"
+    # Packets the links dropped during the run (the testbed was brought up for it; a try that
+    # `steady` repeated adds its drops too): every loss is a retransmission stall.
+    bash "$TESTBED" drops >"$run_dir/drops.txt" 2>&1 || true
+    drops=$(awk '$1 == "total" { print $2 }' "$run_dir/drops.txt")
+    printf '%s\t%s\t%s\t%.1f\t%s\t%s\n' "$preset" "$algo" "$rc" "$wall" "$steal" "${drops:-?}" >>"$results"
     if ((rc != 0)); then
       log "$preset / ${label[$algo]}: FAILED (exit $rc) after $(printf %.1f "$wall") s; last lines of rank 0:"
       tail -5 "$run_dir/rank0.log" | sed 's/^/    /' | tee -a "$out/report.log"
@@ -544,11 +554,11 @@ fi
 # Per run: median ms/iteration and img/s over the progress windows, final test accuracy; and the
 # (seconds, test accuracy) points of its evaluations for the accuracy plot.
 summary=$out/summary.tsv   # preset algorithm ms_per_iter img_s final_acc wall_s predicted_ms rc steal_pct
-                           # predicted_oos_n_ms predicted_oos_sizes_ms
+                           # predicted_oos_n_ms predicted_oos_sizes_ms drops
 : >"$summary"
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2];
                                                else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-while IFS=$'\t' read -r preset algo rc wall steal; do
+while IFS=$'\t' read -r preset algo rc wall steal drops; do
   m=$out/runs/$preset/$algo/out/metrics.jsonl
   acc_file=$out/acc_${preset}_${algo}.dat
   ms="?" ips="?" acc="?"
@@ -569,8 +579,8 @@ while IFS=$'\t' read -r preset algo rc wall steal; do
   pred=$(lookup "$predicted")
   pred_n=$(lookup "$predicted_n")
   pred_sizes=$(lookup "$predicted_sizes")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset" "$algo" "$ms" "$ips" "$acc" "$wall" "${pred:-?}" "$rc" \
-      "$steal" "${pred_n:-?}" "${pred_sizes:-?}" >>"$summary"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset" "$algo" "$ms" "$ips" "$acc" "$wall" "${pred:-?}" "$rc" \
+      "$steal" "${pred_n:-?}" "${pred_sizes:-?}" "$drops" >>"$summary"
 done <"$results"
 
 # ---- plots -----------------------------------------------------------------------------------
@@ -661,24 +671,24 @@ fi
        "(network namespaces, tbf rate shaping, no delay; all ranks share this machine's $(nproc --all) cores)."
   echo
   if ((have_model)); then
-    echo "| algorithm | preset | ms / iteration | predicted ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|"
+    echo "| algorithm | preset | ms / iteration | predicted ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) | packets dropped |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
   else
-    echo "| algorithm | preset | ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) |"
-    echo "|---|---|---:|---:|---:|---:|---:|"
+    echo "| algorithm | preset | ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) | packets dropped |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|"
   fi
-  while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal pred_n pred_sizes; do
+  while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal pred_n pred_sizes drops; do
     f() { [[ $1 == "?" ]] && echo "-" || printf "%.${2}f" "$1"; }
     note=""; ((rc == 0)) || note=" (failed, exit $rc)"
     if ((have_model)); then
-      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$pred" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) | $steal |"
+      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$pred" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) | $steal | $drops |"
     else
-      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) | $steal |"
+      echo "| ${label[$algo]}$note | $preset | $(f "$ms" 1) | $(f "$ips" 0) | $(f "$acc" 2) | $(f "$wall" 1) | $steal | $drops |"
     fi
   done <"$summary"
   echo
   echo "Presets: flat = every host link at $rate; two_racks = hosts 0-$((RACK - 1)) and $RACK-$((NPROC - 1)) in two racks joined by one" \
-       "link at $((inter_bits / 1000000)) Mbit/s; straggler = host $((NPROC - 1))'s link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
+       "link at $((inter_bits / 1000000)) Mbit/s (switch buffer ${UPLINK_QUEUE:-1s}; host links 100ms); straggler = host $((NPROC - 1))'s link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
        "contention = host 0's link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s."
   echo "ms / iteration: median over rank 0's progress windows (every $every iterations) of the time/iteration" \
        "deltas in metrics.jsonl; throughput: median img/s of those windows, all ranks; wall time: start of" \
@@ -695,7 +705,7 @@ fi
     echo
     echo "| algorithm | measured | in-sample | other N ($out_of_sample) | other sizes |"
     echo "|---|---:|---:|---:|---:|"
-    while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal pred_n pred_sizes; do
+    while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal pred_n pred_sizes drops; do
       [[ $preset == flat ]] || continue
       r() { [[ $1 == "?" || $ms == "?" ]] && echo "-" || awk -v p="$1" -v m="$ms" 'BEGIN { printf "%.1f (%.2f)", p, p / m }'; }
       echo "| ${label[$algo]} | $(f "$ms" 1) | $(r "$pred") | $(r "$pred_n") | $(r "$pred_sizes") |"
