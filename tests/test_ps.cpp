@@ -3,7 +3,7 @@
 // as `mintrain launch --nservers S` places them. Checked: the partition plan; BSP-PS and
 // WFBP-PS with 1, 2 and 3 servers end with the weights of allreduce S-SGD and of one rank with
 // N x the batch, and the servers really summed every push (counters); WFBP-PS pushes while
-// backward runs; a killed server or worker stops the others with an error naming it within the
+// backward runs; a server answers partitions in the order their pushes arrive; a killed server or worker stops the others with an error naming it within the
 // timeout; mismatched settings are refused naming both values; `launch --nservers` trains.
 #include <gtest/gtest.h>
 #include <signal.h>
