@@ -464,44 +464,28 @@ void GlooProcessGroup::barrier() {
 }
 
 std::shared_ptr<Work> GlooProcessGroup::send(const Tensor& tensor, int peer, uint32_t tag) {
-  return point_to_point(tensor, {peer}, tag, /*sending=*/true);
+  return point_to_point(tensor, peer, tag, /*sending=*/true);
 }
 
 std::shared_ptr<Work> GlooProcessGroup::recv(Tensor& tensor, int peer, uint32_t tag) {
-  return point_to_point(tensor, {peer}, tag, /*sending=*/false);
-}
-
-std::shared_ptr<Work> GlooProcessGroup::recv_from_any(Tensor& tensor, const std::vector<int>& peers, uint32_t tag) {
-  MT_CHECK(!peers.empty(), who(), ": recv from any of no ranks (tag ", tag, ")");
-  return point_to_point(tensor, peers, tag, /*sending=*/false);
+  return point_to_point(tensor, peer, tag, /*sending=*/false);
 }
 
 // A send or a receive posted at once on its own slot (kPointToPointSlotPrefix + tag): a pending
 // receive never holds up a later send, and the Work waits with the group's timeout.
-std::shared_ptr<Work> GlooProcessGroup::point_to_point(const Tensor& tensor, const std::vector<int>& peers,
-                                                       uint32_t tag, bool sending) {
-  std::string from = "rank " + std::to_string(peers.front());
-  if (peers.size() > 1) from = "any of ranks {" + join(peers) + "}";
+std::shared_ptr<Work> GlooProcessGroup::point_to_point(const Tensor& tensor, int peer, uint32_t tag, bool sending) {
   const std::string name = std::string(sending ? "send of " : "recv of ") + tensor.str() +
-                           (sending ? " to " : " from ") + from + " (tag " + std::to_string(tag) + ")";
+                           (sending ? " to rank " : " from rank ") + std::to_string(peer) + " (tag " +
+                           std::to_string(tag) + ")";
   check_cpu(tensor, who(), name, sending ? "input" : "output");
-  for (const int peer : peers)
-    MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, who(), ": ", name, ": the peer must be another rank of "
-             "the group of ", size_);
+  MT_CHECK(peer >= 0 && peer < size_ && peer != rank_, who(), ": ", name, ": the peer must be another rank of "
+           "the group of ", size_);
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   if (tensor.nbytes() > 0) {
     buffer = context_->createUnboundBuffer(tensor.raw_data(), tensor.nbytes());
     const auto slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
     try {
-      gloo_call([&] {
-        if (sending) {
-          buffer->send(peers.front(), slot);
-        } else if (peers.size() == 1) {
-          buffer->recv(peers.front(), slot);
-        } else {
-          buffer->recv(peers, slot);
-        }
-      });
+      gloo_call([&] { sending ? buffer->send(peer, slot) : buffer->recv(peer, slot); });
     } catch (const core::Error& e) {
       MT_FAIL(who(), ": ", name, ": ", e.what());  // the pair broke earlier: the peer is gone
     }

@@ -15,8 +15,7 @@
 // pre-registered buffers per call), so reduce_scatter is our own ring over Gloo's unbound
 // buffers: N-1 steps, each sending one block to the right neighbour and reducing the block
 // received from the left, so every rank moves (N-1)/N of the input, the bandwidth optimum.
-// send and recv are Gloo's unbound-buffer messages, on slots of their own; recv_from_any is Gloo's
-// receive from a list of ranks (filled by whichever sends first).
+// send and recv are Gloo's unbound-buffer messages, on slots of their own.
 #pragma once
 #include <functional>
 #include <map>
@@ -62,7 +61,6 @@ class GlooProcessGroup : public ProcessGroup,
   // does), beside the collectives that run on the communication thread.
   std::shared_ptr<Work> send(const Tensor& tensor, int peer, uint32_t tag) override;
   std::shared_ptr<Work> recv(Tensor& tensor, int peer, uint32_t tag) override;
-  std::shared_ptr<Work> recv_from_any(Tensor& tensor, const std::vector<int>& peers, uint32_t tag) override;
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) override;
   void release_subgroup(const std::vector<int>& ranks) override;
 
@@ -79,8 +77,7 @@ class GlooProcessGroup : public ProcessGroup,
   struct Shared;  // the store, options and transport device, shared with subgroups
 
  private:
-  // A send (sending), or a receive from peers[0] or, with several, from whichever sends first.
-  std::shared_ptr<Work> point_to_point(const Tensor& tensor, const std::vector<int>& peers, uint32_t tag, bool sending);
+  std::shared_ptr<Work> point_to_point(const Tensor& tensor, int peer, uint32_t tag, bool sending);
   GlooProcessGroup(std::shared_ptr<Shared> shared, std::string prefix, int rank,
                    std::vector<int> world_ranks);
   std::string who() const;  // "rank 1 of gloo/tcp world of 4"

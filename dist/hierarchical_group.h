@@ -63,9 +63,6 @@ class HierarchicalGroup final : public ProcessGroup {
   std::shared_ptr<Work> recv(Tensor& tensor, int peer, uint32_t tag) override {
     return world_->recv(tensor, peer, tag);
   }
-  std::shared_ptr<Work> recv_from_any(Tensor& tensor, const std::vector<int>& peers, uint32_t tag) override {
-    return world_->recv_from_any(tensor, peers, tag);
-  }
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) override {
     return world_->subgroup(ranks);
   }

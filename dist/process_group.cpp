@@ -34,11 +34,6 @@ std::shared_ptr<Work> ProcessGroup::recv(Tensor& tensor, int peer, uint32_t tag)
           "\"gloo\" (device gradients are staged through host memory)");
 }
 
-std::shared_ptr<Work> ProcessGroup::recv_from_any(Tensor& tensor, const std::vector<int>& peers, uint32_t tag) {
-  MT_FAIL("rank ", rank(), " of ", describe(), ": recv from any of ", peers.size(), " ranks: the ", backend(),
-          " backend has no point-to-point messages here; the parameter server needs dist.backend \"gloo\"");
-}
-
 std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group) {
   std::vector<int> everyone(static_cast<size_t>(group.size()));
   for (int r = 0; r < group.size(); ++r) everyone[static_cast<size_t>(r)] = r;

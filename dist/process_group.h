@@ -61,11 +61,6 @@ class ProcessGroup {
   // keeps the group's timeout. Backends without them (NCCL here) throw an Error saying so.
   virtual std::shared_ptr<Work> send(const Tensor& tensor, int peer, uint32_t tag);
   virtual std::shared_ptr<Work> recv(Tensor& tensor, int peer, uint32_t tag);
-  // A receive that whichever of `peers` sends first on `tag` fills (the parameter server's
-  // arrival notes). Receives posted on one tag are filled in the order they were posted, by the
-  // messages in the order they come; wait() keeps the group's timeout, but a peer that dies is
-  // noticed only then (the receive belongs to no one connection).
-  virtual std::shared_ptr<Work> recv_from_any(Tensor& tensor, const std::vector<int>& peers, uint32_t tag);
 
   // A group of some of this group's ranks (by rank in this group, sorted, including this
   // rank). Created once and cached: asking again for the same ranks returns the same group.

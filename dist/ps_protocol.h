@@ -10,9 +10,9 @@
 //                                    {kStop, iterations} when training ends
 //   push      worker w -> server s   float32: worker w's gradient slice of partition k
 //   note      worker w -> server s   int64 {w, k, receipt wanted}: sent right after the push of k,
-//                                    so it arrives behind the push's bytes; the server receives
-//                                    notes from any worker, so their order is the pushes' arrival
-//                                    order, and it serves partitions in that order
+//                                    so it arrives behind the push's bytes; the server takes the
+//                                    notes of all workers in the order they come (ps_arrivals.h),
+//                                    which is the pushes' arrival order, and serves partitions so
 //   receipt   server s -> worker w   int64 {k}: the server has taken w's push of k (only when the
 //                                    note asked for it: ByteScheduler's credit comes back then)
 //   pull      server s -> worker w   float32: the sum of the N pushes of partition k

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "dist/ps_arrivals.h"
 #include "dist/ps_protocol.h"
 
 namespace mt::dist {
@@ -122,8 +123,6 @@ PsServerStats ParameterServer::run(std::ostream* log) {
     receipt[k] = int64s({ids[k]});
     receive_next_pushes(k);
   }
-  std::vector<int> all_workers(static_cast<size_t>(N));
-  for (int w = 0; w < N; ++w) all_workers[static_cast<size_t>(w)] = w;
 
   // Sums the N pushes of partition k in worker order and answers every worker.
   auto serve = [&](size_t k, const std::string& iteration) {
@@ -167,23 +166,16 @@ PsServerStats ParameterServer::run(std::ostream* log) {
     // One note per push of this iteration (N per partition), each filled by whichever worker
     // sends next: the notes come in the order the pushes arrived, and so are partitions served.
     const size_t expected = static_cast<size_t>(N) * P;
-    std::vector<Tensor> notes(expected);
-    std::vector<std::shared_ptr<Work>> note_work(expected);
-    for (size_t i = 0; i < expected; ++i) {
-      notes[i] = Tensor::zeros({ps::kNoteNumbers}, core::DType::Int64);
-      note_work[i] = world_->recv_from_any(notes[i], all_workers, ps::kNoteTag);
-    }
     std::vector<std::vector<bool>> taken(P, std::vector<bool>(static_cast<size_t>(N), false));
     std::vector<int> pushes_taken(P, 0);
     stats.last_answer_order.clear();
+    NoteArrivals arrivals(*world_, N, P, options_.backstop);
     for (size_t i = 0; i < expected; ++i) {
-      try {
-        note_work[i]->wait();
-      } catch (const std::exception& e) {
-        MT_FAIL(who(), ": ", missing_pushes(taken), " in ", iteration, ": ", e.what(),
-                "; stopping the server (the job cannot go on without it)");
-      }
-      const std::vector<int64_t> note = values(notes[i]);
+      const auto arrival = arrivals.next([&](int w, const std::string& why) {
+        return who() + ": " + (w >= 0 ? worker(w) + " is gone or silent" : missing_pushes(taken)) + " in " + iteration +
+               " (waiting for its pushes' notes): " + why + "; stopping the server (the job cannot go on without it)";
+      });
+      const std::vector<int64_t>& note = arrival.note;
       const int w = static_cast<int>(note[0]);
       const auto found = index_of.find(note[1]);
       MT_CHECK(w >= 0 && w < N && found != index_of.end() && !taken[found->second][static_cast<size_t>(w)], who(),

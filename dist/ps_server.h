@@ -6,12 +6,13 @@
 // is taken, so a fast worker is never held up by the server.
 //
 // Partitions are served in the order their pushes arrive: each push is followed by a note
-// naming it, the server takes the notes from any worker as they come, and the partition whose
-// N-th push arrives first is summed and answered first. So a partition a worker pushes late
+// naming it, the server takes the notes of all workers as they come (ps_arrivals.h), and the
+// partition whose N-th push arrives first is summed and answered first. So a partition pushed late
 // (ByteScheduler's layer 0) overtakes the ones still on their way. When the note asks for it,
 // the server sends the worker a receipt as it takes the push. Every wait has the world's
 // timeout; a worker that dies or falls silent stops the server with an Error naming the worker.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -26,6 +27,9 @@ struct PsServerOptions {
   int workers = 1;                // N: world ranks 0..N-1
   int servers = 1;                // S: world ranks N..N+S-1
   int64_t partition_bytes = 4 << 20;
+  // The wait for the next push's note gives up after this at the latest; each worker's own
+  // connection times out at the world's timeout first.
+  std::chrono::milliseconds backstop{std::chrono::seconds(900)};
 };
 
 struct PsServerStats {
