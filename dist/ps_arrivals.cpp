@@ -38,22 +38,31 @@ NoteArrivals::NoteArrivals(ProcessGroup& world, int workers, size_t per_worker, 
   }
   for (int w = 0; w < workers; ++w) {
     threads_.emplace_back([state = state_, w, posted = std::move(posted[static_cast<size_t>(w)])] {
-      for (const auto& [note, work] : posted) {
+      // `finished` is set with the last thing the thread does under the lock, so the destructor
+      // joins a thread that is done or about to return, never one still waiting.
+      for (size_t j = 0; j < posted.size(); ++j) {
+        std::string failed;
         try {
-          work->wait();
+          posted[j].second->wait();
         } catch (const std::exception& e) {
-          std::lock_guard<std::mutex> lock(state->mu);
-          state->failures.emplace_back(w, e.what());
-          break;
+          failed = e.what();
         }
-        const int64_t* v = note.data<int64_t>();
         std::lock_guard<std::mutex> lock(state->mu);
-        state->arrived.push_back({w, std::vector<int64_t>(v, v + note.numel())});
+        if (failed.empty()) {
+          const core::Tensor& note = posted[j].first;
+          const int64_t* v = note.data<int64_t>();
+          state->arrived.push_back({w, std::vector<int64_t>(v, v + note.numel())});
+        } else {
+          state->failures.emplace_back(w, failed);
+        }
+        state->finished[static_cast<size_t>(w)] = !failed.empty() || j + 1 == posted.size();
         state->cv.notify_all();
+        if (!failed.empty()) return;
       }
-      std::lock_guard<std::mutex> lock(state->mu);
-      state->finished[static_cast<size_t>(w)] = true;
-      state->cv.notify_all();
+      if (posted.empty()) {
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->finished[static_cast<size_t>(w)] = true;
+      }
     });
   }
 }
