@@ -150,6 +150,12 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
   }
   for (size_t i = 0; i < items; ++i)
     result_[i] = ps ? Tensor::zeros({i == 0 ? kVoteNumel : plan_[i - 1].numel}) : send_[i];
+  if (ps) {
+    for (size_t i = 0; i < items; ++i) {
+      notes_.push_back(int64s({workers_->rank(), static_cast<int64_t>(i), 1}));  // a receipt wanted
+      receipts_.push_back(Tensor::zeros({1}, core::DType::Int64));
+    }
+  }
   local_ready_.assign(P, false);
   arrived_.assign(items, true);
   applied_.assign(P, true);
@@ -603,10 +609,14 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
       }
     }
   }
+  struct Push {
+    size_t item;
+    std::shared_ptr<Work> data, note, receipt;
+  };
   std::vector<std::shared_ptr<Work>> pulls(send_.size());
-  std::deque<std::pair<size_t, std::shared_ptr<Work>>> pushes;  // in flight, oldest first
+  std::deque<Push> in_flight;  // pushes whose receipt has not come, oldest first
   int64_t seen_events = -1;
-  while (!queue.all_sent()) {
+  while (!queue.all_finished()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       seen_events = ready_events_;
@@ -618,21 +628,29 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
     while (auto next = queue.next()) {
       const size_t item = *next;
       const int peer = workers_n_ + server_of_[item];
+      const int64_t id = static_cast<int64_t>(item);
       guarded(item, "posting the push/pull of", [&] {
-        pulls[item] = world_->recv(result_[item], peer, ps::pull_tag(static_cast<int64_t>(item)));
-        pushes.emplace_back(item, world_->send(send_[item], peer, ps::push_tag(static_cast<int64_t>(item))));
+        pulls[item] = world_->recv(result_[item], peer, ps::pull_tag(id));
+        auto receipt = world_->recv(receipts_[item], peer, ps::receipt_tag(id));
+        auto data = world_->send(send_[item], peer, ps::push_tag(id));
+        in_flight.push_back({item, data, world_->send(notes_[item], peer, ps::kNoteTag), receipt});
       });
       std::lock_guard<std::mutex> lock(mu_);
       times_[item].sent = Clock::now();
       send_order_.push_back(item);
     }
-    if (!pushes.empty()) {
-      // The credit comes back as pushes leave (the servers answer in priority order, after every
-      // worker's push of a partition is in).
-      auto [item, work] = pushes.front();
-      pushes.pop_front();
-      guarded(item, "pushing", [&] { work->wait(); });
-      queue.finished(item);
+    if (!in_flight.empty()) {
+      // The credit comes back when the server has taken the push (its receipt), not when Gloo
+      // has taken the bytes. Not at the sum either: that needs every worker's push, and two
+      // workers that picked different partitions would each wait for the other's.
+      const Push push = in_flight.front();
+      in_flight.pop_front();
+      guarded(push.item, "pushing", [&] {
+        push.data->wait();
+        push.note->wait();
+        push.receipt->wait();
+      });
+      queue.finished(push.item);
     } else if (!queue.all_sent()) {
       // Nothing in flight and nothing ready: wait for backward (or step) to make something ready.
       std::unique_lock<std::mutex> lock(mu_);
@@ -640,8 +658,8 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
       if (stopping_ && ready_events_ == seen_events) MT_FAIL("stopped while exchange ", exchange, " was unfinished");
     }
   }
-  for (auto& [item, work] : pushes) guarded(item, "pushing", [&] { work->wait(); });
-  // Pulls in priority order, as the servers answer them.
+  // Pulls in priority order: the next forward needs layer 0 first (the servers answer in the
+  // order the pushes arrived, so most later layers' sums are already here).
   for (size_t item = 0; item < pulls.size(); ++item) {
     guarded(item, "pulling", [&] { pulls[item]->wait(); });
     {

@@ -13,8 +13,9 @@
 //     iteration t are still travelling. Without this gate priorities would buy nothing.
 //
 // One engine thread per worker runs the queue. Architecture "ps": it pushes a partition to its
-// server (world ranks N..N+S-1, ps_server.h) and posts the pull; the credit counts pushes not yet
-// sent, and each server answers its partitions in priority order. Architecture "a2a": an
+// server (world ranks N..N+S-1, ps_server.h) and posts the pull; the credit counts pushes the
+// server has not yet taken (it sends a receipt for each), and each server answers its partitions
+// in the order their pushes arrive, so layer 0's overtake there too. Architecture "a2a": an
 // allreduce per partition on a communicator of its own; every rank must issue the same
 // allreduces in the same order, so a partition counts as ready only when it is ready on every
 // rank: each message carries one slot per rank with that rank's count of gradients ready (in
@@ -136,6 +137,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   std::vector<int64_t> threshold_;              // "a2a": ready everywhere once the agreed count reaches it
   std::vector<Tensor> send_, result_;           // host buffers per item ("a2a": the same tensor)
   std::vector<int> server_of_;                  // "ps"
+  std::vector<Tensor> notes_, receipts_;        // "ps": per item, {worker, item, receipt wanted} and the receipt
   int workers_n_ = 1;
 
   // Shared with the engine thread, under mu_.

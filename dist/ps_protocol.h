@@ -5,21 +5,27 @@
 //   hello     worker 0 -> server s   int64 {version, workers, servers, partition_bytes, s, partitions of s}
 //   answer    server s -> worker 0   the same six numbers as the server sees them; both sides
 //                                    compare and refuse a mismatch naming both values
-//   table     worker 0 -> server s   int64 {partition id, numel} per partition of s, in push order
+//   table     worker 0 -> server s   int64 {partition id, numel} per partition of s
 //   command   worker 0 -> server s   int64 {kStep, iteration} before each iteration's pushes, or
 //                                    {kStop, iterations} when training ends
 //   push      worker w -> server s   float32: worker w's gradient slice of partition k
+//   note      worker w -> server s   int64 {w, k, receipt wanted}: sent right after the push of k,
+//                                    so it arrives behind the push's bytes; the server takes the
+//                                    notes of all workers in the order they come (ps_arrivals.h),
+//                                    which is the pushes' arrival order, and serves partitions so
+//   receipt   server s -> worker w   int64 {k}: the server has taken w's push of k (only when the
+//                                    note asked for it: ByteScheduler's credit comes back then)
 //   pull      server s -> worker w   float32: the sum of the N pushes of partition k
 //
-// Pushes and pulls of partition k have tags of their own, so messages of different partitions
-// never meet, and one tag's messages between two ranks arrive in order (iteration after
-// iteration).
+// Pushes, receipts and pulls of partition k have tags of their own, so messages of different
+// partitions never meet, and one tag's messages between two ranks arrive in order (iteration
+// after iteration).
 #pragma once
 #include <cstdint>
 
 namespace mt::dist::ps {
 
-inline constexpr int64_t kVersion = 1;
+inline constexpr int64_t kVersion = 2;  // 2: arrival notes and receipts
 inline constexpr int64_t kHelloNumbers = 6;  // version, workers, servers, partition_bytes, server, partitions
 inline constexpr int64_t kStep = 1;
 inline constexpr int64_t kStop = 2;
@@ -27,8 +33,11 @@ inline constexpr int64_t kStop = 2;
 inline constexpr uint32_t kHelloTag = 0;
 inline constexpr uint32_t kTableTag = 1;
 inline constexpr uint32_t kCommandTag = 2;
-inline uint32_t push_tag(int64_t partition) { return 16 + 2 * static_cast<uint32_t>(partition); }
-inline uint32_t pull_tag(int64_t partition) { return 17 + 2 * static_cast<uint32_t>(partition); }
+inline constexpr uint32_t kNoteTag = 3;
+inline constexpr int64_t kNoteNumbers = 3;  // worker, partition, receipt wanted
+inline uint32_t push_tag(int64_t partition) { return 16 + 3 * static_cast<uint32_t>(partition); }
+inline uint32_t pull_tag(int64_t partition) { return 17 + 3 * static_cast<uint32_t>(partition); }
+inline uint32_t receipt_tag(int64_t partition) { return 18 + 3 * static_cast<uint32_t>(partition); }
 
 }  // namespace mt::dist::ps
 

@@ -1,11 +1,13 @@
 #include "dist/ps_server.h"
 
 #include <functional>
+#include <map>
 #include <ostream>
 #include <vector>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "dist/ps_arrivals.h"
 #include "dist/ps_protocol.h"
 
 namespace mt::dist {
@@ -102,8 +104,10 @@ PsServerStats ParameterServer::run(std::ostream* log) {
 
   const int N = options_.workers;
   const size_t P = static_cast<size_t>(partitions);
-  std::vector<Tensor> received(P), sums(P);  // received[k]: N slices, worker w's at w * numel
+  std::map<int64_t, size_t> index_of;                     // partition id -> k
+  std::vector<Tensor> received(P), sums(P), receipt(P);  // received[k]: N slices, worker w's at w * numel
   std::vector<std::vector<std::shared_ptr<Work>>> pushes(P), pulls(P);
+  std::vector<std::pair<int, std::shared_ptr<Work>>> receipts;  // this iteration's, with their worker
   auto receive_next_pushes = [&](size_t k) {
     pushes[k].clear();
     for (int w = 0; w < N; ++w) {
@@ -113,10 +117,43 @@ PsServerStats ParameterServer::run(std::ostream* log) {
     }
   };
   for (size_t k = 0; k < P; ++k) {
+    index_of[ids[k]] = k;
     received[k] = Tensor::zeros({N * numel[k]});
     sums[k] = Tensor::zeros({numel[k]});
+    receipt[k] = int64s({ids[k]});
     receive_next_pushes(k);
   }
+
+  // Sums the N pushes of partition k in worker order and answers every worker.
+  auto serve = [&](size_t k, const std::string& iteration) {
+    // The previous iteration's sums of this partition must have left before they are overwritten.
+    for (int w = 0; w < static_cast<int>(pulls[k].size()); ++w)
+      wait_for(pulls[k][static_cast<size_t>(w)], w, "its pull of partition " + std::to_string(ids[k]));
+    sums[k].copy_(received[k].narrow(0, 0, numel[k]));
+    for (int w = 1; w < N; ++w) sums[k].add_(received[k].narrow(0, w * numel[k], numel[k]));
+    receive_next_pushes(k);
+    pulls[k].clear();
+    for (int w = 0; w < N; ++w)
+      pulls[k].push_back(post(w, "answering its pull of partition " + std::to_string(ids[k]) + " in " + iteration,
+                              [&] { return world_->send(sums[k], w, ps::pull_tag(ids[k])); }));
+    stats.pulls_answered += N;
+    stats.last_answer_order.push_back(ids[k]);
+  };
+
+  // When the notes stop coming: the workers whose pushes are missing, and which partitions.
+  auto missing_pushes = [&](const std::vector<std::vector<bool>>& taken) {
+    std::string out;
+    for (int w = 0; w < N; ++w) {
+      std::vector<int64_t> missing;
+      for (size_t k = 0; k < P; ++k)
+        if (!taken[k][static_cast<size_t>(w)]) missing.push_back(ids[k]);
+      if (missing.empty()) continue;
+      out += (out.empty() ? "" : "; ") + worker(w) + " is gone or silent (no push of partition";
+      for (size_t j = 0; j < missing.size() && j < 5; ++j) out += (j ? ", " : " ") + std::to_string(missing[j]);
+      out += missing.size() > 5 ? ", ... " + std::to_string(missing.size()) + " in all)" : ")";
+    }
+    return out;
+  };
 
   Tensor command = Tensor::zeros({2}, core::DType::Int64);
   for (;;) {
@@ -126,23 +163,39 @@ PsServerStats ParameterServer::run(std::ostream* log) {
     if (c[0] == ps::kStop) break;
     MT_CHECK(c[0] == ps::kStep, who(), ": worker 0 sent an unknown command ", c[0]);
     const std::string iteration = "iteration " + std::to_string(c[1]);
-    for (size_t k = 0; k < P; ++k) {
-      for (int w = 0; w < N; ++w)
-        wait_for(pushes[k][static_cast<size_t>(w)], w, "its push of partition " + std::to_string(ids[k]) + " in " + iteration);
-      // The previous iteration's sums of this partition must have left before they are overwritten.
-      for (int w = 0; w < static_cast<int>(pulls[k].size()); ++w)
-        wait_for(pulls[k][static_cast<size_t>(w)], w, "its pull of partition " + std::to_string(ids[k]));
-      sums[k].copy_(received[k].narrow(0, 0, numel[k]));
-      for (int w = 1; w < N; ++w) sums[k].add_(received[k].narrow(0, w * numel[k], numel[k]));
-      receive_next_pushes(k);
-      pulls[k].clear();
-      for (int w = 0; w < N; ++w)
-        pulls[k].push_back(post(w, "answering its pull of partition " + std::to_string(ids[k]) + " in " + iteration,
-                                [&] { return world_->send(sums[k], w, ps::pull_tag(ids[k])); }));
-      stats.pushes_received += N;
-      stats.pulls_answered += N;
-      stats.bytes_received += N * numel[k] * 4;
+    // One note per push of this iteration (N per partition), each filled by whichever worker
+    // sends next: the notes come in the order the pushes arrived, and so are partitions served.
+    const size_t expected = static_cast<size_t>(N) * P;
+    std::vector<std::vector<bool>> taken(P, std::vector<bool>(static_cast<size_t>(N), false));
+    std::vector<int> pushes_taken(P, 0);
+    stats.last_answer_order.clear();
+    NoteArrivals arrivals(*world_, N, P, options_.backstop);
+    for (size_t i = 0; i < expected; ++i) {
+      const auto arrival = arrivals.next([&](int w, const std::string& why) {
+        return who() + ": " + (w >= 0 ? worker(w) + " is gone or silent" : missing_pushes(taken)) + " in " + iteration +
+               " (waiting for its pushes' notes): " + why + "; stopping the server (the job cannot go on without it)";
+      });
+      const std::vector<int64_t>& note = arrival.note;
+      const int w = static_cast<int>(note[0]);
+      const auto found = index_of.find(note[1]);
+      MT_CHECK(w >= 0 && w < N && found != index_of.end() && !taken[found->second][static_cast<size_t>(w)], who(),
+               ": a note names worker ", note[0], " and partition ", note[1], ", which is not a push this server "
+               "expects in ", iteration, " (workers and servers of different builds?)");
+      const size_t k = found->second;
+      taken[k][static_cast<size_t>(w)] = true;
+      // The worker sent the note after the push, on the same connection: the push is in (or nearly).
+      wait_for(pushes[k][static_cast<size_t>(w)], w, "its push of partition " + std::to_string(ids[k]) + " in " + iteration);
+      ++stats.pushes_received;
+      stats.bytes_received += numel[k] * 4;
+      if (note[2] != 0) {
+        receipts.emplace_back(w, post(w, "sending the receipt of its push of partition " + std::to_string(ids[k]),
+                                      [&] { return world_->send(receipt[k], w, ps::receipt_tag(ids[k])); }));
+        ++stats.receipts_sent;
+      }
+      if (++pushes_taken[k] == N) serve(k, iteration);
     }
+    for (const auto& [w, r] : receipts) wait_for(r, w, "its receipts of " + iteration);
+    receipts.clear();
     ++stats.iterations;
   }
   for (size_t k = 0; k < P; ++k)

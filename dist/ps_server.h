@@ -1,17 +1,23 @@
-// A parameter server (docs/algorithms.md, as BytePS's server): it holds no model. Worker 0
-// tells it its partitions at set-up (dist/ps_protocol.h); then, each iteration, it receives
-// every worker's push of each partition, sums the N pushes (in worker order, so the result does
-// not depend on timing) and sends the sum back to every worker: synchronous, the same math as
-// an allreduce. A partition's pushes for the next iteration are received into its buffers as
-// soon as its sum is taken, so a fast worker is never held up by the server.
+// A parameter server (docs/algorithms.md, as BytePS): it holds no model. Worker 0 tells it its
+// partitions at set-up (dist/ps_protocol.h); then, each iteration, it receives every worker's
+// push of each partition, sums the N pushes (in worker order, so the result does not depend on
+// timing) and sends the sum back to every worker: synchronous, the same math as an allreduce.
+// A partition's pushes for the next iteration are received into its buffers as soon as its sum
+// is taken, so a fast worker is never held up by the server.
 //
-// Partitions are served in the order worker 0 lists them (the workers' push order); one that is
-// complete earlier waits only for those listed before it. Every wait has the world's timeout;
-// a worker that dies or falls silent stops the server with an Error naming the worker.
+// Partitions are served in the order their pushes arrive: each push is followed by a note
+// naming it, the server takes the notes of all workers as they come (ps_arrivals.h), and the
+// partition whose N-th push arrives first is summed and answered first. So a partition pushed late
+// (ByteScheduler's layer 0) overtakes the ones still on their way. When the note asks for it,
+// the server sends the worker a receipt as it takes the push. Every wait has the world's
+// timeout; a worker that dies or falls silent stops the server with an Error naming the worker.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "dist/process_group.h"
 
@@ -21,6 +27,9 @@ struct PsServerOptions {
   int workers = 1;                // N: world ranks 0..N-1
   int servers = 1;                // S: world ranks N..N+S-1
   int64_t partition_bytes = 4 << 20;
+  // The wait for the next push's note gives up after this at the latest; each worker's own
+  // connection times out at the world's timeout first.
+  std::chrono::milliseconds backstop{std::chrono::seconds(900)};
 };
 
 struct PsServerStats {
@@ -29,6 +38,8 @@ struct PsServerStats {
   int64_t pushes_received = 0;   // partition x worker x iteration
   int64_t pulls_answered = 0;
   int64_t bytes_received = 0;
+  int64_t receipts_sent = 0;
+  std::vector<int64_t> last_answer_order;  // partition ids, in the order the last iteration answered them
 };
 
 class ParameterServer {

@@ -85,8 +85,10 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     partitions_of_[plan_[k].param].push_back(k);
     outgoing_.push_back(Tensor::zeros({plan_[k].numel}));
     incoming_.push_back(Tensor::zeros({plan_[k].numel}));
+    notes_.push_back(int64s({workers_->rank(), static_cast<int64_t>(k), 0}));
   }
   push_work_.assign(plan_.size(), nullptr);
+  note_work_.assign(plan_.size(), nullptr);
   pull_work_.assign(plan_.size(), nullptr);
   pushed_at_.assign(plan_.size(), Clock::time_point{});
   pushed_.assign(plan_.size(), false);
@@ -134,6 +136,7 @@ void PsSynchronizer::push(size_t k) {
   with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(micro_batches_.iteration()), [&] {
     pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
     push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(static_cast<int64_t>(k)));
+    note_work_[k] = world_->send(notes_[k], peer, ps::kNoteTag);
   });
   pushed_at_[k] = Clock::now();
   pushed_[k] = true;
@@ -163,6 +166,7 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
                                std::to_string(part.bytes()) + " bytes) of iteration " + std::to_string(micro_batches_.iteration());
       with_server(part.server, "push/pull of " + what, [&] {
         push_work_[k]->wait();
+        note_work_[k]->wait();
         pull_work_[k]->wait();
       });
       ++pulls_;

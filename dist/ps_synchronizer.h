@@ -1,7 +1,8 @@
 // The parameter-server architecture, worker side (docs/algorithms.md, as BytePS): S server
 // processes beside the N workers (ps_server.h). Every gradient is cut into partitions of at most
 // partition_bytes, spread over the servers by size (ps_partition.h); a worker pushes each
-// partition to its server, the server sums the N pushes and every worker pulls the sum, divides
+// partition to its server (and a note naming it, by which the server serves partitions in the
+// order their pushes arrive), the server sums the N pushes and every worker pulls the sum, divides
 // by N and steps its optimizer: S-SGD's math with a different road for the bytes. The schedule
 // decides when a partition is pushed:
 //
@@ -87,7 +88,8 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<PsPartition> plan_;
   std::vector<std::vector<size_t>> partitions_of_;  // parameter -> its partitions
   std::vector<Tensor> outgoing_, incoming_;         // host staging, per partition
-  std::vector<std::shared_ptr<Work>> push_work_, pull_work_;
+  std::vector<Tensor> notes_;                       // per partition: {this worker, k, no receipt}
+  std::vector<std::shared_ptr<Work>> push_work_, note_work_, pull_work_;
   std::vector<Clock::time_point> pushed_at_;
   std::vector<bool> pushed_;
   std::vector<Tensor> commands_;                    // worker 0: per server, kept while in flight

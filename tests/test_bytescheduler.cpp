@@ -3,7 +3,8 @@
 // servers after them for "ps"). Checked: the priority queue and its credit alone; N workers end
 // with the weights of one rank with N x the batch (all-to-all, and 1, 2 and 3 servers, whose
 // counters show every partition summed there); with a credit of one partition, layer 0's
-// partitions leave before the last layer's although they became ready after them; layer 0's
+// partitions leave before the last layer's although they became ready after them, and a server
+// answers in the order the pushes arrive (layer 0's before the last layer's they overtook); layer 0's
 // forward of iteration t+1 runs while partitions of iteration t are still travelling; a NaN on
 // one worker skips the step on all; a killed server stops the workers naming it; the trainer
 // learns with it from the config alone; bad settings are refused naming the field.
@@ -28,6 +29,7 @@
 #include "dist/bytescheduler_queue.h"
 #include "dist/bytescheduler_synchronizer.h"
 #include "dist/dist_config.h"
+#include "dist/ps_partition.h"
 #include "dist/ps_server.h"
 #include "dist/registry.h"
 #include "layers/models/mlp.h"
@@ -294,8 +296,30 @@ std::shared_ptr<layers::Module> wide_mlp(int64_t classes) {
   return std::make_shared<layers::MLP>(kImage * kImage, std::vector<int64_t>{8}, classes, 0.0f, gen);
 }
 
-// The gated forward on both architectures, and on the all-to-all one the priority order: what
-// BSP (everything after backward, in one order) or WFBP (backward order) would never show.
+// The partition plan the workers make for wide_mlp (ids: 0 the vote, 1 + k partition k): which
+// parameter each id belongs to, for a server that sees ids only.
+std::vector<int64_t> param_of_id(int64_t classes) {
+  auto model = wide_mlp(classes);
+  std::vector<int64_t> numel;
+  std::vector<size_t> order;
+  for (const auto& p : model->parameters()) {
+    order.push_back(numel.size());
+    numel.push_back(p.numel());
+  }
+  std::vector<int64_t> param{-1};
+  for (const auto& part : dist::plan_partitions(numel, order, kPartitionBytes, 1))
+    param.push_back(static_cast<int64_t>(part.param));
+  return param;
+}
+
+// The priority order and the gated forward on both architectures: what BSP (everything after
+// backward, in one order) or WFBP (backward order) would never show. With a credit of one
+// partition the workers start on the last layer's partitions during backward and send layer 0's
+// before the rest of them, which were ready earlier; on the parameter server the credit comes
+// back only with the server's receipt, so partitions queue there too (with the credit returned
+// when Gloo has the bytes, nothing queues on loopback and nothing is overtaken), and the server
+// answers in the order the pushes arrive: a last-layer partition first (a server answering in
+// its table's order starts with the vote), layer 0's before the last layer's they overtook.
 TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
   constexpr int kSteps = 10, kWorkers = 2;
   for (int servers : {0, 1}) {
@@ -306,7 +330,22 @@ TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
     const auto result = mt::testing::run_ranks(kWorkers + servers, [&](mt::testing::RankContext& c) {
       core::set_num_threads(1);
       if (c.rank >= kWorkers) {
-        dist::ParameterServer(c.group, server_options(kWorkers, servers, kPartitionBytes)).run();
+        const auto stats = dist::ParameterServer(c.group, server_options(kWorkers, servers, kPartitionBytes)).run();
+        const std::vector<int64_t> param = param_of_id(classes);
+        const auto& order = stats.last_answer_order;  // of the last iteration
+        ASSERT_EQ(order.size(), param.size());
+        const int64_t last_param = param.back() - 1;  // the last layer's weight (its bias is last)
+        EXPECT_GE(param[static_cast<size_t>(order.front())], last_param)
+            << "the server answered partition " << order.front() << " first, not one the workers pushed during "
+            << "backward (a server answering in its table's order starts with the vote, id 0)";
+        size_t layer0_last_answered = 0, last_layer_last_answered = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+          const int64_t p = param[static_cast<size_t>(order[i])];
+          if (p == 0) layer0_last_answered = i;
+          if (p == last_param) last_layer_last_answered = i;
+        }
+        EXPECT_LT(layer0_last_answered, last_layer_last_answered)
+            << "layer 0's partitions should be answered before the last of the last layer's";
         return;
       }
       auto workers = servers == 0 ? c.group : workers_of(c.group, kWorkers);
@@ -315,6 +354,12 @@ TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
       auto sync = bs_sync(workers, servers == 0 ? nullptr : c.group, what, kPartitionBytes, kPartitionBytes);
       auto& bs = dynamic_cast<dist::ByteSchedulerSynchronizer&>(*sync);
       sync->setup(*model, *opt);
+      const size_t last_param = opt->params().size() - 2;  // the last layer's weight
+      // Backward pauses once the last layer's gradient is ready (a hook run after the
+      // synchronizer's), as a deeper model's middle layers would make it: the engine starts on
+      // the last layer's partitions and still has most of them queued when layer 0's is ready.
+      opt->params()[last_param].register_grad_ready_hook(
+          [](core::Tensor&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
       int64_t ran_ahead = 0;
       for (int s = 0; s < kSteps; ++s) {
         train_step(*sync, *opt, *model, s, kWorkers, c.rank, classes);
@@ -327,7 +372,6 @@ TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
       const auto times = bs.last_exchange_times();
       const auto order = bs.last_send_order();
       const auto& plan = bs.plan();
-      const size_t last_param = opt->params().size() - 2;  // the last layer's weight
       ASSERT_EQ(order.size(), plan.size() + 1);
       EXPECT_EQ(order.back() == 0, false) << "the vote goes first among what is ready, not last";
       // Where each item left, and the layer-0 items' ready times against the last layer's.
@@ -346,13 +390,6 @@ TEST_F(ByteSchedulerTest, LayerZeroOvertakesAndForwardRunsAheadOfTheExchange) {
           // b was ready before a, yet a left first.
           if (times[b + 1].ready < times[a + 1].ready && position[a + 1] < position[b + 1]) ++overtaken;
         }
-      }
-      if (servers > 0) {
-        // On the parameter server the credit returns when a push is handed to the transport
-        // (Gloo's send completes once the bytes are in the socket), which on loopback is at once:
-        // nothing queues, so nothing can be overtaken here. The servers still answer in priority
-        // order, which the gate above relies on.
-        return;
       }
       EXPECT_LT(layer0_last_sent, last_layer_last_sent)
           << what << ": every partition of layer 0 should leave before the last of the last layer's";

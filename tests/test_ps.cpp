@@ -3,7 +3,7 @@
 // as `mintrain launch --nservers S` places them. Checked: the partition plan; BSP-PS and
 // WFBP-PS with 1, 2 and 3 servers end with the weights of allreduce S-SGD and of one rank with
 // N x the batch, and the servers really summed every push (counters); WFBP-PS pushes while
-// backward runs; a killed server or worker stops the others with an error naming it within the
+// backward runs; a server answers partitions in the order their pushes arrive; a killed server or worker stops the others with an error naming it within the
 // timeout; mismatched settings are refused naming both values; `launch --nservers` trains.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -23,6 +23,7 @@
 #include "core/random.h"
 #include "core/runtime.h"
 #include "dist/dist_config.h"
+#include "dist/ps_handshake.h"
 #include "dist/ps_partition.h"
 #include "dist/ps_protocol.h"
 #include "dist/ps_server.h"
@@ -270,6 +271,59 @@ TEST_F(PsTest, ThreeWorkersAndWholeParametersMatchOneRank) {
     }
     expect_close(mt::testing::weights_of(*model), single, "3 workers, worker " + std::to_string(c.rank));
   });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+// ---- The server's serving order ----
+
+// The server serves a partition as soon as its N pushes are in, whatever its table's order: both
+// workers push partition 2 first and wait for its sum before pushing 1, then 0. A server that
+// answered in table order (0, 1, 2) would wait for pushes that never come, and the workers'
+// wait for the sum of 2 would time out. The sums are taken in worker order (exact values), and
+// a worker that asks for receipts gets one per push as the server takes it.
+TEST_F(PsTest, ServerAnswersInTheOrderPushesArrive) {
+  constexpr int kWorkers = 2;
+  constexpr int64_t kNumel = 4, kBytes = 64;
+  mt::testing::MultiprocessOptions options;
+  options.group.timeout = std::chrono::seconds(5);
+  options.timeout = std::chrono::seconds(40);
+  const auto result = mt::testing::run_ranks(kWorkers + 1, [&](mt::testing::RankContext& c) {
+    if (c.rank == kWorkers) {
+      const dist::PsServerStats stats = dist::ParameterServer(c.group, server_options(kWorkers, 1, kBytes)).run();
+      EXPECT_EQ(stats.last_answer_order, (std::vector<int64_t>{2, 1, 0}));
+      EXPECT_EQ(stats.receipts_sent, 3) << "worker 1 asked for receipts, worker 0 did not";
+      EXPECT_EQ(stats.pushes_received, 6);
+      return;
+    }
+    auto workers = workers_of(c.group, kWorkers);
+    const std::vector<dist::PsServerTable> tables{dist::PsServerTable{{0, kNumel}, {1, kNumel}, {2, kNumel}}};
+    dist::greet_parameter_servers(*workers, *c.group, tables, kBytes);
+    auto int64s = [](std::vector<int64_t> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); };
+    std::vector<std::shared_ptr<dist::Work>> sent;
+    if (c.rank == 0) sent.push_back(c.group->send(int64s({dist::ps::kStep, 0}), kWorkers, dist::ps::kCommandTag));
+    const bool receipts = c.rank == 1;
+    for (int64_t k : {2, 1, 0}) {
+      // Worker w pushes (w + 1) * 10^k + 0.5 * i: the sum is exact in float.
+      std::vector<float> mine(kNumel);
+      for (int64_t i = 0; i < kNumel; ++i) mine[i] = static_cast<float>((c.rank + 1) * std::pow(10, k) + 0.5 * i);
+      Tensor push = Tensor::from_vector(mine, {kNumel}), sum = Tensor::zeros({kNumel});
+      Tensor note = int64s({c.rank, k, receipts ? 1 : 0}), receipt = Tensor::zeros({1}, core::DType::Int64);
+      auto pull = c.group->recv(sum, kWorkers, dist::ps::pull_tag(k));
+      auto got_receipt = receipts ? c.group->recv(receipt, kWorkers, dist::ps::receipt_tag(k)) : nullptr;
+      sent.push_back(c.group->send(push, kWorkers, dist::ps::push_tag(k)));
+      sent.push_back(c.group->send(note, kWorkers, dist::ps::kNoteTag));
+      for (auto& w : sent) w->wait();
+      sent.clear();
+      if (got_receipt) {
+        got_receipt->wait();
+        EXPECT_EQ(receipt.data<int64_t>()[0], k);
+      }
+      pull->wait();
+      for (int64_t i = 0; i < kNumel; ++i)
+        EXPECT_EQ(sum.data<float>()[i], static_cast<float>(3 * std::pow(10, k) + 1.0 * i)) << "partition " << k;
+    }
+    if (c.rank == 0) c.group->send(int64s({dist::ps::kStop, 1}), kWorkers, dist::ps::kCommandTag)->wait();
+  }, options);
   EXPECT_TRUE(result.ok_or_report());
 }
 

@@ -3,7 +3,8 @@
 # ResNet-20 job per method, 4 workers (2 servers for the parameter-server methods), batch 16 per
 # worker on synthetic 32x32 images, one thread per process, 60 steps; prints the throughput of
 # steps 41-60 (after ByteScheduler's credit search) and the search's table. REPEATS=2 runs the
-# list twice. Numbers go to docs/PERF.md with the machine and its load.
+# list twice; METHODS="BSP-PS WFBP-PS ByteScheduler-PS" runs only the methods named. Numbers go
+# to docs/PERF.md with the machine and its load.
 #   apps/scripts/bench_bytescheduler_loopback.sh [build/release/apps/mintrain]
 set -u
 cd "$(dirname "$0")/../.."
@@ -15,6 +16,7 @@ common=(--set model.name=resnet20 --set data.batch_size=16 "--set" "data.synthet
 run() {
   local name="$1" servers="$2"
   shift 2
+  if [[ -n "${METHODS:-}" && " $METHODS " != *" $name "* ]]; then return; fi
   local log="$OUT/${name}.log"
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 timeout 900 "$MINTRAIN" launch --nproc-per-node 4 --nservers "$servers" -- \
     train configs/mlp_synthetic.prototxt "${common[@]}" "$@" --output "$OUT/run" --overwrite > "$log" 2>&1
