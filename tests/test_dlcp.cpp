@@ -1,7 +1,8 @@
 // DLCP over real UDP sockets on loopback (dist/dlcp/), ranks as forked processes with a Gloo
 // world for the address exchange. Checked: a one-way transfer with injected drops, duplicates
 // and reordering arrives exactly at p = 0, sprayed evenly over two paths (127.0.0.1 and
-// 127.0.0.2) with the DSCP of its class on the socket; with p > 0 a known set of dropped packets
+// 127.0.0.2) with the DSCP of its class on the socket; on a clean link, a receiver that enters
+// its exchanges 30 ms late costs no retransmission; with p > 0 a known set of dropped packets
 // ends the transfer at the deadline (no retransmission, the dropped values zero with count 0)
 // and losses above p are retransmitted down to p; the ring allreduce equals Gloo's allreduce
 // exactly at p = 0 (2 and 4 ranks, integer-valued floats, with and without injected faults), and
@@ -27,6 +28,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "core/ops/nn.h"
@@ -101,6 +103,36 @@ TEST(DlcpTransport, FaultyLinkDeliversExactlyAtZeroLossOverTwoPaths) {
       EXPECT_EQ(got, src);
       for (uint16_t k : counts) ASSERT_EQ(k, 1);
     }
+    c.group->barrier();
+  }).ok_or_report());
+}
+
+TEST(DlcpTransport, CleanLinkNeedsNoRetransmissionWhenTheReceiverIsLate) {
+  // Nothing is dropped, but in every exchange one rank arrives 30 ms after the other (longer
+  // than any retransmission timeout here), alternately, as a rank still busy with its backward
+  // pass does. Its packets wait in the socket until it reads them: a transport that takes that
+  // silence for loss resends the whole window and halves it.
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
+    auto t = connect_transport(*c.group, {"127.0.0.1", "127.0.0.2"}, test_options(0.0, 5));
+    const uint32_t n = 8 * 100;  // 100 packets: more than the first window of 16
+    const int other = 1 - c.rank;
+    ExchangeStats total;
+    for (uint32_t iteration = 0; iteration < 6; ++iteration) {
+      const std::vector<float> mine = ring_input(c.rank + int(iteration), n);
+      const std::vector<float> theirs = ring_input(other + int(iteration), n);
+      std::vector<float> got(n, -1.0f);
+      OutgoingTransfer out;
+      out.peer = other, out.iteration = iteration, out.values = mine.data(), out.elements = n;
+      IncomingTransfer in;
+      in.peer = other, in.iteration = iteration, in.values = got.data(), in.elements = n;
+      if (int(iteration % 2) == c.rank) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      total.add(t->exchange(&out, &in));
+      ASSERT_EQ(got, theirs) << "iteration " << iteration;
+    }
+    EXPECT_EQ(total.packets_sent, 600u);
+    EXPECT_EQ(total.retransmissions, 0u) << "a late receiver was taken for a lost packet";
+    EXPECT_EQ(total.window_decreases, 0u) << "a late receiver was taken for congestion";
+    EXPECT_EQ(total.rejected.duplicate, 0u);
     c.group->barrier();
   }).ok_or_report());
 }

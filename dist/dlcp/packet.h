@@ -17,7 +17,8 @@
 //   24..27 offset         first element                    base: packets below it all arrived
 //   28..29 count          elements (<= 16383)              bits in the bitmap payload
 //   30..31 layer          the layer of the first element   -
-//   32..33 contributors   ranks summed into these values   -
+//   32..33 contributors   ranks summed into these values   the probe it answers (0: none);
+//                                                          in a probe: its number
 //   34..35 payload_bytes  4 * count                        ceil(count / 8)
 //   36..39 index          packet index in the transfer     packets received so far
 //   40..43 total          packets in the transfer          packets in the transfer

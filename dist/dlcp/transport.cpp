@@ -1,6 +1,7 @@
 #include "dist/dlcp/transport.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -16,6 +17,9 @@ constexpr size_t kAckBits = 8000;          // an ack's bitmap: 1000 bytes
 constexpr size_t kEarlyLimit = 1 << 16;    // packets kept per peer for a later transfer
 constexpr size_t kFinishedKept = 8;        // finished transfers answered per peer
 constexpr int kReorderThreshold = 3;       // as TCP's three duplicate acks
+// Datagrams read before acknowledging: every packet already queued (up to the largest window),
+// so that the answer to a probe covers every packet that arrived before the probe.
+constexpr int kDrainLimit = 4096;
 constexpr auto kTick = std::chrono::microseconds(500);
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -71,7 +75,7 @@ Transport::Peer& Transport::peer(int rank) {
 }
 
 void Transport::send_ack(int to, const PacketHeader& of, const std::vector<bool>& arrived, uint32_t received,
-                         bool done) {
+                         bool done, uint16_t answers_probe) {
   PacketHeader h;
   h.kind = PacketKind::Ack;
   h.job = job_;
@@ -82,6 +86,7 @@ void Transport::send_ack(int to, const PacketHeader& of, const std::vector<bool>
   h.flags = done ? kAckDone : 0;
   h.total = static_cast<uint32_t>(arrived.size());
   h.index = received;
+  h.contributors = answers_probe;
   const uint32_t base =
       static_cast<uint32_t>(std::find(arrived.begin(), arrived.end(), false) - arrived.begin());
   h.offset = base;
@@ -131,6 +136,18 @@ struct Transport::Sending {
   uint64_t seq = 0, highest_acked_seq = 0, decreases_before = 0;
   bool done = false, receiver_done = false, receiver_has_enough = false;
   Clock::time_point enough_at{}, last_sent{}, last_heard{};
+  // When the receiver first answered for this transfer: packets sent before waited for it to
+  // enter its exchange, so their wait is no round-trip sample.
+  std::optional<Clock::time_point> first_answer;
+  // The last few probes: number, and the packets sent before it on its path.
+  struct Probe {
+    uint16_t number = 0;
+    uint64_t last_seq = 0;
+    int path = 0;
+  };
+  std::array<Probe, 8> probes{};
+  uint16_t probes_sent = 0;
+  Clock::time_point last_probe{};
 
   Sending(const OutgoingTransfer* o, Transport* t, ExchangeStats* s, double loss_bound, Clock::time_point start)
       : out(o), transport(t), stats(s), to(&t->peer(o->peer)),
@@ -181,6 +198,10 @@ struct Transport::Sending {
     last_sent = now;
     return true;
   }
+  // Whether a flight entry is the packet's latest transmission, still unanswered.
+  bool current(const std::pair<uint32_t, uint64_t>& entry) const {
+    return slots[entry.first].in_flight && slots[entry.first].seq == entry.second;
+  }
   void land(uint32_t i) {  // no longer in flight
     Slot& s = slots[i];
     if (!s.in_flight) return;
@@ -205,7 +226,9 @@ struct Transport::Sending {
     ++*newly;
     if (s.lost) s.lost = false, --lost_outstanding;
     if (s.in_flight) {
-      if (s.transmissions == 1) to->window.on_rtt_sample(now - s.sent_at);  // Karn: not after a resend
+      // Karn: not after a resend. Nor for a packet sent before the receiver first answered:
+      // its wait measured the receiver's lateness, not the path.
+      if (s.transmissions == 1 && s.sent_at >= *first_answer) to->window.on_rtt_sample(now - s.sent_at);
       highest_acked_seq = std::max(highest_acked_seq, s.seq);
     }
     land(i);
@@ -214,6 +237,7 @@ struct Transport::Sending {
     const PacketHeader& h = p.header;
     last_heard = now;
     if (h.total != slots.size()) return;
+    if (!first_answer) first_answer = now;
     receiver_has = std::max(receiver_has, h.index);
     uint32_t newly = 0;
     const uint32_t base = std::min<uint32_t>(h.offset, static_cast<uint32_t>(slots.size()));
@@ -232,23 +256,31 @@ struct Transport::Sending {
       flight.pop_front();
       mark_lost(i, now);
     }
+    // The answer to a probe: what was sent before it on its path and is not here is lost.
+    const Probe& answered = probes[h.contributors % probes.size()];
+    if (h.contributors != 0 && answered.number == h.contributors)
+      for (const auto& [i, s] : flight) {
+        if (s > answered.last_seq) break;
+        if (current({i, s}) && slots[i].path == answered.path) mark_lost(i, now);
+      }
     if (!receiver_has_enough && receiver_has >= slots.size() - allowed) receiver_has_enough = true, enough_at = now;
     if (h.flags & kAckDone) receiver_done = true;
   }
-  // Timeouts, the window's worth of (re)transmissions, the end, or a probe when idle.
+  void probe(int path, Clock::time_point now) {
+    if (++probes_sent == 0) probes_sent = 1;  // 0 means "no probe" in an ack
+    probes[probes_sent % probes.size()] = {probes_sent, seq, path};
+    PacketHeader h = header;
+    h.kind = PacketKind::Ack;
+    h.flags = kAckProbe;
+    h.contributors = probes_sent;
+    transport->endpoint_->send(out->peer, path, h, encode_ack(h, {}));
+    ++stats->probes;
+    last_probe = now;
+  }
+  // The window's worth of (re)transmissions, the end, or a probe.
   void pump(Clock::time_point now) {
-    // Packets that waited a retransmission timeout are lost.
     const auto rto = to->window.retransmit_timeout();
-    while (!flight.empty()) {
-      const auto [i, s] = flight.front();
-      if (!slots[i].in_flight || slots[i].seq != s) {
-        flight.pop_front();
-        continue;
-      }
-      if (now - slots[i].sent_at < rto) break;
-      flight.pop_front();
-      mark_lost(i, now);
-    }
+    while (!flight.empty() && !current(flight.front())) flight.pop_front();
     while (in_flight < to->window.window()) {
       int64_t pick = -1;
       bool fresh = false;
@@ -276,15 +308,14 @@ struct Transport::Sending {
       done = true;
     } else if (receiver_has_enough && next_new == order.size() && now - enough_at >= options.deadline + rto) {
       done = true;  // it has (1 - p) and stops at its deadline by itself
-    } else if (next_new == order.size() &&
-               now - last_sent >= std::max<Clock::duration>(rto, std::chrono::milliseconds(5))) {
-      // Idle: ask the receiver for its state.
-      PacketHeader probe = header;
-      probe.kind = PacketKind::Ack;
-      probe.flags = kAckProbe;
-      transport->endpoint_->send(out->peer, 0, probe, encode_ack(probe, {}));
-      ++stats->probes;
-      last_sent = now;
+    } else if (now - last_probe >= rto) {
+      // The oldest unacknowledged packet waited a retransmission timeout: probe its path (the
+      // answer settles whether it is lost). Idle with nothing in flight: ask for the state, so
+      // that a lost ack or "done" does not hold the sender up.
+      if (!flight.empty() && now - slots[flight.front().first].sent_at >= rto)
+        probe(slots[flight.front().first].path, now);
+      else if (flight.empty() && now - last_sent >= rto)
+        probe(0, now);
     }
   }
   std::vector<uint32_t> unacknowledged() const {
@@ -303,6 +334,7 @@ struct Transport::Receiving {
   uint32_t needed = 0;  // packets that end it once the deadline passed
   bool done = false;
   int acks_owed = 0;
+  uint16_t probe_owed = 0;  // a probe's number: answered after reading what is queued
   Clock::time_point last_ack{}, last_heard{};
   // The deadline runs from the transfer's first packet: a sender that starts late (still busy
   // with its previous step) does not have its burst cut short.
@@ -411,7 +443,7 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     if (h.kind == PacketKind::Ack && (h.flags & kAckProbe)) {
       if (r && h.transfer == r->header.transfer) {
         r->last_heard = now;
-        send_ack(from, r->header, r->reassembly.arrived_all(), r->reassembly.received(), false);
+        r->probe_owed = h.contributors == 0 ? 1 : h.contributors;
       } else if (h.transfer < peer(from).next_recv) {
         answer_finished(from, p, &stats.rejected);
       }
@@ -482,19 +514,21 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     int from = -1;
     if (endpoint_->receive(&buffer, &from, kTick)) {
       handle(buffer, from, Clock::now());
-      for (int k = 0; k < 256 && endpoint_->receive(&buffer, &from, std::chrono::microseconds(0)); ++k)
+      for (int k = 0; k < kDrainLimit && endpoint_->receive(&buffer, &from, std::chrono::microseconds(0)); ++k)
         handle(buffer, from, Clock::now());
     } else {
       endpoint_->flush_held();
     }
     now = Clock::now();
     for (Receiving& r : receiving) {
-      if (r.done || r.acks_owed == 0) continue;
-      if (r.acks_owed >= options_.ack_every || now - r.last_ack >= std::chrono::milliseconds(1) ||
+      if (r.done || (r.acks_owed == 0 && !r.probe_owed)) continue;
+      if (r.probe_owed || r.acks_owed >= options_.ack_every || now - r.last_ack >= std::chrono::milliseconds(1) ||
           r.reassembly.complete()) {
+        // A complete transfer's "done" acks follow at the top of the loop.
         if (!r.reassembly.complete())
-          send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), false);
+          send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), false, r.probe_owed);
         r.acks_owed = 0;
+        r.probe_owed = 0;
         r.last_ack = now;
       }
     }

@@ -14,10 +14,14 @@
 // Sending: packets go out in priority order (class 3 first) within a congestion window
 // (congestion_window.h), sprayed over the paths to the peer. A packet counts as lost when three
 // packets sent after it were acknowledged and it was not (reordering across paths stays below
-// that), or when it waited a retransmission timeout. A lost packet is sent again only while the
-// lost ones are more than the receiver may miss (p of the packets); an idle sender sends a probe
-// (an ack packet with kAckProbe) that the receiver answers with its state, so that a lost ack or
-// "done" does not hold it up.
+// that), or when the receiver answered a probe sent after it, on its path, without having it.
+// The sender probes (an ack packet with kAckProbe and its number) when its oldest unacknowledged
+// packet waited a retransmission timeout, or when it is idle; the receiver answers after reading
+// everything queued, echoing the number. Silence alone never counts as loss: the receiver
+// acknowledges only inside its own exchange and may still be computing, finishing its previous
+// exchange or descheduled (TCP's receiver, the kernel, acknowledges whatever the application
+// does, so TCP can take a timeout for loss). A lost packet is sent again only while the lost
+// ones are more than the receiver may miss (p of the packets).
 //
 // A rank that sends nothing for `timeout` (acks or data the exchange waits on) is an Error
 // naming it and its addresses. Packets of a later transfer are kept for it; packets of a
@@ -131,7 +135,9 @@ class Transport {
   struct Sending;    // one outgoing transfer's state during an exchange (transport.cpp)
   struct Receiving;  // one incoming transfer's
   Peer& peer(int rank);
-  void send_ack(int to, const PacketHeader& base, const std::vector<bool>& arrived, uint32_t received, bool done);
+  // `answers_probe`: the number of the sender's probe this ack answers (0: none).
+  void send_ack(int to, const PacketHeader& base, const std::vector<bool>& arrived, uint32_t received, bool done,
+                uint16_t answers_probe = 0);
   // A packet (data, or a probe) of a finished transfer: answered with its final ack.
   void answer_finished(int from, const Packet& p, PacketCounters* counters);
 

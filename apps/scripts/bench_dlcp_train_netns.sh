@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# DLCP against S-SGD over TCP in training, under hotspots (issue 27's acceptance, on LeNet-5):
+# 4 emulated hosts (netns_testbed.sh, two_paths preset: two racks of 2, host links RATE, two
+# inter-rack planes of INTER_RATE each, switch ports with DSCP priority bands), host 0 flooding
+# host 2 across plane A (eth0) for ON s every ON+OFF s with `cross`. One rank per host trains
+# configs/lenet_fashion_mnist.prototxt for ITERS iterations (data.limit_train_batches) with a
+# metrics record every iteration, then evaluates; first S-SGD BSP over Gloo (TCP on eth0), then
+# DLCP's ring at p = LOSS on eth0 too (dist.dlcp.paths empty: the address that reaches the
+# master). Spraying over eth0 and eth1 needs each rank's own addresses in dist.dlcp.paths,
+# which the start-up check refuses (every rank's config text must be the same), so both
+# algorithms cross plane A with the hotspots; plane B stays idle. Prints, per algorithm, the median and
+# 99th percentile of rank 0's iteration time (differences of the metrics file's "time", the
+# first WARMUP iterations left out), its DLCP loss and resends, and the test accuracy. The
+# testbed (and the cross traffic) is torn down at the end, also on failure or Ctrl-C.
+#
+#   bench_dlcp_train_netns.sh [ITERS] [BATCH]     # defaults: 200 16 (per rank)
+# Env: BUILD (build/release), RATE (100mbit), INTER_RATE (25mbit), ON/OFF (1 1), LOSS (0.01),
+#      DEADLINE_MS (20), WARMUP (5), ALGOS ("ssgd dlcp"), MASTER_PORT (29588), OUT (a new
+#      folder under /tmp), MT_TESTBED_PREFIX (mt-dlcpt).
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ITERS=${1:-200}
+BATCH=${2:-16}
+BUILD=${BUILD:-build/release}
+RATE=${RATE:-100mbit}
+export INTER_RATE=${INTER_RATE:-25mbit}
+ON=${ON:-1}
+OFF=${OFF:-1}
+LOSS=${LOSS:-0.01}
+DEADLINE_MS=${DEADLINE_MS:-20}
+WARMUP=${WARMUP:-5}
+ALGOS=${ALGOS:-ssgd dlcp}
+PORT=${MASTER_PORT:-29588}
+export MT_TESTBED_PREFIX=${MT_TESTBED_PREFIX:-mt-dlcpt}
+MINTRAIN=$BUILD/apps/mintrain
+TESTBED=apps/scripts/netns_testbed.sh
+NPROC=4
+
+[[ $(id -u) -eq 0 ]] || { echo "bench_dlcp_train_netns.sh: must run as root (network namespaces)" >&2; exit 1; }
+[[ -x $MINTRAIN ]] || { echo "build $MINTRAIN first: cmake --build $BUILD --target mintrain" >&2; exit 1; }
+
+OUT=${OUT:-$(mktemp -d /tmp/mt-dlcp-train.XXXXXX)}
+mkdir -p "$OUT"
+pids=()
+cross_pid=
+cleanup() {
+  local p
+  [[ -n $cross_pid ]] && kill "$cross_pid" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  "$TESTBED" down
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$TESTBED" down   # a stale testbed from an interrupted run
+PRIO_QUEUES=1 "$TESTBED" up "$NPROC" two_paths "$RATE" 0ms
+"$TESTBED" cross 0 2 "$ON" "$OFF" >"$OUT/cross.log" 2>&1 &
+cross_pid=$!
+
+for algo in $ALGOS; do
+  # Every rank must start with the same config (the start-up check hashes its text), output
+  # folder included: rank 0 alone writes there.
+  config=$OUT/$algo.prototxt
+  cp configs/lenet_fashion_mnist.prototxt "$config"
+  if [[ $algo == dlcp ]]; then
+    echo "dist { algorithm: \"dlcp\" interface: \"eth0\"" \
+         "dlcp { loss_bound: $LOSS deadline_ms: $DEADLINE_MS } }" >>"$config"
+  else
+    echo "dist { algorithm: \"ssgd\" interface: \"eth0\" ssgd { schedule: \"bsp\" } }" >>"$config"
+  fi
+  for ((r = 0; r < NPROC; r++)); do
+    "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+        MASTER_ADDR=10.77.0.1 MASTER_PORT=$PORT OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+        "$MINTRAIN" train "$config" --output "$OUT/$algo-run" --overwrite \
+        --set data.batch_size="$BATCH" --set epochs=1 --set data.limit_train_batches="$ITERS" \
+        --set logging.metrics_every_iters=1 \
+        >"$OUT/$algo-rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  failed=0
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  pids=()
+  PORT=$((PORT + 1))
+  if ((failed)); then
+    for ((r = 0; r < NPROC; r++)); do echo "--- $algo rank $r"; tail -5 "$OUT/$algo-rank$r.log"; done
+    echo "bench_dlcp_train_netns.sh: a rank failed" >&2
+    exit 1
+  fi
+done
+
+echo "LeNet-5, 4 hosts (two_paths, PRIO_QUEUES=1, host links $RATE, inter-rack planes $INTER_RATE each)," \
+     "cross 0 2 $ON $OFF; batch $BATCH per rank, $ITERS iterations, first $WARMUP left out; logs in $OUT"
+echo "| algorithm | iteration p50 ms | p99 ms | max ms | DLCP loss | resends / iteration | test accuracy |"
+echo "|---|---|---|---|---|---|---|"
+for algo in $ALGOS; do
+  python3 - "$OUT/$algo-run/metrics.jsonl" "$OUT/$algo-rank0.log" "$algo" "$WARMUP" <<'EOF'
+import json, re, sys
+metrics, log, algo, warmup = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+times, loss, resends = [], [], []
+for line in open(metrics):
+    r = json.loads(line)
+    if r.get("type") != "train":
+        continue
+    times.append((r["iter"], r["time"]))
+    if "dlcp_loss" in r:
+        loss.append(r["dlcp_loss"]); resends.append(r["dlcp_retransmissions"])
+steps = sorted(1000 * (b[1] - a[1]) for a, b in zip(times, times[1:]) if a[0] >= warmup and b[0] == a[0] + 1)
+pick = lambda q: steps[min(len(steps) - 1, int(q * (len(steps) - 1) + 0.5))]
+acc = re.findall(r"test loss \S+ acc ([0-9.]+)%", open(log).read())
+mean = lambda v: sum(v) / len(v) if v else float("nan")
+extra = ("%.2f %%" % (100 * mean(loss)), "%.1f" % mean(resends)) if loss else ("-", "-")
+print("| %s | %.0f | %.0f | %.0f | %s | %s | %s |" % (algo, pick(0.5), pick(0.99), steps[-1], extra[0], extra[1],
+      (acc[-1] + " %") if acc else "?"))
+EOF
+done
