@@ -1,5 +1,5 @@
 // Worker 0's set-up talk with the parameter servers (the wire is ps_protocol.h), shared by every
-// algorithm that runs on servers (ps_synchronizer.h, bytescheduler_synchronizer.h): worker 0
+// algorithm that runs on servers (ps_synchronizer.h, bytescheduler_synchronizer.h, dlcp/ps_worker.h): worker 0
 // greets each server with what the workers believe (workers, servers, partition_bytes, the
 // server's index and its number of partitions), compares the answer, and sends the server its
 // partition table. A mismatch is refused on both sides naming both values; the servers that
@@ -23,7 +23,7 @@ using PsServerTable = std::vector<std::pair<int64_t, int64_t>>;
 void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
                              int64_t partition_bytes);
 
-// The server's side, for servers other than ps_server.h's: waits for worker 0's hello, answers
+// The server's side (ps_server.h, dlcp/ps_server.h): waits for worker 0's hello, answers
 // with what this server believes, and returns its partition table (in push order). A mismatch is
 // an Error naming both values (worker 0 refuses too); a silent worker 0 is an Error naming it.
 // `world`: workers then servers, this process being server `world.rank() - workers`.

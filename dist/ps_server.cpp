@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "dist/ps_arrivals.h"
+#include "dist/ps_handshake.h"
 #include "dist/ps_protocol.h"
 
 namespace mt::dist {
@@ -34,13 +35,9 @@ ParameterServer::ParameterServer(std::shared_ptr<ProcessGroup> world, PsServerOp
            "ranks 0..", options_.workers - 1, ")");
 }
 
-std::string ParameterServer::who() const {
-  return "parameter server " + std::to_string(index()) + " (rank " + std::to_string(world_->rank()) + ")";
-}
+std::string ParameterServer::who() const { return parameter_server_name(index(), options_.workers); }
 
-std::string ParameterServer::worker(int w) const {
-  return "worker " + std::to_string(w) + " (rank " + std::to_string(w) + ")";
-}
+std::string ParameterServer::worker(int w) const { return parameter_server_worker_name(w); }
 
 PsServerStats ParameterServer::run(std::ostream* log) {
   core::NoGradGuard no_grad;
@@ -66,34 +63,15 @@ PsServerStats ParameterServer::run(std::ostream* log) {
     }
   };
 
-  // Handshake: each side sends what it believes, both compare.
-  Tensor hello = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
-  const std::string at_setup = "waiting for worker 0's hello at set-up";
-  wait_for(post(0, at_setup, [&] { return world_->recv(hello, 0, ps::kHelloTag); }), 0, at_setup);
-  const std::vector<int64_t> theirs = values(hello);
-  const int64_t partitions = theirs[5];
-  const Tensor answer = int64s({ps::kVersion, options_.workers, options_.servers, options_.partition_bytes, index(), partitions});
-  wait_for(post(0, "answering worker 0's hello", [&] { return world_->send(answer, 0, ps::kHelloTag); }), 0,
-           "answering worker 0's hello");
-  const std::string mismatch = ps::hello_mismatch(theirs, values(answer));
-  MT_CHECK(mismatch.empty(), who(), " refuses the job: ", mismatch, ". Start workers and servers with the same "
-           "config, WORLD_SIZE and MINTRAIN_NUM_SERVERS");
-  MT_CHECK(partitions >= 0, who(), ": worker 0 announced ", partitions, " partitions");
-
+  // Handshake: each side sends what it believes, both compare (ps_handshake.h).
+  const PsServerTable table = answer_worker_hello(*world_, options_.workers, options_.servers, options_.partition_bytes);
+  const int64_t partitions = static_cast<int64_t>(table.size());
   PsServerStats stats;
   stats.partitions = partitions;
   std::vector<int64_t> ids, numel;
-  if (partitions > 0) {
-    Tensor table = Tensor::zeros({2 * partitions}, core::DType::Int64);
-    wait_for(post(0, "waiting for the partition table", [&] { return world_->recv(table, 0, ps::kTableTag); }), 0,
-             "waiting for the partition table");
-    const std::vector<int64_t> t = values(table);
-    for (int64_t k = 0; k < partitions; ++k) {
-      ids.push_back(t[2 * k]);
-      numel.push_back(t[2 * k + 1]);
-      MT_CHECK(numel.back() > 0 && numel.back() * 4 <= options_.partition_bytes, who(), ": partition ", ids.back(),
-               " of ", numel.back(), " floats does not fit partition_bytes ", options_.partition_bytes);
-    }
+  for (const auto& [id, n] : table) {
+    ids.push_back(id);
+    numel.push_back(n);
   }
   if (log) {
     int64_t bytes = 0;
