@@ -754,7 +754,9 @@ TEST(Cdsgd, Gloo_LocalStepGoesThroughTheStepGuard) {
     guard.zero_grad();
     EXPECT_EQ(guard.last_step_skipped(), ctx.rank == 0);
     EXPECT_EQ(guard.skipped_steps(), ctx.rank == 0 ? 1 : 0);
-    if (ctx.rank == 0) EXPECT_EQ(model.w_.to_vector(), sync.global_weights().to_vector());
+    if (ctx.rank == 0) {
+      EXPECT_EQ(model.w_.to_vector(), sync.global_weights().to_vector());
+    }
     // Step 2: exchange 1 (rank 0's bucket sent as zeros) lands in W on both ranks.
     sync.begin_iteration(2);
     set_quadratic_grad(model.w_, target(ctx.rank));

@@ -234,7 +234,9 @@ TEST(CompressedSsgd, Gloo_IdentityCompressorEqualsDenseOnEverySchedule) {
       ASSERT_EQ(dense.buckets().size(), compressed.buckets().size());
       for (size_t b = 0; b < dense.buckets().size(); ++b)
         EXPECT_EQ(dense.buckets()[b].params(), compressed.buckets()[b].params()) << b;
-      if (schedule == dist::Schedule::FUSION) EXPECT_GT(compressed.buckets().size(), 1u);
+      if (schedule == dist::Schedule::FUSION) {
+        EXPECT_GT(compressed.buckets().size(), 1u);
+      }
       EXPECT_EQ(compressed.name(), "ssgd/none");
     }
   }).ok_or_report());

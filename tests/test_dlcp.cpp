@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "core/ops/nn.h"
 #include "dist/dist_config.h"
+#include "dist/dlcp/datagram_endpoint.h"
 #include "dist/dlcp/dlcp_synchronizer.h"
 #include "dist/dlcp/ring_allreduce.h"
 #include "dist/registry.h"
@@ -613,6 +614,21 @@ TEST(DlcpSync, TrainerWritesLossAndRetransmissionsToTheMetricsFile) {
   fs::remove_all(dir);
 }
 
+// dist.dlcp.paths may name interfaces, so that hosts with their own addresses share one config:
+// each host binds its own interface's address.
+TEST(DlcpConfig, PathsNameAddressesOrInterfaces) {
+  EXPECT_EQ(path_address("127.0.0.2"), "127.0.0.2");
+  EXPECT_EQ(path_address("lo"), "127.0.0.1");
+  EXPECT_EQ(local_paths_or_default({"lo", "127.0.0.2"}), (std::vector<std::string>{"127.0.0.1", "127.0.0.2"}));
+  try {
+    path_address("mtnosuchif9");
+    ADD_FAILURE() << "an unknown interface was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_TRUE(has(e.what(), "\"mtnosuchif9\" is neither an IPv4 address nor an interface")) << e.what();
+    EXPECT_TRUE(has(e.what(), "lo 127.0.0.1")) << e.what();  // what there is instead
+  }
+}
+
 TEST(DlcpConfig, BadValuesAreRefusedNamingTheField) {
   auto refused = [](const std::function<void(mintrain::DistConfig&)>& set, const std::string& field) {
     mintrain::DistConfig d;
@@ -632,11 +648,14 @@ TEST(DlcpConfig, BadValuesAreRefusedNamingTheField) {
   refused([](auto& d) { d.mutable_dlcp()->set_spray("random"); }, "dist.dlcp.spray");
   refused([](auto& d) { d.mutable_dlcp()->set_packet_bytes(40); }, "dist.dlcp.packet_bytes");
   refused([](auto& d) { d.mutable_dlcp()->set_packet_bytes(70000); }, "dist.dlcp.packet_bytes");
-  refused([](auto& d) { d.mutable_dlcp()->add_paths("eth0"); }, "dist.dlcp.paths[0]");
+  refused([](auto& d) { d.mutable_dlcp()->add_paths("10.0.0"); }, "dist.dlcp.paths[0]");  // a mistyped address
+  refused([](auto& d) { d.mutable_dlcp()->add_paths("eth 1"); }, "dist.dlcp.paths[0]");
   refused([](auto& d) { d.mutable_dlcp()->set_inject_loss(0.9); }, "dist.dlcp.inject_loss");
   mintrain::DistConfig good;
   good.set_algorithm("dlcp");
   good.mutable_dlcp()->set_priority_direction("Input_First");
+  good.mutable_dlcp()->add_paths("127.0.0.2");
+  good.mutable_dlcp()->add_paths("eth1");  // an interface: resolved on each host when connecting
   dist::normalize_dist_names(good);
   EXPECT_NO_THROW(dist::validate_dist_config(good));
   const auto names = dist::algorithm_names();

@@ -62,13 +62,6 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-int lines(const fs::path& p) {
-  std::ifstream in(p);
-  int n = 0;
-  for (std::string l; std::getline(in, l);) ++n;
-  return n;
-}
-
 RunFolderPaths paths_of(const fs::path& out) {
   return {out.string(), (out / "checkpoints").string(), (out / "metrics.jsonl").string()};
 }

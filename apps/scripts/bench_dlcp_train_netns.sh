@@ -6,16 +6,16 @@
 # configs/lenet_fashion_mnist.prototxt for ITERS iterations (data.limit_train_batches) with a
 # metrics record every iteration, then evaluates; first S-SGD BSP over Gloo (TCP on eth0), then
 # DLCP's ring at p = LOSS on eth0 too (dist.dlcp.paths empty: the address that reaches the
-# master). Spraying over eth0 and eth1 needs each rank's own addresses in dist.dlcp.paths,
-# which the start-up check refuses (every rank's config text must be the same), so both
-# algorithms cross plane A with the hotspots; plane B stays idle. Prints, per algorithm, the median and
-# 99th percentile of rank 0's iteration time (differences of the metrics file's "time", the
-# first WARMUP iterations left out), its DLCP loss and resends, and the test accuracy. The
-# testbed (and the cross traffic) is torn down at the end, also on failure or Ctrl-C.
+# master), then with ALGOS' dlcp_spray the same ring sprayed over both planes (dist.dlcp.paths
+# ["eth0", "eth1"]: each host binds its own interfaces' addresses). Prints, per algorithm, the
+# median and 99th percentile of rank 0's iteration time (differences of the metrics file's
+# "time", the first WARMUP iterations left out), its DLCP loss and resends, and the test
+# accuracy. The testbed (and the cross traffic) is torn down at the end, also on failure or
+# Ctrl-C.
 #
 #   bench_dlcp_train_netns.sh [ITERS] [BATCH]     # defaults: 200 16 (per rank)
 # Env: BUILD (build/release), RATE (100mbit), INTER_RATE (25mbit), ON/OFF (1 1), LOSS (0.01),
-#      DEADLINE_MS (20), WARMUP (5), ALGOS ("ssgd dlcp"), MASTER_PORT (29588), OUT (a new
+#      DEADLINE_MS (20), WARMUP (5), ALGOS ("ssgd dlcp"; add dlcp_spray), MASTER_PORT (29588), OUT (a new
 #      folder under /tmp), MT_TESTBED_PREFIX (mt-dlcpt).
 set -euo pipefail
 
@@ -64,9 +64,11 @@ for algo in $ALGOS; do
   # folder included: rank 0 alone writes there.
   config=$OUT/$algo.prototxt
   cp configs/lenet_fashion_mnist.prototxt "$config"
-  if [[ $algo == dlcp ]]; then
+  if [[ $algo == dlcp || $algo == dlcp_spray ]]; then
+    paths=""
+    [[ $algo == dlcp_spray ]] && paths='paths: ["eth0", "eth1"]'
     echo "dist { algorithm: \"dlcp\" interface: \"eth0\"" \
-         "dlcp { loss_bound: $LOSS deadline_ms: $DEADLINE_MS } }" >>"$config"
+         "dlcp { loss_bound: $LOSS deadline_ms: $DEADLINE_MS $paths } }" >>"$config"
   else
     echo "dist { algorithm: \"ssgd\" interface: \"eth0\" ssgd { schedule: \"bsp\" } }" >>"$config"
   fi

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -80,6 +81,25 @@ std::string local_address_towards(const std::string& host) {
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(res);
   return out;
+}
+
+std::string path_address(const std::string& path) {
+  in_addr literal{};
+  if (::inet_pton(AF_INET, path.c_str(), &literal) == 1) return path;
+  ifaddrs* list = nullptr;
+  MT_CHECK(::getifaddrs(&list) == 0, "DLCP: cannot list this host's interfaces: ", std::strerror(errno));
+  std::string found, known;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+    if (found.empty() && path == i->ifa_name) found = text;
+    known += (known.empty() ? "" : ", ") + std::string(i->ifa_name) + " " + text;
+  }
+  ::freeifaddrs(list);
+  MT_CHECK(!found.empty(), "dist.dlcp.paths: \"", path, "\" is neither an IPv4 address nor an interface of this host "
+           "with one (interfaces with an IPv4 address: ", known.empty() ? "none" : known, ")");
+  return found;
 }
 
 DatagramEndpoint::DatagramEndpoint(const std::vector<std::string>& local_addresses, int receive_buffer_bytes) {

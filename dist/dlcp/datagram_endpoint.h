@@ -33,6 +33,12 @@ std::vector<PathAddress> parse_paths(const std::string& text);
 // "127.0.0.1" for a loopback host.
 std::string local_address_towards(const std::string& host);
 
+// A path as written in dist.dlcp.paths, as the local IPv4 address to bind: an address stays as
+// it is; anything else names a network interface of this host ("eth1"), so that every host of
+// a job can run the same config (each host's eth1 has its own address). An interface without an
+// IPv4 address is an Error naming it and listing the interfaces that have one.
+std::string path_address(const std::string& path);
+
 struct PathCounters {
   uint64_t packets = 0;
   uint64_t bytes = 0;

@@ -1,6 +1,7 @@
 #include "dist/dlcp/dlcp_synchronizer.h"
 
 #include <arpa/inet.h>
+#include <net/if.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -33,15 +34,23 @@ void validate_dlcp_config(const mintrain::DistConfig& d) {
            "architecture \"ps\"; the ring's allgather is dist.dlcp.lossless_allgather");
   MT_CHECK(!(c.architecture() == "ps" && c.has_lossless_allgather()), "dist.dlcp.lossless_allgather applies to "
            "architecture \"ring\"; the parameter servers' pull is dist.dlcp.lossless_pull");
+  // An address, or an interface name (resolved on each host when the job connects).
   for (int i = 0; i < c.paths_size(); ++i) {
+    const std::string& p = c.paths(i);
     in_addr a{};
-    MT_CHECK(::inet_pton(AF_INET, c.paths(i).c_str(), &a) == 1, "dist.dlcp.paths[", i, "] \"", c.paths(i),
-             "\" is not an IPv4 address of this host (e.g. \"127.0.0.2\")");
+    const bool interface_name = !p.empty() && p.size() < IFNAMSIZ &&
+                                p.find_first_of(" \t/:") == std::string::npos && p.find_first_not_of("0123456789.") != std::string::npos;
+    MT_CHECK(::inet_pton(AF_INET, p.c_str(), &a) == 1 || interface_name, "dist.dlcp.paths[", i, "] \"", p,
+             "\" is neither an IPv4 address (e.g. \"127.0.0.2\") nor a network interface's name (e.g. \"eth1\")");
   }
 }
 
 std::vector<std::string> local_paths_or_default(const std::vector<std::string>& paths) {
-  if (!paths.empty()) return paths;
+  if (!paths.empty()) {
+    std::vector<std::string> addresses;
+    for (const std::string& p : paths) addresses.push_back(path_address(p));
+    return addresses;
+  }
   const char* master = std::getenv("MASTER_ADDR");
   return {local_address_towards(master && *master ? master : "127.0.0.1")};
 }

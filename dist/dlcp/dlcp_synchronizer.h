@@ -46,7 +46,8 @@ struct DlcpOptions {
 DlcpOptions dlcp_options_from(const mintrain::DistConfig& dist, int rank = 0);
 // Checks dist.dlcp; errors name the field.
 void validate_dlcp_config(const mintrain::DistConfig& dist);
-// The local addresses to send from: `paths`, or when empty the one that reaches MASTER_ADDR.
+// The local addresses to send from: `paths` (interface names resolved on this host,
+// path_address), or when empty the one that reaches MASTER_ADDR.
 std::vector<std::string> local_paths_or_default(const std::vector<std::string>& paths);
 
 class DlcpSynchronizer final : public Synchronizer {
