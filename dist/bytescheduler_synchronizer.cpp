@@ -49,11 +49,7 @@ ByteSchedulerSynchronizer::ByteSchedulerSynchronizer(std::shared_ptr<ProcessGrou
   check_at_least("dist.grad_accumulation_steps", options_.grad_accumulation_steps, 1);
   workers_n_ = workers_->size();
   if (options_.architecture == BsArchitecture::PS) {
-    MT_CHECK(world_ != nullptr && world_->size() > workers_->size(), "dist.bytescheduler.architecture \"ps\" needs "
-             "parameter servers: start them with `mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S "
-             "more ranks, apps/README.md)");
-    MT_CHECK(world_->rank() == workers_->rank(), "internal: worker ", workers_->rank(), " is rank ", world_->rank(),
-             " of the world with servers; workers must be its first ranks");
+    check_worker_world(*workers_, world_.get(), "dist.bytescheduler.architecture \"ps\"");
   }
 }
 
@@ -708,8 +704,7 @@ std::unique_ptr<Synchronizer> make_bytescheduler(const AlgorithmContext& c) {
   o.timeline = c.timeline;
   o.log = c.log;
   if (o.architecture == BsArchitecture::PS) {
-    MT_CHECK(c.world_with_servers != nullptr, "dist.bytescheduler.architecture \"ps\" needs parameter servers: start "
-             "them with `mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, apps/README.md)");
+    check_worker_world(*c.group, c.world_with_servers.get(), "dist.bytescheduler.architecture \"ps\"");
   } else {
     MT_CHECK(c.world_with_servers == nullptr, "the job started parameter servers but dist.bytescheduler.architecture "
              "is \"a2a\" (allreduce among the workers); set it to \"ps\" or start no servers");

@@ -26,6 +26,13 @@ std::string parameter_server_worker_name(int worker) {
   return "worker " + std::to_string(worker) + " (rank " + std::to_string(worker) + ")";
 }
 
+void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, const std::string& setting) {
+  MT_CHECK(world != nullptr && world->size() > workers.size(), setting, " needs parameter servers: start them with "
+           "`mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, apps/README.md)");
+  MT_CHECK(world->rank() == workers.rank(), "internal: worker ", workers.rank(), " is rank ", world->rank(),
+           " of the world with servers; workers must be its first ranks");
+}
+
 PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers, int64_t partition_bytes) {
   const int index = world.rank() - workers;
   const std::string who = parameter_server_name(index, workers);

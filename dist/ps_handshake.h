@@ -29,6 +29,11 @@ void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const s
 // `world`: workers then servers, this process being server `world.rank() - workers`.
 PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers, int64_t partition_bytes);
 
+// On a worker: `world` (workers then servers) must exist, hold at least one server and have
+// this worker at its own rank; `setting` names what asked for servers (`dist.algorithm "ps"`),
+// and the error says how to start them.
+void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, const std::string& setting);
+
 // "parameter server 1 (rank 5)"
 std::string parameter_server_name(int server, int workers);
 // "worker 2 (rank 2)"

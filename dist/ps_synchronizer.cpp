@@ -32,11 +32,7 @@ PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::share
                                PsOptions options)
     : workers_(std::move(workers)), world_(std::move(world)), options_(std::move(options)) {
   MT_CHECK(workers_ != nullptr, "the parameter server's workers need a process group");
-  MT_CHECK(world_ != nullptr && world_->size() > workers_->size(), "dist.algorithm \"ps\" needs parameter servers: "
-           "start them with `mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, "
-           "apps/README.md)");
-  MT_CHECK(world_->rank() == workers_->rank(), "internal: worker ", workers_->rank(), " is rank ", world_->rank(),
-           " of the world with servers; workers must be its first ranks");
+  check_worker_world(*workers_, world_.get(), "dist.algorithm \"ps\"");
   check_at_least("dist.ps.partition_bytes", static_cast<double>(options_.partition_bytes), 4);
   check_at_least("dist.grad_accumulation_steps", options_.grad_accumulation_steps, 1);
 }
@@ -220,8 +216,7 @@ void validate_ps(const mintrain::DistConfig& d) {
 
 std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   const mintrain::PsConfig& p = c.dist.ps();
-  MT_CHECK(c.world_with_servers != nullptr, "dist.algorithm \"ps\" needs parameter servers: start them with "
-           "`mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, apps/README.md)");
+  check_worker_world(*c.group, c.world_with_servers.get(), "dist.algorithm \"ps\"");
   const int servers = c.world_with_servers->size() - c.group->size();
   MT_CHECK(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
            servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, or set dist.ps.servers 0");

@@ -10,6 +10,7 @@
 #include "dist/dlcp/ps_worker.h"
 #include "dist/dist_config.h"
 #include "dist/flat.h"
+#include "dist/ps_handshake.h"
 #include "dist/registry.h"
 #include "dist/replicas.h"
 
@@ -138,8 +139,7 @@ std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
   const bool ps = c.dist.dlcp().architecture() == "ps";
   const std::shared_ptr<ProcessGroup>& world = ps ? c.world_with_servers : c.group;
   if (ps) {
-    MT_CHECK(world != nullptr, "dist.dlcp.architecture \"ps\" needs parameter servers: start them with `mintrain "
-             "launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, apps/README.md)");
+    check_worker_world(*c.group, world.get(), "dist.dlcp.architecture \"ps\"");
   } else {
     MT_CHECK(c.world_with_servers == nullptr, "the job started parameter servers but dist.dlcp.architecture is "
              "\"ring\" (allreduce among the workers); set it to \"ps\" or start no servers");

@@ -27,11 +27,7 @@ DlcpPsSynchronizer::DlcpPsSynchronizer(std::shared_ptr<ProcessGroup> workers, st
                                        DlcpOptions options)
     : workers_(std::move(workers)), world_(std::move(world)), options_(std::move(options)) {
   MT_CHECK(workers_ != nullptr, "DLCP's parameter-server form needs the workers' process group");
-  MT_CHECK(world_ != nullptr && world_->size() > workers_->size(), "dist.dlcp.architecture \"ps\" needs parameter "
-           "servers: start them with `mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, "
-           "apps/README.md)");
-  MT_CHECK(world_->rank() == workers_->rank(), "internal: worker ", workers_->rank(), " is rank ", world_->rank(),
-           " of the world with servers; workers must be its first ranks");
+  check_worker_world(*workers_, world_.get(), "dist.dlcp.architecture \"ps\"");
   MT_CHECK(world_->backend() == "gloo", "dist.algorithm \"dlcp\" sends CPU gradients as datagrams; it runs with "
            "dist.backend \"gloo\" (got \"", world_->backend(), "\")");
   check_at_least("dist.dlcp.partition_bytes", static_cast<double>(options_.partition_bytes), 4);
