@@ -417,31 +417,11 @@ mt::testing::MultiprocessOptions fault_options(int timeout_s) {
 
 std::string train_until_error(const std::shared_ptr<dist::ProcessGroup>& world, int workers, int rank,
                               const mintrain::RunConfig& run) {
-  try {
-    auto model = tiny_mlp();
-    auto opt = mt::testing::reference_sgd(*model);
-    auto sync = worker_sync(world, workers, run);
-    sync->setup(*model, *opt);
-    for (int s = 0; s < 100000; ++s) {
-      sync->begin_iteration(s);
-      auto [x, y] = shard(s % 8, workers, rank);
-      core::cross_entropy(model->forward(x), y).backward();
-      sync->step(*opt);
-      opt->zero_grad();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return mt::testing::train_until_error([&] { return worker_sync(world, workers, run); }, workers, rank,
+                                        kRowsPerWorker, kImage, kClasses);
 }
 
-void die_after(std::chrono::milliseconds delay) {
-  std::thread([delay] {
-    std::this_thread::sleep_for(delay);
-    ::kill(::getpid(), SIGKILL);
-  }).detach();
-}
+using mt::testing::die_after;
 
 TEST(DlcpPsFaults, KilledServerIsNamedByEveryWorker) {
   constexpr int kWorkers = 2, kServers = 2, kTimeout = 3;

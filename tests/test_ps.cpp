@@ -336,34 +336,12 @@ mt::testing::MultiprocessOptions fault_options(int timeout_s) {
   return o;
 }
 
-// Trains until an error (a fault elsewhere), sleeping a little per step so the fault lands
-// mid-run; returns the error text ("" if training ended, which the caller reports).
 std::string train_until_error(const std::shared_ptr<dist::ProcessGroup>& world, int workers, int rank) {
-  try {
-    auto model = tiny_mlp();
-    auto opt = mt::testing::reference_sgd(*model);
-    auto sync = ps_sync(workers_of(world, workers), world, "wfbp");
-    sync->setup(*model, *opt);
-    for (int s = 0; s < 100000; ++s) {
-      sync->begin_iteration(s);
-      auto [x, y] = shard(s % 8, workers, rank);
-      core::cross_entropy(model->forward(x), y).backward();
-      sync->step(*opt);
-      opt->zero_grad();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return mt::testing::train_until_error([&] { return ps_sync(workers_of(world, workers), world, "wfbp"); }, workers,
+                                        rank, kRowsPerWorker, kImage, kClasses);
 }
 
-void die_after(std::chrono::milliseconds delay) {
-  std::thread([delay] {
-    std::this_thread::sleep_for(delay);
-    ::kill(::getpid(), SIGKILL);
-  }).detach();
-}
+using mt::testing::die_after;
 
 TEST_F(PsTest, KilledServerStopsEveryWorkerNamingIt) {
   constexpr int kWorkers = 2, kServers = 2, kTimeout = 5;

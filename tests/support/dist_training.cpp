@@ -1,7 +1,13 @@
 #include "support/dist_training.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
 #include "apps/config.h"
 #include "apps/trainer.h"
+#include "core/ops/nn.h"
 #include "core/random.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
@@ -70,6 +76,36 @@ std::shared_ptr<std::vector<size_t>> record_launched_buckets(const dist::SsgdSyn
     });
   }
   return counts;
+}
+
+std::string train_until_error(const std::function<std::unique_ptr<dist::Synchronizer>()>& make, int workers,
+                              int rank, int64_t rows_per_rank, int64_t image, int64_t classes) {
+  try {
+    auto model = tiny_mlp(7, image, classes);
+    auto opt = reference_sgd(*model);
+    auto sync = make();
+    sync->setup(*model, *opt);
+    for (int s = 0; s < 100000; ++s) {
+      sync->begin_iteration(s);
+      auto [x, y] = synthetic_batch(s % 8, workers * rows_per_rank, image, classes);
+      x = x.narrow(0, rank * rows_per_rank, rows_per_rank).contiguous();
+      y = y.narrow(0, rank * rows_per_rank, rows_per_rank).contiguous();
+      core::cross_entropy(model->forward(x), y).backward();
+      sync->step(*opt);
+      opt->zero_grad();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void die_after(std::chrono::milliseconds delay) {
+  std::thread([delay] {
+    std::this_thread::sleep_for(delay);
+    ::kill(::getpid(), SIGKILL);
+  }).detach();
 }
 
 }  // namespace mt::testing

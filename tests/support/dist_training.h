@@ -1,7 +1,9 @@
 // What the distributed-algorithm tests (S-SGD, CD-SGD, DS-Sync) build on: a tiny MLP from a
 // seed, and a short Trainer run of configs/mlp_synthetic.prototxt on a given process group.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "dist/process_group.h"
 #include "dist/ssgd_synchronizer.h"
+#include "dist/synchronizer.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
 
@@ -32,6 +35,14 @@ double train_synthetic_mlp(std::shared_ptr<dist::ProcessGroup> group, int rank,
 std::pair<core::Tensor, core::Tensor> synthetic_batch(int step, int64_t rows, int64_t image, int64_t classes);
 std::unique_ptr<optim::Optimizer> reference_sgd(const layers::Module& model);
 std::vector<std::vector<float>> weights_of(const layers::Module& model);
+
+// Fault tests: trains tiny_mlp(7, image, classes) with the synchronizer `make` builds, on this
+// rank's rows_per_rank of synthetic_batch per step, 5 ms apart so that a fault lands mid-run,
+// until something throws; returns the error text ("" if training ended, which the caller reports).
+std::string train_until_error(const std::function<std::unique_ptr<dist::Synchronizer>()>& make, int workers,
+                              int rank, int64_t rows_per_rank, int64_t image, int64_t classes);
+// Kills this process with SIGKILL after `delay`, from a thread: a rank dying mid-run.
+void die_after(std::chrono::milliseconds delay);
 
 // Whether S-SGD sends while backward runs: registers on every parameter a grad-ready hook (after
 // the synchronizer's) that appends how many of sync's buckets have gone to the process group.
