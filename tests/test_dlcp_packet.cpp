@@ -36,6 +36,7 @@ std::vector<uint8_t> data_packet(uint32_t index, const TransferShape& shape, con
   return encode_data(h, source.data() + h.offset, shape.count_of(index));
 }
 
+// The packet points into `bytes` (a parsed packet is a view): keep them alive while it is read.
 Packet parsed(const std::vector<uint8_t>& bytes) {
   Packet p;
   EXPECT_EQ(parse_packet(bytes.data(), bytes.size(), &p), ParseResult::Ok);
@@ -74,7 +75,8 @@ TEST(DlcpPacket, AckRoundTrip) {
   PacketHeader h;
   h.total = 40, h.offset = 5, h.index = 17, h.flags = kAckDone;
   std::vector<bool> bits = {true, false, false, true, true, false, true, true, true, false, true};
-  const Packet p = parsed(encode_ack(h, bits));
+  const auto bytes = encode_ack(h, bits);
+  const Packet p = parsed(bytes);
   EXPECT_EQ(p.header.kind, PacketKind::Ack);
   EXPECT_EQ(p.header.count, bits.size());
   EXPECT_TRUE(p.header.flags & kAckDone);
