@@ -590,10 +590,11 @@ char process_state(pid_t pid) {
   return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 0;
 }
 
-// Rank `stopped` publishes its pid and stops itself (as SIGSTOP or a debugger would); the other
-// rank waits until it really is stopped, so that its SIGCONT cannot arrive first on a loaded
-// machine and leave it stopped for good. Its allreduce then times out and the error must name
-// the stopped rank. Then it wakes the stopped rank (SIGCONT), so both end normally.
+// Rank `stopped` publishes its pid and waits; the other rank stops it (SIGSTOP, as a debugger
+// would) and waits until it really is stopped. Its allreduce then times out and the error must
+// name the stopped rank. Then it wakes the stopped rank (SIGCONT) and lets it end. The stopped
+// rank never stops itself: when it hosts the store, stopping right after a store call could
+// freeze the store before it answered the peer, and the peer's next call would fail instead.
 void expect_stopped_rank_named(int stopped, const std::string& expected) {
   MultiprocessOptions o;
   o.group.timeout = 2s;
@@ -602,21 +603,21 @@ void expect_stopped_rank_named(int stopped, const std::string& expected) {
                 const std::string pid = std::to_string(::getpid());
                 c.store->set("test/pid/" + std::to_string(c.rank), bytes(pid));
                 if (c.rank == stopped) {
-                  c.store->wait({"test/got_pid"});  // the store may be the one stopped
-                  ::raise(SIGSTOP);
+                  c.store->with_timeout(30s)->wait({"test/done"});  // stopped and woken meanwhile
                   return;
                 }
                 const auto v = c.store->get("test/pid/" + std::to_string(stopped));
                 const pid_t other = std::stoi(std::string(v.begin(), v.end()));
-                c.store->set("test/got_pid", bytes("1"));
+                ::kill(other, SIGSTOP);
                 const auto deadline = std::chrono::steady_clock::now() + 20s;
                 while (process_state(other) != 'T' && std::chrono::steady_clock::now() < deadline) {
                   std::this_thread::sleep_for(10ms);
                 }
-                ASSERT_EQ(process_state(other), 'T') << "rank " << stopped << " did not stop itself within 20 s";
+                ASSERT_EQ(process_state(other), 'T') << "rank " << stopped << " did not stop within 20 s";
                 Tensor t = Tensor::full({16}, 1.0);
                 const std::string e = error_of([&] { c.group->allreduce(t)->wait(); });
                 ::kill(other, SIGCONT);
+                c.store->set("test/done", bytes("1"));
                 EXPECT_NE(e.find("timed out after 2 s waiting for a peer"), std::string::npos) << e;
                 EXPECT_NE(e.find(expected), std::string::npos) << e;
               }, o).ok_or_report());
