@@ -33,6 +33,11 @@ void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, 
            " of the world with servers; workers must be its first ranks");
 }
 
+void fail_server_gone(int worker, int workers, int server, const std::string& what, const std::exception& e) {
+  MT_FAIL("worker ", worker, ": ", parameter_server_name(server, workers), " is gone or silent (", what, "): ", e.what(),
+          "; stopping (the job cannot go on without it)");
+}
+
 PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers, int64_t partition_bytes) {
   const int index = world.rank() - workers;
   const std::string who = parameter_server_name(index, workers);

@@ -34,6 +34,10 @@ PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers,
 // and the error says how to start them.
 void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, const std::string& setting);
 
+// On worker `worker` (of `workers`): server `server` failed while `what`; throws the Error that
+// names it (for the PS, ByteScheduler-PS and DLCP-PS workers alike).
+[[noreturn]] void fail_server_gone(int worker, int workers, int server, const std::string& what, const std::exception& e);
+
 // "parameter server 1 (rank 5)"
 std::string parameter_server_name(int server, int workers);
 // "worker 2 (rank 2)"

@@ -75,7 +75,6 @@ class PsSynchronizer final : public Synchronizer {
   void handshake();
   void push(size_t k);
   void send_command(int64_t kind, int64_t value);
-  std::string server(int s) const;  // "parameter server 1 (rank 5)"
   // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
   // naming server s and `what`, and no stop message is sent at the end.
   template <typename F>

@@ -54,8 +54,7 @@ void DlcpPsSynchronizer::with_server(int s, const std::string& what, F&& f) {
     f();
   } catch (const std::exception& e) {
     failed_ = true;
-    MT_FAIL("worker ", workers_->rank(), ": ", server(s), " is gone or silent (", what, "): ", e.what(),
-            "; stopping (the job cannot go on without it)");
+    fail_server_gone(workers_->rank(), workers_->size(), s, what, e);
   }
 }
 
