@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -594,21 +595,13 @@ TEST(DlcpSync, TrainerWritesLossAndRetransmissionsToTheMetricsFile) {
     if (ctx.rank == 0) {
       EXPECT_GT(acc, 60.0) << log0.str();
       EXPECT_TRUE(has(log0.str(), "dlcp: ")) << log0.str();
-      std::ifstream in(dir / "out" / "metrics.jsonl");
-      std::string line;
-      int records = 0;
-      double loss = 0;
-      while (std::getline(in, line)) {
-        if (!has(line, "\"type\":\"train\"") || !has(line, "\"dlcp_retransmissions\":")) continue;
-        const size_t at = line.find("\"dlcp_loss\":");
-        if (at == std::string::npos) continue;
-        ++records;
-        loss += std::stod(line.substr(at + 12));
-      }
-      EXPECT_GT(records, 0) << "no train record with dlcp_loss and dlcp_retransmissions";
+      const std::vector<double> loss = mt::testing::train_record_values((dir / "out" / "metrics.jsonl").string(),
+                                                                        "dlcp_loss", "dlcp_retransmissions");
+      ASSERT_FALSE(loss.empty()) << "no train record with dlcp_loss and dlcp_retransmissions";
+      const double mean = std::accumulate(loss.begin(), loss.end(), 0.0) / loss.size();
       // 10% of the packets dropped, at most 5% accepted as lost: the records show a loss in (0, 5%].
-      EXPECT_GT(loss / std::max(records, 1), 0.0);
-      EXPECT_LE(loss / std::max(records, 1), 0.05 + 1e-9);
+      EXPECT_GT(mean, 0.0);
+      EXPECT_LE(mean, 0.05 + 1e-9);
     }
   }, mo).ok_or_report());
   fs::remove_all(dir);

@@ -408,12 +408,7 @@ TEST(DlcpPsConfig, ServerWithOtherSettingsIsRefusedNamingBoth) {
 
 // ---- Faults: a dead rank is named within the timeout ----
 
-mt::testing::MultiprocessOptions fault_options(int timeout_s) {
-  mt::testing::MultiprocessOptions o;
-  o.group.timeout = std::chrono::seconds(timeout_s);
-  o.timeout = std::chrono::seconds(40);
-  return o;
-}
+using mt::testing::fault_options;
 
 std::string train_until_error(const std::shared_ptr<dist::ProcessGroup>& world, int workers, int rank,
                               const mintrain::RunConfig& run) {
@@ -502,21 +497,13 @@ TEST(DlcpPsLaunch, LaunchStartsDlcpServersAndWritesTheLossToTheMetrics) {
   EXPECT_TRUE(has(out, "[server 0] parameter server 0 (rank 2): serving")) << out;
   EXPECT_TRUE(has(out, "[server 1] parameter server 1 (rank 3): done after 16 iterations")) << out;
   EXPECT_TRUE(has(out, "ms in push and pull per iteration")) << out;
-  std::ifstream in(dir / "run" / "metrics.jsonl");
-  std::string line;
-  int records = 0;
-  double loss = 0;
-  while (std::getline(in, line)) {
-    if (!has(line, "\"type\":\"train\"") || !has(line, "\"dlcp_retransmissions\":")) continue;
-    const size_t at = line.find("\"dlcp_loss\":");
-    if (at == std::string::npos) continue;
-    ++records;
-    loss += std::stod(line.substr(at + 12));
-  }
-  EXPECT_GT(records, 0) << "no train record with dlcp_loss and dlcp_retransmissions";
+  const std::vector<double> loss = mt::testing::train_record_values((dir / "run" / "metrics.jsonl").string(),
+                                                                    "dlcp_loss", "dlcp_retransmissions");
+  ASSERT_FALSE(loss.empty()) << "no train record with dlcp_loss and dlcp_retransmissions";
+  const double mean = std::accumulate(loss.begin(), loss.end(), 0.0) / loss.size();
   // 10% of the data packets dropped on every rank, pushes may keep up to 5% lost, pulls none.
-  EXPECT_GT(loss / std::max(records, 1), 0.0);
-  EXPECT_LE(loss / std::max(records, 1), 0.05 + 1e-9);
+  EXPECT_GT(mean, 0.0);
+  EXPECT_LE(mean, 0.05 + 1e-9);
   fs::remove_all(dir);
 }
 

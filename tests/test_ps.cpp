@@ -329,12 +329,7 @@ TEST_F(PsTest, ServerAnswersInTheOrderPushesArrive) {
 
 // ---- Faults: every wait has the group's timeout, and the error names who is gone ----
 
-mt::testing::MultiprocessOptions fault_options(int timeout_s) {
-  mt::testing::MultiprocessOptions o;
-  o.group.timeout = std::chrono::seconds(timeout_s);
-  o.timeout = std::chrono::seconds(40);
-  return o;
-}
+using mt::testing::fault_options;
 
 std::string train_until_error(const std::shared_ptr<dist::ProcessGroup>& world, int workers, int rank) {
   return mt::testing::train_until_error([&] { return ps_sync(workers_of(world, workers), world, "wfbp"); }, workers,

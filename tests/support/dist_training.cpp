@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <thread>
 
 #include "apps/config.h"
@@ -99,6 +100,27 @@ std::string train_until_error(const std::function<std::unique_ptr<dist::Synchron
     return e.what();
   }
   return "";
+}
+
+std::vector<double> train_record_values(const std::string& metrics_file, const std::string& field,
+                                        const std::string& also) {
+  std::ifstream in(metrics_file);
+  std::vector<double> values;
+  const std::string key = "\"" + field + "\":";
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"type\":\"train\"") == std::string::npos || line.find("\"" + also + "\":") == std::string::npos)
+      continue;
+    const size_t at = line.find(key);
+    if (at != std::string::npos) values.push_back(std::stod(line.substr(at + key.size())));
+  }
+  return values;
+}
+
+MultiprocessOptions fault_options(int group_timeout_s) {
+  MultiprocessOptions o;
+  o.group.timeout = std::chrono::seconds(group_timeout_s);
+  o.timeout = std::chrono::seconds(40);
+  return o;
 }
 
 void die_after(std::chrono::milliseconds delay) {

@@ -15,6 +15,7 @@
 #include "dist/synchronizer.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
+#include "support/multiprocess.h"
 
 namespace mt::testing {
 
@@ -41,6 +42,13 @@ std::vector<std::vector<float>> weights_of(const layers::Module& model);
 // until something throws; returns the error text ("" if training ended, which the caller reports).
 std::string train_until_error(const std::function<std::unique_ptr<dist::Synchronizer>()>& make, int workers,
                               int rank, int64_t rows_per_rank, int64_t image, int64_t classes);
+// The numeric field `field` of every "train" record of a metrics file (one JSON object a line)
+// that also has `also`: what an algorithm's metrics_fields wrote, in record order.
+std::vector<double> train_record_values(const std::string& metrics_file, const std::string& field,
+                                        const std::string& also);
+// Options for the fault tests: the group's timeout (how soon a dead peer is named) and a 40 s
+// harness limit.
+MultiprocessOptions fault_options(int group_timeout_s);
 // Kills this process with SIGKILL after `delay`, from a thread: a rank dying mid-run.
 void die_after(std::chrono::milliseconds delay);
 
