@@ -357,12 +357,23 @@ cross() {
   if command -v iperf3 >/dev/null; then
     local report=/dev/null   # iperf3's report; in dry-run the command line itself must show
     ((DRY)) && report=/dev/stdout
-    x ip netns exec "$hj" iperf3 -s -D -1
+    # -D returns before the daemon listens: a client started at once may find no server (and
+    # that round sends nothing), so wait up to 2 s for its listening socket.
+    iperf3_server() {
+      x ip netns exec "$hj" iperf3 -s -D -1
+      ((DRY)) && return 0
+      local k
+      for ((k = 0; k < 40; k++)); do
+        ip netns exec "$hj" ss -ltnH 'sport = :5201' | grep -q . && return 0
+        sleep 0.05
+      done
+    }
+    iperf3_server
     while true; do
       x ip netns exec "$hi" iperf3 -c "$SUBNET.$((j + 1))" -u -b 0 -l 1400 -t "$on" >"$report" || true
       ((DRY)) && return 0
       sleep "$off"
-      x ip netns exec "$hj" iperf3 -s -D -1
+      iperf3_server
     done
   fi
   local mac=02:00:00:00:00:00
