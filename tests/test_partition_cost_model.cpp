@@ -135,23 +135,33 @@ TEST(PartitionCostModel, CreditLetsStartUpsOverlap) {
   ASSERT_EQ(c.tried.size(), 3u);
 }
 
-// ByteScheduler on the PS: 1 worker, 1 server, 0.2 s per 200 B partition on each link, credit one
-// partition, so each partition's push and pull (0.4 s) runs alone. Layer 1 (1000 B) is ready at
-// 1.0, layer 0 (200 B) at 2.0:
-//   layer 1: 1.0-1.4, 1.4-1.8, 1.8-2.2; layer 0 overtakes: 2.2-2.6; layer 1's last two 2.6-3.4
-//   next forward 0 at 2.6-3.1, forward 1 at 3.4-3.9. Without gating: 3.4 + 1.0 = 4.4.
+// ByteScheduler on the PS: 4 workers, 1 server, credit one 200 B partition. A push takes 0.2 s
+// on a worker's link and 0.8 s on the server's (all 4 copies); its bytes return to the credit
+// with the server's receipt, when the server's link has taken it (not when the pull is back).
+// Layer 1 (1000 B, p0-p4) is ready at 1.0, layer 0 (200 B, p5) at 2.0, forward 0.5 s each:
+//   server in:  p0 1.0-1.8, p1 1.8-2.6, then p5 overtakes (ready since 2.0) 2.6-3.4, p2-p4 3.4-5.8
+//   server out: p0 1.8-2.6, p1 2.6-3.4, p5 3.4-4.2, p2-p4 4.2-6.6
+//   next forward 0 at 4.2-4.7 (gated: it waits for layer 0 only), forward 1 at 6.6-7.1: 7.1 s.
+// Without gating: 6.6 + 1.0 = 7.6. Push order (p5 last) or no credit (all at once): p5 queues
+// behind p0-p4 on the server, in 5.0-5.8, out 5.8-6.6, forwards 6.6-7.6. A credit held until the pull is back: p1 goes at 2.6, p5 at 4.2, forward 0 at 5.8.
 TEST(PartitionCostModel, ByteSchedulerPriorityAndGatingOnTheParameterServer) {
   const std::vector<LayerCost> layers = {{0.5, 1.0, 200.0}, {0.5, 1.0, 1000.0}};
   const LinearCost unused;
-  const Prediction p =
-      predict_partitioned(layers, 0.0, bytescheduler(Architecture::ParameterServer, 200, 200), unused, ps(1, 1));
-  EXPECT_NEAR(p.iteration, 3.9, 1e-12);
-  EXPECT_NEAR(p.comm_end, 3.4, 1e-12);
-  PartitionSchedule ungated = bytescheduler(Architecture::ParameterServer, 200, 200);
+  const PartitionSchedule bs = bytescheduler(Architecture::ParameterServer, 200, 200);
+  const Prediction p = predict_partitioned(layers, 0.0, bs, unused, ps(4, 1));
+  EXPECT_NEAR(p.iteration, 7.1, 1e-12);
+  EXPECT_NEAR(p.comm_end, 6.6, 1e-12);
+  PartitionSchedule ungated = bs;
   ungated.gated_forward = false;
-  EXPECT_NEAR(predict_partitioned(layers, 0.0, ungated, unused, ps(1, 1)).iteration, 4.4, 1e-12);
-  // WFBP-PS (no credit, push order, no gating): pushes 1.0-2.0 and 2.0-2.2 on the worker's link,
-  // pulls 1.2-2.2 and 2.2-2.4; update and forward: 2.4 + 1.0 = 3.4.
+  EXPECT_NEAR(predict_partitioned(layers, 0.0, ungated, unused, ps(4, 1)).iteration, 7.6, 1e-12);
+  PartitionSchedule push_order = bs;
+  push_order.input_first = false;
+  EXPECT_NEAR(predict_partitioned(layers, 0.0, push_order, unused, ps(4, 1)).iteration, 7.6, 1e-12);
+  EXPECT_NEAR(predict_partitioned(layers, 0.0, bytescheduler(Architecture::ParameterServer, 200, 0), unused, ps(4, 1))
+                  .iteration,
+              7.6, 1e-12);
+  // WFBP-PS (no credit, push order, no gating), 1 worker: pushes 1.0-2.0 and 2.0-2.2 on the
+  // worker's link, pulls 1.2-2.2 and 2.2-2.4; update and forward: 2.4 + 1.0 = 3.4.
   EXPECT_NEAR(predict_partitioned(layers, 0.0, wfbp_ps(200), unused, ps(1, 1)).iteration, 3.4, 1e-12);
 }
 

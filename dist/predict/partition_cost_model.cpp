@@ -47,19 +47,25 @@ struct Resources {
   std::vector<int> server_in, server_out;
 };
 
-// Adds partition k's tasks after `launch`; returns the task that finishes when every worker
-// holds its sum.
-int add_allreduce(Dag& dag, Resources& r, const LinearCost& ring, size_t k, double bytes,
+// The tasks a partition adds: when every worker holds its sum, and when its bytes return to
+// ByteScheduler's credit (allreduce: the same; parameter server: the server's receipt of the push).
+struct PartitionTasks {
+  int done = -1;
+  int credit_back = -1;
+};
+
+// Adds partition k's tasks after `launch`.
+PartitionTasks add_allreduce(Dag& dag, Resources& r, const LinearCost& ring, size_t k, double bytes,
                   const std::vector<int>& launch) {
   const std::string name = std::to_string(k);
   const double total = ring.time(bytes);
   const double startup = std::clamp(ring.alpha, 0.0, total);
   const int s = dag.add("start-up " + name, startup, launch);
   r.ring = dag.add("allreduce " + name, total - startup, plus({s}, r.ring));
-  return r.ring;
+  return {r.ring, r.ring};
 }
 
-int add_push_pull(Dag& dag, Resources& r, const PsLinks& links, size_t k, const PsPartition& part,
+PartitionTasks add_push_pull(Dag& dag, Resources& r, const PsLinks& links, size_t k, const PsPartition& part,
                   const std::vector<int>& launch) {
   const std::string name = std::to_string(k), server = "server " + std::to_string(part.server);
   const double b = static_cast<double>(part.bytes()), n = links.workers;
@@ -71,9 +77,12 @@ int add_push_pull(Dag& dag, Resources& r, const PsLinks& links, size_t k, const 
   r.worker_up = dag.add("worker link: push " + name, worker_time, plus(launch, r.worker_up));
   in = dag.add(server + " link: push " + name, server_time, plus(launch, in));
   const int summed = dag.add("summed " + name, 0.0, {r.worker_up, in});
+  // The workers are alike, so their copies share the server's link and are all taken when it
+  // finishes: the receipt leaves then and takes one latency back (the runtime's credit).
+  const int receipt = dag.add("receipt " + name, links.latency, {summed});
   out = dag.add(server + " link: pull " + name, server_time, plus({summed}, out));
   r.worker_down = dag.add("worker link: pull " + name, worker_time, plus({summed}, r.worker_down));
-  return dag.add("pulled " + name, 0.0, {out, r.worker_down});
+  return {dag.add("pulled " + name, 0.0, {out, r.worker_down}), receipt};
 }
 
 }  // namespace
@@ -150,8 +159,10 @@ Prediction predict_partitioned(const std::vector<LayerCost>& layers, double upda
       const double bytes = static_cast<double>(plan[k].bytes());
       if (!flying.empty() && in_flight + bytes > credit) break;
       const std::vector<int> launch = plus({ready_task(k)}, now_task);
-      done[k] = ps ? add_push_pull(dag, res, links, k, plan[k], launch) : add_allreduce(dag, res, ring, k, bytes, launch);
-      flying.push_back({done[k], bytes});
+      const PartitionTasks t =
+          ps ? add_push_pull(dag, res, links, k, plan[k], launch) : add_allreduce(dag, res, ring, k, bytes, launch);
+      done[k] = t.done;
+      flying.push_back({t.credit_back, bytes});
       in_flight += bytes;
       queue.erase(queue.begin());
     }

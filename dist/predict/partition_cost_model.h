@@ -17,8 +17,9 @@
 //   BSP-PS            after backward, all at once, in push order (backward order);
 //   WFBP-PS           as soon as its layer's gradient is ready, in push order;
 //   ByteScheduler     as soon as ready, but the ready ones leave by priority (layers nearer the
-//                     input first) and only while the bytes in flight (launched, not yet done)
-//                     stay within the credit (one partition may always go); the next
+//                     input first) and only while the bytes in flight stay within the credit
+//                     (one partition may always go; in flight: launched and, on allreduce,
+//                     not yet done, on the PS, not yet taken by the server: its receipt); the next
 //                     iteration's forward of layer l waits only for layer l's partitions and its
 //                     share of the update (gated forward), so the last partitions overlap it.
 // Partitions are the runtime's: dist/ps_partition.h (a slice of one layer's gradient, at most
