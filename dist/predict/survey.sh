@@ -25,7 +25,7 @@
 #   bash dist/predict/survey.sh [--quick] [--out DIR] [--bin PATH] [--models "resnet20 bert_tiny"]
 #                               [--networks "flat:100mbit flat:25mbit two_racks:100mbit"]
 #                               [--workers "4 8"] [--batch B] [--epochs E] [--iters I]
-#                               [--max-steal P] [--methods "..."] [--merge-only]
+#                               [--max-steal P] [--methods "..."] [--set KEY=VALUE]... [--merge-only]
 #
 # --quick     report.sh's short runs (3 epochs of 60 iterations); --epochs/--iters set them
 # --out       output folder (default runs/survey; emptied first)
@@ -35,6 +35,8 @@
 # --batch     per-worker batch (default 16)
 # --methods   a subset of the seven (report.sh's names; default all seven); DDP always runs
 # --max-steal report.sh's: a run during which the hypervisor took more than P% of the CPU runs again
+# --set       a config override for every run of every cell (report.sh's), e.g.
+#             dist.bytescheduler.search_iters=2 where few iterations leave little room for its search
 # --merge-only  run nothing: merge the cells an earlier run left in --out again (its cells.tsv),
 #             e.g. after re-running one cell's report.sh into its folder by hand
 # Needs root, gnuplot (gnuplot-nox) and PyTorch for $PYTHON (default /usr/bin/python3; Debian:
@@ -66,7 +68,7 @@ while [[ $# -gt 0 ]]; do
     --workers) workers=${2:?--workers needs a list of numbers}; shift ;;
     --batch) batch=${2:?--batch needs a number}; shift ;;
     --methods) methods=${2:?--methods needs a list}; shift ;;
-    --epochs|--iters|--max-steal) pass+=("$1" "${2:?$1 needs a value}"); shift ;;
+    --epochs|--iters|--max-steal|--set) pass+=("$1" "${2:?$1 needs a value}"); shift ;;
     --merge-only) merge_only=1 ;;
     -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) fail "unknown option '$1' (see --help)" ;;
