@@ -790,7 +790,9 @@ fi
 {
   echo "# Distributed algorithms on an emulated cluster"
   echo
-  echo "$what; $epochs epochs x $limit iterations per epoch, test accuracy on $((eval_limit * 500 * NPROC)) test images (each rank evaluates $eval_limit batches of 500)."
+  eval_batch=$(config_field data eval_batch_size)
+  eval_batch=${eval_batch:-500}
+  echo "$what; $epochs epochs x $limit iterations per epoch, test accuracy on $((eval_limit * eval_batch * NPROC)) test examples (each rank evaluates $eval_limit batches of $eval_batch)."
   echo "Generated $(date -u '+%F %T') UTC by \`bash dist/predict/report.sh${args_given:+ $args_given}\`" \
        "(network namespaces, tbf rate shaping, no delay; all ranks share this machine's $(nproc --all) cores)."
   echo
