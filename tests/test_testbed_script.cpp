@@ -275,6 +275,65 @@ TEST(TestbedScript, ReportRejectsABadMaxSteal) {
   EXPECT_NE(sh("test -e /tmp/mt-test-report").rc, 0);
 }
 
+// dist/predict/survey.sh checks every argument before it needs root, a binary or a testbed: a bad
+// one is exit 2 with a message that names it, and --out is never created.
+TEST(TestbedScript, SurveyRefusesBadArguments) {
+  const std::string survey = "bash " + std::string(MT_SOURCE_DIR) + "/dist/predict/survey.sh --out /tmp/mt-test-survey";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--models resnet18", "unknown model 'resnet18'"},
+      {"--networks mesh:100mbit", "unknown network preset 'mesh'"},
+      {"--networks flat", "is not PRESET:RATE"},
+      {"--networks flat:100furlongs", "bad rate '100furlongs'"},
+      {"--networks two_racks:100mbit --workers 5", "two_racks needs an even number of workers"},
+      {"--workers 1", "--workers takes numbers >= 2"},
+      {"--methods ssgd_fusion", "unknown method 'ssgd_fusion'"},
+      {"--batch 0", "--batch must be a number >= 1"},
+      {"--frobnicate", "unknown option '--frobnicate'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = sh(survey + " " + args);
+    EXPECT_EQ(r.rc, 2) << args << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, message)) << args << ": " << r.out;
+  }
+  // An odd worker count is fine on the flat network alone (it fails later, at the binary).
+  const Result flat = sh(survey + " --networks flat:100mbit --workers 3 --bin /nonexistent");
+  EXPECT_FALSE(contains(flat.out, "even number")) << flat.out;
+  if (sh("command -v gnuplot >/dev/null").rc == 0) {  // gnuplot is checked before PyTorch
+    const Result r = sh("PYTHON=/bin/false " + survey);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "cannot import torch")) << r.out;
+  } else {
+    const Result r = sh(survey);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_TRUE(contains(r.out, "gnuplot not found")) << r.out;
+  }
+  EXPECT_NE(sh("test -e /tmp/mt-test-survey").rc, 0);
+}
+
+// report.sh's job and its PyTorch DDP row are checked before it builds a testbed or empties --out.
+TEST(TestbedScript, ReportRefusesABadConfigOrPeer) {
+  if (::geteuid() != 0) GTEST_SKIP() << "report.sh checks root first";
+  if (sh("command -v gnuplot >/dev/null").rc != 0) GTEST_SKIP() << "report.sh checks gnuplot first";
+  const std::string report = "bash " + std::string(MT_SOURCE_DIR) + "/dist/predict/report.sh --bin /bin/true --out /tmp/mt-test-report";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--config /nonexistent.prototxt", "no config file"},
+      {"--algorithms frobnicate", "unknown algorithm 'frobnicate'"},
+      // The peer trains synthetic 3x32x32 images: ResNet-20 on Fashion-MNIST would not be the same case.
+      {"--model resnet20 --algorithms pytorch_ddp", "use --config configs/survey_resnet20_synthetic.prototxt"},
+      {"--config configs/survey_resnet20_synthetic.prototxt --model resnet21 --algorithms pytorch_ddp",
+       "pytorch_ddp has no model 'resnet21'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = sh(report + " " + args);
+    EXPECT_EQ(r.rc, 2) << args << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, message)) << args << ": " << r.out;
+  }
+  const Result r = sh("PYTHON=/bin/false " + report + " --config configs/survey_resnet20_synthetic.prototxt --algorithms pytorch_ddp");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "cannot import torch")) << r.out;
+  EXPECT_NE(sh("test -e /tmp/mt-test-report").rc, 0);
+}
+
 TEST(TestbedScript, DownIsSafeWhenNothingExists) {
   if (!netns_usable()) GTEST_SKIP() << "needs root and ip netns";
   const Result a = testbed("down", "mt-tdown"), b = testbed("down", "mt-tdown");

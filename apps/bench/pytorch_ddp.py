@@ -13,6 +13,9 @@ layers/models/resnet.cpp layer for layer). What travels is DDP's choice:
 Timing: --warmup iterations, then --iters iterations, each timed on its own from the start of
 forward to the end of the optimizer step (DDP's allreduce ends inside backward). Rank 0 prints
   pytorch_ddp model=resnet20 hook=none world=4 batch=16 iter_ms=... p50_ms=... p99_ms=... ...
+window_ms is the median over windows of --window consecutive iterations of their mean: the
+figure dist/predict/report.sh takes for mintrain's runs (the median of its progress windows),
+so one slow iteration (a retransmission stall) counts alike on both sides.
 (batch is per rank). An error prints the same line ending in error=<why>, exit status 1.
   RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 \
     /usr/bin/python3 apps/bench/pytorch_ddp.py --model resnet20 --batch 16
@@ -39,6 +42,8 @@ def parse_args(argv):
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's default: 25")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=8)
+    ap.add_argument("--window", type=int, default=0,
+                    help="iterations per window of window_ms (0: all timed iterations in one window)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds any collective may wait")
     ap.add_argument("--image-size", type=int, default=0)
@@ -47,6 +52,7 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     for flag, value, low in (("--batch", args.batch, 1), ("--iters", args.iters, 1),
                              ("--warmup", args.warmup, 0), ("--threads", args.threads, 1),
+                             ("--window", args.window, 0),
                              ("--powersgd-rank", args.powersgd_rank, 1)):
         if value < low:
             ap.error(f"{flag} must be >= {low}, got {value}")
@@ -111,7 +117,10 @@ def run(args, torch, nn, F, dist):
     # Every rank's mean, so a straggler shows: rank 0 reports the slowest rank's mean too.
     mean = torch.tensor([statistics.mean(times)])
     dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+    window = args.window or len(times)
+    windows = [statistics.mean(times[i:i + window]) for i in range(0, len(times) - window + 1, window)]
     return dict(iter_ms=f"{statistics.mean(times):.1f}", p50_ms=f"{statistics.median(times):.1f}",
+                window_ms=f"{statistics.median(windows):.1f}",
                 p99_ms=f"{percentile(times, 0.99):.1f}", slowest_rank_ms=f"{mean.item():.1f}",
                 iters=args.iters, bucket_cap_mb=args.bucket_cap_mb, loss=f"{loss.item():.4f}",
                 params=sum(p.numel() for p in model.parameters()), torch=torch.__version__)

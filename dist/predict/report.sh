@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-command comparison of the distributed algorithms on an emulated cluster: 4 (or --nproc)
 # ranks of LeNet-5 (or --model resnet20) on Fashion-MNIST (configs/lenet_fashion_mnist_dist.prototxt,
+# or --config FILE, e.g. the survey's synthetic ResNet-20 and BERT-tiny jobs;
 # batch 16 per rank unless --batch), one rank per
 # network namespace of apps/scripts/netns_testbed.sh (links shaped by tbf, no delay: this VM has no
 # netem), for every algorithm x network preset:
@@ -20,10 +21,26 @@
 #                               [--algorithms "A ..."] [--nproc N] [--model NAME] [--batch B]
 #                               [--inter-rate RATE] [--epochs E] [--iters I] [--host-cpus C]
 #                               [--max-steal P] [--set KEY=VALUE]... [--out-of-sample "N1 N2"]
+#                               [--config FILE]
 #
-# Parameter servers (ps_bsp, ps_wfbp, bytescheduler_ps; flat preset only): the testbed gets N+S hosts, rank r runs
-# in host r with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S, so hosts N..N+S-1 hold the servers, each
-# behind its own shaped link (--servers S, default 1).
+# Parameter servers (ps_bsp, ps_wfbp, bytescheduler_ps; flat and two_racks presets): the testbed
+# gets N+S hosts and runs with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S (ranks N..N+S-1 are the
+# servers), each server behind its own shaped link (--servers S, default 1). Flat: rank r in host r.
+# two_racks: each rack holds half the workers and half the servers (with an odd S the second rack
+# the extra one): workers 0..N/2-1 and servers 0..S/2-1 in the first rack, the rest in the second,
+# so a server's traffic from the other rack's workers crosses the inter-rack link.
+#
+# Beside the algorithms, three rows that are not mintrain's synchronizers (--algorithms names them):
+#   pytorch_ddp    the peer: PyTorch DDP on Gloo (apps/bench/pytorch_ddp.py, $PYTHON, default
+#                  /usr/bin/python3, Debian's python3-torch), N ranks in the same hosts, the same
+#                  model and per-rank batch, its synthetic batch of the same shapes (so --config must
+#                  train on synthetic data, or the model must be lenet5 or mlp, whose 1x28x28 input is
+#                  Fashion-MNIST's), one thread per rank, DDP's default 25 MB buckets; warm-up of one
+#                  progress window, then as many iterations as the mintrain runs minus one window;
+#                  its time per iteration is the median of the same windows' means (window_ms)
+#   one_worker     one process training alone (no synchronizer) in host 0: scaling efficiency's base
+#   compute_alone  N processes training alone at once, one per host, no synchronizer: what the
+#                  shared cores give each worker without any communication (the median process)
 #
 # --quick    3 short epochs of 60 iterations (each run 5-100 s; ~6 minutes in all at 100mbit)
 #            instead of 5 epochs of 300 iterations
@@ -39,10 +56,14 @@
 #            across; racks of --nproc/2 on every preset)
 #            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp (parameter server)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
+#            pytorch_ddp one_worker compute_alone (the rows above)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
 # --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
 # --servers  parameter servers for ps_bsp and ps_wfbp, each on a host of its own (default 1)
-# --model    lenet5 (default) or any model of the registry that takes 1x28x28 input (resnet20)
+# --config   the job (default configs/lenet_fashion_mnist_dist.prototxt); the survey's are
+#            configs/survey_resnet20_synthetic.prototxt and configs/survey_bert_tiny_synthetic.prototxt
+# --model    the config's model by default; or any model of the registry that takes the config's
+#            input (lenet5, resnet20 on the default 1x28x28 Fashion-MNIST)
 # --batch    per-rank batch (default 16)
 # --inter-rate  two_racks: the link between the racks (default RATE/4)
 # --epochs, --iters  epochs and training iterations per epoch (override --quick's or the defaults)
@@ -61,11 +82,12 @@
 #            are made from them (`mintrain model --comm-profile` with the files of the smaller N:
 #            the network model extrapolates; with the other sizes: the measured curve interpolates)
 #            and shown beside the in-sample one (the model's own sizes at --nproc)
-# Needs root (network namespaces), gnuplot (Debian: gnuplot-nox) and the Fashion-MNIST files in
-# /usr/share/datasets/fashion-mnist. The testbed (namespaces prefixed MT_TESTBED_PREFIX, default
-# mtr here) is torn down at the end, also on failure or Ctrl-C. Time per iteration is the median
-# over the progress windows of rank 0's metrics (time/iteration deltas; windows that contain an
-# evaluation are left out); throughput is the median of the windows' img/s (all ranks together);
+# Needs root (network namespaces), gnuplot (Debian: gnuplot-nox), the Fashion-MNIST files in
+# /usr/share/datasets/fashion-mnist (the default config) and, for pytorch_ddp, python3-torch. The
+# testbed (namespaces prefixed MT_TESTBED_PREFIX, default mtr here) is torn down at the end, also
+# on failure or Ctrl-C. Time per iteration is the median over the progress windows of rank 0's
+# metrics (time/iteration deltas; windows that contain an evaluation are left out); throughput is
+# the samples all ranks train per second at that time per iteration (ranks x batch / time);
 # wall time is from starting the ranks until the last one exits (rendezvous and evaluation
 # included). The ranks share this machine's cores, so compute is slower than on real hosts.
 set -euo pipefail
@@ -81,7 +103,8 @@ algorithm_list="ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync"
 epochs_opt="" iters_opt=""
 extra_sets=()
 nproc=4
-model=lenet5
+model=""
+config=configs/lenet_fashion_mnist_dist.prototxt
 batch=16
 inter_rate=""
 host_cpus=0
@@ -101,6 +124,7 @@ while [[ $# -gt 0 ]]; do
     --set) extra_sets+=(--set "${2:?--set needs KEY=VALUE}"); shift ;;
     --algorithms) algorithm_list=${2:?--algorithms needs a list}; shift ;;
     --model) model=${2:?--model needs a name}; shift ;;
+    --config) config=${2:?--config needs a .prototxt file}; shift ;;
     --batch) batch=${2:?--batch needs a number}; shift ;;
     --inter-rate) inter_rate=${2:?--inter-rate needs e.g. 100mbit}; shift ;;
     --host-cpus) host_cpus=${2:?--host-cpus needs a number of cores}; shift ;;
@@ -141,15 +165,35 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|bytescheduler_a2a|bytescheduler_ps) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp bytescheduler_a2a bytescheduler_ps)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|one_worker|compute_alone) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp bytescheduler_a2a bytescheduler_ps pytorch_ddp one_worker compute_alone)" >&2; exit 2 ;;
   esac
 done
+[[ -f $config ]] || { echo "report.sh: no config file '$config' (--config)" >&2; exit 2; }
+# The first field named $2 inside the top-level block $1 of the config (e.g. data / type).
+config_field() { awk -v b="$1" -v f="$2" '$1 == b && $2 == "{" { inside = 1; next }
+  inside && /^}/ { exit }
+  inside && $1 == f":" { v = $2; gsub(/"/, "", v); print v; exit }' "$config"; }
+[[ -n $model ]] || model=$(config_field model name)
+[[ -n $model ]] || { echo "report.sh: $config names no model.name; pass --model" >&2; exit 2; }
+data_type=$(config_field data type)
+PYTHON=${PYTHON:-/usr/bin/python3}
+if [[ " $algorithm_list " == *" pytorch_ddp "* ]]; then
+  "$PYTHON" -c 'import torch' 2>/dev/null || {
+    echo "report.sh: pytorch_ddp needs PyTorch, and $PYTHON cannot import torch; install it (Debian: apt-get install python3-torch) or set PYTHON" >&2
+    exit 2; }
+  "$PYTHON" -c 'import sys; sys.path.insert(0, "apps/bench"); import pytorch_train; sys.exit(sys.argv[1] not in pytorch_train.MODELS)' "$model" || {
+    echo "report.sh: pytorch_ddp has no model '$model' (apps/bench/pytorch_train.py MODELS)" >&2; exit 2; }
+  # The peer trains on a synthetic batch of the model's usual shapes: a fair row needs the same.
+  [[ $data_type == synthetic* || $model == lenet5 || $model == mlp ]] || {
+    echo "report.sh: pytorch_ddp trains $model on synthetic data of its usual shape, but $config trains on '$data_type'; use --config configs/survey_${model}_synthetic.prototxt (or a config with data.type synthetic)" >&2
+    exit 2; }
+fi
 
 export MT_TESTBED_PREFIX=${MT_TESTBED_PREFIX:-mtr}   # apart from the tests' and benchmarks' testbeds
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 TESTBED=apps/scripts/netns_testbed.sh
-CONFIG=configs/lenet_fashion_mnist_dist.prototxt
+CONFIG=$config
 NPROC=$nproc
 BATCH=$batch
 [[ $NPROC =~ ^[0-9]+$ ]] && ((NPROC >= 2)) || { echo "report.sh: --nproc must be a number >= 2" >&2; exit 2; }
@@ -203,7 +247,9 @@ declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]=
                   [cdsgd_two_bit]="CD-SGD TWO_BIT"
                   [ssgd_two_bit]="compressed S-SGD TWO_BIT"
                   [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS"
-                  [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS")
+                  [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS"
+                  [pytorch_ddp]="PyTorch DDP (Gloo)" [one_worker]="1 worker alone"
+                  [compute_alone]="N workers alone (no communication)")
 # The config overrides of each algorithm (and of DS-Sync on two racks, below).
 algo_sets() {
   case $1 in
@@ -342,16 +388,28 @@ fi
 port=29610
 results=$out/results.tsv   # preset algorithm rc wall_s steal_pct drops
 : >"$results"
+# The host of rank $1 in a testbed of NPROC workers and SERVERS servers: rank r in host r, except
+# on two_racks (RACKS=1) with servers, where each rack (hosts 0..H/2-1 and the rest, H = N+S)
+# gets half the workers and half the servers: workers 0..N/2-1, servers 0..S/2-1, then the others.
+host_of() {
+  local r=$1 s=${SERVERS:-0} half
+  if [[ ${RACKS:-0} != 1 ]] || ((s == 0)); then echo "$r"; return; fi
+  half=$(((NPROC + s) / 2))
+  if ((r < NPROC / 2)); then echo "$r"
+  elif ((r < NPROC)); then echo $((half + r - NPROC / 2))
+  elif ((r - NPROC < s / 2)); then echo $((NPROC / 2 + r - NPROC))
+  else echo $((half + NPROC / 2 + r - NPROC - s / 2)); fi
+}
 # Runs `mintrain ARGS...` as NPROC ranks (plus SERVERS parameter servers when set), one per host
-# of the testbed that is up; rank r's output goes to LOGPREFIX$r.log. Returns the first non-zero
-# exit status.
+# of the testbed that is up (host_of); rank r's output goes to LOGPREFIX$r.log. Returns the first
+# non-zero exit status.
 run_ranks() {
   local logprefix=$1 r p rc=0 world=$((NPROC + ${SERVERS:-0}))
   shift
   port=$((port + 1))   # a fresh port: the previous run's sockets may linger in TIME_WAIT
   pids=()
   for ((r = 0; r < world; r++)); do
-    bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$world MINTRAIN_NUM_SERVERS=${SERVERS:-0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    bash "$TESTBED" run "$(host_of "$r")" -- env RANK=$r WORLD_SIZE=$world MINTRAIN_NUM_SERVERS=${SERVERS:-0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
         MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
         timeout 900 "$bin" "$@" >"$logprefix$r.log" 2>&1 &
     pids+=($!)
@@ -371,6 +429,43 @@ train_once() {
       --set dist.interface=eth0 --set dist.timeout_seconds=90 --set checkpoint.every_epochs=0 \
       --set checkpoint.dir= --output "$dir/out"
 }
+# COUNT processes training alone (no RANK, no synchronizer), one per host from host 0, all at
+# once, into $1/out<r>: the 1-worker base and the compute of N workers without communication.
+alone_once() {
+  local dir=$1 r p rc=0
+  rm -rf "$dir"/out*
+  pids=()
+  for ((r = 0; r < COUNT; r++)); do
+    bash "$TESTBED" run "$r" -- env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+        timeout 900 "$bin" train "$CONFIG" --set "model.name=$model" "${extra_sets[@]}" \
+        --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
+        --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
+        --set checkpoint.every_epochs=0 --set checkpoint.dir= --output "$dir/out$r" >"$dir/rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  pids=()
+  return $rc
+}
+# The peer: PyTorch DDP as NPROC ranks in hosts 0..NPROC-1, as many iterations as a mintrain run
+# (the first progress window as warm-up), its time per iteration the median of the windows' means.
+ddp_once() {
+  local dir=$1 r p rc=0
+  port=$((port + 1))
+  pids=()
+  for ((r = 0; r < NPROC; r++)); do
+    bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC MASTER_ADDR=10.77.0.1 MASTER_PORT=$port \
+        GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+        timeout 900 "$PYTHON" apps/bench/pytorch_ddp.py --model "$model" --batch "$BATCH" --threads 1 \
+        --warmup "$every" --iters "$ddp_iters" --window "$every" --timeout 120 >"$dir/rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  pids=()
+  return $rc
+}
+ddp_iters=$((epochs * limit - every))
+((ddp_iters >= every)) || ddp_iters=$every
 for preset in $presets; do
   # The network as the ranks see it (allreduce alpha/beta, and gamma: the compute a message
   # takes when ranks share cores), measured on this preset's testbed for the cost model.
@@ -439,7 +534,8 @@ for preset in $presets; do
     run_dir=$out/runs/$preset/$algo
     ps_servers=0
     if [[ $algo == ps_* || $algo == bytescheduler_ps ]]; then
-      [[ $preset == flat ]] || { log "$preset / ${label[$algo]}: the parameter server runs on the flat preset only"; continue; }
+      [[ $preset == flat || $preset == two_racks ]] || {
+        log "$preset / ${label[$algo]}: the parameter server runs on the flat and two_racks presets only"; continue; }
       ps_servers=$servers
     fi
     mkdir -p "$run_dir"
@@ -461,7 +557,13 @@ for preset in $presets; do
       done
     fi
     rc=0
-    SERVERS=$ps_servers steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$?
+    case $algo in
+      pytorch_ddp) steady "$preset / ${label[$algo]}" ddp_once "$run_dir" || rc=$? ;;
+      one_worker) COUNT=1 steady "$preset / ${label[$algo]}" alone_once "$run_dir" || rc=$? ;;
+      compute_alone) COUNT=$NPROC steady "$preset / ${label[$algo]}" alone_once "$run_dir" || rc=$? ;;
+      *) RACKS=$([[ $preset == two_racks ]] && echo 1 || echo 0) SERVERS=$ps_servers \
+           steady "$preset / ${label[$algo]}" train_once "$run_dir" "${sets[@]}" || rc=$? ;;
+    esac
     if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" 2>/dev/null || true; vary_pid=""; fi
     # Packets the links dropped during the run (the testbed was brought up for it; a try that
     # `steady` repeated adds its drops too): every loss is a retransmission stall.
@@ -551,28 +653,50 @@ else
 fi
 
 # ---- numbers from the metrics ----------------------------------------------------------------
-# Per run: median ms/iteration and img/s over the progress windows, final test accuracy; and the
+# Per run: median ms/iteration over the progress windows, samples/s at it, final test accuracy; and the
 # (seconds, test accuracy) points of its evaluations for the accuracy plot.
-summary=$out/summary.tsv   # preset algorithm ms_per_iter img_s final_acc wall_s predicted_ms rc steal_pct
+summary=$out/summary.tsv   # preset algorithm ms_per_iter samples_s final_acc wall_s predicted_ms rc steal_pct
                            # predicted_oos_n_ms predicted_oos_sizes_ms drops
 : >"$summary"
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2];
                                                else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# JSON lines with a fixed set of numeric fields: pulled out with sed, no JSON tool needed
+# (throughput as img_s, or tok_s for BERT).
+fields='s/.*"type":"\([a-z]*\)".*"iter":\([0-9.eE+-]*\).*"acc":\([0-9.eE+-]*\).*"[a-z]*_s":\([0-9.eE+-]*\).*"time":\([0-9.eE+-]*\).*/\1 \2 \3 \4 \5/p'
+window_ms() {  # $1: metrics.txt; the median over its progress windows of ms per iteration
+  awk '$1 == "eval" { after_eval = 1; next }
+       $1 == "train" { if (have && !after_eval && $2 > it) print 1000 * ($5 - t) / ($2 - it)
+                       have = 1; after_eval = 0; it = $2; t = $5 }' "$1" | median
+}
 while IFS=$'\t' read -r preset algo rc wall steal drops; do
-  m=$out/runs/$preset/$algo/out/metrics.jsonl
+  dir=$out/runs/$preset/$algo
+  m=$dir/out/metrics.jsonl
+  [[ $algo == one_worker || $algo == compute_alone ]] && m=$dir/out0/metrics.jsonl
   acc_file=$out/acc_${preset}_${algo}.dat
   ms="?" ips="?" acc="?"
-  if [[ -s $m ]]; then
-    # JSON lines with a fixed set of numeric fields: pulled out with sed, no JSON tool needed.
-    fields='s/.*"type":"\([a-z]*\)".*"iter":\([0-9.eE+-]*\).*"acc":\([0-9.eE+-]*\).*"img_s":\([0-9.eE+-]*\).*"time":\([0-9.eE+-]*\).*/\1 \2 \3 \4 \5/p'
-    sed -n "$fields" "$m" >"$out/runs/$preset/$algo/metrics.txt"
-    ms=$(awk '$1 == "eval" { after_eval = 1; next }
-              $1 == "train" { if (have && !after_eval && $2 > it) print 1000 * ($5 - t) / ($2 - it)
-                              have = 1; after_eval = 0; it = $2; t = $5 }' \
-           "$out/runs/$preset/$algo/metrics.txt" | median)
-    ips=$(awk '$1 == "train" { print $4 }' "$out/runs/$preset/$algo/metrics.txt" | median)
-    acc=$(awk '$1 == "eval" { a = $3 } END { print a == "" ? "?" : a }' "$out/runs/$preset/$algo/metrics.txt")
-    awk '$1 == "eval" { print $5, $3 }' "$out/runs/$preset/$algo/metrics.txt" >"$acc_file"
+  if [[ $algo == pytorch_ddp ]]; then
+    # Rank 0's line; samples/s from the time per iteration, all ranks (the peer prints no rate).
+    ms=$(grep -ho '^pytorch_ddp .*window_ms=[0-9.]*' "$dir/rank0.log" 2>/dev/null | grep -o 'window_ms=[0-9.]*' | cut -d= -f2 || true)
+    [[ -n $ms ]] && ips=$(awk -v ms="$ms" -v n="$NPROC" -v b="$BATCH" 'BEGIN { print n * b * 1000 / ms }') || ms="?"
+  elif [[ $algo == one_worker || $algo == compute_alone ]]; then
+    # Each process's median window; the median process; samples/s of all of them together.
+    count=1; [[ $algo == compute_alone ]] && count=$NPROC
+    for ((r = 0; r < count; r++)); do
+      [[ -s $dir/out$r/metrics.jsonl ]] || continue
+      sed -n "$fields" "$dir/out$r/metrics.jsonl" >"$dir/metrics$r.txt"
+      window_ms "$dir/metrics$r.txt"
+    done >"$dir/ms_per_process.txt"
+    [[ -s $dir/ms_per_process.txt ]] && ms=$(median <"$dir/ms_per_process.txt")
+    [[ $ms != "?" ]] && ips=$(awk -v ms="$ms" -v n="$count" -v b="$BATCH" 'BEGIN { print n * b * 1000 / ms }')
+    [[ -s $dir/metrics0.txt ]] && cp "$dir/metrics0.txt" "$dir/metrics.txt"
+  elif [[ -s $m ]]; then
+    sed -n "$fields" "$m" >"$dir/metrics.txt"
+    ms=$(window_ms "$dir/metrics.txt")
+    [[ $ms != "?" ]] && ips=$(awk -v ms="$ms" -v n="$NPROC" -v b="$BATCH" 'BEGIN { print n * b * 1000 / ms }')
+  fi
+  if [[ -s $dir/metrics.txt ]]; then
+    acc=$(awk '$1 == "eval" { a = $3 } END { print a == "" ? "?" : a }' "$dir/metrics.txt")
+    awk '$1 == "eval" { print $5, $3 }' "$dir/metrics.txt" >"$acc_file"
   fi
   [[ -s ${acc_file} ]] || echo "? ?" >"$acc_file"
   lookup() { awk -F'\t' -v p="$preset" -v a="$algo" '$1 == p && $2 == a { print $3 }' "$1"; }
@@ -601,7 +725,7 @@ bars() {  # $1: summary column
 bars 3 >"$out/iter_time.dat"
 bars 4 >"$out/throughput.dat"
 ncol=$((${#preset_list[@]} + 1))
-what="$model, Fashion-MNIST, $NPROC ranks x batch $BATCH, $rate links"
+what="$model, $data_type data, $NPROC ranks x batch $BATCH, $rate links"
 common="set terminal pngcairo noenhanced size 1000,600 font 'sans,11'; set datafile missing '?'; set key outside right top;
 set grid ytics; set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1;
 set boxwidth 0.9; set xtics nomirror; set yrange [0:*]"
@@ -613,7 +737,7 @@ set xlabel 'algorithm'; set ylabel 'time per iteration (ms)'
 plot for [c=2:$ncol] '$out/iter_time.dat' using c:xtic(1) title columnheader(c)
 set output '$out/throughput.png'
 set title "Training throughput by algorithm and network\n$what"
-set xlabel 'algorithm'; set ylabel 'throughput, all ranks (images/s)'
+set xlabel 'algorithm'; set ylabel 'throughput, all ranks (samples/s)'
 plot for [c=2:$ncol] '$out/throughput.dat' using c:xtic(1) title columnheader(c)
 EOF
 } || log "gnuplot failed on the bar charts (no data?)"
@@ -666,15 +790,17 @@ fi
 {
   echo "# Distributed algorithms on an emulated cluster"
   echo
-  echo "$what; $epochs epochs x $limit iterations per epoch, test accuracy on $((eval_limit * 500 * NPROC)) test images (each rank evaluates $eval_limit batches of 500)."
+  eval_batch=$(config_field data eval_batch_size)
+  eval_batch=${eval_batch:-500}
+  echo "$what; $epochs epochs x $limit iterations per epoch, test accuracy on $((eval_limit * eval_batch * NPROC)) test examples (each rank evaluates $eval_limit batches of $eval_batch)."
   echo "Generated $(date -u '+%F %T') UTC by \`bash dist/predict/report.sh${args_given:+ $args_given}\`" \
        "(network namespaces, tbf rate shaping, no delay; all ranks share this machine's $(nproc --all) cores)."
   echo
   if ((have_model)); then
-    echo "| algorithm | preset | ms / iteration | predicted ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) | packets dropped |"
+    echo "| algorithm | preset | ms / iteration | predicted ms / iteration | throughput (samples/s) | final test accuracy (%) | wall time (s) | CPU steal (%) | packets dropped |"
     echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
   else
-    echo "| algorithm | preset | ms / iteration | throughput (img/s) | final test accuracy (%) | wall time (s) | CPU steal (%) | packets dropped |"
+    echo "| algorithm | preset | ms / iteration | throughput (samples/s) | final test accuracy (%) | wall time (s) | CPU steal (%) | packets dropped |"
     echo "|---|---|---:|---:|---:|---:|---:|---:|"
   fi
   while IFS=$'\t' read -r preset algo ms ips acc wall pred rc steal pred_n pred_sizes drops; do
@@ -691,7 +817,7 @@ fi
        "link at $((inter_bits / 1000000)) Mbit/s (switch buffer ${UPLINK_QUEUE:-1s}; host links 100ms); straggler = host $((NPROC - 1))'s link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
        "contention = host 0's link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s."
   echo "ms / iteration: median over rank 0's progress windows (every $every iterations) of the time/iteration" \
-       "deltas in metrics.jsonl; throughput: median img/s of those windows, all ranks; wall time: start of" \
+       "deltas in metrics.jsonl (PyTorch DDP: the median of its windows' means); throughput: ranks x batch / that time; wall time: start of" \
        "the ranks to the exit of the last one (rendezvous, profiling and evaluations included); CPU steal: the" \
        "share of this virtual machine's CPU time its hypervisor gave to others during the run (a run over" \
        "$max_steal% was run again, twice at most)."
