@@ -194,7 +194,8 @@ TEST(DlcpTransport, ABlackHoledPathIsLeftForTheOtherWithinMilliseconds) {
       // it again after each avoidance), not its half of the packets.
       const auto& after = seen->data_after_hole;
       EXPECT_GT(after[1], 1000);
-      EXPECT_LT(after[0], (after[0] + after[1]) / 7) << after[0] << " on the dead path, " << after[1] << " on the other";
+      EXPECT_LT(after[0], (after[0] + after[1]) / 7)
+          << after[0] << " on the dead path, " << after[1] << " on the other";
     }
     c.group->barrier();
   }).ok_or_report());

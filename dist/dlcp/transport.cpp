@@ -186,9 +186,10 @@ struct Transport::Sending {
   int spray_path(Clock::time_point now) const {
     if (transport->options_.spray == Spray::RoundRobin) return to->paths.next_usable(to->next_path, now);
     int best = -1;
+    auto flying = [&](int path) { return flying_on_path[static_cast<size_t>(path)]; };
     for (int path = 0; path < paths; ++path)
-      if (to->paths.usable(path, now) && (best < 0 || flying_on_path[static_cast<size_t>(path)] < flying_on_path[static_cast<size_t>(best)])) best = path;
-    return best < 0 ? 0 : best;  // some path is always usable; 0 keeps the compiler sure of it
+      if (to->paths.usable(path, now) && (best < 0 || flying(path) < flying(best))) best = path;
+    return best < 0 ? 0 : best;  // some path is always usable
   }
   bool transmit(uint32_t i, int path, Clock::time_point now) {
     PacketHeader h = header;
