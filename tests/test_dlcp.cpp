@@ -2,7 +2,10 @@
 // world for the address exchange. Checked: a one-way transfer with injected drops, duplicates
 // and reordering arrives exactly at p = 0, sprayed evenly over two paths (127.0.0.1 and
 // 127.0.0.2) with the DSCP of its class on the socket; on a clean link, a receiver that enters
-// its exchanges 30 ms late costs no retransmission; with p > 0 a known set of dropped packets
+// its exchanges 30 ms late costs no retransmission; a path black-holed in both directions in
+// the middle of an exchange costs far less than a stall (the exchanges finish well within 200
+// ms, the sender moves its packets to the other path, acks and probes travel in the highest
+// class); with p > 0 a known set of dropped packets
 // ends the transfer at the deadline (no retransmission, the dropped values zero with count 0)
 // and losses above p are retransmitted down to p; the ring allreduce equals Gloo's allreduce
 // exactly at p = 0 (2 and 4 ranks, integer-valued floats, with and without injected faults), and
@@ -21,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -135,6 +139,64 @@ TEST(DlcpTransport, CleanLinkNeedsNoRetransmissionWhenTheReceiverIsLate) {
     EXPECT_EQ(total.retransmissions, 0u) << "a late receiver was taken for a lost packet";
     EXPECT_EQ(total.window_decreases, 0u) << "a late receiver was taken for congestion";
     EXPECT_EQ(total.rejected.duplicate, 0u);
+    c.group->barrier();
+  }).ok_or_report());
+}
+
+TEST(DlcpTransport, ABlackHoledPathIsLeftForTheOtherWithinMilliseconds) {
+  // Two paths; in the middle of the first exchange path 0 starts to lose everything, both ways
+  // (data, acks, probes), as a path behind a hotspot does. A transport that waits on that path
+  // (acks on it, probes only on the path of the lost packet) stalls until its timeout; this one
+  // must find the path dead, resend its packets on path 1 and send new ones there.
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
+    struct Seen {
+      bool holed = false;
+      int acks_sent = 0, control_not_first = 0;
+      std::array<int, 2> data_after_hole{};
+    };
+    auto seen = std::make_shared<Seen>();
+    FaultPlan plan;
+    plan.drop_on_path_if = [seen, rank = c.rank](const PacketHeader& h, int path) {
+      if (h.kind == PacketKind::Ack && h.priority != kPriorityClasses - 1) ++seen->control_not_first;
+      if (rank == 0 && h.kind == PacketKind::Data && h.index >= 40) seen->holed = true;  // the sender's 41st packet
+      if (rank == 1 && h.kind == PacketKind::Ack && ++seen->acks_sent > 4) seen->holed = true;
+      if (seen->holed && h.kind == PacketKind::Data) ++seen->data_after_hole[size_t(path % 2)];
+      return seen->holed && path == 0;
+    };
+    ExchangeOptions options = test_options(0.0, 5);
+    options.timeout = std::chrono::seconds(3);  // the stall it must not have ends in this error
+    auto t = connect_transport(*c.group, {"127.0.0.1", "127.0.0.2"}, options, std::make_shared<FaultInjector>(plan));
+    const uint32_t n = 8 * 400;
+    for (uint32_t iteration = 0; iteration < 3; ++iteration) {
+      const std::vector<float> src = ring_input(int(iteration), n);
+      c.group->barrier();
+      const auto start = Clock::now();
+      if (c.rank == 0) {
+        OutgoingTransfer out;
+        out.peer = 1, out.iteration = iteration, out.values = src.data(), out.elements = n;
+        const ExchangeStats s = t->exchange(&out, nullptr);
+        EXPECT_TRUE(s.unacknowledged.empty());
+      } else {
+        std::vector<float> got(n, -1.0f);
+        IncomingTransfer in;
+        in.peer = 0, in.iteration = iteration, in.values = got.data(), in.elements = n;
+        const ExchangeStats s = t->exchange(nullptr, &in);
+        EXPECT_EQ(s.packets_missing, 0u);
+        EXPECT_EQ(got, src) << "iteration " << iteration;
+      }
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      EXPECT_LT(ms, 200.0) << "rank " << c.rank << ", iteration " << iteration << ": a dead path stalled the exchange";
+      EXPECT_TRUE(seen->holed) << "rank " << c.rank << ": the fault never started";
+    }
+    EXPECT_EQ(seen->control_not_first, 0) << "acks and probes must travel in the highest class";
+    if (c.rank == 0) {
+      // After the hole opened, the dead path got only what it took to find it dead (and to try
+      // it again after each avoidance), not its half of the packets.
+      const auto& after = seen->data_after_hole;
+      EXPECT_GT(after[1], 1000);
+      EXPECT_LT(after[0], (after[0] + after[1]) / 7)
+          << after[0] << " on the dead path, " << after[1] << " on the other";
+    }
     c.group->barrier();
   }).ok_or_report());
 }

@@ -3,7 +3,9 @@
 // stale-iteration, stale-transfer and out-of-range packets are counted and never written (guard
 // elements around the buffer stay untouched); shuffled, duplicated and partly dropped packets
 // reassemble to the right values with dropped ones zero and counts corrected; priority classes
-// and DSCP; the loss allowance; AIMD.
+// and DSCP; the loss allowance; AIMD; per-path health (a path that lost half its recent packets
+// or stayed silent is avoided, with a doubling but bounded avoidance; the timeout comes from the
+// fastest usable path).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "core/error.h"
 #include "dist/dlcp/congestion_window.h"
 #include "dist/dlcp/packet.h"
+#include "dist/dlcp/path_health.h"
 #include "dist/dlcp/priority.h"
 #include "dist/dlcp/reassembly.h"
 #include "dist/dlcp/transport.h"
@@ -263,4 +266,70 @@ TEST(DlcpWindow, AimdAndLossAllowance) {
   EXPECT_EQ(allowed_missing(100, 0.0), 0u);
   EXPECT_EQ(allowed_missing(100, 0.03), 3u);
   EXPECT_EQ(allowed_missing(99, 0.03), 2u);
+}
+
+TEST(DlcpPaths, ALossyPathIsAvoidedWithABoundedBackoff) {
+  using Clock = PathHealth::Clock;
+  using std::chrono::milliseconds;
+  const auto t0 = Clock::now();
+  PathSet paths(2);
+  for (int k = 0; k < 8; ++k) paths[0].on_delivered(milliseconds(1)), paths[1].on_delivered(milliseconds(1));
+  // One loss in ten, as a lossy but working path shows: never avoided.
+  for (int k = 0; k < 100; ++k) {
+    if (k % 10 == 3) paths[1].on_lost(false, t0);
+    else paths[1].on_delivered(milliseconds(1));
+  }
+  EXPECT_EQ(paths[1].times_avoided(), 0u);
+  // Half of the last packets lost (8 or more known): avoided, and packets go to the other path.
+  for (int k = 0; k < 8; ++k) paths[0].on_lost(false, t0);
+  EXPECT_TRUE(paths[0].avoided(t0));
+  EXPECT_FALSE(paths.usable(0, t0));
+  EXPECT_EQ(paths.next_usable(0, t0), 1);
+  EXPECT_EQ(paths.for_resend(0, t0), 1) << "a packet lost on path 0 is resent on path 1";
+  EXPECT_EQ(paths.for_resend(1, t0), 1) << "never on an avoided path";
+  // Found bad again right after each avoidance ends: the avoidance doubles, up to a bound.
+  Clock::time_point now = t0;
+  std::vector<int64_t> spans;
+  for (int round = 0; round < 8; ++round) {
+    const auto until = paths[0].avoided_until();
+    spans.push_back(std::chrono::duration_cast<milliseconds>(until - now).count());
+    now = until;
+    EXPECT_TRUE(paths.usable(0, now)) << "round " << round;
+    paths[0].on_lost(/*silent=*/true, now);  // silent while path 1 answered: at once
+  }
+  EXPECT_EQ(spans[0], 20);
+  EXPECT_EQ(spans[1], 40);
+  EXPECT_EQ(spans[2], 80);
+  EXPECT_EQ(spans.back(), 320) << "the backoff is bounded";
+  // Losses of packets sent before the avoidance do not extend it.
+  const auto until = paths[0].avoided_until();
+  paths[0].on_lost(true, now + milliseconds(1));
+  EXPECT_EQ(paths[0].avoided_until(), until);
+  // Long after, a new bad spell starts from the base again.
+  const auto later = until + std::chrono::seconds(5);
+  paths[0].on_lost(true, later);
+  EXPECT_EQ(paths[0].avoided_until() - later, Clock::duration(milliseconds(20)));
+  // Every path avoided: the one whose avoidance ends first still takes packets.
+  paths[1].on_lost(true, later + milliseconds(1));
+  EXPECT_TRUE(paths.usable(0, later + milliseconds(2)));
+  EXPECT_FALSE(paths.usable(1, later + milliseconds(2)));
+}
+
+TEST(DlcpPaths, TheTimeoutComesFromTheFastestUsablePath) {
+  using Clock = PathHealth::Clock;
+  using std::chrono::milliseconds;
+  const auto t0 = Clock::now();
+  PathSet paths(2);
+  EXPECT_EQ(paths.retransmit_timeout(t0), Clock::duration(milliseconds(20))) << "before any sample";
+  // Path 0 queued behind a hotspot (400 ms round trips), path 1 quick.
+  for (int k = 0; k < 8; ++k) paths[0].on_delivered(milliseconds(400)), paths[1].on_delivered(milliseconds(2));
+  EXPECT_GT(paths[0].retransmit_timeout(), Clock::duration(milliseconds(300)));
+  EXPECT_LE(paths.retransmit_timeout(t0), Clock::duration(milliseconds(6)))
+      << "a slow path must not stretch the timeout of the packets on the quick one";
+  // With the quick path avoided, the slow one's timeout is what is left.
+  paths[1].on_lost(true, t0);
+  EXPECT_EQ(paths.retransmit_timeout(t0), paths[0].retransmit_timeout());
+  PathHealth fresh;
+  fresh.on_delivered(milliseconds(0));  // no sample (a resent packet): no estimate yet
+  EXPECT_FALSE(fresh.has_rtt());
 }

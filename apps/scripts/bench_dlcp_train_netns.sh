@@ -16,7 +16,9 @@
 #   bench_dlcp_train_netns.sh [ITERS] [BATCH]     # defaults: 200 16 (per rank)
 # Env: BUILD (build/release), RATE (100mbit), INTER_RATE (25mbit), ON/OFF (1 1), LOSS (0.01),
 #      DEADLINE_MS (20), WARMUP (5), ALGOS ("ssgd dlcp"; add dlcp_spray), MASTER_PORT (29588), OUT (a new
-#      folder under /tmp), MT_TESTBED_PREFIX (mt-dlcpt).
+#      folder under /tmp), MT_TESTBED_PREFIX (mt-dlcpt), DLCP_GLOO_INTERFACE (eth0: where the DLCP
+#      runs' own TCP traffic goes, the stop vote and the metrics; eth1 takes it off the flooded
+#      plane, to tell the transport's stalls from TCP's).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -29,6 +31,7 @@ ON=${ON:-1}
 OFF=${OFF:-1}
 LOSS=${LOSS:-0.01}
 DEADLINE_MS=${DEADLINE_MS:-20}
+DLCP_GLOO_INTERFACE=${DLCP_GLOO_INTERFACE:-eth0}
 WARMUP=${WARMUP:-5}
 ALGOS=${ALGOS:-ssgd dlcp}
 PORT=${MASTER_PORT:-29588}
@@ -67,7 +70,7 @@ for algo in $ALGOS; do
   if [[ $algo == dlcp || $algo == dlcp_spray ]]; then
     paths=""
     [[ $algo == dlcp_spray ]] && paths='paths: ["eth0", "eth1"]'
-    echo "dist { algorithm: \"dlcp\" interface: \"eth0\"" \
+    echo "dist { algorithm: \"dlcp\" interface: \"$DLCP_GLOO_INTERFACE\"" \
          "dlcp { loss_bound: $LOSS deadline_ms: $DEADLINE_MS $paths } }" >>"$config"
   else
     echo "dist { algorithm: \"ssgd\" interface: \"eth0\" ssgd { schedule: \"bsp\" } }" >>"$config"

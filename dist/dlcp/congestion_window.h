@@ -2,8 +2,8 @@
 // (AIMD), so a DLCP flow takes about the share a TCP flow would on the same bottleneck instead
 // of flooding it. Slow start doubles the window every round trip until the first loss; after it,
 // +1 packet per window of acknowledged packets, and a loss halves the window, at most once per
-// round trip (only a packet sent after the last decrease can cause another). The retransmission
-// timeout follows the smoothed round-trip time (RFC 6298's estimator).
+// round trip (only a packet sent after the last decrease can cause another). Round-trip times
+// and the retransmission timeout are per path (path_health.h).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -19,15 +19,11 @@ class CongestionWindow {
   void on_acked(uint32_t packets);
   // A packet sent at `sent_at` was lost.
   void on_loss(Clock::time_point sent_at, Clock::time_point now);
-  void on_rtt_sample(Clock::duration rtt);
-  Clock::duration retransmit_timeout() const;
   uint64_t decreases() const { return decreases_; }
 
  private:
   double window_, max_, threshold_;
   Clock::time_point last_decrease_{};
-  double srtt_s_ = 0, rttvar_s_ = 0;
-  bool have_rtt_ = false;
   uint64_t decreases_ = 0;
 };
 

@@ -175,7 +175,7 @@ bool DatagramEndpoint::send_now(int rank, int path, uint8_t priority, const std:
 
 bool DatagramEndpoint::send(int rank, int path, const PacketHeader& header, const std::vector<uint8_t>& bytes) {
   MT_CHECK(peers_.count(rank), "DLCP: no address known for rank ", rank);
-  FaultAction action = injector_ ? injector_->decide(header) : FaultAction::Deliver;
+  FaultAction action = injector_ ? injector_->decide(header, path) : FaultAction::Deliver;
   if (action == FaultAction::Drop) return true;
   if (action == FaultAction::HoldBack) {
     held_.push_back({rank, path, header.priority, bytes});
@@ -205,7 +205,8 @@ int DatagramEndpoint::receive_from(int fd, std::vector<uint8_t>* bytes) {
   return -1;
 }
 
-bool DatagramEndpoint::receive(std::vector<uint8_t>* bytes, int* from_rank, std::chrono::microseconds timeout) {
+bool DatagramEndpoint::receive(std::vector<uint8_t>* bytes, int* from_rank, std::chrono::microseconds timeout,
+                               int* path) {
   // First whatever is already queued (no system call to wait), sockets taken in turn.
   for (size_t k = 0; k < fds_.size(); ++k) {
     const size_t i = (next_fd_ + k) % fds_.size();
@@ -213,6 +214,7 @@ bool DatagramEndpoint::receive(std::vector<uint8_t>* bytes, int* from_rank, std:
     if (r != -2) {
       next_fd_ = i + 1;
       *from_rank = r;
+      if (path) *path = static_cast<int>(i);
       return true;
     }
   }
@@ -226,6 +228,7 @@ bool DatagramEndpoint::receive(std::vector<uint8_t>* bytes, int* from_rank, std:
     const int r = receive_from(fds_[i], bytes);
     if (r != -2) {
       *from_rank = r;
+      if (path) *path = static_cast<int>(i);
       return true;
     }
   }

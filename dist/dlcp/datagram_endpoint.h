@@ -66,8 +66,9 @@ class DatagramEndpoint {
   // socket's buffer is full (nothing was sent; try again after receiving).
   bool send(int rank, int path, const PacketHeader& header, const std::vector<uint8_t>& bytes);
   // Waits up to `timeout` for one datagram on any socket. Returns false on timeout; else the
-  // bytes and the rank whose address sent them (-1: no known peer).
-  bool receive(std::vector<uint8_t>* bytes, int* from_rank, std::chrono::microseconds timeout);
+  // bytes, the rank whose address sent them (-1: no known peer) and, if `path` is given, the
+  // index of the local socket that received it (answers go back on the path they came on).
+  bool receive(std::vector<uint8_t>* bytes, int* from_rank, std::chrono::microseconds timeout, int* path = nullptr);
 
   // Sends the packets the fault injector held back (the sender calls it when it goes idle, so a
   // reordered packet is late, not lost).

@@ -2,7 +2,11 @@
 
 namespace mt::dist::dlcp {
 
-FaultAction FaultInjector::decide(const PacketHeader& h) {
+FaultAction FaultInjector::decide(const PacketHeader& h, int path) {
+  if (plan_.drop_on_path_if && plan_.drop_on_path_if(h, path)) {
+    ++dropped_;
+    return FaultAction::Drop;
+  }
   if (h.kind == PacketKind::Ack && !plan_.acks_too) return FaultAction::Deliver;
   if (plan_.drop_if && plan_.drop_if(h)) {
     ++dropped_;

@@ -13,6 +13,7 @@ namespace mt::dist::dlcp {
 
 struct FaultPlan {
   std::function<bool(const PacketHeader&)> drop_if;  // the known set; empty = none
+  std::function<bool(const PacketHeader&, int path)> drop_on_path_if;  // empty = none
   double drop_fraction = 0;
   double duplicate_fraction = 0;
   double reorder_fraction = 0;
@@ -25,7 +26,7 @@ enum class FaultAction { Deliver, Drop, Duplicate, HoldBack };
 class FaultInjector {
  public:
   explicit FaultInjector(FaultPlan plan) : plan_(std::move(plan)), random_(plan_.seed) {}
-  FaultAction decide(const PacketHeader& header);
+  FaultAction decide(const PacketHeader& header, int path);
 
   uint64_t dropped() const { return dropped_; }
   uint64_t duplicated() const { return duplicated_; }

@@ -6,7 +6,7 @@
 //   0..3   magic "DLCP"
 //   4      version        kPacketVersion
 //   5      kind           Data                             Ack
-//   6      priority       class 0 (dropped first) .. 3     class of the acked data
+//   6      priority       class 0 (dropped first) .. 3     3: acks and probes go first
 //   7      flags          -                                kAckDone: the receiver stopped waiting;
 //                                                          kAckProbe: the sender asks for an ack
 //   8..11  job            the job's id: packets of another job are foreign

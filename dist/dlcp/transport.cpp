@@ -21,6 +21,12 @@ constexpr int kReorderThreshold = 3;       // as TCP's three duplicate acks
 // so that the answer to a probe covers every packet that arrived before the probe.
 constexpr int kDrainLimit = 4096;
 constexpr auto kTick = std::chrono::microseconds(500);
+// Unanswered probe rounds double the wait before the next, up to this factor: a receiver still
+// busy elsewhere is not flooded with probes, and one that comes back is asked again soon.
+constexpr int kMaxProbeBackoffShift = 3;
+// Acks and probes go first at a switch with priority queues: they are small, and every sender
+// waits on them (in the lowest class, a hotspot in a higher band starves them).
+constexpr uint8_t kControlClass = kPriorityClasses - 1;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -75,9 +81,10 @@ Transport::Peer& Transport::peer(int rank) {
 }
 
 void Transport::send_ack(int to, const PacketHeader& of, const std::vector<bool>& arrived, uint32_t received,
-                         bool done, uint16_t answers_probe) {
+                         bool done, int path, uint16_t answers_probe) {
   PacketHeader h;
   h.kind = PacketKind::Ack;
+  h.priority = kControlClass;
   h.job = job_;
   h.sender = static_cast<uint16_t>(rank_);
   h.iteration = of.iteration;
@@ -93,16 +100,15 @@ void Transport::send_ack(int to, const PacketHeader& of, const std::vector<bool>
   std::vector<bool> bits;
   for (size_t i = base; i < arrived.size() && bits.size() < kAckBits; ++i) bits.push_back(arrived[i]);
   const auto bytes = encode_ack(h, bits);
-  // Acks go back on the first path; a full socket buffer loses this one (the next ack or the
-  // sender's probe recovers).
-  endpoint_->send(to, 0, h, bytes);
+  // A full socket buffer loses this one (the next ack or the sender's probe recovers).
+  endpoint_->send(to, path, h, bytes);
 }
 
-void Transport::answer_finished(int from, const Packet& p, PacketCounters* counters) {
+void Transport::answer_finished(int from, int path, const Packet& p, PacketCounters* counters) {
   for (const Finished& f : peer(from).finished) {
     if (f.transfer != p.header.transfer) continue;
     if (f.iteration != p.header.iteration || p.header.total != f.arrived.size()) break;  // not that transfer's
-    send_ack(from, p.header, f.arrived, f.received, /*done=*/true);
+    send_ack(from, p.header, f.arrived, f.received, /*done=*/true, path);
     if (p.header.kind == PacketKind::Data) ++counters->duplicate;  // a late copy, written nowhere
     return;
   }
@@ -139,15 +145,18 @@ struct Transport::Sending {
   // When the receiver first answered for this transfer: packets sent before waited for it to
   // enter its exchange, so their wait is no round-trip sample.
   std::optional<Clock::time_point> first_answer;
-  // The last few probes: number, and the packets sent before it on its path.
+  // The last few probes: number, its path, the packets sent before it, and when a packet must
+  // have been sent to have been overdue when it left.
   struct Probe {
     uint16_t number = 0;
     uint64_t last_seq = 0;
     int path = 0;
+    Clock::time_point overdue_before{};
   };
-  std::array<Probe, 8> probes{};
+  std::array<Probe, 16> probes{};
   uint16_t probes_sent = 0;
   Clock::time_point last_probe{};
+  int unanswered_rounds = 0;  // probe rounds since the last ack: the backoff
 
   Sending(const OutgoingTransfer* o, Transport* t, ExchangeStats* s, double loss_bound, Clock::time_point start)
       : out(o), transport(t), stats(s), to(&t->peer(o->peer)),
@@ -168,14 +177,21 @@ struct Transport::Sending {
     header.total = shape.packets();
     allowed = allowed_missing(shape.packets(), loss_bound);
     paths = t->endpoint_->paths_to(out->peer);
+    if (to->paths.size() != paths) to->paths = PathSet(paths);
     flying_on_path.assign(static_cast<size_t>(paths), 0);
     decreases_before = to->window.decreases();
   }
 
-  bool transmit(uint32_t i, Clock::time_point now) {
-    int path = to->next_path;
-    if (transport->options_.spray == Spray::LeastLoaded)
-      path = static_cast<int>(std::min_element(flying_on_path.begin(), flying_on_path.end()) - flying_on_path.begin());
+  // The path for a first transmission: in turn, or the least loaded, among the usable paths.
+  int spray_path(Clock::time_point now) const {
+    if (transport->options_.spray == Spray::RoundRobin) return to->paths.next_usable(to->next_path, now);
+    int best = -1;
+    auto flying = [&](int path) { return flying_on_path[static_cast<size_t>(path)]; };
+    for (int path = 0; path < paths; ++path)
+      if (to->paths.usable(path, now) && (best < 0 || flying(path) < flying(best))) best = path;
+    return best < 0 ? 0 : best;  // some path is always usable
+  }
+  bool transmit(uint32_t i, int path, Clock::time_point now) {
     PacketHeader h = header;
     h.index = i;
     h.offset = shape.offset_of(i);
@@ -184,7 +200,7 @@ struct Transport::Sending {
     h.contributors = out->contributors.empty() ? 1 : out->contributors[i];
     const auto bytes = encode_data(h, out->values + h.offset, shape.count_of(i));
     if (!transport->endpoint_->send(out->peer, path, h, bytes)) return false;
-    to->next_path = (to->next_path + 1) % paths;
+    to->next_path = (path + 1) % paths;
     Slot& s = slots[i];
     (s.transmissions == 0 ? stats->packets_sent : stats->retransmissions) += 1;
     s.transmissions++;
@@ -209,13 +225,15 @@ struct Transport::Sending {
     --in_flight;
     --flying_on_path[static_cast<size_t>(s.path)];
   }
-  void mark_lost(uint32_t i, Clock::time_point now) {
+  // `silent`: found by an answer that came on another path than the packet's.
+  void mark_lost(uint32_t i, Clock::time_point now, bool silent = false) {
     Slot& s = slots[i];
     land(i);
     if (s.lost) return;
     s.lost = true;
     ++lost_outstanding;
     to->window.on_loss(s.sent_at, now);
+    to->paths[s.path].on_lost(silent, now);
     resend.push_back(i);
   }
   void mark_acked(uint32_t i, Clock::time_point now, uint32_t* newly) {
@@ -226,9 +244,10 @@ struct Transport::Sending {
     ++*newly;
     if (s.lost) s.lost = false, --lost_outstanding;
     if (s.in_flight) {
-      // Karn: not after a resend. Nor for a packet sent before the receiver first answered:
-      // its wait measured the receiver's lateness, not the path.
-      if (s.transmissions == 1 && s.sent_at >= *first_answer) to->window.on_rtt_sample(now - s.sent_at);
+      // Karn: no round-trip sample after a resend. Nor for a packet sent before the receiver
+      // first answered: its wait measured the receiver's lateness, not the path.
+      const bool sample = s.transmissions == 1 && s.sent_at >= *first_answer;
+      to->paths[s.path].on_delivered(sample ? now - s.sent_at : Clock::duration::zero());
       highest_acked_seq = std::max(highest_acked_seq, s.seq);
     }
     land(i);
@@ -238,6 +257,7 @@ struct Transport::Sending {
     last_heard = now;
     if (h.total != slots.size()) return;
     if (!first_answer) first_answer = now;
+    unanswered_rounds = 0;
     receiver_has = std::max(receiver_has, h.index);
     uint32_t newly = 0;
     const uint32_t base = std::min<uint32_t>(h.offset, static_cast<uint32_t>(slots.size()));
@@ -256,30 +276,46 @@ struct Transport::Sending {
       flight.pop_front();
       mark_lost(i, now);
     }
-    // The answer to a probe: what was sent before it on its path and is not here is lost.
+    // The answer to a probe: what was sent before it on its path and is not here is lost (the
+    // path delivers in order); so is what waited a retransmission timeout on another path by the
+    // time the probe left (that path is slower than this one by more than that: a resend on
+    // another path gets there sooner than the packet would).
     const Probe& answered = probes[h.contributors % probes.size()];
-    if (h.contributors != 0 && answered.number == h.contributors)
+    if (h.contributors != 0 && answered.number == h.contributors) {
+      std::vector<std::pair<uint32_t, bool>> lost;  // (packet, found from another path)
       for (const auto& [i, s] : flight) {
         if (s > answered.last_seq) break;
-        if (current({i, s}) && slots[i].path == answered.path) mark_lost(i, now);
+        if (!current({i, s})) continue;
+        if (slots[i].path == answered.path)
+          lost.emplace_back(i, false);
+        else if (slots[i].sent_at <= answered.overdue_before)
+          lost.emplace_back(i, true);
       }
+      for (const auto& [i, silent] : lost) mark_lost(i, now, silent);
+    }
     if (!receiver_has_enough && receiver_has >= slots.size() - allowed) receiver_has_enough = true, enough_at = now;
     if (h.flags & kAckDone) receiver_done = true;
   }
-  void probe(int path, Clock::time_point now) {
-    if (++probes_sent == 0) probes_sent = 1;  // 0 means "no probe" in an ack
-    probes[probes_sent % probes.size()] = {probes_sent, seq, path};
-    PacketHeader h = header;
-    h.kind = PacketKind::Ack;
-    h.flags = kAckProbe;
-    h.contributors = probes_sent;
-    transport->endpoint_->send(out->peer, path, h, encode_ack(h, {}));
-    ++stats->probes;
+  // One probe on every path: the first answer, from the fastest path that still works, settles
+  // what is lost (a probe on the timed-out packet's path alone would wait behind its hotspot).
+  void probe_round(Clock::time_point now, Clock::duration timeout) {
+    for (int path = 0; path < paths; ++path) {
+      if (++probes_sent == 0) probes_sent = 1;  // 0 means "no probe" in an ack
+      probes[probes_sent % probes.size()] = {probes_sent, seq, path, now - timeout};
+      PacketHeader h = header;
+      h.kind = PacketKind::Ack;
+      h.flags = kAckProbe;
+      h.priority = kControlClass;
+      h.contributors = probes_sent;
+      transport->endpoint_->send(out->peer, path, h, encode_ack(h, {}));
+      ++stats->probes;
+    }
     last_probe = now;
+    ++unanswered_rounds;
   }
   // The window's worth of (re)transmissions, the end, or a probe.
   void pump(Clock::time_point now) {
-    const auto rto = to->window.retransmit_timeout();
+    const auto rto = to->paths.retransmit_timeout(now);
     while (!flight.empty() && !current(flight.front())) flight.pop_front();
     while (in_flight < to->window.window()) {
       int64_t pick = -1;
@@ -296,8 +332,9 @@ struct Transport::Sending {
       if (pick < 0) break;
       const uint32_t i = static_cast<uint32_t>(pick);
       const bool was_lost = slots[i].lost;
+      const int path = fresh ? spray_path(now) : to->paths.for_resend(slots[i].path, now);
       if (was_lost) slots[i].lost = false, --lost_outstanding;
-      if (!transmit(i, now)) {
+      if (!transmit(i, path, now)) {
         if (was_lost) slots[i].lost = true, ++lost_outstanding, resend.push_front(i);
         break;
       }
@@ -308,14 +345,13 @@ struct Transport::Sending {
       done = true;
     } else if (receiver_has_enough && next_new == order.size() && now - enough_at >= options.deadline + rto) {
       done = true;  // it has (1 - p) and stops at its deadline by itself
-    } else if (now - last_probe >= rto) {
-      // The oldest unacknowledged packet waited a retransmission timeout: probe its path (the
-      // answer settles whether it is lost). Idle with nothing in flight: ask for the state, so
-      // that a lost ack or "done" does not hold the sender up.
-      if (!flight.empty() && now - slots[flight.front().first].sent_at >= rto)
-        probe(slots[flight.front().first].path, now);
-      else if (flight.empty() && now - last_sent >= rto)
-        probe(0, now);
+    } else if (now - last_probe >= rto * (1 << std::min(unanswered_rounds, kMaxProbeBackoffShift))) {
+      // The oldest unacknowledged packet waited a retransmission timeout: probe (the answer
+      // settles whether it is lost). Idle with nothing in flight: ask for the state, so that a
+      // lost ack or "done" does not hold the sender up.
+      if ((!flight.empty() && now - slots[flight.front().first].sent_at >= rto) ||
+          (flight.empty() && now - last_sent >= rto))
+        probe_round(now, rto);
     }
   }
   std::vector<uint32_t> unacknowledged() const {
@@ -334,7 +370,9 @@ struct Transport::Receiving {
   uint32_t needed = 0;  // packets that end it once the deadline passed
   bool done = false;
   int acks_owed = 0;
-  uint16_t probe_owed = 0;  // a probe's number: answered after reading what is queued
+  // Probes to answer after reading what is queued: (number, the path it came on).
+  std::vector<std::pair<uint16_t, int>> probes_owed;
+  int next_ack_path = 0;  // plain acks alternate over the paths
   Clock::time_point last_ack{}, last_heard{};
   // The deadline runs from the transfer's first packet: a sender that starts late (still busy
   // with its previous step) does not have its burst cut short.
@@ -411,9 +449,11 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     Peer& from = peer(r.in->peer);
     from.finished.push_back({r.header.transfer, r.header.iteration, r.reassembly.arrived_all(), r.reassembly.received()});
     if (from.finished.size() > kFinishedKept) from.finished.pop_front();
-    // Three copies of the final ack: a sender that misses all three probes and gets it again.
+    // Three copies of the final ack, over the paths in turn: a sender that misses all three
+    // probes and gets it again.
+    const int paths = endpoint_->paths_to(r.in->peer);
     for (int copy = 0; copy < 3; ++copy)
-      send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), true);
+      send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), true, copy % paths);
   };
 
   auto keep_early = [&](int from, const std::vector<uint8_t>& bytes) {
@@ -425,7 +465,7 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     p.early.push_back(bytes);
   };
 
-  auto handle = [&](const std::vector<uint8_t>& bytes, int from, Clock::time_point now) {
+  auto handle = [&](const std::vector<uint8_t>& bytes, int from, int path, Clock::time_point now) {
     Packet p;
     const ParseResult result = parse_packet(bytes.data(), bytes.size(), &p);
     if (result != ParseResult::Ok) {
@@ -443,9 +483,9 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     if (h.kind == PacketKind::Ack && (h.flags & kAckProbe)) {
       if (r && h.transfer == r->header.transfer) {
         r->last_heard = now;
-        r->probe_owed = h.contributors == 0 ? 1 : h.contributors;
+        r->probes_owed.emplace_back(h.contributors == 0 ? 1 : h.contributors, path);
       } else if (h.transfer < peer(from).next_recv) {
-        answer_finished(from, p, &stats.rejected);
+        answer_finished(from, path, p, &stats.rejected);
       }
       return;
     }
@@ -466,14 +506,14 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
         keep_early(from, bytes);
       } else if (a == Accepted::Stale) {
         --stats.rejected.stale;  // counted again (or as a late copy) by answer_finished
-        answer_finished(from, p, &stats.rejected);
+        answer_finished(from, path, p, &stats.rejected);
       }
       return;
     }
     if (h.transfer >= peer(from).next_recv) {
       keep_early(from, bytes);
     } else {
-      answer_finished(from, p, &stats.rejected);
+      answer_finished(from, path, p, &stats.rejected);
     }
   };
 
@@ -481,7 +521,7 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
   for (Receiving& r : receiving) {
     std::deque<std::vector<uint8_t>> early;
     early.swap(peer(r.in->peer).early);
-    for (const auto& bytes : early) handle(bytes, r.in->peer, start);
+    for (const auto& bytes : early) handle(bytes, r.in->peer, 0, start);
   }
 
   std::vector<uint8_t> buffer;
@@ -511,24 +551,33 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
               " s (dist.timeout_seconds); that rank died, hangs, or this host's packets cannot reach it");
     }
     // Wait a little for packets, then drain what is queued.
-    int from = -1;
-    if (endpoint_->receive(&buffer, &from, kTick)) {
-      handle(buffer, from, Clock::now());
-      for (int k = 0; k < kDrainLimit && endpoint_->receive(&buffer, &from, std::chrono::microseconds(0)); ++k)
-        handle(buffer, from, Clock::now());
+    int from = -1, path = 0;
+    if (endpoint_->receive(&buffer, &from, kTick, &path)) {
+      handle(buffer, from, path, Clock::now());
+      for (int k = 0; k < kDrainLimit && endpoint_->receive(&buffer, &from, std::chrono::microseconds(0), &path); ++k)
+        handle(buffer, from, path, Clock::now());
     } else {
       endpoint_->flush_held();
     }
     now = Clock::now();
     for (Receiving& r : receiving) {
-      if (r.done || (r.acks_owed == 0 && !r.probe_owed)) continue;
-      if (r.probe_owed || r.acks_owed >= options_.ack_every || now - r.last_ack >= std::chrono::milliseconds(1) ||
-          r.reassembly.complete()) {
+      if (r.done || (r.acks_owed == 0 && r.probes_owed.empty())) continue;
+      if (!r.probes_owed.empty() || r.acks_owed >= options_.ack_every ||
+          now - r.last_ack >= std::chrono::milliseconds(1) || r.reassembly.complete()) {
         // A complete transfer's "done" acks follow at the top of the loop.
-        if (!r.reassembly.complete())
-          send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), false, r.probe_owed);
+        if (!r.reassembly.complete()) {
+          // Each probe is answered on the path it came on (the sender learns which paths work);
+          // a plain ack takes the paths in turn.
+          for (const auto& [number, on] : r.probes_owed)
+            send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), false, on, number);
+          if (r.probes_owed.empty()) {
+            send_ack(r.in->peer, r.header, r.reassembly.arrived_all(), r.reassembly.received(), false,
+                     r.next_ack_path, 0);
+            r.next_ack_path = (r.next_ack_path + 1) % endpoint_->paths_to(r.in->peer);
+          }
+        }
         r.acks_owed = 0;
-        r.probe_owed = 0;
+        r.probes_owed.clear();
         r.last_ack = now;
       }
     }

@@ -12,16 +12,24 @@
 // acknowledges every few packets, and at the end three times with the "done" flag.
 //
 // Sending: packets go out in priority order (class 3 first) within a congestion window
-// (congestion_window.h), sprayed over the paths to the peer. A packet counts as lost when three
-// packets sent after it were acknowledged and it was not (reordering across paths stays below
-// that), or when the receiver answered a probe sent after it, on its path, without having it.
-// The sender probes (an ack packet with kAckProbe and its number) when its oldest unacknowledged
-// packet waited a retransmission timeout, or when it is idle; the receiver answers after reading
-// everything queued, echoing the number. Silence alone never counts as loss: the receiver
-// acknowledges only inside its own exchange and may still be computing, finishing its previous
-// exchange or descheduled (TCP's receiver, the kernel, acknowledges whatever the application
-// does, so TCP can take a timeout for loss). A lost packet is sent again only while the lost
-// ones are more than the receiver may miss (p of the packets).
+// (congestion_window.h), sprayed over the paths to the peer that are not avoided (path_health.h:
+// a path that lost half its recent packets, or stayed silent while another answered, gets no
+// new packets for a while). A packet counts as lost when three packets sent after it were
+// acknowledged and it was not (reordering across paths stays below that), or when the receiver
+// answered a probe without having it: a probe on the packet's own path that was sent after it
+// (a path delivers in order), or a probe on another path sent when the packet had already waited
+// a retransmission timeout (its path is slower than the answering one by more than that: resent
+// elsewhere, it arrives sooner). The sender probes (an ack packet with kAckProbe and its number)
+// on every path at once when its oldest unacknowledged packet waited the retransmission timeout
+// of the fastest usable path, or when it is idle, backing off (at most 8x) while no answer comes;
+// the receiver answers each probe on the path it came on, after reading everything queued,
+// echoing its number. Silence alone never counts as loss: the receiver acknowledges only inside
+// its own exchange and may still be computing, finishing its previous exchange or descheduled
+// (TCP's receiver, the kernel, acknowledges whatever the application does, so TCP can take a
+// timeout for loss). A lost packet is sent again, on another path than the one that lost it,
+// only while the lost ones are more than the receiver may miss (p of the packets). Acks and
+// probes travel in the highest class (a switch serves them first: every sender waits on them),
+// and acks alternate over the paths, so that one congested path cannot silence a transfer.
 //
 // A rank that sends nothing for `timeout` (acks or data the exchange waits on) is an Error
 // naming it and its addresses. Packets of a later transfer are kept for it; packets of a
@@ -38,6 +46,7 @@
 #include "dist/dlcp/congestion_window.h"
 #include "dist/dlcp/datagram_endpoint.h"
 #include "dist/dlcp/packet.h"
+#include "dist/dlcp/path_health.h"
 #include "dist/dlcp/reassembly.h"
 
 namespace mt::dist::dlcp {
@@ -130,16 +139,18 @@ class Transport {
     std::deque<std::vector<uint8_t>> early;
     std::deque<Finished> finished;
     CongestionWindow window;
-    int next_path = 0;
+    PathSet paths = PathSet(1);  // sized to the paths to this peer by the first outgoing transfer
+    int next_path = 0;  // round-robin spraying
   };
   struct Sending;    // one outgoing transfer's state during an exchange (transport.cpp)
   struct Receiving;  // one incoming transfer's
   Peer& peer(int rank);
-  // `answers_probe`: the number of the sender's probe this ack answers (0: none).
+  // `answers_probe`: the number of the sender's probe this ack answers (0: none); `path`: the
+  // path it goes back on.
   void send_ack(int to, const PacketHeader& base, const std::vector<bool>& arrived, uint32_t received, bool done,
-                uint16_t answers_probe = 0);
-  // A packet (data, or a probe) of a finished transfer: answered with its final ack.
-  void answer_finished(int from, const Packet& p, PacketCounters* counters);
+                int path, uint16_t answers_probe = 0);
+  // A packet (data, or a probe) of a finished transfer, come on `path`: answered with its final ack.
+  void answer_finished(int from, int path, const Packet& p, PacketCounters* counters);
 
   std::shared_ptr<DatagramEndpoint> endpoint_;
   int rank_;

@@ -1,0 +1,75 @@
+// The sender's view of each path to one peer, kept across exchanges: how long a round trip on it
+// takes, how many of its recent packets were lost, and whether it is avoided for now. Spraying
+// packets blindly over the paths lets one congested path (a hotspot behind it) hold up every
+// transfer that puts packets on it; with this state a congested path gets no new packets while it
+// is bad, a packet lost on one path is resent on another, and the retransmission timeout comes
+// from the fastest working path instead of from the slowest one.
+//
+// A path is avoided when it was found silent (its overdue packets were still missing when the
+// peer answered a probe on another path) or when at least half of its last packets (8 or more)
+// were lost. Avoidance lasts kBaseAvoid, doubled each time the path is found bad again soon after
+// its last avoidance ended (it is still bad), up to kMaxAvoid: bounded, so a path whose hotspot
+// has passed gets packets again within kMaxAvoid.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace mt::dist::dlcp {
+
+class PathHealth {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // A packet sent on this path was acknowledged; `rtt` is a round-trip sample (Karn: first
+  // transmissions only), or zero when the packet gives none.
+  void on_delivered(Clock::duration rtt);
+  // A packet sent on it was lost. `silent`: the peer answered on another path meanwhile.
+  void on_lost(bool silent, Clock::time_point now);
+
+  bool avoided(Clock::time_point now) const { return now < avoid_until_; }
+  Clock::time_point avoided_until() const { return avoid_until_; }
+  bool has_rtt() const { return have_rtt_; }
+  // RFC 6298: srtt + 4 rttvar, clamped to [5 ms, 1 s]; 20 ms before the first sample.
+  Clock::duration retransmit_timeout() const;
+  uint64_t times_avoided() const { return times_avoided_; }
+
+ private:
+  void avoid(Clock::time_point now);
+
+  double srtt_s_ = 0, rttvar_s_ = 0;
+  bool have_rtt_ = false;
+  uint16_t outcomes_ = 0;  // the last packets' fates, newest in bit 0 (1 = lost)
+  int known_ = 0;          // how many of those bits are real (up to 16)
+  Clock::time_point avoid_until_{};
+  Clock::duration avoid_for_{};
+  uint64_t times_avoided_ = 0;
+};
+
+// The paths to one peer, as spraying and resending use them.
+class PathSet {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit PathSet(int paths = 1) : paths_(static_cast<size_t>(paths)) {}
+  int size() const { return static_cast<int>(paths_.size()); }
+  PathHealth& operator[](int path) { return paths_[static_cast<size_t>(path)]; }
+  const PathHealth& operator[](int path) const { return paths_[static_cast<size_t>(path)]; }
+
+  // Whether `path` may take packets now: not avoided, or every path is (then the one whose
+  // avoidance ends first stands in for all, so that something is always sent).
+  bool usable(int path, Clock::time_point now) const;
+  // The first usable path from `from` on, in turn (round-robin spraying).
+  int next_usable(int from, Clock::time_point now) const;
+  // Where to resend a packet lost on `lost_on`: the next usable path after it, so that a
+  // packet lost on a congested path does not wait behind the same hotspot again.
+  int for_resend(int lost_on, Clock::time_point now) const { return next_usable((lost_on + 1) % size(), now); }
+  // How long a packet may wait for its acknowledgement before the sender probes: the smallest
+  // timeout of the usable paths (a slow path's timeout would let its lost packets wait for it).
+  Clock::duration retransmit_timeout(Clock::time_point now) const;
+
+ private:
+  std::vector<PathHealth> paths_;
+};
+
+}  // namespace mt::dist::dlcp
