@@ -84,8 +84,7 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
   optimizer_ = &optimizer;
   MT_CHECK(!params_.empty(), "rank ", rank(), ": CD-SGD got an optimizer without parameters");
   check_replicas_agree(*group_, model, options_.config_text);
-  broadcast_parameters(*group_, model);
-  broadcast_buffers(*group_, model);
+  make_replicas_identical(*group_, model, {}, options_.log);
   build_buckets();
   // The exchanges run on a communicator of their own, from the worker threads: nothing the
   // training thread issues can interleave with them.
