@@ -104,8 +104,7 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
   optimizer_ = &optimizer;
   params_ = optimizer.params();
   check_replicas_agree(*workers_, model, options_.config_text);
-  broadcast_parameters(*workers_, model);
-  broadcast_buffers(*workers_, model);
+  make_replicas_identical(*workers_, model, {}, options_.log);
   const size_t P = params_.size();
   std::vector<int64_t> numel;
   std::vector<size_t> forward_order(P);

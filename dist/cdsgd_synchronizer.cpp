@@ -84,8 +84,7 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
   optimizer_ = &optimizer;
   MT_CHECK(!params_.empty(), "rank ", rank(), ": CD-SGD got an optimizer without parameters");
   check_replicas_agree(*group_, model, options_.config_text);
-  broadcast_parameters(*group_, model);
-  broadcast_buffers(*group_, model);
+  make_replicas_identical(*group_, model, {}, options_.log);
   build_buckets();
   // The exchanges run on a communicator of their own, from the worker threads: nothing the
   // training thread issues can interleave with them.
@@ -159,11 +158,14 @@ void CdsgdSynchronizer::start_iteration_if_needed() {
   current_ = pipeline_->begin(full_precision_now(), j >= 0 ? j : -1);
   next_launch_ = 0;
   for (auto& b : buckets_) {
-    b.values = Tensor::zeros({pipeline_->bucket(static_cast<size_t>(&b - buckets_.data())).numel});
+    // Not zero-filled: every gradient's slice is written, by its hook or in step() (zeros there
+    // for a parameter without a gradient).
+    b.values = Tensor::empty({pipeline_->bucket(static_cast<size_t>(&b - buckets_.data())).numel});
     b.pending = b.last - b.first;
     b.arrived.assign(b.pending, false);
     b.launched = false;
     b.direction = Tensor();
+    b.weights = Tensor();
   }
 }
 
@@ -199,9 +201,8 @@ void CdsgdSynchronizer::launch_bucket(size_t b) {
   Tensor direction = bucket.values;
   if (!momentum_.empty()) {
     mask_velocity(b);
-    std::vector<Tensor> mine(params_.begin() + static_cast<std::ptrdiff_t>(bucket.first),
-                             params_.begin() + static_cast<std::ptrdiff_t>(bucket.last));
-    direction = momentum_[b]->direction(bucket.values, flatten_values(mine));
+    bucket.weights = gather_values(params_, bucket.first, bucket.last);
+    direction = momentum_[b]->direction(bucket.values, bucket.weights);
   }
   bucket.direction = direction;
   bucket.launched = true;
@@ -227,22 +228,24 @@ void CdsgdSynchronizer::apply_pending() {
 
 void CdsgdSynchronizer::step_global(const Tensor& average, double lr) {
   // Under momentum correction the optimizer is plain SGD (takes_over_momentum): the momentum
-  // is inside the average already.
+  // is inside the average already. The gradients are views of the average, which nothing
+  // reads after this step.
   unflatten_into_values(global_, params_);
-  unflatten_into_grads(average, params_);
+  view_as_grads(average, params_);
   const double lr_now = optimizer_->lr();
   optimizer_->set_lr(lr);
   optimizer_->step();
   optimizer_->set_lr(lr_now);
-  global_ = flatten_values(params_);
+  flatten_values_into(params_, global_);
   // Drop the averaged gradients we set: from prepare_eval, the next backward would otherwise
   // accumulate into them.
   for (auto& p : params_) Tensor(p).zero_grad();
 }
 
 void CdsgdSynchronizer::step_local(optim::Optimizer& optimizer, const Tensor& local_direction) {
-  // The parameters hold W; a skipped step (NaN/Inf) leaves them there.
-  unflatten_into_grads(local_direction, params_);
+  // The parameters hold W; a skipped step (NaN/Inf) leaves them there. The gradients are views
+  // of the direction, made for this step only.
+  view_as_grads(local_direction, params_);
   local_sgd_->set_lr(optimizer.lr() * options_.local_lr_factor);
   if (auto* guard = dynamic_cast<optim::StepGuard*>(&optimizer)) {
     guard->step_with(*local_sgd_);
@@ -265,9 +268,12 @@ void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
     for (size_t i = b.first; i < b.last; ++i) {
       if (b.arrived[i - b.first]) continue;
       const Tensor g = params_[i].grad();
-      if (g.defined())
-        b.values.narrow(0, param_offset_[i] - param_offset_[b.first], params_[i].numel())
-            .copy_(g.contiguous().reshape({params_[i].numel()}));
+      Tensor slice = b.values.narrow(0, param_offset_[i] - param_offset_[b.first], params_[i].numel());
+      if (g.defined()) {
+        slice.copy_(g.contiguous().reshape({params_[i].numel()}));
+      } else {
+        slice.zero_();
+      }
       b.arrived[i - b.first] = true;
     }
     b.pending = 0;
@@ -283,32 +289,34 @@ void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
     // Warm-up: plain synchronous S-SGD; local and global weights stay equal.
     pending_ = launched;
     pending_lr_ = optimizer.lr();
-    apply_pending();
-    unflatten_into_values(global_, params_);
+    apply_pending();  // leaves W in the parameters: the local weights
     ++steps_;
     return;
   }
-  const Tensor grad = flatten_grads(params_);
-  const Tensor w_old = flatten_values(params_);
-  Tensor direction = Tensor::empty({global_.numel()});
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    direction.narrow(0, pipeline_->bucket(b).offset, pipeline_->bucket(b).numel).copy_(buckets_[b].direction);
-  // 2. The previous iteration's exchange, into W.
+  // Every pass over the whole model here runs on the training thread, between this backward
+  // and the next forward: the gradient g, the launched direction d and the local weights w are
+  // read from the buckets (copied there once, at launch), not flattened again.
+  for (auto& b : buckets_)
+    if (!b.weights.defined()) b.weights = gather_values(params_, b.first, b.last);
+  // 2. The previous iteration's exchange, into W; it leaves W in the parameters.
+  const bool applied = pending_ != nullptr;
   if (pending_) apply_pending();
   pending_ = launched;
   pending_lr_ = optimizer.lr();
+  if (!applied) unflatten_into_values(global_, params_);
   // 3. Local weights from the newest W and this rank's own (delay-compensated) direction,
   //    through the step guard.
-  const int64_t n = global_.numel();
-  Tensor local_direction = Tensor::empty({n});
-  const float* W = global_.data<float>();
-  const float* w = w_old.data<float>();
-  const float* g = grad.data<float>();
-  const float* d = direction.data<float>();
-  float* out = local_direction.data<float>();
+  Tensor local_direction = Tensor::empty({global_.numel()});
   const float lambda = static_cast<float>(options_.lambda);
-  for (int64_t i = 0; i < n; ++i) out[i] = d[i] + lambda * g[i] * g[i] * (W[i] - w[i]);
-  unflatten_into_values(global_, params_);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t off = pipeline_->bucket(b).offset, len = pipeline_->bucket(b).numel;
+    const float* W = global_.data<float>() + off;
+    const float* w = buckets_[b].weights.data<float>();
+    const float* g = buckets_[b].values.data<float>();
+    const float* d = buckets_[b].direction.data<float>();
+    float* out = local_direction.data<float>() + off;
+    for (int64_t i = 0; i < len; ++i) out[i] = d[i] + lambda * g[i] * g[i] * (W[i] - w[i]);
+  }
   step_local(optimizer, local_direction);
   for (auto& p : params_) Tensor(p).zero_grad();
   ++steps_;

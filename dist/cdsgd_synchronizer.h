@@ -128,6 +128,9 @@ class CdsgdSynchronizer final : public Synchronizer {
     std::vector<bool> arrived;
     bool launched = false;
     Tensor direction;              // what was launched: the gradient or the velocity
+    // This iteration's local weights w of the bucket, copied at launch (momentum correction's
+    // decay term) or in step(): the delay compensation reads them after W is in the parameters.
+    Tensor weights;
   };
   bool delayed() const { return steps_ > options_.warmup_iters; }
   bool full_precision_now() const;  // this iteration's exchange: warm-up and every k-th
@@ -138,7 +141,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   void launch_bucket(size_t b);
   void mask_velocity(size_t b);  // momentum factor masking with the last exchange's payload
   // Applies the exchange in flight to W (the optimizer, or plain SGD under momentum
-  // correction, steps W with the lr of its iteration). May leave W in the model's parameters:
+  // correction, steps W with the lr of its iteration). Leaves W in the model's parameters:
   // the caller puts back what it wants there.
   void apply_pending();
   // W <- update(W, averaged decoded gradients) at learning rate lr.

@@ -55,10 +55,6 @@ void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
   model_ = ModelVector(model, params_);
 
   check_replicas_agree(*group_, model, options_.config_text);
-  if (options_.broadcast_initial_weights) {
-    broadcast_parameters(*group_, model);
-    broadcast_buffers(*group_, model);
-  }
   if (options_.measure_racks) {
     // Every rank clusters the same allgathered times, so all get the same racks.
     options_.schedule.rack_of = measure_racks(*group_);
@@ -69,6 +65,9 @@ void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
       *options_.log << '\n';
     }
   }
+  // After the racks are known (measured or given): a needed broadcast crosses each uplink once.
+  if (options_.broadcast_initial_weights)
+    make_replicas_identical(*group_, model, options_.schedule.rack_of, options_.log);
   if (rank() == 0 && options_.log) *options_.log << schedule_->describe() << std::flush;
 
   // One communicator per group this rank belongs to, in the global order (see the header).

@@ -47,4 +47,35 @@ void unflatten_into_grads(const Tensor& flat, const std::vector<Tensor>& params)
   }
 }
 
+Tensor gather_values(const std::vector<Tensor>& params, size_t first, size_t last) {
+  int64_t n = 0;
+  for (size_t i = first; i < last; ++i) n += params[i].numel();
+  Tensor flat = Tensor::empty({n});
+  int64_t off = 0;
+  for (size_t i = first; i < last; ++i) {
+    flat.narrow(0, off, params[i].numel()).copy_(params[i].contiguous().reshape({params[i].numel()}));
+    off += params[i].numel();
+  }
+  return flat;
+}
+
+void flatten_values_into(const std::vector<Tensor>& params, Tensor& flat) {
+  MT_CHECK(flat.numel() == total_numel(params), "internal: flattening ", total_numel(params),
+           " parameter values into a vector of ", flat.numel());
+  int64_t off = 0;
+  for (const auto& p : params) {
+    flat.narrow(0, off, p.numel()).copy_(p.contiguous().reshape({p.numel()}));
+    off += p.numel();
+  }
+}
+
+void view_as_grads(const Tensor& flat, const std::vector<Tensor>& params) {
+  int64_t off = 0;
+  for (const auto& p : params) {
+    Tensor slice = flat.narrow(0, off, p.numel()).reshape(p.shape());
+    Tensor(p).set_grad((slice.device() == p.device() ? slice : slice.to(p.device())).detach());
+    off += p.numel();
+  }
+}
+
 }  // namespace mt::dist

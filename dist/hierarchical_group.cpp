@@ -55,6 +55,7 @@ HierarchicalGroup::HierarchicalGroup(std::shared_ptr<ProcessGroup> world, std::v
   for (const auto& [id, ranks] : members) representatives_.push_back(ranks.front());
   std::sort(representatives_.begin(), representatives_.end());
   rack_members_ = members.at(rack_of[me]);
+  rack_of_ = std::move(rack_of);
 
   // Each rank joins its rack's communicator first, then the representatives theirs: nobody waits
   // on a group whose members are still waiting on another, so creation cannot deadlock.

@@ -73,9 +73,12 @@ class HierarchicalGroup final : public ProcessGroup {
   bool representative() const { return rack_members_.front() == rank(); }
   // The representatives of all racks (the members of the cross-rack allreduce), sorted.
   const std::vector<int>& representatives() const { return representatives_; }
+  // The rack id of every world rank, as given.
+  const std::vector<int>& rack_of() const { return rack_of_; }
 
  private:
   std::shared_ptr<ProcessGroup> world_;
+  std::vector<int> rack_of_;
   std::vector<int> rack_members_;
   std::vector<int> representatives_;
   std::shared_ptr<ProcessGroup> rack_group_;   // null when the rack is this rank alone

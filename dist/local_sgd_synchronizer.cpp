@@ -15,8 +15,7 @@ LocalSgdSynchronizer::LocalSgdSynchronizer(std::shared_ptr<ProcessGroup> group, 
 
 void LocalSgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   check_replicas_agree(*group_, model, options_.config_text);
-  broadcast_parameters(*group_, model);
-  broadcast_buffers(*group_, model);
+  make_replicas_identical(*group_, model, {}, options_.log);
   model_ = ModelVector(model, optimizer.params());
   // No gradient-ready hooks: gradients never leave the rank.
 }
@@ -59,6 +58,7 @@ std::unique_ptr<Synchronizer> make_local_sgd(const AlgorithmContext& c) {
   LocalSgdOptions o;
   o.period = c.dist.local_sgd().period();
   o.config_text = c.config_text;
+  o.log = c.log;
   return std::make_unique<LocalSgdSynchronizer>(c.group, std::move(o));
 }
 

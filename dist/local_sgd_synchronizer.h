@@ -11,6 +11,7 @@
 // step count: a run resumed from one taken at an averaging step, with a stateless optimizer,
 // continues exactly; elsewhere every rank continues from the average.
 #pragma once
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ namespace mt::dist {
 struct LocalSgdOptions {
   int period = 4;             // K: steps between two averages (>= 1)
   std::string config_text;    // must be the same on every rank (checked at setup)
+  std::ostream* log = nullptr;  // rank 0's start-up note (whether the weights were broadcast)
 };
 
 class LocalSgdSynchronizer final : public Synchronizer {

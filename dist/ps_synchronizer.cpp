@@ -61,8 +61,7 @@ void PsSynchronizer::with_server(int s, const std::string& what, F&& f) {
 void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
   check_replicas_agree(*workers_, model, options_.config_text);
-  broadcast_parameters(*workers_, model);
-  broadcast_buffers(*workers_, model);
+  make_replicas_identical(*workers_, model, {}, options_.log);
   std::vector<int64_t> numel;
   for (const auto& p : params_) {
     MT_CHECK(p.dtype() == core::DType::Float32, "dist.algorithm \"ps\" sums float32 gradients; parameter ",

@@ -1,6 +1,11 @@
 #include "dist/replicas.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -50,6 +55,57 @@ void broadcast_tensors(ProcessGroup& group, const NamedTensors& tensors, int roo
 // A 64-bit value as four exact float32 chunks of 16 bits (the collectives move float32).
 void put_hash(float* out, uint64_t h) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((h >> (16 * i)) & 0xffff);
+}
+
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+// FNV-1a over 8-byte words (a byte at a time for the tail): the digest reads every weight once,
+// so for large models the word steps keep it far below the cost of sending them.
+uint64_t hash_bytes(uint64_t h, const unsigned char* bytes, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    h = (h ^ word) * kFnvPrime;
+  }
+  for (; i < n; ++i) h = (h ^ bytes[i]) * kFnvPrime;
+  return h;
+}
+
+// Rank 0's parameters and buffers to every rank, crossing each rack boundary once: rank 0 sends
+// to the representatives (the lowest rank of each rack), each representative inside its rack.
+// The communicators are made for this one copy and released after it.
+void broadcast_across_racks(ProcessGroup& group, const layers::Module& model, const std::vector<int>& rack_of) {
+  const int me = group.rank();
+  std::map<int, std::vector<int>> members;  // rack id -> its ranks, ascending
+  for (int r = 0; r < group.size(); ++r) members[rack_of[r]].push_back(r);
+  std::vector<int> representatives;
+  for (const auto& [id, ranks] : members) representatives.push_back(ranks.front());
+  std::sort(representatives.begin(), representatives.end());  // rank 0 first: it leads its rack
+  const std::vector<int>& rack = members.at(rack_of[me]);
+  const bool representative = rack.front() == me;
+  // Every rank joins its rack's communicator first, then the representatives theirs: nobody waits
+  // on a group whose members still wait on another (as HierarchicalGroup connects them).
+  std::shared_ptr<ProcessGroup> rack_group = rack.size() > 1 ? group.subgroup(rack) : nullptr;
+  std::shared_ptr<ProcessGroup> cross_group =
+      representative && representatives.size() > 1 ? group.subgroup(representatives) : nullptr;
+  if (cross_group) {
+    broadcast_parameters(*cross_group, model, 0);
+    broadcast_buffers(*cross_group, model, 0);
+  }
+  if (rack_group) {
+    broadcast_parameters(*rack_group, model, 0);
+    broadcast_buffers(*rack_group, model, 0);
+  }
+  if (cross_group) group.release_subgroup(representatives);
+  if (rack_group) group.release_subgroup(rack);
 }
 
 }  // namespace
@@ -103,15 +159,10 @@ void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
       if (a[8 * r + i] != a[i]) { model_differs.push_back(r); break; }
     }
   }
-  auto list = [](const std::vector<int>& ranks) {
-    std::string s;
-    for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-    return s;
-  };
-  MT_CHECK(model_differs.empty(), "rank ", group.rank(), ": the model of rank(s) ", list(model_differs),
+  MT_CHECK(model_differs.empty(), "rank ", group.rank(), ": the model of rank(s) ", list_ranks(model_differs),
            " differs from rank 0's (parameter/buffer names or shapes); every rank must build the same "
            "model: start them all with the same config and overrides");
-  MT_CHECK(config_differs.empty(), "rank ", group.rank(), ": the config of rank(s) ", list(config_differs),
+  MT_CHECK(config_differs.empty(), "rank ", group.rank(), ": the config of rank(s) ", list_ranks(config_differs),
            " differs from rank 0's (hash of the config text); start every rank with the same config "
            "file and the same --set overrides");
 }
@@ -123,6 +174,65 @@ void broadcast_parameters(ProcessGroup& group, const layers::Module& model, int 
 void broadcast_buffers(ProcessGroup& group, const layers::Module& model, int root) {
   const auto buffers = model.named_buffers();
   if (!buffers.empty()) broadcast_tensors(group, buffers, root, "buffers");
+}
+
+uint64_t weights_digest(const layers::Module& model) {
+  uint64_t h = kFnvOffset;
+  auto add = [&h](const Tensor& t) {
+    const Tensor host = t.device().is_cpu() ? t.contiguous() : t.to(core::Device::cpu()).contiguous();
+    h = hash_bytes(h, static_cast<const unsigned char*>(host.raw_data()), host.nbytes());
+  };
+  for (const auto& [name, t] : model.named_parameters()) add(t);
+  for (const auto& [name, t] : model.named_buffers()) add(t);
+  return h;
+}
+
+StartingWeights make_replicas_identical(ProcessGroup& group, const layers::Module& model,
+                                        const std::vector<int>& rack_of, std::ostream* log) {
+  MT_CHECK(rack_of.empty() || static_cast<int>(rack_of.size()) == group.size(), "rank ", group.rank(),
+           ": the start-up broadcast got ", rack_of.size(), " rack ids for ", group.size(),
+           " ranks; give one rack id per rank (or none)");
+  const uint64_t digest = weights_digest(model);
+  Tensor mine = Tensor::empty({4});
+  put_hash(mine.data<float>(), digest);
+  mine = mine.to(group.device());
+  Tensor all = Tensor::empty({4 * static_cast<int64_t>(group.size())}, core::DType::Float32, group.device());
+  finish(group.allgather(mine, all), group, "the start-up comparison of the ranks' weights (allgather of digests)");
+  all = all.to(core::Device::cpu());
+  const float* a = all.data<float>();
+  std::vector<int> differ;
+  for (int r = 1; r < group.size(); ++r) {
+    if (!std::equal(a + 4 * r, a + 4 * r + 4, a)) differ.push_back(r);
+  }
+  const bool chatty = log != nullptr && group.rank() == 0;
+  std::ostringstream hex;
+  hex << std::hex << std::setw(16) << std::setfill('0') << digest;
+  if (differ.empty()) {
+    if (chatty) {
+      *log << "start-up: all " << group.size() << " ranks hold the same weights (digest " << hex.str()
+           << "): nothing broadcast\n";
+    }
+    return StartingWeights::AlreadyIdentical;
+  }
+  std::set<int> racks(rack_of.begin(), rack_of.end());
+  const bool by_rack = racks.size() > 1;
+  if (chatty) {
+    size_t bytes = 0;
+    for (const auto& [name, t] : model.named_parameters()) bytes += t.nbytes();
+    for (const auto& [name, t] : model.named_buffers()) bytes += t.nbytes();
+    *log << "start-up: the weights of rank(s) " << list_ranks(differ) << " differ from rank 0's (digest "
+         << hex.str() << "): broadcasting rank 0's parameters and buffers (" << bytes << " bytes)"
+         << (by_rack ? ", once into each of " + std::to_string(racks.size()) + " racks, then inside each rack"
+                     : std::string())
+         << "\n";
+  }
+  if (by_rack) {
+    broadcast_across_racks(group, model, rack_of);
+  } else {
+    broadcast_parameters(group, model);
+    broadcast_buffers(group, model);
+  }
+  return StartingWeights::Broadcast;
 }
 
 std::vector<core::StateDict> gather_states_to_rank0(ProcessGroup& group, const core::StateDict& mine,

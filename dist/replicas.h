@@ -1,8 +1,9 @@
 // Keeping replicas identical at start-up: every data-parallel algorithm begins by checking that
-// all ranks run the same model and config, then copies rank 0's weights to everyone. Shared by
-// the S-SGD schedules and, later, CD-SGD and DS-Sync.
+// all ranks run the same model and config, then makes sure every rank holds rank 0's weights
+// (comparing digests, broadcasting only when they differ). Shared by every synchronizer.
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,28 @@ void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
 // flattened broadcast, others one by one), through the group's device whatever the model's.
 void broadcast_parameters(ProcessGroup& group, const layers::Module& model, int root = 0);
 void broadcast_buffers(ProcessGroup& group, const layers::Module& model, int root = 0);
+
+// ---- The same starting weights on every rank ----
+// Every rank builds its model from the config's seed, so the replicas normally start identical
+// and sending rank 0's model would only load the network (on a slow uplink, several fresh TCP
+// flows of a whole model at once overflow the switch buffer). Instead the ranks compare a digest
+// of their weights (8 bytes each) and broadcast only when some rank differs.
+
+// A 64-bit hash over the bytes of every parameter and buffer, in the model's order. Equal
+// weights give equal digests on every rank and build; -0.0 and 0.0 (or two NaN encodings)
+// differ, which at worst costs a broadcast.
+uint64_t weights_digest(const layers::Module& model);
+
+enum class StartingWeights { AlreadyIdentical, Broadcast };
+
+// Collective, after check_replicas_agree. Allgathers every rank's weights_digest; when all equal
+// rank 0's nothing else travels, otherwise rank 0's parameters and buffers are broadcast. With the
+// racks known (rack_of[r]: rank r's rack id, one per rank; empty = unknown) the broadcast crosses
+// every rack boundary once: rank 0 to one representative per rack (the lowest rank of each), then
+// inside every rack, on start-up communicators released afterwards. Rank 0 writes one line to
+// `log` saying which happened. Every rank returns the same answer.
+StartingWeights make_replicas_identical(ProcessGroup& group, const layers::Module& model,
+                                        const std::vector<int>& rack_of = {}, std::ostream* log = nullptr);
 
 // ---- Per-rank state in checkpoints ----
 // Only rank 0 writes checkpoints, but algorithms whose ranks hold different state (DS-Sync's

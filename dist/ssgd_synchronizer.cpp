@@ -46,11 +46,12 @@ void SsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   if (named.size() == params_.size()) {
     for (const auto& [name, tensor] : named) param_names_.push_back(name);
   }
-  // Agreement first: the broadcasts below have model-dependent sizes and would fail obscurely
+  // Agreement first: a broadcast below has model-dependent sizes and would fail obscurely
   // (or hang) on ranks with another model.
   check_replicas_agree(*group_, model, options_.config_text);
-  broadcast_parameters(*group_, model);
-  broadcast_buffers(*group_, model);
+  // With hierarchical allreduce the racks are known: a needed broadcast crosses each uplink once.
+  const auto* hierarchical = dynamic_cast<const HierarchicalGroup*>(group_.get());
+  make_replicas_identical(*group_, model, hierarchical ? hierarchical->rack_of() : std::vector<int>{}, options_.log);
 
   if (!params_.empty()) build_buckets(initial_groups());
   if (options_.schedule == Schedule::MGWFBP) start_mgwfbp();

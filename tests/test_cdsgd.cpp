@@ -176,6 +176,50 @@ TEST(Cdsgd, Gloo_DelayCompensationTerm) {
   }).ok_or_report());
 }
 
+// Two parameter vectors; the second gets no gradient on rank 1 in odd iterations (a branch not
+// taken there). CD-SGD counts a missing gradient as zeros: the run equals one where rank 1 sets
+// that gradient to zeros itself, bit for bit, local weights and W, with 2-bit compression and
+// momentum correction (whose velocity and local step read the bucket's gradients and weights).
+TEST(Cdsgd, Gloo_ParameterWithoutGradientCountsAsZeros) {
+  class TwoVectors : public layers::Module {
+   public:
+    TwoVectors() {
+      a_ = register_parameter("a", Tensor::from_vector(std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f}, {4}));
+      b_ = register_parameter("b", Tensor::from_vector(std::vector<float>{0.25f, 1.5f, -1.0f}, {3}));
+    }
+    Tensor forward(const Tensor&) override { return a_; }
+    std::string type_name() const override { return "TwoVectors"; }
+    Tensor a_, b_;
+  };
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    std::vector<std::vector<float>> results[2];
+    for (int missing = 0; missing < 2; ++missing) {
+      TwoVectors model;
+      auto opt = plain_sgd(model, 0.1);
+      dist::CdsgdOptions o = cdsgd("two_bit", 1, 0, 0.5);
+      dist::MomentumCorrectionOptions mc;
+      mc.momentum = 0.9;
+      mc.weight_decay = 0.01;  // the velocity reads the bucket's weights too
+      o.momentum_correction = mc;
+      dist::CdsgdSynchronizer sync(ctx.group, o);
+      sync.setup(model, *opt);
+      for (int t = 0; t < 6; ++t) {
+        sync.begin_iteration(t);
+        set_quadratic_grad(model.a_, {1.0f + ctx.rank, 0.0f, -1.0f, 2.0f});
+        if (ctx.rank == 1 && t % 2 == 1) {
+          if (!missing) Tensor(model.b_).set_grad(Tensor::zeros({3}));
+        } else {
+          set_quadratic_grad(model.b_, {-0.5f * ctx.rank, 2.0f, 0.0f});
+        }
+        sync.step(*opt);
+        opt->zero_grad();
+      }
+      results[missing] = {model.a_.to_vector(), model.b_.to_vector(), sync.global_weights().to_vector()};
+    }
+    EXPECT_EQ(results[1], results[0]);
+  }).ok_or_report());
+}
+
 namespace {
 
 constexpr int64_t kImage = 6, kClasses = 4;

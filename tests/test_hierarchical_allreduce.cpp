@@ -20,6 +20,7 @@
 #include "dist/hierarchical_group.h"
 #include "dist/registry.h"
 #include "optim/registry.h"
+#include "support/counting_group.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 
@@ -29,79 +30,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string join(const std::vector<int>& ranks) {
-  std::string m;
-  for (int r : ranks) {
-    if (!m.empty()) m += ',';
-    m += std::to_string(r);
-  }
-  return m;
-}
+using mt::testing::CountingGroup;
+using mt::testing::Tally;
+using mt::testing::world_members;
 
-// Collectives issued, per group (its member list) and operation: "allreduce {0,2}" -> count.
-struct Tally {
-  std::mutex mutex;
-  std::map<std::string, int> issued;
-  void add(const std::string& op, const std::string& members) {
-    std::lock_guard<std::mutex> lock(mutex);
-    ++issued[op + " {" + members + "}"];
-  }
-  int of(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = issued.find(key);
-    return it == issued.end() ? 0 : it->second;
-  }
-};
-
-// Passes every operation to `inner` and counts it; its subgroups count into the same tally.
-class CountingGroup final : public dist::ProcessGroup {
- public:
-  CountingGroup(std::shared_ptr<dist::ProcessGroup> inner, std::string members, std::shared_ptr<Tally> tally)
-      : inner_(std::move(inner)), members_(std::move(members)), tally_(std::move(tally)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return inner_->backend(); }
-  std::string describe() const override { return inner_->describe(); }
-  std::shared_ptr<dist::Work> allreduce(Tensor& t, dist::ReduceOp op) override {
-    tally_->add("allreduce", members_);
-    return inner_->allreduce(t, op);
-  }
-  std::shared_ptr<dist::Work> broadcast(Tensor& t, int root) override {
-    tally_->add("broadcast", members_);
-    return inner_->broadcast(t, root);
-  }
-  std::shared_ptr<dist::Work> allgather(const Tensor& in, Tensor& out) override {
-    tally_->add("allgather", members_);
-    return inner_->allgather(in, out);
-  }
-  std::shared_ptr<dist::Work> allgatherv(const Tensor& in, Tensor& out, const std::vector<int64_t>& counts) override {
-    tally_->add("allgatherv", members_);
-    return inner_->allgatherv(in, out, counts);
-  }
-  std::shared_ptr<dist::Work> reduce_scatter(const Tensor& in, Tensor& out) override {
-    tally_->add("reduce_scatter", members_);
-    return inner_->reduce_scatter(in, out);
-  }
-  void barrier() override {
-    tally_->add("barrier", members_);
-    inner_->barrier();
-  }
-  std::shared_ptr<dist::ProcessGroup> subgroup(const std::vector<int>& ranks) override {
-    return std::make_shared<CountingGroup>(inner_->subgroup(ranks), join(ranks), tally_);
-  }
-  void release_subgroup(const std::vector<int>& ranks) override { inner_->release_subgroup(ranks); }
-
- private:
-  std::shared_ptr<dist::ProcessGroup> inner_;
-  std::string members_;
-  std::shared_ptr<Tally> tally_;
-};
-
-std::string world_members(int n) {
-  std::vector<int> all;
-  for (int r = 0; r < n; ++r) all.push_back(r);
-  return join(all);
-}
+std::string join(const std::vector<int>& ranks) { return mt::testing::join_ranks(ranks); }
 
 // Rank r's input for allreduce k: values that differ per rank, per element and per call.
 Tensor input(int rank, int k, int64_t n) {

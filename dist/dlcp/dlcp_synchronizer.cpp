@@ -90,8 +90,7 @@ DlcpSynchronizer::DlcpSynchronizer(std::shared_ptr<ProcessGroup> group, DlcpOpti
 
 void DlcpSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   check_replicas_agree(*group_, model, options_.config_text);
-  broadcast_parameters(*group_, model);
-  broadcast_buffers(*group_, model);
+  make_replicas_identical(*group_, model, {}, options_.log);
   params_ = optimizer.params();
   int64_t end = 0;
   std::vector<int64_t> numel;

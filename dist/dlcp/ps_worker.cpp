@@ -61,8 +61,7 @@ void DlcpPsSynchronizer::with_server(int s, const std::string& what, F&& f) {
 void DlcpPsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
   check_replicas_agree(*workers_, model, options_.config_text);
-  broadcast_parameters(*workers_, model);
-  broadcast_buffers(*workers_, model);
+  make_replicas_identical(*workers_, model, {}, options_.log);
   std::vector<int64_t> numel;
   for (const Tensor& p : params_) {
     MT_CHECK(p.device().is_cpu() && p.dtype() == core::DType::Float32, "dist.algorithm \"dlcp\" exchanges float32 "
