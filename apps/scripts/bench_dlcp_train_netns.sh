@@ -4,18 +4,21 @@
 # inter-rack planes of INTER_RATE each, switch ports with DSCP priority bands), host 0 flooding
 # host 2 across plane A (eth0) for ON s every ON+OFF s with `cross`. One rank per host trains
 # configs/lenet_fashion_mnist.prototxt for ITERS iterations (data.limit_train_batches) with a
-# metrics record every iteration, then evaluates; first S-SGD BSP over Gloo (TCP on eth0), then
-# DLCP's ring at p = LOSS on eth0 too (dist.dlcp.paths empty: the address that reaches the
+# timeline (dist.timeline_file) and a metrics record every METRICS_EVERY iterations, then
+# evaluates; first S-SGD BSP over Gloo (TCP on eth0), then DLCP's ring at p = LOSS on eth0 too (dist.dlcp.paths empty: the address that reaches the
 # master), then with ALGOS' dlcp_spray the same ring sprayed over both planes (dist.dlcp.paths
 # ["eth0", "eth1"]: each host binds its own interfaces' addresses). Prints, per algorithm, the
-# median and 99th percentile of rank 0's iteration time (differences of the metrics file's
-# "time", the first WARMUP iterations left out), its DLCP loss and resends, and the test
-# accuracy. The testbed (and the cross traffic) is torn down at the end, also on failure or
+# median and 99th percentile of rank 0's iteration time (differences between the starts of its
+# timeline's forward spans, the first WARMUP iterations left out), its DLCP loss and resends (the
+# metrics records' mean), and the test accuracy. The times come from the timeline, not from a
+# metrics record per iteration, because each record averages the metrics over the ranks with a
+# blocking Gloo allreduce: TCP traffic on eth0 every iteration, which a job logging every few
+# dozen iterations does not have and which stalled DLCP's runs behind the flood. The testbed (and the cross traffic) is torn down at the end, also on failure or
 # Ctrl-C.
 #
 #   bench_dlcp_train_netns.sh [ITERS] [BATCH]     # defaults: 200 16 (per rank)
 # Env: BUILD (build/release), RATE (100mbit), INTER_RATE (25mbit), ON/OFF (1 1), LOSS (0.01),
-#      DEADLINE_MS (20), WARMUP (5), ALGOS ("ssgd dlcp"; add dlcp_spray), MASTER_PORT (29588), OUT (a new
+#      DEADLINE_MS (20), WARMUP (5), METRICS_EVERY (50), ALGOS ("ssgd dlcp"; add dlcp_spray), MASTER_PORT (29588), OUT (a new
 #      folder under /tmp), MT_TESTBED_PREFIX (mt-dlcpt), DLCP_GLOO_INTERFACE (eth0: where the DLCP
 #      runs' own TCP traffic goes, the stop vote and the metrics; eth1 takes it off the flooded
 #      plane, to tell the transport's stalls from TCP's).
@@ -33,6 +36,7 @@ LOSS=${LOSS:-0.01}
 DEADLINE_MS=${DEADLINE_MS:-20}
 DLCP_GLOO_INTERFACE=${DLCP_GLOO_INTERFACE:-eth0}
 WARMUP=${WARMUP:-5}
+METRICS_EVERY=${METRICS_EVERY:-50}
 ALGOS=${ALGOS:-ssgd dlcp}
 PORT=${MASTER_PORT:-29588}
 export MT_TESTBED_PREFIX=${MT_TESTBED_PREFIX:-mt-dlcpt}
@@ -80,7 +84,7 @@ for algo in $ALGOS; do
         MASTER_ADDR=10.77.0.1 MASTER_PORT=$PORT OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
         "$MINTRAIN" train "$config" --output "$OUT/$algo-run" --overwrite \
         --set data.batch_size="$BATCH" --set epochs=1 --set data.limit_train_batches="$ITERS" \
-        --set logging.metrics_every_iters=1 \
+        --set logging.metrics_every_iters="$METRICS_EVERY" --set dist.timeline_file="$OUT/$algo-tl-{rank}.json" \
         >"$OUT/$algo-rank$r.log" 2>&1 &
     pids+=($!)
   done
@@ -100,18 +104,18 @@ echo "LeNet-5, 4 hosts (two_paths, PRIO_QUEUES=1, host links $RATE, inter-rack p
 echo "| algorithm | iteration p50 ms | p99 ms | max ms | DLCP loss | resends / iteration | test accuracy |"
 echo "|---|---|---|---|---|---|---|"
 for algo in $ALGOS; do
-  python3 - "$OUT/$algo-run/metrics.jsonl" "$OUT/$algo-rank0.log" "$algo" "$WARMUP" <<'EOF'
+  python3 - "$OUT/$algo-run/metrics.jsonl" "$OUT/$algo-rank0.log" "$algo" "$WARMUP" "$OUT/$algo-tl-0.json" <<'EOF'
 import json, re, sys
-metrics, log, algo, warmup = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-times, loss, resends = [], [], []
+metrics, log, algo, warmup, timeline = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+loss, resends = [], []
 for line in open(metrics):
     r = json.loads(line)
-    if r.get("type") != "train":
-        continue
-    times.append((r["iter"], r["time"]))
-    if "dlcp_loss" in r:
+    if r.get("type") == "train" and "dlcp_loss" in r:
         loss.append(r["dlcp_loss"]); resends.append(r["dlcp_retransmissions"])
-steps = sorted(1000 * (b[1] - a[1]) for a, b in zip(times, times[1:]) if a[0] >= warmup and b[0] == a[0] + 1)
+trace = json.load(open(timeline))
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+starts = sorted(e["ts"] for e in events if e.get("name") == "forward")  # one per iteration, in us
+steps = sorted((b - a) / 1000 for a, b in zip(starts[warmup:], starts[warmup + 1:]))
 pick = lambda q: steps[min(len(steps) - 1, int(q * (len(steps) - 1) + 0.5))]
 acc = re.findall(r"test loss \S+ acc ([0-9.]+)%", open(log).read())
 mean = lambda v: sum(v) / len(v) if v else float("nan")
