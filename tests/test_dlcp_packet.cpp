@@ -315,6 +315,21 @@ TEST(DlcpPaths, ALossyPathIsAvoidedWithABoundedBackoff) {
   EXPECT_FALSE(paths.usable(1, later + milliseconds(2)));
 }
 
+// A path that delivered a packet sent after a lost one works: the lost one was a drop, and the
+// transport does not call the path silent for it (random loss must not tilt the spraying).
+TEST(DlcpPaths, APathThatStillDeliversIsNotSilent) {
+  using Clock = PathHealth::Clock;
+  using std::chrono::milliseconds;
+  const auto t0 = Clock::now();
+  PathHealth path;
+  EXPECT_FALSE(path.reached_after(t0)) << "nothing delivered yet";
+  path.on_reached(t0 + milliseconds(3));
+  EXPECT_TRUE(path.reached_after(t0 + milliseconds(1)));
+  EXPECT_FALSE(path.reached_after(t0 + milliseconds(3)));
+  path.on_reached(t0 + milliseconds(2));  // a late acknowledgement of an older packet
+  EXPECT_FALSE(path.reached_after(t0 + milliseconds(4))) << "the newest delivery counts, not the last ack";
+}
+
 TEST(DlcpPaths, TheTimeoutComesFromTheFastestUsablePath) {
   using Clock = PathHealth::Clock;
   using std::chrono::milliseconds;

@@ -6,11 +6,12 @@
 // from the fastest working path instead of from the slowest one.
 //
 // A path is avoided when it was found silent (its overdue packets were still missing when the
-// peer answered a probe on another path) or when at least half of its last packets (8 or more)
+// peer answered a probe on another path, and nothing sent on it since had arrived) or when at least half of its last packets (8 or more)
 // were lost. Avoidance lasts kBaseAvoid, doubled each time the path is found bad again soon after
 // its last avoidance ended (it is still bad), up to kMaxAvoid: bounded, so a path whose hotspot
 // has passed gets packets again within kMaxAvoid.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -24,7 +25,13 @@ class PathHealth {
   // A packet sent on this path was acknowledged; `rtt` is a round-trip sample (Karn: first
   // transmissions only), or zero when the packet gives none.
   void on_delivered(Clock::duration rtt);
-  // A packet sent on it was lost. `silent`: the peer answered on another path meanwhile.
+  // A packet sent on it at `sent_at` reached the peer (acknowledged, late or not).
+  void on_reached(Clock::time_point sent_at) { newest_reached_ = std::max(newest_reached_, sent_at); }
+  // Whether a packet sent after `t` has reached the peer on this path: then the path works, and a
+  // packet of it lost before is one unlucky drop, not a silent path.
+  bool reached_after(Clock::time_point t) const { return newest_reached_ > t; }
+  // A packet sent on it was lost. `silent`: the peer answered on another path meanwhile and this
+  // path delivered nothing sent after the packet.
   void on_lost(bool silent, Clock::time_point now);
 
   bool avoided(Clock::time_point now) const { return now < avoid_until_; }
@@ -42,6 +49,7 @@ class PathHealth {
   uint16_t outcomes_ = 0;  // the last packets' fates, newest in bit 0 (1 = lost)
   int known_ = 0;          // how many of those bits are real (up to 16)
   Clock::time_point avoid_until_{};
+  Clock::time_point newest_reached_{};
   Clock::duration avoid_for_{};
   uint64_t times_avoided_ = 0;
 };

@@ -225,7 +225,8 @@ struct Transport::Sending {
     --in_flight;
     --flying_on_path[static_cast<size_t>(s.path)];
   }
-  // `silent`: found by an answer that came on another path than the packet's.
+  // `silent`: found by an answer that came on another path than the packet's, while its own
+  // path delivered nothing sent after it (a random drop on a working path is not silence).
   void mark_lost(uint32_t i, Clock::time_point now, bool silent = false) {
     Slot& s = slots[i];
     land(i);
@@ -242,6 +243,7 @@ struct Transport::Sending {
     s.acked = true;
     ++acked;
     ++*newly;
+    to->paths[s.path].on_reached(s.sent_at);
     if (s.lost) s.lost = false, --lost_outstanding;
     if (s.in_flight) {
       // Karn: no round-trip sample after a resend. Nor for a packet sent before the receiver
@@ -289,7 +291,7 @@ struct Transport::Sending {
         if (slots[i].path == answered.path)
           lost.emplace_back(i, false);
         else if (slots[i].sent_at <= answered.overdue_before)
-          lost.emplace_back(i, true);
+          lost.emplace_back(i, !to->paths[slots[i].path].reached_after(slots[i].sent_at));
       }
       for (const auto& [i, silent] : lost) mark_lost(i, now, silent);
     }
