@@ -257,6 +257,22 @@ f() { [[ $1 == "?" || -z $1 ]] && echo "-" || printf "%.${2}f" "$1"; }
   echo "Generated $(date -u '+%F %T') UTC by \`bash dist/predict/survey.sh${args_given:+ $args_given}\` on $(nproc --all) cores" \
        "($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)); every emulated host shares them."
   echo "Per-worker batch $batch; synthetic data of each model's usual shape on both sides; PS methods with N/4 servers (at least 1)."
+  # One row per method (and DDP), one column per cell of model $1; `cell` is the awk code that
+  # prints one cell from the merged row ($6 ms, $7 predicted, $8 samples/s, $9-$10 efficiencies).
+  method_table() {
+    local m=$1 cell=$2 a c
+    printf '| method |'; printf ' %s |' "${names[@]}"; echo
+    printf '|---|'; printf -- '---:|%.0s' "${names[@]}"; echo
+    for a in $methods pytorch_ddp; do
+      printf '| %s |' "${label[$a]}"
+      for c in "${names[@]}"; do
+        awk -F'\t' -v m="$m" -v c="$c" -v a="$a" '$1 == m && $2 "_" $3 "_n" $4 == c && $5 == a {'"$cell"'
+          found = 1 }
+          END { if (!found) printf " - |" }' "$merged"
+      done
+      echo
+    done
+  }
   for m in $models; do
     mapfile -t names < <(cell_names "$m")
     ((${#names[@]})) || continue
@@ -269,34 +285,15 @@ f() { [[ $1 == "?" || -z $1 ]] && echo "-" || printf "%.${2}f" "$1"; }
     echo "Scaling efficiency against 1 worker: samples/s / (N x one worker's samples/s alone on this machine)."
     echo "Against N workers alone: the N workers training at once without communication, sharing the cores as in the run (what communication costs)."
     echo
-    printf '| method |'; printf ' %s |' "${names[@]}"; echo
-    printf '|---|'; printf -- '---:|%.0s' "${names[@]}"; echo
-    for a in $methods pytorch_ddp; do
-      printf '| %s |' "${label[$a]}"
-      for c in "${names[@]}"; do
-        awk -F'\t' -v m="$m" -v c="$c" -v a="$a" '$1 == m && $2 "_" $3 "_n" $4 == c && $5 == a {
+    method_table "$m" '
           if ($8 == "?") printf " - (%s) |", ($11 == "0" ? "no figure" : "failed")
-          else printf " %.1f (%s / %s) |", $8, ($9 == "?" ? "-" : sprintf("%.2f", $9)), ($10 == "?" ? "-" : sprintf("%.2f", $10))
-          found = 1 }
-          END { if (!found) printf " - |" }' "$merged"
-      done
-      echo
-    done
+          else printf " %.1f (%s / %s) |", $8, ($9 == "?" ? "-" : sprintf("%.2f", $9)), ($10 == "?" ? "-" : sprintf("%.2f", $10))'
     echo
     echo "### $m: ms per iteration, measured / predicted by the cost model"
     echo
-    printf '| method |'; printf ' %s |' "${names[@]}"; echo
-    printf '|---|'; printf -- '---:|%.0s' "${names[@]}"; echo
-    for a in $methods pytorch_ddp; do
-      printf '| %s |' "${label[$a]}"
-      for c in "${names[@]}"; do
-        awk -F'\t' -v m="$m" -v c="$c" -v a="$a" '$1 == m && $2 "_" $3 "_n" $4 == c && $5 == a {
+    method_table "$m" '
           ms = $6 == "?" ? "-" : sprintf("%.1f", $6); pr = $7 == "?" ? "-" : sprintf("%.1f", $7)
-          printf " %s / %s |", ms, pr; found = 1 }
-          END { if (!found) printf " - |" }' "$merged"
-      done
-      echo
-    done
+          printf " %s / %s |", ms, pr'
   done
   echo
   echo "## Per cell: the best of the seven against DDP and against the cell's limit"
