@@ -151,6 +151,28 @@ TEST(TestbedScript, HostCpusGivesEveryHostAQuotaOfItsOwn) {
   EXPECT_FALSE(contains(testbed("dry-run 2 flat 100mbit 0ms").out, "cgroup"));
 }
 
+// HOST_QUEUE bounds only the hosts' own sides of their links (bytes or a time); the switch's
+// ports keep their 100 ms. A bad value is refused before anything is built.
+TEST(TestbedScript, HostQueueBoundsOnlyTheHostsSide) {
+  const Result r = sh("HOST_QUEUE=1514000b bash " + kScript + " dry-run 2 two_paths 25mbit 0ms");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const std::string h : {"mt-test-h0", "mt-test-h1"})
+    for (const std::string dev : {"eth0", "eth1"})
+      EXPECT_TRUE(contains(r.out, "ip netns exec " + h + " tc qdisc replace dev " + dev +
+                                      " root handle 1: tbf rate 25mbit burst 31250 limit 1514000\n"))
+          << h << " " << dev << "\n" << r.out;
+  EXPECT_TRUE(contains(r.out, "ip netns exec mt-test-sw tc qdisc replace dev p0 root handle 1: tbf rate 25mbit burst 31250 latency 100ms"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "mt-test-sw tc qdisc replace dev p0 root handle 1: tbf rate 25mbit burst 31250 limit"));
+  const Result timed = sh("HOST_QUEUE=1s bash " + kScript + " dry-run 2 flat 25mbit 0ms");
+  EXPECT_TRUE(contains(timed.out, "mt-test-h0 tc qdisc replace dev eth0 root handle 1: tbf rate 25mbit burst 31250 latency 1s"))
+      << timed.out;
+  const Result bad = sh("HOST_QUEUE=lots bash " + kScript + " dry-run 2 flat 25mbit 0ms");
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "HOST_QUEUE must be a time (100ms, 1s) or bytes (1514000b) (got 'lots')")) << bad.out;
+  EXPECT_FALSE(contains(bad.out, "ip netns add"));
+}
+
 // two_paths: every host has a second link (eth1, 10.77.1.x) into a second pair of racks, joined
 // by their own inter-rack link; nothing outside 10.77.0.0/24 and 10.77.1.0/24.
 TEST(TestbedScript, TwoPathsGivesEveryHostASecondPlane) {

@@ -35,6 +35,12 @@
 # 10.77.0.250, an address no host has but whose frames go to host J (a static neighbour entry),
 # so they cross the switch and J's link and J drops them silently. It runs until killed; `down`
 # ends every process still inside the testbed's namespaces.
+# Env HOST_QUEUE (default 100ms, like the switch) is how much a host's own side of its link may
+# queue before it drops: a time (100ms, 1s) or bytes (1514000b: 1000 full frames, a Linux host's
+# default txqueuelen). A real host queues in front of its NIC and TCP Small Queues keep that queue
+# from overflowing, but a tbf of 100 ms at 25 Mbit/s holds 200 frames: a host with several TCP
+# flows at once (a parameter-server worker pushing to S servers) dropped tens of thousands of
+# packets at its own egress, which one flow (a ring) never does (docs/PERF.md).
 # DELAY needs the netem qdisc (absent from some kernels, e.g. our VM: then use 0ms).
 # Env HOST_CPUS (e.g. 0.5; default unset: no limit) gives every host a CPU share of its own, a
 # cgroup quota of that many cores: the emulated hosts share this machine's cores, and without
@@ -55,7 +61,7 @@ SUBNET=10.77.0
 SUBNET2=10.77.1    # the second plane of two_paths
 DRY=0
 
-usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # Every command that changes the system goes through x: printed in dry-run, run otherwise.
 x() {
@@ -79,6 +85,8 @@ host() { echo "${PREFIX}-h$1"; }
 # faster than one right after another; `mintrain profile-comm --idle-ms` measures it that way.
 #
 # $5 (default 100ms) is how long tbf may queue a packet before it drops it: the switch's buffer.
+# tbf's queue bound: "limit BYTES" for "<bytes>b", else "latency TIME".
+queue_arg() { if [[ $1 =~ ^[0-9]+b$ ]]; then echo "limit ${1%b}"; else echo "latency $1"; fi; }
 shape() {
   local ns=$1 dev=$2 rate=$3 delay=$4 queue=${5:-100ms}
   local bits burst
@@ -91,14 +99,14 @@ shape() {
     if ((prio)); then
       prio_queues "$ns" "$dev" "root handle 1:" 1 "$rate" "$burst"
     else
-      x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" latency "$queue"
+      x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$burst" $(queue_arg "$queue")
     fi
   else
     x ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: netem delay "$delay"
     if ((prio)); then
       prio_queues "$ns" "$dev" "parent 1: handle 2:" 2 "$rate" "$burst"
     else
-      x ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency "$queue"
+      x ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" $(queue_arg "$queue")
     fi
   fi
 }
@@ -208,6 +216,8 @@ up() {
     flat|two_racks|straggler|contention|two_paths) ;;
     *) echo "unknown preset '$preset' (flat, two_racks, straggler, contention, two_paths)" >&2; exit 2 ;;
   esac
+  [[ ${HOST_QUEUE:-100ms} =~ ^[0-9]+(ms|s|b)$ ]] ||
+    { echo "HOST_QUEUE must be a time (100ms, 1s) or bytes (1514000b) (got '$HOST_QUEUE')" >&2; exit 2; }
   if [[ -n ${BAND_LIMITS:-} ]]; then
     [[ $BAND_LIMITS =~ ^[0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]] ||
       { echo "BAND_LIMITS must be 4 packet counts, e.g. \"1000 500 200 50\" (got '$BAND_LIMITS')" >&2; exit 2; }
@@ -269,14 +279,14 @@ up() {
     x ip netns exec "$h" ip link set eth0 up
     x ip netns exec "$SW" ip link set "$port" master "$br" up
     [[ -z ${HOST_CPUS:-} ]] || cg_make "$h"
-    shape "$h" eth0 "$link_rate" "$delay"       # host -> switch
+    shape "$h" eth0 "$link_rate" "$delay" "${HOST_QUEUE:-100ms}"   # host -> switch
     shape "$SW" "$port" "$link_rate" "$delay"   # switch -> host
     if [[ $preset == two_paths ]]; then         # the second plane: eth1 on rack0b/rack1b
       veth "$h" eth1 "$SW" "q$i"
       x ip netns exec "$h" ip addr add "$SUBNET2.$((i + 1))/24" dev eth1
       x ip netns exec "$h" ip link set eth1 up
       x ip netns exec "$SW" ip link set "q$i" master "${br}b" up
-      shape "$h" eth1 "$link_rate" "$delay"
+      shape "$h" eth1 "$link_rate" "$delay" "${HOST_QUEUE:-100ms}"
       shape "$SW" "q$i" "$link_rate" "$delay"
     fi
   done
