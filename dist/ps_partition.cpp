@@ -49,6 +49,33 @@ std::vector<int64_t> bytes_per_server(const std::vector<PsPartition>& plan, int 
   return bytes;
 }
 
+std::vector<PsPushGroup> staggered_push_groups(const std::vector<PsPartition>& plan, int servers, int rounds,
+                                               int worker) {
+  MT_CHECK(servers >= 1 && rounds >= 1 && worker >= 0, "staggered push groups need servers >= 1, rounds >= 1 and a "
+           "worker >= 0; got ", servers, ", ", rounds, ", ", worker);
+  // Each server's partitions (in plan order) cut into `rounds` runs of about equal bytes.
+  std::vector<std::vector<std::vector<size_t>>> cut(static_cast<size_t>(servers),
+                                                    std::vector<std::vector<size_t>>(static_cast<size_t>(rounds)));
+  const std::vector<int64_t> total = bytes_per_server(plan, servers);
+  std::vector<int64_t> sent(static_cast<size_t>(servers), 0);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const size_t s = static_cast<size_t>(plan[k].server);
+    // The round whose share of the server's bytes this partition's middle falls in.
+    const int64_t middle = sent[s] + plan[k].bytes() / 2;
+    const size_t c = static_cast<size_t>(std::min<int64_t>(rounds - 1, middle * rounds / std::max<int64_t>(total[s], 1)));
+    cut[s][c].push_back(k);
+    sent[s] += plan[k].bytes();
+  }
+  std::vector<PsPushGroup> groups;
+  for (int c = 0; c < rounds; ++c)
+    for (int j = 0; j < servers; ++j) {
+      const int s = (worker + j) % servers;
+      auto& parts = cut[static_cast<size_t>(s)][static_cast<size_t>(c)];
+      if (!parts.empty()) groups.push_back({s, parts});
+    }
+  return groups;
+}
+
 std::string describe_plan(const std::vector<PsPartition>& plan, int servers, int64_t partition_bytes) {
   std::string out = std::to_string(plan.size()) + " partitions (" + mb(static_cast<double>(partition_bytes)) + " max):";
   const auto bytes = bytes_per_server(plan, servers);

@@ -1,5 +1,6 @@
 #include "dist/ps_synchronizer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -23,10 +24,18 @@ double secs(std::chrono::steady_clock::duration d) { return std::chrono::duratio
 PsSchedule parse_ps_schedule(const std::string& name) {
   if (name == "bsp") return PsSchedule::BSP;
   if (name == "wfbp") return PsSchedule::WFBP;
-  MT_FAIL("unknown dist.ps.schedule \"", name, "\"; valid names are: bsp, wfbp");
+  if (name == "staggered") return PsSchedule::STAGGERED;
+  MT_FAIL("unknown dist.ps.schedule \"", name, "\"; valid names are: bsp, wfbp, staggered");
 }
 
-std::string ps_schedule_name(PsSchedule schedule) { return schedule == PsSchedule::BSP ? "bsp" : "wfbp"; }
+std::string ps_schedule_name(PsSchedule schedule) {
+  switch (schedule) {
+    case PsSchedule::BSP: return "bsp";
+    case PsSchedule::WFBP: return "wfbp";
+    case PsSchedule::STAGGERED: return "staggered";
+  }
+  return "?";
+}
 
 PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world,
                                PsOptions options)
@@ -34,6 +43,7 @@ PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::share
   MT_CHECK(workers_ != nullptr, "the parameter server's workers need a process group");
   check_worker_world(*workers_, world_.get(), "dist.algorithm \"ps\"");
   check_at_least("dist.ps.partition_bytes", static_cast<double>(options_.partition_bytes), 4);
+  check_at_least("dist.ps.rounds", options_.rounds, 1);
   check_at_least("dist.grad_accumulation_steps", options_.grad_accumulation_steps, 1);
 }
 
@@ -79,9 +89,16 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     incoming_.push_back(Tensor::zeros({plan_[k].numel}));
     notes_.push_back(int64s({workers_->rank(), static_cast<int64_t>(k), 0}));
   }
+  if (options_.schedule == PsSchedule::STAGGERED) {
+    groups_ = staggered_push_groups(plan_, servers(), options_.rounds, workers_->rank());
+    for (const auto& g : groups_) notes_[g.partitions.back()].data<int64_t>()[2] = 1;  // a receipt wanted
+  }
+  receipts_.assign(plan_.size(), Tensor());
+  for (auto& r : receipts_) r = Tensor::zeros({1}, core::DType::Int64);
   push_work_.assign(plan_.size(), nullptr);
   note_work_.assign(plan_.size(), nullptr);
   pull_work_.assign(plan_.size(), nullptr);
+  receipt_work_.assign(plan_.size(), nullptr);
   pushed_at_.assign(plan_.size(), Clock::time_point{});
   pushed_.assign(plan_.size(), false);
   commands_.assign(static_cast<size_t>(servers()), Tensor());
@@ -89,7 +106,10 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   handshake();
   if (workers_->rank() == 0 && options_.log) {
     *options_.log << "parameter server: " << servers() << " servers, " << name() << ", "
-                  << describe_plan(plan_, servers(), options_.partition_bytes) << std::endl;
+                  << describe_plan(plan_, servers(), options_.partition_bytes);
+    if (options_.schedule == PsSchedule::STAGGERED)
+      *options_.log << "; pushed in " << options_.rounds << " rounds, " << groups_.size() << " groups, at most two rounds unacknowledged";
+    *options_.log << std::endl;
   }
   Synchronizer::setup(model, optimizer);  // grad-ready hooks -> on_gradient_ready
   set_up_ = true;
@@ -127,6 +147,8 @@ void PsSynchronizer::push(size_t k) {
   const int peer = workers_->size() + part.server;
   with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(micro_batches_.iteration()), [&] {
     pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
+    if (notes_[k].data<int64_t>()[2] != 0)
+      receipt_work_[k] = world_->recv(receipts_[k], peer, ps::receipt_tag(static_cast<int64_t>(k)));
     push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(static_cast<int64_t>(k)));
     note_work_[k] = world_->send(notes_[k], peer, ps::kNoteTag);
   });
@@ -143,8 +165,27 @@ void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) 
   }
 }
 
+void PsSynchronizer::push_staggered() {
+  // At most two rounds unacknowledged: group t leaves once group t - 2S is taken. A receipt
+  // queues behind its server's pulls (that link carries N of them a round), so with one round
+  // the workers' links idled waiting for it; with two, rounds still complete in order.
+  const size_t window = static_cast<size_t>(std::max(2, 2 * servers()));
+  TimelineSpan span(options_.timeline.get(), "staggered pushes");
+  auto wait_receipt = [&](const PsPushGroup& g) {
+    const size_t last = g.partitions.back();
+    with_server(g.server, "waiting for its receipt of partition " + std::to_string(last) + " of iteration " +
+                              std::to_string(micro_batches_.iteration()), [&] { receipt_work_[last]->wait(); });
+  };
+  for (size_t t = 0; t < groups_.size(); ++t) {
+    if (t >= window) wait_receipt(groups_[t - window]);
+    for (size_t k : groups_[t].partitions) push(k);
+  }
+  for (size_t t = groups_.size() >= window ? groups_.size() - window : 0; t < groups_.size(); ++t) wait_receipt(groups_[t]);
+}
+
 void PsSynchronizer::step(optim::Optimizer& optimizer) {
   micro_batches_.check_step("worker", workers_->rank());
+  if (options_.schedule == PsSchedule::STAGGERED) push_staggered();
   // BSP: everything now; WFBP: partitions of parameters no hook reported (unused this time).
   for (size_t k = 0; k < plan_.size(); ++k)
     if (!pushed_[k]) push(k);
@@ -205,8 +246,9 @@ namespace {
 
 void validate_ps(const mintrain::DistConfig& d) {
   const mintrain::PsConfig& p = d.ps();
-  check_name("dist.ps.schedule", p.schedule(), {"bsp", "wfbp"});
+  check_name("dist.ps.schedule", p.schedule(), {"bsp", "wfbp", "staggered"});
   check_at_least("dist.ps.partition_bytes", static_cast<double>(p.partition_bytes()), 4);
+  check_at_least("dist.ps.rounds", p.rounds(), 1);
   check_at_least("dist.ps.servers", p.servers(), 0);
 }
 
@@ -219,6 +261,7 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   PsOptions o;
   o.schedule = parse_ps_schedule(p.schedule());
   o.partition_bytes = p.partition_bytes();
+  o.rounds = p.rounds();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
   o.config_text = c.config_text;
   o.timeline = c.timeline;

@@ -10,6 +10,13 @@
 //   WFBP  from the gradient-ready hook, as soon as the parameter's gradient is final, so the
 //         last layers' partitions travel while backward computes the first layers'; the pull is
 //         posted at once and step() waits for it.
+//   STAGGERED  after backward, in rounds: each server's partitions are cut into `rounds` groups
+//         of about equal bytes, and a round pushes one group to every server, worker w starting
+//         at server w mod S, so at each step the workers push to different servers (no incast).
+//         Receipts pace it: a group leaves once the group two rounds before it was taken.
+//         Pushed all at once, S flows share each worker's link and every partition completes
+//         at the end of the push phase, so no pull can start before it; in rounds, round c's
+//         sums travel back while round c+1 is pushed.
 //
 // Seams used: setup (agree, broadcast rank 0's weights over the workers, handshake with every
 // server, register the hooks), begin_iteration (worker 0 tells the servers an iteration begins),
@@ -32,13 +39,14 @@
 
 namespace mt::dist {
 
-enum class PsSchedule { BSP, WFBP };
-PsSchedule parse_ps_schedule(const std::string& name);  // "bsp", "wfbp"; else an Error listing both
+enum class PsSchedule { BSP, WFBP, STAGGERED };
+PsSchedule parse_ps_schedule(const std::string& name);  // "bsp", "wfbp", "staggered"; else an Error listing them
 std::string ps_schedule_name(PsSchedule schedule);
 
 struct PsOptions {
   PsSchedule schedule = PsSchedule::WFBP;
   int64_t partition_bytes = 4 << 20;
+  int rounds = 4;  // STAGGERED: groups per server
   int grad_accumulation_steps = 1;
   std::string config_text;             // must be the same on every worker (checked at setup)
   std::shared_ptr<Timeline> timeline;  // optional: a span per partition, push to pull
@@ -69,11 +77,13 @@ class PsSynchronizer final : public Synchronizer {
   int64_t pushes() const { return pushes_; }                       // since setup
   int64_t pushes_during_backward() const { return pushes_from_hooks_; }  // of those, from a hook
   int64_t pulls() const { return pulls_; }
+  const std::vector<PsPushGroup>& push_groups() const { return groups_; }  // STAGGERED's, in push order
 
  private:
   using Clock = std::chrono::steady_clock;
   void handshake();
   void push(size_t k);
+  void push_staggered();
   void send_command(int64_t kind, int64_t value);
   // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
   // naming server s and `what`, and no stop message is sent at the end.
@@ -87,8 +97,10 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<PsPartition> plan_;
   std::vector<std::vector<size_t>> partitions_of_;  // parameter -> its partitions
   std::vector<Tensor> outgoing_, incoming_;         // host staging, per partition
-  std::vector<Tensor> notes_;                       // per partition: {this worker, k, no receipt}
-  std::vector<std::shared_ptr<Work>> push_work_, note_work_, pull_work_;
+  std::vector<Tensor> notes_;     // per partition: {this worker, k, receipt wanted (a group's last)}
+  std::vector<Tensor> receipts_;  // per partition, filled by the server's receipt
+  std::vector<PsPushGroup> groups_;
+  std::vector<std::shared_ptr<Work>> push_work_, note_work_, pull_work_, receipt_work_;
   std::vector<Clock::time_point> pushed_at_;
   std::vector<bool> pushed_;
   std::vector<Tensor> commands_;                    // worker 0: per server, kept while in flight

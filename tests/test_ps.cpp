@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -83,6 +84,48 @@ TEST(PsPartition, BalancesBytesOverServers) {
       EXPECT_GT(*lo, 0) << servers << " servers";
     }
   }
+}
+
+// The staggered schedule's order: every worker pushes every partition once, round by round;
+// within a round each server's group holds about a round's share of its bytes, and at each step
+// the first S workers push to S different servers (no two into one server's link).
+TEST(PsPartition, StaggeredGroupsSpreadTheWorkersOverTheServers) {
+  constexpr int kServers = 4, kRounds = 3;
+  const auto plan = dist::plan_partitions({1000, 7, 64, 300, 1, 2000}, {5, 4, 3, 2, 1, 0}, 128, kServers);
+  const auto bytes = dist::bytes_per_server(plan, kServers);
+  std::vector<std::vector<dist::PsPushGroup>> of(kServers);
+  for (int w = 0; w < kServers; ++w) {
+    of[static_cast<size_t>(w)] = dist::staggered_push_groups(plan, kServers, kRounds, w);
+    const auto& groups = of[static_cast<size_t>(w)];
+    ASSERT_EQ(groups.size(), static_cast<size_t>(kServers * kRounds)) << "worker " << w;
+    std::vector<int> seen(plan.size(), 0);
+    for (size_t t = 0; t < groups.size(); ++t) {
+      const auto& g = groups[t];
+      EXPECT_EQ(g.server, (w + static_cast<int>(t % kServers)) % kServers) << "worker " << w << " step " << t;
+      int64_t group_bytes = 0;
+      for (size_t k : g.partitions) {
+        EXPECT_EQ(plan[k].server, g.server);
+        ++seen[k];
+        group_bytes += plan[k].bytes();
+      }
+      const int64_t share = bytes[static_cast<size_t>(g.server)] / kRounds;
+      EXPECT_LE(std::abs(group_bytes - share), 128) << "worker " << w << " step " << t << ": " << group_bytes << " vs " << share;
+      EXPECT_TRUE(std::is_sorted(g.partitions.begin(), g.partitions.end()));
+    }
+    EXPECT_EQ(seen, std::vector<int>(plan.size(), 1)) << "worker " << w;
+  }
+  for (size_t t = 0; t < of[0].size(); ++t) {
+    std::vector<int> servers;
+    for (int w = 0; w < kServers; ++w) servers.push_back(of[static_cast<size_t>(w)][t].server);
+    std::sort(servers.begin(), servers.end());
+    EXPECT_EQ(servers, (std::vector<int>{0, 1, 2, 3})) << "step " << t;
+  }
+  // A worker past S starts where worker w mod S does; one round is the server's whole share.
+  EXPECT_EQ(dist::staggered_push_groups(plan, kServers, kRounds, 5)[0].server, 1);
+  const auto whole = dist::staggered_push_groups(plan, kServers, 1, 2);
+  ASSERT_EQ(whole.size(), static_cast<size_t>(kServers));
+  EXPECT_EQ(whole[0].server, 2);
+  EXPECT_THROW(dist::staggered_push_groups(plan, kServers, 0, 0), core::Error);
 }
 
 TEST(PsPartition, BadArgumentsNameTheField) {
@@ -176,10 +219,10 @@ class PsTest : public ::testing::Test {
 // show that every partition of every step was pushed by every worker and summed there (allreduce
 // in disguise would leave them at zero). WFBP-PS has pushed partitions while backward still ran
 // (the count at the second-to-last gradient hook), BSP-PS none.
-TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
+TEST_F(PsTest, BspWfbpAndStaggeredWithOneTwoThreeServersMatchSsgdAndOneRank) {
   constexpr int kSteps = 4, kWorkers = 2;
   const auto single = train_single(kSteps, kWorkers);
-  for (const std::string schedule : {"bsp", "wfbp"}) {
+  for (const std::string schedule : {"bsp", "wfbp", "staggered"}) {
     for (int servers : {1, 2, 3}) {
       const std::string what = "ps/" + schedule + " with " + std::to_string(servers) + " servers";
       const auto result = mt::testing::run_ranks(kWorkers + servers, [&](mt::testing::RankContext& c) {
@@ -191,6 +234,12 @@ TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
           EXPECT_GT(stats.partitions, 0) << what << ": server " << server.index() << " got no partition";
           EXPECT_EQ(stats.pushes_received, kSteps * kWorkers * stats.partitions) << what;
           EXPECT_EQ(stats.pulls_answered, kSteps * kWorkers * stats.partitions) << what;
+          // Staggered pushes are paced by receipts (one per group); the other schedules ask none.
+          if (schedule == "staggered") {
+            EXPECT_GT(stats.receipts_sent, 0) << what;
+          } else {
+            EXPECT_EQ(stats.receipts_sent, 0) << what;
+          }
           return;
         }
         auto workers = workers_of(c.group, kWorkers);
@@ -220,6 +269,10 @@ TEST_F(PsTest, BspAndWfbpWithOneTwoThreeServersMatchSsgdAndOneRank) {
             opt->zero_grad();
           }
           EXPECT_GT(ps.plan().size(), opt->params().size()) << "the first layer is cut into several partitions";
+          if (schedule == "staggered") {  // 4 rounds by default; a server may have no partition in some
+            EXPECT_GE(ps.push_groups().size(), static_cast<size_t>(servers)) << what;
+            EXPECT_LE(ps.push_groups().size(), static_cast<size_t>(4 * servers)) << what;
+          }
           EXPECT_EQ(ps.pulls(), kSteps * static_cast<int64_t>(ps.plan().size()));
           expect_close(mt::testing::weights_of(*model), single, what + ", worker " + std::to_string(c.rank) + " vs one rank");
           const auto ps_weights = mt::testing::weights_of(*model);
@@ -449,7 +502,7 @@ TEST(PsConfig, NeedsServersAndKnowsItsSchedules) {
     dist::validate_dist_config(d);
     ADD_FAILURE() << "no error";
   } catch (const core::Error& e) {
-    EXPECT_TRUE(has(e.what(), "unknown dist.ps.schedule \"fusion\"; valid names are: bsp, wfbp")) << e.what();
+    EXPECT_TRUE(has(e.what(), "unknown dist.ps.schedule \"fusion\"; valid names are: bsp, wfbp, staggered")) << e.what();
   }
   const auto result = mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
     mintrain::RunConfig run;

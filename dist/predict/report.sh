@@ -23,7 +23,7 @@
 #                               [--max-steal P] [--set KEY=VALUE]... [--out-of-sample "N1 N2"]
 #                               [--config FILE]
 #
-# Parameter servers (ps_bsp, ps_wfbp, bytescheduler_ps; flat and two_racks presets): the testbed
+# Parameter servers (ps_bsp, ps_wfbp, ps_staggered, bytescheduler_ps; flat and two_racks presets): the testbed
 # gets N+S hosts and runs with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S (ranks N..N+S-1 are the
 # servers), each server behind its own shaped link (--servers S, default 1). Flat: rank r in host r.
 # two_racks: each rack holds half the workers and half the servers (with an odd S the second rack
@@ -54,12 +54,12 @@
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
 #            ssgd_hierarchical (FUSION, each allreduce reduced in the rack, one flow per rack
 #            across; racks of --nproc/2 on every preset)
-#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp (parameter server)
+#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp ps_staggered (parameter server)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            pytorch_ddp one_worker compute_alone (the rows above)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
 # --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
-# --servers  parameter servers for ps_bsp and ps_wfbp, each on a host of its own (default 1)
+# --servers  parameter servers for the PS methods, each on a host of its own (default 1)
 # --config   the job (default configs/lenet_fashion_mnist_dist.prototxt); the survey's are
 #            configs/survey_resnet20_synthetic.prototxt and configs/survey_bert_tiny_synthetic.prototxt
 # --model    the config's model by default; or any model of the registry that takes the config's
@@ -165,8 +165,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|one_worker|compute_alone) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp bytescheduler_a2a bytescheduler_ps pytorch_ddp one_worker compute_alone)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|one_worker|compute_alone) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps pytorch_ddp one_worker compute_alone)" >&2; exit 2 ;;
   esac
 done
 [[ -f $config ]] || { echo "report.sh: no config file '$config' (--config)" >&2; exit 2; }
@@ -246,7 +246,7 @@ declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]=
                   [ssgd_mgwfbp]="S-SGD MGWFBP" [ssgd_hierarchical]="S-SGD hierarchical allreduce"
                   [cdsgd_two_bit]="CD-SGD TWO_BIT"
                   [ssgd_two_bit]="compressed S-SGD TWO_BIT"
-                  [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS"
+                  [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS" [ps_staggered]="Staggered-PS"
                   [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS"
                   [pytorch_ddp]="PyTorch DDP (Gloo)" [one_worker]="1 worker alone"
                   [compute_alone]="N workers alone (no communication)")
@@ -263,6 +263,7 @@ algo_sets() {
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
     ps_bsp) echo "dist.algorithm=ps dist.ps.schedule=bsp" ;;
     ps_wfbp) echo "dist.algorithm=ps dist.ps.schedule=wfbp" ;;
+    ps_staggered) echo "dist.algorithm=ps dist.ps.schedule=staggered" ;;
     # ByteScheduler's allreduce form sums host copies on Gloo (the CPU's backend anyway).
     bytescheduler_a2a) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=a2a" ;;
     bytescheduler_ps) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=ps" ;;
