@@ -93,6 +93,7 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     groups_ = staggered_push_groups(plan_, servers(), options_.rounds, workers_->rank());
     for (const auto& g : groups_) notes_[g.partitions.back()].data<int64_t>()[2] = 1;  // a receipt wanted
   }
+  ready_.assign(plan_.size(), false);
   receipts_.assign(plan_.size(), Tensor());
   for (auto& r : receipts_) r = Tensor::zeros({1}, core::DType::Int64);
   push_work_.assign(plan_.size(), nullptr);
@@ -158,34 +159,54 @@ void PsSynchronizer::push(size_t k) {
 }
 
 void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
-  if (!micro_batches_.communicate() || options_.schedule != PsSchedule::WFBP) return;
+  if (!micro_batches_.communicate() || options_.schedule == PsSchedule::BSP) return;
+  if (options_.schedule == PsSchedule::STAGGERED) {
+    for (size_t k : partitions_of_.at(param_index)) ready_[k] = true;
+    push_staggered(/*finish=*/false);
+    return;
+  }
   for (size_t k : partitions_of_.at(param_index)) {
     push(k);
     ++pushes_from_hooks_;
   }
 }
 
-void PsSynchronizer::push_staggered() {
+void PsSynchronizer::push_staggered(bool finish) {
   // At most two rounds unacknowledged: group t leaves once group t - 2S is taken. A receipt
   // queues behind its server's pulls (that link carries N of them a round), so with one round
   // the workers' links idled waiting for it; with two, rounds still complete in order.
   const size_t window = static_cast<size_t>(std::max(2, 2 * servers()));
-  TimelineSpan span(options_.timeline.get(), "staggered pushes");
-  auto wait_receipt = [&](const PsPushGroup& g) {
-    const size_t last = g.partitions.back();
-    with_server(g.server, "waiting for its receipt of partition " + std::to_string(last) + " of iteration " +
-                              std::to_string(micro_batches_.iteration()), [&] { receipt_work_[last]->wait(); });
+  auto receipt_of = [&](size_t t) { return receipt_work_[groups_[t].partitions.back()]; };
+  auto wait_receipt = [&](size_t t) {
+    with_server(groups_[t].server, "waiting for its receipt of partition " + std::to_string(groups_[t].partitions.back()) +
+                                       " of iteration " + std::to_string(micro_batches_.iteration()),
+                [&] { receipt_of(t)->wait(); });
   };
-  for (size_t t = 0; t < groups_.size(); ++t) {
-    if (t >= window) wait_receipt(groups_[t - window]);
-    for (size_t k : groups_[t].partitions) push(k);
+  // From a gradient hook, a group leaves only if its gradients are final and its receipt is in
+  // already (backward must not wait); from step(), every group leaves, waiting as it must.
+  for (; next_group_ < groups_.size(); ++next_group_) {
+    const PsPushGroup& g = groups_[next_group_];
+    if (!finish) {
+      for (size_t k : g.partitions)
+        if (!ready_[k]) return;
+      if (next_group_ >= window && !receipt_of(next_group_ - window)->is_completed()) return;
+    }
+    if (next_group_ >= window) wait_receipt(next_group_ - window);
+    for (size_t k : g.partitions) push(k);
+    if (!finish) pushes_from_hooks_ += static_cast<int64_t>(g.partitions.size());
   }
-  for (size_t t = groups_.size() >= window ? groups_.size() - window : 0; t < groups_.size(); ++t) wait_receipt(groups_[t]);
+  if (!finish) return;
+  for (size_t t = groups_.size() >= window ? groups_.size() - window : 0; t < groups_.size(); ++t) wait_receipt(t);
+  next_group_ = 0;
+  ready_.assign(plan_.size(), false);
 }
 
 void PsSynchronizer::step(optim::Optimizer& optimizer) {
   micro_batches_.check_step("worker", workers_->rank());
-  if (options_.schedule == PsSchedule::STAGGERED) push_staggered();
+  if (options_.schedule == PsSchedule::STAGGERED) {
+    TimelineSpan span(options_.timeline.get(), "staggered pushes");
+    push_staggered(/*finish=*/true);
+  }
   // BSP: everything now; WFBP: partitions of parameters no hook reported (unused this time).
   for (size_t k = 0; k < plan_.size(); ++k)
     if (!pushed_[k]) push(k);

@@ -10,10 +10,11 @@
 //   WFBP  from the gradient-ready hook, as soon as the parameter's gradient is final, so the
 //         last layers' partitions travel while backward computes the first layers'; the pull is
 //         posted at once and step() waits for it.
-//   STAGGERED  after backward, in rounds: each server's partitions are cut into `rounds` groups
+//   STAGGERED  in rounds: each server's partitions are cut into `rounds` groups
 //         of about equal bytes, and a round pushes one group to every server, worker w starting
 //         at server w mod S, so at each step the workers push to different servers (no incast).
-//         Receipts pace it: a group leaves once the group two rounds before it was taken.
+//         Receipts pace it: a group leaves once the group two rounds before it was taken and,
+//         during backward (from the gradient hooks, never waiting), once its gradients are final.
 //         Pushed all at once, S flows share each worker's link and every partition completes
 //         at the end of the push phase, so no pull can start before it; in rounds, round c's
 //         sums travel back while round c+1 is pushed.
@@ -83,7 +84,7 @@ class PsSynchronizer final : public Synchronizer {
   using Clock = std::chrono::steady_clock;
   void handshake();
   void push(size_t k);
-  void push_staggered();
+  void push_staggered(bool finish);  // from a hook (finish false) or from step()
   void send_command(int64_t kind, int64_t value);
   // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
   // naming server s and `what`, and no stop message is sent at the end.
@@ -100,6 +101,8 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<Tensor> notes_;     // per partition: {this worker, k, receipt wanted (a group's last)}
   std::vector<Tensor> receipts_;  // per partition, filled by the server's receipt
   std::vector<PsPushGroup> groups_;
+  std::vector<bool> ready_;  // STAGGERED: partitions whose gradient is final this iteration
+  size_t next_group_ = 0;    // STAGGERED: the first group not pushed yet this iteration
   std::vector<std::shared_ptr<Work>> push_work_, note_work_, pull_work_, receipt_work_;
   std::vector<Clock::time_point> pushed_at_;
   std::vector<bool> pushed_;

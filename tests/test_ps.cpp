@@ -187,11 +187,12 @@ std::vector<std::vector<float>> train_single(int steps, int workers) {
 // Built through the registry, as the trainer builds it.
 std::unique_ptr<dist::Synchronizer> ps_sync(const std::shared_ptr<dist::ProcessGroup>& workers,
                                             const std::shared_ptr<dist::ProcessGroup>& world, const std::string& schedule,
-                                            int64_t partition_bytes = kPartitionBytes) {
+                                            int64_t partition_bytes = kPartitionBytes, int rounds = 4) {
   mintrain::RunConfig run;
   run.mutable_dist()->set_algorithm("ps");
   run.mutable_dist()->mutable_ps()->set_schedule(schedule);
   run.mutable_dist()->mutable_ps()->set_partition_bytes(partition_bytes);
+  run.mutable_dist()->mutable_ps()->set_rounds(rounds);
   return dist::make_synchronizer(workers, run, "same", nullptr, nullptr, world);
 }
 
@@ -262,7 +263,7 @@ TEST_F(PsTest, BspWfbpAndStaggeredWithOneTwoThreeServersMatchSsgdAndOneRank) {
             const int64_t early = pushed_at_hook[pushed_at_hook.size() - 2] - before;
             if (schedule == "wfbp") {
               EXPECT_GT(early, 0) << what << " step " << s;
-            } else {
+            } else if (schedule == "bsp") {
               EXPECT_EQ(early, 0) << what << " step " << s;
             }
             sync->step(*opt);
@@ -323,6 +324,43 @@ TEST_F(PsTest, ThreeWorkersAndWholeParametersMatchOneRank) {
       opt->zero_grad();
     }
     expect_close(mt::testing::weights_of(*model), single, "3 workers, worker " + std::to_string(c.rank));
+  });
+  EXPECT_TRUE(result.ok_or_report());
+}
+
+// Staggered pushes a group from the gradient hooks as soon as its gradients are final (never
+// waiting there): with 8 rounds on one server, round 0 holds partitions of the last two layers
+// (the first gradients backward makes), so it leaves before the first layer's gradient exists;
+// the weights are still those of one rank with N x the batch.
+TEST_F(PsTest, StaggeredPushesFinishedGroupsDuringBackward) {
+  constexpr int kSteps = 3, kWorkers = 2;
+  const auto single = train_single(kSteps, kWorkers);
+  const auto result = mt::testing::run_ranks(kWorkers + 1, [&](mt::testing::RankContext& c) {
+    core::set_num_threads(1);
+    if (c.rank == kWorkers) {
+      dist::ParameterServer(c.group, server_options(kWorkers, 1)).run();
+      return;
+    }
+    auto model = tiny_mlp();
+    auto opt = mt::testing::reference_sgd(*model);
+    auto sync = ps_sync(workers_of(c.group, kWorkers), c.group, "staggered", kPartitionBytes, 8);
+    auto& ps = dynamic_cast<dist::PsSynchronizer&>(*sync);
+    sync->setup(*model, *opt);
+    ASSERT_GE(ps.push_groups().size(), 2u);
+    const std::vector<size_t> first = ps.push_groups()[0].partitions;
+    // The first layer's weight is the parameter backward finishes last.
+    for (size_t k : first) EXPECT_NE(ps.plan()[k].param, 0u) << "round 0 should hold later layers only";
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t before = ps.pushes_during_backward();
+      sync->begin_iteration(s);
+      auto [x, y] = shard(s, kWorkers, c.rank);
+      core::cross_entropy(model->forward(x), y).backward();
+      EXPECT_GE(ps.pushes_during_backward() - before, static_cast<int64_t>(first.size())) << "step " << s;
+      EXPECT_LT(ps.pushes_during_backward() - before, static_cast<int64_t>(ps.plan().size())) << "step " << s;
+      sync->step(*opt);
+      opt->zero_grad();
+    }
+    expect_close(mt::testing::weights_of(*model), single, "staggered, worker " + std::to_string(c.rank));
   });
   EXPECT_TRUE(result.ok_or_report());
 }
