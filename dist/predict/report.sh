@@ -11,6 +11,8 @@
 #               --inter-rate, its switch buffer UPLINK_QUEUE, env, default the testbed's 1s),
 #               straggler (one host at RATE/10);
 #               contention (host 0's link alternating RATE/5 and RATE every 2 s) on request
+#               (env HOST_QUEUE, the testbed's, bounds each host's own side of its link:
+#               default 100ms, 1514000b for a Linux host's 1000 frames; the report names it)
 # It collects every rank's log and metrics.jsonl, then writes DIR/report.md (a table: time per
 # iteration, throughput, final test accuracy, wall time, the packets the testbed's links dropped
 # during the run (netns_testbed.sh drops); and the cost model's prediction when
@@ -814,8 +816,8 @@ fi
     fi
   done <"$summary"
   echo
-  echo "Presets: flat = every host link at $rate; two_racks = hosts 0-$((RACK - 1)) and $RACK-$((NPROC - 1)) in two racks joined by one" \
-       "link at $((inter_bits / 1000000)) Mbit/s (switch buffer ${UPLINK_QUEUE:-1s}; host links 100ms); straggler = host $((NPROC - 1))'s link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
+  echo "Presets: flat = every host link at $rate (on every preset a host link queues 100ms at the switch's side, ${HOST_QUEUE:-100ms} at the host's); two_racks = hosts 0-$((RACK - 1)) and $RACK-$((NPROC - 1)) in two racks joined by one" \
+       "link at $((inter_bits / 1000000)) Mbit/s (switch buffer ${UPLINK_QUEUE:-1s}); straggler = host $((NPROC - 1))'s link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
        "contention = host 0's link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s."
   echo "ms / iteration: median over rank 0's progress windows (every $every iterations) of the time/iteration" \
        "deltas in metrics.jsonl (PyTorch DDP: the median of its windows' means); throughput: ranks x batch / that time; wall time: start of" \
