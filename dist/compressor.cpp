@@ -6,6 +6,27 @@
 
 namespace mt::dist {
 
+Tensor Compressor::compress_with_feedback(const Tensor& grad, Tensor& residual, Tensor* decoded) const {
+  const int64_t n = residual.numel();
+  Tensor v = grad.contiguous().reshape({n}).clone();
+  v.add_(residual);
+  Tensor payload = compress(v);
+  Tensor own = decompress(payload, n);
+  residual.copy_(v);
+  residual.add_(own, -1.0f);
+  if (decoded) *decoded = own;
+  return payload;
+}
+
+Tensor Compressor::decompress_sum(const Tensor& payloads, int count, int64_t numel) const {
+  const int64_t len = payload_numel(numel);
+  MT_CHECK(count >= 1 && payloads.numel() == len * count, "internal: summing ", count, " payloads of ",
+           len, " elements each from a buffer of ", payloads.numel());
+  Tensor sum = Tensor::zeros({numel}, core::DType::Float32, payloads.device());
+  for (int r = 0; r < count; ++r) sum.add_(decompress(payloads.narrow(0, r * len, len).contiguous(), numel));
+  return sum;
+}
+
 std::vector<std::string> compressor_names() { return {"none", "fp16", "two_bit", "topk", "sign"}; }
 
 std::unique_ptr<Compressor> make_compressor(const CompressionOptions& o) {

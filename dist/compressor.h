@@ -36,6 +36,20 @@ class Compressor {
   virtual Tensor compress(const Tensor& in) const = 0;
   // Back to `numel` float32 values (numel = the compressed input's), on the payload's device.
   virtual Tensor decompress(const Tensor& payload, int64_t numel) const = 0;
+
+  // The two fused steps of an exchange (gradient_exchange.h). Each default runs the plain steps
+  // one after another; a compressor may do them in one pass over memory instead (TWO_BIT on
+  // the CPU), giving the same bits.
+  //
+  // Error feedback and compression: v = grad + residual; returns compress(v), sets residual
+  // <- v - decompress(payload) and, if `decoded` is given, *decoded = decompress(payload).
+  // grad: float32 of residual's numel, any shape, on residual's device (error_feedback.h).
+  virtual Tensor compress_with_feedback(const Tensor& grad, Tensor& residual, Tensor* decoded) const;
+  // The sum of `count` payloads of `numel` values each, lying one after another in `payloads`
+  // (an allgather's output): decompress(p_0) + decompress(p_1) + ..., added in that order
+  // starting from zeros, so every rank that sums the same payloads gets the same bits.
+  virtual Tensor decompress_sum(const Tensor& payloads, int count, int64_t numel) const;
+
   virtual bool summable() const = 0;
   virtual core::DType payload_dtype() const = 0;
   virtual int64_t payload_numel(int64_t numel) const = 0;

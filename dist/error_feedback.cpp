@@ -11,12 +11,16 @@ void ErrorFeedback::follow(core::Device device) const {
   if (residual_.device() != device) residual_ = residual_.to(device);
 }
 
-Tensor ErrorFeedback::corrected(const Tensor& grad) const {
+void ErrorFeedback::check_gradient(const Tensor& grad) const {
   MT_CHECK(grad.numel() == numel(), "error feedback: gradient of ", grad.numel(),
            " values, residual of ", numel());
   MT_CHECK(grad.dtype() == core::DType::Float32, "error feedback: the gradient must be float32, got ",
            grad.str());
   follow(grad.device());
+}
+
+Tensor ErrorFeedback::corrected(const Tensor& grad) const {
+  check_gradient(grad);
   Tensor v = grad.contiguous().reshape({numel()}).clone();
   v.add_(residual_);
   return v;
@@ -28,6 +32,11 @@ void ErrorFeedback::update(const Tensor& corrected, const Tensor& decoded) {
   follow(corrected.device());
   residual_.copy_(corrected);
   residual_.add_(decoded.reshape({numel()}), -1.0f);
+}
+
+Tensor ErrorFeedback::compress(const Compressor& compressor, const Tensor& grad, Tensor* decoded) {
+  check_gradient(grad);
+  return compressor.compress_with_feedback(grad, residual_, decoded);
 }
 
 }  // namespace mt::dist

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "dist/compressor.h"
 
 namespace mt::dist {
 
@@ -27,6 +28,11 @@ class ErrorFeedback {
   Tensor corrected(const Tensor& grad) const;
   // r <- corrected - decoded (both on one device; the residual moves there).
   void update(const Tensor& corrected, const Tensor& decoded);
+  // corrected, compression and update in one call: returns the payload of Q(g + r) and sets
+  // r <- g + r - decode(Q(g + r)); `decoded` (optional) receives decode(Q(g + r)). The same
+  // bits as the three steps, in one pass over memory where the compressor can
+  // (Compressor::compress_with_feedback).
+  Tensor compress(const Compressor& compressor, const Tensor& grad, Tensor* decoded = nullptr);
   void clear() { residual_.zero_(); }
   int64_t numel() const { return residual_.numel(); }
   const Tensor& residual() const { return residual_; }
@@ -34,6 +40,8 @@ class ErrorFeedback {
   core::Device device() const { return residual_.device(); }
 
  private:
+  // A float32 gradient of numel() values; moves the residual to its device.
+  void check_gradient(const Tensor& grad) const;
   // Moving the residual to another device changes where it lives, not its value: corrected()
   // stays const.
   void follow(core::Device device) const;

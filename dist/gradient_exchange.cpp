@@ -31,17 +31,16 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
   e.compressor = compressor_;
   e.numel = feedback_.numel();
   e.full_precision = full_precision;
-  Tensor v = feedback_.corrected(flat_grad);
   Tensor decoded;  // this rank's own decoded payload (lossy exchanges)
   if (full_precision) {
-    e.payload = v;
+    e.payload = feedback_.corrected(flat_grad);
     e.summable = true;
     feedback_.clear();
   } else {
-    e.payload = compressor_->compress(v);
     e.summable = compressor_->summable();
-    decoded = compressor_->decompress(e.payload, e.numel);
-    feedback_.update(v, decoded);
+    // The decoded values are written only where something reads them.
+    const bool keep_decoded = own_decoded != nullptr || (!e.summable && route_ == ExchangeRoute::DecodeReduceScatter);
+    e.payload = feedback_.compress(*compressor_, flat_grad, keep_decoded ? &decoded : nullptr);
     if (own_decoded) *own_decoded = decoded;
   }
   if (e.summable) {
@@ -92,11 +91,11 @@ Tensor GradientExchange::wait(PendingExchange& e) {
     sum = e.full_precision ? e.payload : e.compressor->decompress(e.payload, e.numel);
   } else {
     // Every rank decodes every rank's payload and sums them in rank order: the same floating
-    // point additions everywhere, so all ranks get bit-identical averages.
-    const int64_t len = e.payload.numel();
-    sum = Tensor::zeros({e.numel}, core::DType::Float32, e.payload.device());
-    for (int r = 0; r < group_->size(); ++r)
-      sum.add_(e.compressor->decompress(e.gathered.narrow(0, r * len, len).contiguous(), e.numel));
+    // point additions everywhere, so all ranks get bit-identical averages. The sum is a new
+    // tensor: scaled in place.
+    Tensor avg = e.compressor->decompress_sum(e.gathered, group_->size(), e.numel);
+    avg.mul_(scale);
+    return avg;
   }
   Tensor avg = sum.contiguous().clone();
   avg.mul_(scale);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "core/error.h"
@@ -149,6 +150,144 @@ TEST(ErrorFeedback, ResidualPlusDecodedEqualsInputPlusOldResidual) {
       for (float x : ef.residual().to_vector()) EXPECT_EQ(x, 0.0f);
     }
   }
+}
+
+namespace {
+
+// TWO_BIT as specified (compressor.h, compress.h), value by value: the reference the CPU
+// kernels (word by word, fused) must match byte for byte.
+std::vector<uint8_t> two_bit_reference_encode(const std::vector<float>& v, float tau) {
+  std::vector<uint32_t> words((v.size() + 15) / 16, 0u);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t code = v[i] >= tau ? 1u : (v[i] <= -tau ? 2u : 0u);
+    words[i / 16] |= code << (2 * (i % 16));
+  }
+  std::vector<uint8_t> bytes(words.size() * 4);
+  if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
+  return bytes;
+}
+
+float two_bit_reference_value(const uint8_t* payload, size_t i, float tau) {
+  uint32_t word;
+  std::memcpy(&word, payload + 4 * (i / 16), 4);
+  const uint32_t code = (word >> (2 * (i % 16))) & 3u;
+  return code == 1u ? tau : (code == 2u ? -tau : 0.0f);
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  std::vector<uint8_t> b(static_cast<size_t>(t.numel()));
+  if (!b.empty()) std::memcpy(b.data(), t.contiguous().raw_data(), b.size());
+  return b;
+}
+
+// Bit-for-bit equality of two float vectors (+0 and -0 differ, NaN equals the same NaN).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// n values in [-2 tau, 2 tau], with every 7th exactly +tau and every 11th exactly -tau (the
+// thresholds are inclusive) and some zeros.
+std::vector<float> values_at_thresholds(int64_t n, float tau, uint64_t seed) {
+  const Tensor r = random_vector(n, seed, 2.0f * tau);
+  std::vector<float> v = r.numel() > 0 ? r.to_vector() : std::vector<float>{};
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 7 == 3) v[static_cast<size_t>(i)] = tau;
+    if (i % 11 == 5) v[static_cast<size_t>(i)] = -tau;
+    if (i % 13 == 6) v[static_cast<size_t>(i)] = 0.0f;
+  }
+  return v;
+}
+
+Tensor tensor_of(const std::vector<float>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())});
+  if (!v.empty()) std::memcpy(t.raw_data(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+}  // namespace
+
+// The word-by-word CPU encoder and decoder write and read exactly the reference's bytes and
+// values, on sizes around a word's 16 and values exactly at +/-tau.
+TEST(Compressors, TwoBitMatchesTheReferenceOnOddSizes) {
+  const float tau = 0.25f;
+  auto c = dist::make_compressor(opts("two_bit", tau));
+  for (int64_t n : {0, 1, 15, 16, 17, 1000003}) {
+    const std::vector<float> v = values_at_thresholds(n, tau, static_cast<uint64_t>(n) + 7);
+    const Tensor payload = c->compress(tensor_of(v));
+    const std::vector<uint8_t> want = two_bit_reference_encode(v, tau);
+    ASSERT_EQ(bytes_of(payload), want) << "n " << n;
+    std::vector<float> decoded_want(v.size());
+    for (size_t i = 0; i < v.size(); ++i) decoded_want[i] = two_bit_reference_value(want.data(), i, tau);
+    const Tensor decoded = c->decompress(payload, n);
+    ASSERT_EQ(decoded.numel(), n);
+    EXPECT_TRUE(same_bits(n > 0 ? decoded.to_vector() : std::vector<float>{}, decoded_want)) << "n " << n;
+  }
+}
+
+// Error feedback fused with compression gives the bits of the separate steps (the base class's
+// compress_with_feedback, which TWO_BIT's CPU kernel overrides): payload, residual and decoded.
+TEST(Compressors, FusedErrorFeedbackEqualsTheSeparateSteps) {
+  const float tau = 0.25f;
+  for (const auto& name : dist::compressor_names()) {
+    auto c = dist::make_compressor(opts(name, tau, 0.05));
+    for (int64_t n : {0, 1, 15, 16, 17, 1000003}) {
+      if (n == 0 && name == "topk") continue;  // TOPK keeps at least one value: needs n >= 1
+      const Tensor g = tensor_of(values_at_thresholds(n, tau, 21));
+      // Residuals that put some of g + r exactly at the thresholds too.
+      const std::vector<float> r0 = values_at_thresholds(n, tau / 2, 22);
+      Tensor fused_r = tensor_of(r0), steps_r = tensor_of(r0);
+      Tensor fused_d, steps_d;
+      const Tensor fused = c->compress_with_feedback(g, fused_r, &fused_d);
+      const Tensor steps = c->dist::Compressor::compress_with_feedback(g, steps_r, &steps_d);
+      ASSERT_EQ(bytes_of(fused), bytes_of(steps)) << name << " n " << n;
+      if (n == 0) continue;
+      EXPECT_TRUE(same_bits(fused_r.to_vector(), steps_r.to_vector())) << name << " n " << n;
+      EXPECT_TRUE(same_bits(fused_d.to_vector(), steps_d.to_vector())) << name << " n " << n;
+      // Without `decoded` the residual is the same.
+      Tensor plain_r = tensor_of(r0);
+      c->compress_with_feedback(g, plain_r, nullptr);
+      EXPECT_TRUE(same_bits(plain_r.to_vector(), steps_r.to_vector())) << name << " n " << n;
+    }
+  }
+}
+
+// The sum of N payloads decoded in one pass equals, bit for bit, decoding each and adding them
+// in order from zeros (the base class's decompress_sum, what every rank used to do).
+TEST(Compressors, DecompressSumEqualsDecodingEachInOrder) {
+  const float tau = 0.25f;
+  for (const auto& name : dist::compressor_names()) {
+    auto c = dist::make_compressor(opts(name, tau, 0.05));
+    for (int64_t n : {0, 1, 15, 16, 17, 1000003}) {
+      if (n == 0 && name == "topk") continue;
+      for (int count : {1, 3, 4}) {
+        const int64_t len = c->payload_numel(n);
+        Tensor gathered = Tensor::empty({len * count}, c->payload_dtype());
+        for (int r = 0; r < count; ++r)
+          gathered.narrow(0, r * len, len).copy_(c->compress(tensor_of(values_at_thresholds(n, tau, 30 + r))));
+        const Tensor fast = c->decompress_sum(gathered, count, n);
+        const Tensor slow = c->dist::Compressor::decompress_sum(gathered, count, n);
+        ASSERT_EQ(fast.numel(), n);
+        if (n == 0) continue;
+        EXPECT_TRUE(same_bits(fast.to_vector(), slow.to_vector())) << name << " n " << n << " count " << count;
+      }
+    }
+  }
+  // The TWO_BIT sum against values decoded one by one: catches a default that is wrong too.
+  auto c = dist::make_compressor(opts("two_bit", tau));
+  const int64_t n = 1000003, len = c->payload_numel(n);
+  Tensor gathered = Tensor::empty({len * 2}, c->payload_dtype());
+  std::vector<std::vector<uint8_t>> payloads;
+  for (int r = 0; r < 2; ++r) {
+    payloads.push_back(two_bit_reference_encode(values_at_thresholds(n, tau, 40 + r), tau));
+    std::memcpy(static_cast<uint8_t*>(gathered.raw_data()) + r * len, payloads.back().data(), payloads.back().size());
+  }
+  const auto sum = c->decompress_sum(gathered, 2, n).to_vector();
+  for (size_t i = 0; i < sum.size(); ++i) {
+    const float want = (0.0f + two_bit_reference_value(payloads[0].data(), i, tau)) +
+                       two_bit_reference_value(payloads[1].data(), i, tau);
+    ASSERT_EQ(sum[i], want) << i;
+  }
+  EXPECT_NE(error_of([&] { c->decompress_sum(gathered, 3, n); }).find("payload"), std::string::npos);
 }
 
 TEST(Compressors, BadOptionsAreClearErrors) {
