@@ -95,6 +95,7 @@ void fill(Tensor& t, double value) {
 
 void copy(const Tensor& src, Tensor& dst) {
   MT_CHECK(src.dtype() == dst.dtype(), "copy: dtype mismatch");
+  if (dst.nbytes() == 0) return;  // an empty tensor may have no storage: memcpy(nullptr) is undefined
   if (src.is_contiguous() && dst.is_contiguous()) {
     std::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes());
     return;
