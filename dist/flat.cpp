@@ -47,26 +47,29 @@ void unflatten_into_grads(const Tensor& flat, const std::vector<Tensor>& params)
   }
 }
 
-Tensor gather_values(const std::vector<Tensor>& params, size_t first, size_t last) {
-  int64_t n = 0;
-  for (size_t i = first; i < last; ++i) n += params[i].numel();
-  Tensor flat = Tensor::empty({n});
+namespace {
+// params[first, last)'s values one after another into flat, from its first element.
+void copy_values(const std::vector<Tensor>& params, size_t first, size_t last, Tensor& flat) {
   int64_t off = 0;
   for (size_t i = first; i < last; ++i) {
     flat.narrow(0, off, params[i].numel()).copy_(params[i].contiguous().reshape({params[i].numel()}));
     off += params[i].numel();
   }
+}
+}  // namespace
+
+Tensor gather_values(const std::vector<Tensor>& params, size_t first, size_t last) {
+  int64_t n = 0;
+  for (size_t i = first; i < last; ++i) n += params[i].numel();
+  Tensor flat = Tensor::empty({n});
+  copy_values(params, first, last, flat);
   return flat;
 }
 
 void flatten_values_into(const std::vector<Tensor>& params, Tensor& flat) {
   MT_CHECK(flat.numel() == total_numel(params), "internal: flattening ", total_numel(params),
            " parameter values into a vector of ", flat.numel());
-  int64_t off = 0;
-  for (const auto& p : params) {
-    flat.narrow(0, off, p.numel()).copy_(p.contiguous().reshape({p.numel()}));
-    off += p.numel();
-  }
+  copy_values(params, 0, params.size(), flat);
 }
 
 void view_as_grads(const Tensor& flat, const std::vector<Tensor>& params) {
