@@ -21,8 +21,12 @@
 // im2col path emulates the same arithmetic as the CPU does: rounded float32 copies of the
 // inputs, the float32 GEMMs, then the outputs rounded.
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "core/kernels/cuda/cast.h"
 #include "core/kernels/cuda/conv.h"
@@ -261,21 +265,42 @@ std::map<AlgoKey, Algo>& algo_cache() {
   return *cache;
 }
 
-// The first (best-ranked) result that succeeded, fits the workspace limit and, for float32
-// data, keeps to FP32 when TF32 is off (16-bit data is meant for tensor cores). cuDNN ranks
-// heuristics results by expected speed and Find results by time.
+// The results that succeeded, fit the workspace limit and, for float32 data, keep to FP32 when
+// TF32 is off (16-bit data is meant for tensor cores), best first: cuDNN ranks heuristics
+// results by expected speed and Find results by time. Under FP32-only rules each runs with
+// CUDNN_FMA_MATH whatever math type it was ranked with: CUDNN_DEFAULT_MATH permits TF32 tensor
+// cores on Ampere and later (the first H200 run caught a ResNet-20 gradient 7% off through it).
+//
+// For 16-bit data the FFT and Winograd algorithms are left out too: they keep their transformed
+// tiles in the data's 16-bit type, so their sums are not float32 sums of 16-bit products (what
+// mixed precision means here, and what the CPU emulates). On the H200, Find ranked Winograd
+// first for a fp16 input gradient that then came out 1% (nine fp16 steps) off.
+bool transforms_in_16_bits(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms_in_16_bits(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transforms_in_16_bits(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 template <typename Perf>
-bool pick(const Perf* perf, int count, bool tf32, Algo& out) {
+std::vector<Algo> candidates(const Perf* perf, int count, bool tf32, ComputePrecision p) {
+  std::vector<Algo> out;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (p != ComputePrecision::FP32 && transforms_in_16_bits(perf[i].algo)) continue;
     if (perf[i].memory > conv_workspace_limit()) continue;
     if (!tf32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
                   perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
-    out = {true, static_cast<int>(perf[i].algo), perf[i].memory, perf[i].mathType};
-    return true;
+    out.push_back({true, static_cast<int>(perf[i].algo), perf[i].memory, tf32 ? perf[i].mathType : CUDNN_FMA_MATH});
   }
-  return false;
+  return out;
 }
 
 // Scratch memory from the caching allocator (returned to its cache when the call ends).
@@ -288,7 +313,7 @@ void* ptr_of(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 // buffers (the output one is overwritten when timing with Find).
 Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor& x, const Tensor& w,
             const Tensor& y, ComputePrecision p) {
-  // Tensor-core algorithms are always fine for 16-bit data: pick() filters them out only for
+  // Tensor-core algorithms are always fine for 16-bit data: candidates() filters them out only for
   // float32 without TF32.
   const bool tf32 = allow_tf32() || p != ComputePrecision::FP32;
   const AlgoKey key = key_of(g, dir, allow_tf32(), p);
@@ -298,8 +323,7 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
     if (it != algo_cache().end()) return it->second;
   }
   cudnnHandle_t h = cudnn_handle();
-  Algo chosen;
-  bool found = false;
+  std::vector<Algo> ranked;
   int returned = 0;
   if (conv_benchmark()) {
     // Timing needs scratch up to the limit; the block stays in the caching allocator after.
@@ -311,7 +335,7 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
         MT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
             h, d.x, x.raw_data(), d.w, w.raw_data(), d.conv, d.y, y.raw_data(),
             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
-        found = pick(perf, returned, tf32, chosen);
+        ranked = candidates(perf, returned, tf32, p);
         break;
       }
       case Direction::BackwardData: {
@@ -319,7 +343,7 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
         MT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
             h, d.w, w.raw_data(), d.y, y.raw_data(), d.conv, d.x, x.raw_data(),
             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
-        found = pick(perf, returned, tf32, chosen);
+        ranked = candidates(perf, returned, tf32, p);
         break;
       }
       case Direction::BackwardFilter: {
@@ -327,7 +351,7 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
         MT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
             h, d.x, x.raw_data(), d.y, y.raw_data(), d.conv, d.w, w.raw_data(),
             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
-        found = pick(perf, returned, tf32, chosen);
+        ranked = candidates(perf, returned, tf32, p);
         break;
       }
     }
@@ -337,47 +361,65 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y,
                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-        found = pick(perf, returned, tf32, chosen);
+        ranked = candidates(perf, returned, tf32, p);
         break;
       }
       case Direction::BackwardData: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
             h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
-        found = pick(perf, returned, tf32, chosen);
+        ranked = candidates(perf, returned, tf32, p);
         break;
       }
       case Direction::BackwardFilter: {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
-        found = pick(perf, returned, tf32, chosen);
+        ranked = candidates(perf, returned, tf32, p);
         break;
       }
     }
   }
-  // The algorithm runs with the math type it was ranked with, and its scratch is asked for again
-  // under that math type (the ranking's figure can be for another). Nothing fit (every result
-  // failed, or needs more than the workspace limit, or is TF32 where TF32 is off): the caller
-  // takes the im2col path, which is always available.
-  if (found) {
-    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, chosen.math));
+  // The first candidate whose scratch cuDNN reports under the math type it will run with (the
+  // ranking's figure can be for another) and that still fits. None (every result failed, needs
+  // more than the workspace limit, is TF32 where TF32 is off, or has no kernel under FMA math):
+  // the caller takes the im2col path, which is always available.
+  Algo chosen;
+  for (Algo a : ranked) {
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a.math));
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
     switch (dir) {
       case Direction::Forward:
-        MT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-            h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(chosen.algo), &chosen.workspace));
+        st = cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y,
+                                                     static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), &a.workspace);
         break;
       case Direction::BackwardData:
-        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-            h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.algo), &chosen.workspace));
+        st = cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), &a.workspace);
         break;
       case Direction::BackwardFilter:
-        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-            h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.algo),
-            &chosen.workspace));
+        st = cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), &a.workspace);
         break;
     }
+    if (st == CUDNN_STATUS_SUCCESS && a.workspace <= conv_workspace_limit()) {
+      chosen = a;
+      break;
+    }
   }
+  // MT_CUDNN_LOG=1: one line per shape and direction, to see what cuDNN chose and why a result
+  // differs or runs slowly (cuDNN's own CUDNN_LOGLEVEL_DBG logs every call, far more).
+  static const bool log = std::getenv("MT_CUDNN_LOG") != nullptr;
+  if (log)
+    std::fprintf(stderr, "mt cudnn: %s x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] stride %lld pad %lld %s%s: %s\n",
+                 dir == Direction::Forward ? "forward" : dir == Direction::BackwardData ? "backward-data" : "backward-filter",
+                 (long long)g.n, (long long)g.c, (long long)g.h, (long long)g.w, (long long)g.o, (long long)g.c,
+                 (long long)g.kh, (long long)g.kw, (long long)g.stride, (long long)g.pad,
+                 compute_precision_name(p), conv_benchmark() ? " (searched)" : "",
+                 chosen.found ? ("algo " + std::to_string(chosen.algo) + " math " + std::to_string(chosen.math) +
+                                 " workspace " + std::to_string(chosen.workspace) + " of " +
+                                 std::to_string(ranked.size()) + " candidates").c_str()
+                              : "none fits: im2col");
   std::lock_guard<std::mutex> lock(g_algo_mu);
   algo_cache()[key] = chosen;
   return chosen;
