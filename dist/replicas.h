@@ -20,7 +20,8 @@ namespace mt::dist {
 void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what);
 
 // The mean of `value` over the group's ranks (collective), sent as a float32 high part and its
-// rounding remainder so that metric sums keep double precision. The one metric average.
+// rounding remainder (the collectives sum float32): each rank's value travels to about 48 bits,
+// and the sums over ranks round as float32 sums do. The one metric average.
 // Every helper here stages host values on the group's device (ProcessGroup::device()): the
 // same call works on Gloo and on NCCL.
 double mean_over_ranks(ProcessGroup& group, double value);

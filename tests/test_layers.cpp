@@ -1,6 +1,8 @@
 // Layers and models: parameter names and counts, output shapes, state dicts (round trip and
 // strict errors), train/eval behaviour, gradient checks, initialization and determinism.
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <filesystem>
 
 #include <cmath>
 #include <cstdio>
@@ -188,7 +190,9 @@ TEST(StateDict, RoundTripThroughArchiveGivesIdenticalOutputs) {
   a->eval();
   const Tensor ya = forward_no_grad(*a, x);
 
-  const std::string path = std::string(MT_BINARY_DIR) + "/test_layers_state.mtar";
+  // The temp folder, not the build tree: the GPU check runs this binary where no build tree exists.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("test_layers_state_" + std::to_string(::getpid()) + ".mtar")).string();
   Archive ar;
   ar.add("model.", a->state_dict());
   save_archive(path, ar);
