@@ -268,8 +268,8 @@ std::map<AlgoKey, Algo>& algo_cache() {
 // The results that succeeded, fit the workspace limit and, for float32 data, keep to FP32 when
 // TF32 is off (16-bit data is meant for tensor cores), best first: cuDNN ranks heuristics
 // results by expected speed and Find results by time. Under FP32-only rules each runs with
-// CUDNN_FMA_MATH whatever math type it was ranked with: CUDNN_DEFAULT_MATH permits TF32 tensor
-// cores on Ampere and later (the first H200 run caught a ResNet-20 gradient 7% off through it).
+// CUDNN_FMA_MATH whatever math type it was ranked with: cuDNN documents CUDNN_DEFAULT_MATH as
+// permitting TF32 tensor cores on Ampere and later (GpuOps.Conv2dFloat32KeepsFullPrecision).
 //
 // For 16-bit data the FFT and Winograd algorithms are left out too: they keep their transformed
 // tiles in the data's 16-bit type, so their sums are not float32 sums of 16-bit products (what
