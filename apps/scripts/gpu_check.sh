@@ -11,22 +11,21 @@
 #                                                  # named (tests, bench, memcheck, train)
 #   apps/scripts/gpu_check.sh bench                # on the GPU machine: step 2 alone
 #   apps/scripts/gpu_check.sh accept               # on the GPU machine: issue 31's acceptance
-#                                                  # runs (below), about 3 minutes
+#                                                  # runs (below), 70 s on an H200
 #
 # Carry build/gpu-bundle.tar.xz to the GPU machine (the device tool's carry: ["build/gpu-bundle.tar.xz"]):
 # unpacked, the bundle is over the 60 MiB carry budget (Debian's OpenBLAS alone, with kernels for
 # every CPU, is 36 MiB); `run` and `bench` unpack it when build/gpu-bundle/ is not there.
 #
 # `run` executes, in order, stopping at nothing (every step reports; the exit status is the
-# number of failed steps), each step under a time limit, about 10 minutes of GPU time in all:
+# number of failed steps), each step under a time limit (all of them: 4 minutes on an H200):
 #   1. every bundled test binary (GPU tests included: there they run instead of skipping), each
 #      within MT_GPU_TEST_LIMIT seconds (240);
 #   2. the training benchmark against PyTorch (issues 3 and 8): apps/scripts/bench_train.sh
 #      --device cuda, the issues' matrix (ResNet-50 224x224 batch 128 fp32/tf32/bf16, ResNet-20
 #      batch 128 fp32/bf16, LeNet-5 batch 64, BERT-base seq 128 batch 32 fp32/bf16), both sides
-#      of each case one after the other; its iteration counts should keep it near 4-5 minutes
-#      (estimated from PyTorch's known step times; it has not run on a GPU yet), and it
-#      is cut at 5 (`bench` alone: 9), later cases listed as skipped;
+#      of each case one after the other (3 min 10 s on an H200); it is cut at 5 minutes
+#      (`bench` alone: 9), later cases listed as skipped;
 #   3. compute-sanitizer memcheck on test_ops_gpu (out-of-bounds and misaligned accesses,
 #      leaks of device memory are not checked: the caching allocator keeps blocks on purpose);
 #   4. one epoch of the default job on the GPU:
