@@ -276,8 +276,8 @@ TEST(GpuOps, Conv2dFloat32KeepsFullPrecision) {
     const Tensor y = conv2d(x, w, Tensor(), {1, 0});
     const double exact = 144.0 * double(v) * double(v);  // each output: 16 x 3 x 3 products
     for (float e : y.to_vector()) ASSERT_NEAR(e, exact, 2e-3) << "forward, benchmark " << benchmark;
-    // With an all-ones output gradient, dw sums x over the 4 x 10 x 10 output positions and
-    // dx sums w over the 32 channels and the taps that reach the pixel (interior: 9).
+    // With v as every output's gradient, dw sums x * v over the 4 x 10 x 10 output positions
+    // and dx sums w * v over the 32 channels and the taps that reach the pixel (interior: 9).
     y.backward(Tensor::full(y.shape(), v, DType::Float32, Device::cuda()));
     for (float e : w.grad().to_vector()) ASSERT_NEAR(e, 400.0 * double(v) * double(v), 4e-3) << "dw, benchmark " << benchmark;
     const std::vector<float> gx = x.grad().to_vector();
