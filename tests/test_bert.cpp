@@ -3,8 +3,6 @@
 // parameter, gradient from both uses), the key-padding mask, gradient checks, overfitting a
 // fixed batch, eval determinism, state dicts, the registry, and CPU-vs-GPU agreement.
 #include <gtest/gtest.h>
-#include <unistd.h>
-#include <filesystem>
 
 #include <algorithm>
 #include <cmath>
@@ -30,6 +28,7 @@
 #include "layers/transformer_layer.h"
 #include "optim/sgd.h"
 #include "support/gradcheck.h"
+#include "support/test_helpers.h"
 
 using namespace mt::core;
 using namespace mt::layers;
@@ -456,8 +455,7 @@ TEST(Bert, SameSeedSameWeightsAndStateDictRoundTrip) {
   EXPECT_FALSE(all_close(forward_no_grad(other, ids), ya, 1e-4, 1e-4));
 
   // The temp folder, not the build tree: the GPU check runs this binary where no build tree exists.
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("test_bert_state_" + std::to_string(::getpid()) + ".mtar")).string();
+  const std::string path = mt::testing::make_temp_dir("mt_test_bert_state") + "/state.mtar";
   Archive ar;
   ar.add("model.", a.state_dict());
   save_archive(path, ar);

@@ -1,8 +1,6 @@
 // Layers and models: parameter names and counts, output shapes, state dicts (round trip and
 // strict errors), train/eval behaviour, gradient checks, initialization and determinism.
 #include <gtest/gtest.h>
-#include <unistd.h>
-#include <filesystem>
 
 #include <cmath>
 #include <cstdio>
@@ -29,6 +27,7 @@
 #include "layers/sequential.h"
 #include "optim/sgd.h"
 #include "support/gradcheck.h"
+#include "support/test_helpers.h"
 
 using namespace mt::core;
 using namespace mt::layers;
@@ -191,8 +190,7 @@ TEST(StateDict, RoundTripThroughArchiveGivesIdenticalOutputs) {
   const Tensor ya = forward_no_grad(*a, x);
 
   // The temp folder, not the build tree: the GPU check runs this binary where no build tree exists.
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("test_layers_state_" + std::to_string(::getpid()) + ".mtar")).string();
+  const std::string path = mt::testing::make_temp_dir("mt_test_layers_state") + "/state.mtar";
   Archive ar;
   ar.add("model.", a->state_dict());
   save_archive(path, ar);
