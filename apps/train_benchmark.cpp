@@ -244,7 +244,7 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
   r.last_loss = loss.item();  // of the timed steps: the profiled ones below come after
   if (options.profile > 0) {
     core::reset_op_profile();
-    core::set_op_profiling(true);
+    core::set_op_profiling(true, device);  // on a GPU: kernel time, not launch time
     const auto start = Clock::now();
     for (int i = 0; i < options.profile; ++i) step();
     core::synchronize(device);

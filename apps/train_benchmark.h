@@ -59,7 +59,9 @@ struct TrainBenchmarkResult {
   int64_t overflow_steps = 0;   // fp16: steps the loss scaler skipped while timed
   std::string setup;            // what was measured: the device, threads, precision settings
   // --profile: self time per kernel / backward node / step phase (core/op_profile.h), in
-  // seconds per step, largest first, and the profiled steps' own time per step.
+  // seconds per step, largest first, and the profiled steps' own time per step. On a GPU every
+  // scope waits for the device, so these are kernel times, and the profiled step is slower than
+  // the timed ones by the launch overlap it gives up.
   std::vector<std::pair<std::string, double>> profile;
   double profile_step_seconds = 0.0;
 };

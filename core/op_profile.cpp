@@ -4,6 +4,8 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "core/synchronize.h"
+
 namespace mt::core {
 namespace {
 
@@ -15,6 +17,14 @@ struct Frame {
 };
 
 // Recording happens on the profiling thread only, so these need no lock.
+Device& waited_device() {
+  static Device d = Device::cpu();
+  return d;
+}
+void wait_for_device() {
+  if (!waited_device().is_cpu()) synchronize(waited_device());
+}
+
 std::unordered_map<std::string, OpProfileEntry>& entries() {
   static std::unordered_map<std::string, OpProfileEntry> e;
   return e;
@@ -26,6 +36,7 @@ std::vector<Frame>& stack() {
 
 template <typename Name>
 void leave(const Name& name) {
+  wait_for_device();
   auto& s = stack();
   const Frame f = s.back();
   s.pop_back();
@@ -41,12 +52,18 @@ void leave(const Name& name) {
 
 namespace detail {
 thread_local bool profiling_thread = false;
-void profile_enter() { stack().push_back({Clock::now(), 0.0}); }
+void profile_enter() {
+  wait_for_device();
+  stack().push_back({Clock::now(), 0.0});
+}
 void profile_leave(const char* name) { leave(name); }
 void profile_leave(const std::string& name) { leave(name); }
 }  // namespace detail
 
-void set_op_profiling(bool on) { detail::profiling_thread = on; }
+void set_op_profiling(bool on, const Device& wait_for) {
+  detail::profiling_thread = on;
+  waited_device() = wait_for;
+}
 bool op_profiling() { return detail::profiling_thread; }
 void reset_op_profile() { entries().clear(); }
 

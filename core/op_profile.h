@@ -5,11 +5,16 @@
 // sum to the time spent inside scopes and nothing is counted twice. A backward node's self time
 // is what it spends outside kernels (allocating gradients, copies, bookkeeping).
 // Only the thread that enables profiling records; scopes on other threads cost one load.
-// Times are host time: on a GPU they are launch times unless the caller synchronizes.
+// Times are host time. On a GPU the host only queues kernels, so host time would be launch time:
+// give set_op_profiling the GPU and every scope then waits for the device as it opens and as it
+// closes, so its time is the time of the kernels it queued (plus one synchronize each, some
+// microseconds), at the price of the overlap of launches with kernels, which profiling loses.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/device.h"
 
 namespace mt::core {
 
@@ -19,7 +24,7 @@ struct OpProfileEntry {
   int64_t calls = 0;
 };
 
-void set_op_profiling(bool on);
+void set_op_profiling(bool on, const Device& wait_for = Device::cpu());
 bool op_profiling();
 void reset_op_profile();
 // The entries so far, largest self time first.

@@ -8,7 +8,10 @@
 #include <string>
 
 #include "core/device_marks.h"
+#include "core/op_profile.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/matmul.h"
+#include "core/synchronize.h"
 #include "core/random.h"
 #include "data/loader.h"
 #include "data/synthetic_dataset.h"
@@ -133,6 +136,32 @@ TEST(DeviceMarksGpu, EventsTimeTheQueueNotTheLaunches) {
   const std::vector<double> between = marks.intervals();
   ASSERT_EQ(between.size(), 1u);
   EXPECT_GT(between[0], 0.0);
+}
+
+// The per-op profile given the GPU waits for the kernels a scope queued, so its times add up to
+// the kernels' time; without waiting they would be the launches', a few microseconds each.
+TEST(OpProfileGpu, ScopesGivenTheGpuTimeTheirKernels) {
+  MT_REQUIRE_GPU();
+  Generator gen(5);
+  const Tensor x = rand_uniform({2048, 2048}, -1, 1, gen).to(Device::cuda());
+  Tensor y = matmul(x, x);  // cuBLAS's set-up out of the way
+  synchronize(Device::cuda());
+  DeviceMarks marks(Device::cuda());
+  marks.mark();
+  for (int i = 0; i < 10; ++i) y = matmul(x, x);
+  marks.mark();
+  const double kernels = marks.intervals().at(0);
+
+  reset_op_profile();
+  set_op_profiling(true, Device::cuda());
+  {
+    ProfileScope scope("ten matmuls");
+    for (int i = 0; i < 10; ++i) y = matmul(x, x);
+  }
+  set_op_profiling(false);
+  double profiled = 0.0;
+  for (const auto& e : op_profile()) profiled += e.seconds;
+  EXPECT_GT(profiled, 0.8 * kernels) << "the profile timed the launches, not the kernels";
 }
 
 TEST(DeviceGpu, RoundTripAndAllocatorReuse) {

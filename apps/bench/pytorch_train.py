@@ -254,19 +254,32 @@ def set_tf32(torch, on):
 
 
 def profile_ops(args, torch, step, sync):
-    """Self CPU time per op (aten:: ops and the autograd nodes' own time), per step, largest
-    first, then the time outside every op: the counterpart of bench_train --profile's lines."""
+    """Self time per op (aten:: ops and the autograd nodes' own time), per step, largest first,
+    then the time outside every op: the counterpart of bench_train --profile's lines. On the CPU
+    it is the op's self CPU time; on a GPU, the self device time of the kernels it launched (the
+    CUDA activity), as bench_train's GPU profile times kernels, not launches."""
     from torch.profiler import profile, ProfilerActivity
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    on_gpu = args.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
         start = time.perf_counter()
         for _ in range(args.profile):
             step()
         sync()
         step_s = (time.perf_counter() - start) / args.profile
-    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+
+    def self_us(e):
+        if not on_gpu:
+            return e.self_cpu_time_total
+        # PyTorch 2.4 renamed self_cuda_time_total to self_device_time_total.
+        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+
+    # On a GPU the kernels are rows of their own as well: only the ops' rows, so nothing counts twice.
+    ops = [e for e in prof.key_averages() if not on_gpu or str(getattr(e, "device_type", "CPU")).endswith("CPU")]
+    events = sorted(ops, key=self_us, reverse=True)
     inside = 0.0
     for e in events:
-        s = e.self_cpu_time_total / 1e6 / args.profile
+        s = self_us(e) / 1e6 / args.profile
         if s <= 0:
             continue
         inside += s

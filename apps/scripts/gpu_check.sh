@@ -8,7 +8,8 @@
 #                                                  # and build/gpu-bundle.tar.xz
 #   apps/scripts/gpu_check.sh run [STEP...]        # on the GPU machine, from the repository root:
 #                                                  # the steps below, all by default, or those
-#                                                  # named (tests, bench, memcheck, train)
+#                                                  # named (tests, bench, memcheck, train, and
+#                                                  # profile, which only runs when named)
 #   apps/scripts/gpu_check.sh bench                # on the GPU machine: step 2 alone
 #   apps/scripts/gpu_check.sh accept               # on the GPU machine: issue 31's acceptance
 #                                                  # runs (below), 70 s on an H200
@@ -30,6 +31,9 @@
 #      leaks of device memory are not checked: the caching allocator keeps blocks on purpose);
 #   4. one epoch of the default job on the GPU:
 #        mintrain train configs/lenet_fashion_mnist.prototxt --set device=cuda --set epochs=1
+#   5. (`profile`, only when named) the large cases, where we trail PyTorch, per op: bench_train.sh
+#      --profile on ResNet-50 and BERT-base (MT_GPU_PROFILE_CASES), both sides' kernel time per op
+#      side by side, into profile.md (raw lines in profile.log).
 # What comes back from the device tool is at most 8 files, so $OUT (else build/gpu-bundle/logs)
 # gets 6, each written as its step ends: summary.txt (the lines printed here), tests.log (every
 # test binary's output in turn), bench_train.md (the table), bench_train.log (both sides' raw
@@ -192,6 +196,15 @@ case "$mode" in
       step train_lenet_cuda train_lenet_cuda 180 "$BUNDLE/bin/mintrain" train configs/lenet_fashion_mnist.prototxt \
         --set device=cuda --set epochs=1 --set data.path="$data" --output "$BUNDLE/runs/lenet_cuda" --overwrite
       grep -i "accuracy" "$out/train_lenet_cuda.log" | tail -n 2
+    fi
+    # 5. Where the large models' step goes, per op, on both sides.
+    if [[ " $steps " == *" profile "* ]]; then
+      MT_REVISION=$(cat "$BUNDLE/revision.txt" 2>/dev/null) && export MT_REVISION
+      # shellcheck disable=SC2086
+      step profile profile 300 apps/scripts/bench_train.sh --device cuda --bin "$BUNDLE/bin/bench_train" \
+        --cases "${MT_GPU_PROFILE_CASES:-resnet50:bf16:128 bert_base:bf16:32 resnet50:fp32:128}" \
+        --iters 10 --repeats 1 --profile 5 --budget 240 --timeout 100 --out "$out/profile.md" --log "$out/profile.raw"
+      cat "$out/profile.raw" >>"$out/profile.log" 2>/dev/null && rm -f "$out/profile.raw"
     fi
     say "gpu_check: $failed step(s) failed; logs in $out"
     exit "$failed"
