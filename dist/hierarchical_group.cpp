@@ -56,27 +56,84 @@ HierarchicalGroup::HierarchicalGroup(std::shared_ptr<ProcessGroup> world, std::v
   std::sort(representatives_.begin(), representatives_.end());
   rack_members_ = members.at(rack_of[me]);
   rack_of_ = std::move(rack_of);
+  index_in_rack_ = static_cast<int>(std::find(rack_members_.begin(), rack_members_.end(), me) - rack_members_.begin());
+  sharded_ = std::all_of(members.begin(), members.end(),
+                         [&](const auto& m) { return m.second.size() == rack_members_.size(); });
+  if (sharded_) {
+    for (const auto& [id, ranks] : members) crossing_.push_back(ranks[static_cast<size_t>(index_in_rack_)]);
+    std::sort(crossing_.begin(), crossing_.end());
+  } else if (representative()) {
+    crossing_ = representatives_;
+  }
 
-  // Each rank joins its rack's communicator first, then the representatives theirs: nobody waits
-  // on a group whose members are still waiting on another, so creation cannot deadlock.
-  if (rack_members_.size() > 1) rack_group_ = world_->subgroup(rack_members_);
-  if (representative() && representatives_.size() > 1) cross_group_ = world_->subgroup(representatives_);
-  queue_ = std::make_unique<CommQueue>("rank " + std::to_string(me) + " of " + describe(), 3 * timeout);
+  // Each rank connects its rack's communicators first, then those across racks: nobody waits on
+  // a group whose members are still waiting on another, so creation cannot deadlock.
+  if (rack_members_.size() > 1) {
+    rack_group_ = world_->subgroup(rack_members_);
+    rack_gather_group_ = private_communicator(*rack_group_);
+  }
+  if (crossing_.size() > 1) cross_group_ = world_->subgroup(crossing_);
+  const std::string who = "rank " + std::to_string(me) + " of " + describe();
+  for (auto& level : levels_) level = std::make_unique<CommQueue>(who, 3 * timeout);
 }
 
 std::string HierarchicalGroup::describe() const {
-  return "hierarchical (rack {" + join(rack_members_) + "}, representatives {" + join(representatives_) +
-         "}) over " + world_->describe();
+  return "hierarchical (rack {" + join(rack_members_) + "}, representatives {" + join(representatives_) + "}" +
+         (sharded_ ? ", sums in " + std::to_string(rack_members_.size()) + " shards" : "") + ") over " +
+         world_->describe();
 }
 
 std::shared_ptr<Work> HierarchicalGroup::allreduce(Tensor& tensor, ReduceOp op) {
+  return sharded_ && op == ReduceOp::Sum ? sharded_allreduce(tensor) : representative_allreduce(tensor, op);
+}
+
+// Level l + 1 starts on its own thread once level l of the same allreduce is done; a failure of
+// level l fails the levels after it with its message.
+std::shared_ptr<Work> HierarchicalGroup::sharded_allreduce(Tensor& tensor) {
+  const int64_t n = tensor.numel(), r = static_cast<int64_t>(rack_members_.size());
+  const int64_t shard_size = (n + r - 1) / r;
+  const std::string what = "hierarchical allreduce of " + std::to_string(n) + " values";
+  const std::string who = levels_[0]->who();
+  // The levels work on a flat view of whole shards: the tensor itself when r divides it, else a
+  // padded copy, copied back at the end.
+  Tensor flat = tensor.reshape({n});
+  const bool padded = shard_size * r != n;
+  Tensor whole = padded ? Tensor::zeros({shard_size * r}, tensor.dtype(), tensor.device()) : flat;
+  Tensor shard = r > 1 ? Tensor::empty({shard_size}, tensor.dtype(), tensor.device()) : whole;
+  auto reduced = levels_[0]->enqueue(what + ", in-rack reduce-scatter", [this, flat, whole, shard, padded, who] {
+    if (padded) Tensor(whole).narrow(0, 0, flat.numel()).copy_(flat);
+    Tensor out = shard;
+    if (rack_group_) run_level(rack_group_->reduce_scatter(whole, out), "in-rack reduce-scatter", who);
+  });
+  auto crossed = levels_[1]->enqueue(what + ", cross-rack allreduce of a shard", [this, reduced, shard, who] {
+    reduced->wait();
+    Tensor t = shard;
+    if (cross_group_) run_level(cross_group_->allreduce(t, ReduceOp::Sum), "cross-rack allreduce", who);
+  });
+  return levels_[2]->enqueue(what + ", in-rack allgather", [this, crossed, flat, whole, shard, padded, who] {
+    crossed->wait();
+    Tensor out = whole;
+    if (rack_gather_group_) run_level(rack_gather_group_->allgather(shard, out), "in-rack allgather", who);
+    if (padded) Tensor(flat).copy_(whole.narrow(0, 0, flat.numel()));
+  });
+}
+
+std::shared_ptr<Work> HierarchicalGroup::representative_allreduce(Tensor& tensor, ReduceOp op) {
   Tensor t = tensor;  // shares the storage; the caller keeps it alive until wait() returns
-  const std::string who = queue_->who();
-  return queue_->enqueue("hierarchical allreduce of " + std::to_string(tensor.numel()) + " values",
-                         [this, t, op, who]() mutable {
+  const std::string what = "hierarchical allreduce of " + std::to_string(tensor.numel()) + " values";
+  const std::string who = levels_[0]->who();
+  auto reduced = levels_[0]->enqueue(what + ", in-rack reduction", [this, t, op, who]() mutable {
     if (rack_group_) run_level(rack_group_->allreduce(t, op), "in-rack reduction", who);
-    if (cross_group_) run_level(cross_group_->allreduce(t, op), "cross-rack allreduce", who);
-    if (rack_group_) run_level(rack_group_->broadcast(t, 0), "in-rack broadcast", who);
+  });
+  auto crossed = levels_[1]->enqueue(what + ", cross-rack allreduce", [this, reduced, t, op, who]() mutable {
+    reduced->wait();
+    // With equal racks every rank has a crossing group (its shard's); only the representatives' one
+    // is theirs.
+    if (cross_group_ && representative()) run_level(cross_group_->allreduce(t, op), "cross-rack allreduce", who);
+  });
+  return levels_[2]->enqueue(what + ", in-rack broadcast", [this, crossed, t, who]() mutable {
+    crossed->wait();
+    if (rack_gather_group_) run_level(rack_gather_group_->broadcast(t, 0), "in-rack broadcast", who);
   });
 }
 

@@ -1,26 +1,28 @@
 // HierarchicalGroup: a ProcessGroup whose allreduce goes in three levels for ranks in racks
-// joined by a slower uplink (the baseline DS-Sync's paper compares against, docs/algorithms.md):
+// joined by a slower uplink (the baseline DS-Sync's paper compares against, docs/algorithms.md).
+// With racks of equal size r (a sum, the gradients' case) every rank carries a shard:
 //
-//   1. inside each rack: allreduce on the rack's communicator (the ProcessGroup has no reduce;
-//      an in-rack ring moves the same 2(r-1)/r M per rank as reduce + broadcast would on the fast
-//      links, and leaves the rack's sum on its representative);
-//   2. across racks: allreduce among the representatives only (the lowest rank of each rack), so
-//      each rack sends one flow of M bytes over the uplink instead of r;
-//   3. inside each rack: broadcast from the representative.
+//   1. inside each rack: reduce-scatter, so rank j of the rack holds the rack's sum of shard j
+//      (1/r of the tensor; (r-1)/r M per rank over the fast links);
+//   2. across racks: rank j of every rack allreduces shard j with the others of index j, so
+//      the uplink carries M/r from each of r ranks: one tensor's worth, 2(R-1)/R M, as one
+//      representative's ring would, but in r parallel pieces that none has to forward;
+//   3. inside each rack: allgather of the shards.
 //
-// Every other operation (broadcast, allgather, send, subgroups, ...) is the world's own, so a
+// Racks of unequal size, and max/min, go through a representative (the rack's lowest rank):
+// allreduce in the rack, allreduce among the representatives, broadcast in the rack.
+//
+// Each level has its own thread (comm_queue.h) and its own communicator, and takes the
+// allreduces in issue order. So while one bucket crosses the racks the next is reduced inside
+// them, and every communicator sees its collectives in the same order on all its members.
+// Issue order is the same on every rank (the caller's contract). The caller gets its Work at
+// once (the last level's) and overlaps as with the world.
+//
+// Every other operation (broadcast, allgather, send, subgroups, ...) is the world's, so a
 // synchronizer given this group in place of the world changes only how its allreduces travel.
-//
-// The three levels of one allreduce run one after the other on this group's own thread
-// (comm_queue.h), one allreduce after the other in issue order. Issue order is the same on every
-// rank, so every rack and cross-rack communicator sees its collectives in the same order on all
-// its members: a level-1 collective of a later allreduce can never overtake the level-3
-// broadcast of an earlier one. The caller gets its Work at once and overlaps as with the world.
-//
-// The rack and cross-rack communicators are connected in the constructor (collectively: every
-// rank of the world constructs it with the same racks).
+// The communicators are connected in the constructor (collectively: every rank of the world
+// constructs it with the same racks).
 #pragma once
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -70,6 +72,10 @@ class HierarchicalGroup final : public ProcessGroup {
 
   // The world ranks of this rank's rack (sorted); its representative is the first.
   const std::vector<int>& rack() const { return rack_members_; }
+  // Whether sums travel in shards (racks of equal size), and the world ranks this rank's level-2
+  // allreduce goes to: those of its index in every rack (sharded), else the representatives.
+  bool sharded() const { return sharded_; }
+  const std::vector<int>& crossing() const { return crossing_; }
   bool representative() const { return rack_members_.front() == rank(); }
   // The representatives of all racks (the members of the cross-rack allreduce), sorted.
   const std::vector<int>& representatives() const { return representatives_; }
@@ -77,13 +83,22 @@ class HierarchicalGroup final : public ProcessGroup {
   const std::vector<int>& rack_of() const { return rack_of_; }
 
  private:
+  std::shared_ptr<Work> sharded_allreduce(Tensor& tensor);
+  std::shared_ptr<Work> representative_allreduce(Tensor& tensor, ReduceOp op);
+
   std::shared_ptr<ProcessGroup> world_;
   std::vector<int> rack_of_;
   std::vector<int> rack_members_;
   std::vector<int> representatives_;
-  std::shared_ptr<ProcessGroup> rack_group_;   // null when the rack is this rank alone
-  std::shared_ptr<ProcessGroup> cross_group_;  // null unless a representative with 2+ racks
-  std::unique_ptr<CommQueue> queue_;           // last: destroyed first, before the groups
+  std::vector<int> crossing_;
+  bool sharded_ = false;
+  int index_in_rack_ = 0;
+  // Null when the rack is this rank alone; level 1 and level 3 each their own communicator,
+  // since their threads issue at once.
+  std::shared_ptr<ProcessGroup> rack_group_;
+  std::shared_ptr<ProcessGroup> rack_gather_group_;
+  std::shared_ptr<ProcessGroup> cross_group_;  // level 2; null when this rank does not cross
+  std::unique_ptr<CommQueue> levels_[3];       // last: destroyed first, before the groups
 };
 
 // Racks from a config: `rack` (one id per rank) when given, else `ranks_per_rack` consecutive

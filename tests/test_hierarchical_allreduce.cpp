@@ -1,12 +1,13 @@
 // Hierarchical allreduce (dist/hierarchical_group.h) on Gloo, ranks as forked processes on
-// loopback in two racks: it equals the flat allreduce; only the representatives join the
-// cross-rack communicator (counted by a process group that wraps the world and every subgroup
-// made from it); S-SGD with dist.ssgd.allreduce "hierarchical" on N ranks equals one rank with
+// loopback in two racks: it equals the flat allreduce; sums cross the racks in shards, each
+// rank with those of its index in the other racks, and anything else through the representatives
+// only (counted by a process group that wraps the world and every subgroup made from it); S-SGD with dist.ssgd.allreduce "hierarchical" on N ranks equals one rank with
 // N times the batch, and sends no gradient over the flat world; the trainer learns with it.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -35,6 +36,12 @@ using mt::testing::Tally;
 using mt::testing::world_members;
 
 std::string join(const std::vector<int>& ranks) { return mt::testing::join_ranks(ranks); }
+// "first,...,last-1"
+std::string join_range(int first, int last) {
+  std::vector<int> ranks;
+  for (int r = first; r < last; ++r) ranks.push_back(r);
+  return join(ranks);
+}
 
 // Rank r's input for allreduce k: values that differ per rank, per element and per call.
 Tensor input(int rank, int k, int64_t n) {
@@ -48,13 +55,15 @@ Tensor input(int rank, int k, int64_t n) {
 }  // namespace
 
 // 4 and 8 ranks in two racks, consecutive ({0..n/2-1}, {n/2..n-1}) and interleaved (even and odd
-// ranks, so the representatives are 0 and 1): three allreduces in flight at once, sum and max,
-// equal to the flat ring's within float tolerance (the summation order differs). Each rank
-// issues per allreduce one in-rack allreduce and one in-rack broadcast; the cross-rack
-// allreduce is issued by the two representatives only, and nothing goes over the world.
-TEST(HierarchicalAllreduce, EqualsTheFlatAllreduceAndOnlyRepresentativesCrossRacks) {
-  constexpr int kCalls = 3;
-  constexpr int64_t kValues = 1000;
+// ranks, so the representatives are 0 and 1): three allreduces in flight at once, two sums (one
+// of a size the rack does not divide, so padded) and a max, equal to the flat ring's within float
+// tolerance (the summation order differs). Per sum each rank issues a reduce-scatter and an
+// allgather in its rack and an allreduce with the ranks of its index in the other rack; the max
+// goes through the representatives (in-rack allreduce, their allreduce, in-rack broadcast).
+// Nothing goes over the world.
+TEST(HierarchicalAllreduce, EqualsTheFlatAllreduceAndSumsCrossInShards) {
+  const std::vector<int64_t> sizes = {1000, 1003, 1000};
+  const std::vector<dist::ReduceOp> ops = {dist::ReduceOp::Sum, dist::ReduceOp::Sum, dist::ReduceOp::Max};
   for (int n : {4, 8}) {
     for (bool interleaved : {false, true}) {
       const auto result = mt::testing::run_ranks(n, [&](mt::testing::RankContext& c) {
@@ -63,40 +72,70 @@ TEST(HierarchicalAllreduce, EqualsTheFlatAllreduceAndOnlyRepresentativesCrossRac
         auto tally = std::make_shared<Tally>();
         auto world = std::make_shared<CountingGroup>(c.group, world_members(n), tally);
         dist::HierarchicalGroup hier(world, rack_of, std::chrono::seconds(10));
+        EXPECT_TRUE(hier.sharded());
 
         std::vector<Tensor> flat, mine;
-        for (int k = 0; k < kCalls; ++k) {
-          flat.push_back(input(c.rank, k, kValues));
-          mine.push_back(input(c.rank, k, kValues));
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          flat.push_back(input(c.rank, static_cast<int>(k), sizes[k]));
+          mine.push_back(input(c.rank, static_cast<int>(k), sizes[k]));
         }
         std::vector<std::shared_ptr<dist::Work>> works;
-        for (int k = 0; k < kCalls; ++k)
-          works.push_back(hier.allreduce(mine[k], k == 2 ? dist::ReduceOp::Max : dist::ReduceOp::Sum));
+        for (size_t k = 0; k < sizes.size(); ++k) works.push_back(hier.allreduce(mine[k], ops[k]));
         for (auto& w : works) w->wait();
         const int world_before = tally->of("allreduce {" + world_members(n) + "}");
         EXPECT_EQ(world_before, 0) << "the hierarchical allreduce used the flat world";
-        for (int k = 0; k < kCalls; ++k)
-          c.group->allreduce(flat[k], k == 2 ? dist::ReduceOp::Max : dist::ReduceOp::Sum)->wait();
-        for (int k = 0; k < kCalls; ++k) {
+        for (size_t k = 0; k < sizes.size(); ++k) c.group->allreduce(flat[k], ops[k])->wait();
+        for (size_t k = 0; k < sizes.size(); ++k) {
           const auto a = mine[k].to_vector(), b = flat[k].to_vector();
-          for (int64_t i = 0; i < kValues; ++i)
+          for (int64_t i = 0; i < sizes[k]; ++i)
             ASSERT_NEAR(a[i], b[i], 1e-5 + 1e-5 * std::abs(b[i])) << "call " << k << " value " << i;
         }
 
         std::vector<int> rack_members;
         for (int r = 0; r < n; ++r)
           if (rack_of[r] == rack_of[c.rank]) rack_members.push_back(r);
+        const int index = static_cast<int>(std::find(rack_members.begin(), rack_members.end(), c.rank) -
+                                           rack_members.begin());
+        // The rank of the same index in the other rack.
+        const int partner = interleaved ? 2 * index + 1 - c.rank % 2 : (c.rank < n / 2 ? c.rank + n / 2 : c.rank - n / 2);
         const std::string rack = join(rack_members);
+        const std::string crossing = join({std::min(c.rank, partner), std::max(c.rank, partner)});
         const std::string reps = interleaved ? "0,1" : "0," + std::to_string(n / 2);
         EXPECT_EQ(hier.representatives(), (interleaved ? std::vector<int>{0, 1} : std::vector<int>{0, n / 2}));
-        EXPECT_EQ(tally->of("allreduce {" + rack + "}"), kCalls);
-        EXPECT_EQ(tally->of("broadcast {" + rack + "}"), kCalls);
-        EXPECT_EQ(tally->of("allreduce {" + reps + "}"), hier.representative() ? kCalls : 0);
         EXPECT_EQ(hier.representative(), c.rank == 0 || c.rank == (interleaved ? 1 : n / 2));
+        EXPECT_EQ(hier.crossing(), (std::vector<int>{std::min(c.rank, partner), std::max(c.rank, partner)}));
+        EXPECT_EQ(tally->of("reduce_scatter {" + rack + "}"), 2);
+        EXPECT_EQ(tally->of("allgather {" + rack + "}"), 2);
+        EXPECT_EQ(tally->of("allreduce {" + rack + "}"), 1);
+        EXPECT_EQ(tally->of("broadcast {" + rack + "}"), 1);
+        // A representative's shard partners are the representatives: its max crosses there too.
+        EXPECT_EQ(tally->of("allreduce {" + crossing + "}"), hier.representative() ? 3 : 2);
+        if (!hier.representative()) EXPECT_EQ(tally->of("allreduce {" + reps + "}"), 0);
       });
       EXPECT_TRUE(result.ok_or_report()) << n << " ranks, " << (interleaved ? "interleaved" : "consecutive");
     }
   }
+}
+
+// Racks of unequal size (3 ranks: {0,1} and {2}) cannot share a tensor in equal shards: sums go
+// through the representatives, and still equal the flat allreduce.
+TEST(HierarchicalAllreduce, UnequalRacksSumThroughTheRepresentatives) {
+  const auto result = mt::testing::run_ranks(3, [&](mt::testing::RankContext& c) {
+    auto tally = std::make_shared<Tally>();
+    auto world = std::make_shared<CountingGroup>(c.group, world_members(3), tally);
+    dist::HierarchicalGroup hier(world, {0, 0, 1}, std::chrono::seconds(10));
+    EXPECT_FALSE(hier.sharded());
+    Tensor mine = input(c.rank, 0, 777), flat = input(c.rank, 0, 777);
+    hier.allreduce(mine)->wait();
+    c.group->allreduce(flat)->wait();
+    const auto a = mine.to_vector(), b = flat.to_vector();
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 + 1e-5 * std::abs(b[i])) << "value " << i;
+    EXPECT_EQ(tally->all_of("reduce_scatter"), 0);
+    EXPECT_EQ(tally->of("allreduce {0,2}"), c.rank == 1 ? 0 : 1);
+    EXPECT_EQ(tally->of("allreduce {0,1}"), c.rank == 2 ? 0 : 1);
+    EXPECT_EQ(tally->of("broadcast {0,1}"), c.rank == 2 ? 0 : 1);
+  });
+  EXPECT_TRUE(result.ok_or_report());
 }
 
 TEST(HierarchicalAllreduce, RacksThatDoNotFitTheWorldAreClearErrors) {
@@ -154,8 +193,9 @@ std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
 // S-SGD from the factory with dist.ssgd.allreduce "hierarchical", 4 ranks in two racks of 2
 // (ranks_per_rack) and 8 ranks in two racks of 4 (rack ids): after 3 steps every rank holds the
 // weights of one process trained on the whole batch, for BSP and FUSION (several messages in
-// flight). No gradient allreduce goes over the flat world, and only the representatives issue
-// the cross-rack ones: swapping hierarchical for flat fails here.
+// flight). No gradient allreduce goes over the flat world; every rank reduce-scatters in its rack
+// and crosses with the rank of its index in the other rack: swapping hierarchical for flat fails
+// here.
 TEST(HierarchicalAllreduce, SsgdOnNRanksMatchesOneRankWithNTimesTheBatch) {
   constexpr int kSteps = 3;
   constexpr int64_t kRows = 16;
@@ -208,14 +248,12 @@ TEST(HierarchicalAllreduce, SsgdOnNRanksMatchesOneRankWithNTimesTheBatch) {
             ASSERT_NEAR(got[p][i], reference[p][i], 2e-5 + 2e-4 * std::abs(reference[p][i]))
                 << schedule << ", " << n << " ranks: param " << p << "[" << i << "]";
 
-        const std::string reps = "0," + std::to_string(n / 2);
+        const int half = n / 2, index = c.rank % half;
         EXPECT_EQ(tally->of("allreduce {" + world_members(n) + "}"), 0) << schedule << ": gradients went flat";
-        const int crossed = tally->of("allreduce {" + reps + "}");
-        if (c.rank == 0 || c.rank == n / 2) {
-          EXPECT_GE(crossed, kSteps) << schedule << ": the representative sent no gradient across racks";
-        } else {
-          EXPECT_EQ(crossed, 0) << schedule << ": rank " << c.rank << " is no representative";
-        }
+        const std::string rack = c.rank < half ? join_range(0, half) : join_range(half, n);
+        EXPECT_GE(tally->of("reduce_scatter {" + rack + "}"), kSteps) << schedule << ": no in-rack reduce-scatter";
+        EXPECT_GE(tally->of("allreduce {" + std::to_string(index) + "," + std::to_string(index + half) + "}"), kSteps)
+            << schedule << ": rank " << c.rank << " sent no shard across racks";
       }
     });
     EXPECT_TRUE(result.ok_or_report()) << n << " ranks";
@@ -236,7 +274,7 @@ TEST(HierarchicalAllreduce, TrainerLearnsOnFourRanksInTwoRacks) {
         {"dist.algorithm=ssgd", "dist.ssgd.allreduce=HIERARCHICAL", "dist.ssgd.ranks_per_rack=2"}, log);
     EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
     if (c.rank == 0) {
-      EXPECT_NE(log.str().find("S-SGD: hierarchical (rack {0,1}, representatives {0,2})"), std::string::npos)
+      EXPECT_NE(log.str().find("S-SGD: hierarchical (rack {0,1}, representatives {0,2}, sums in 2 shards)"), std::string::npos)
           << log.str();
     }
   }, mo);

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,8 +100,13 @@ class CountingGroup final : public dist::ProcessGroup {
     tally_->add("recv", members_);
     return inner_->recv(t, peer, tag);
   }
+  // Named by the world's ranks: a subgroup of a subgroup maps its ranks through its parent's.
   std::shared_ptr<dist::ProcessGroup> subgroup(const std::vector<int>& ranks) override {
-    return std::make_shared<CountingGroup>(inner_->subgroup(ranks), join_ranks(ranks), tally_);
+    std::vector<int> parent, world;
+    std::stringstream list(members_);
+    for (std::string r; std::getline(list, r, ',');) parent.push_back(std::stoi(r));
+    for (int r : ranks) world.push_back(parent.at(static_cast<size_t>(r)));
+    return std::make_shared<CountingGroup>(inner_->subgroup(ranks), join_ranks(world), tally_);
   }
   void release_subgroup(const std::vector<int>& ranks) override { inner_->release_subgroup(ranks); }
 
