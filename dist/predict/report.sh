@@ -54,8 +54,8 @@
 # --rate     host link rate, tc units (default 100mbit)
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
-#            ssgd_hierarchical (FUSION, each allreduce reduced in the rack, one flow per rack
-#            across; racks of --nproc/2 on every preset)
+#            ssgd_hierarchical (FUSION, each allreduce reduce-scattered in the rack, its shards
+#            across the racks, allgathered in the rack; racks of --nproc/2 on every preset)
 #            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp ps_staggered (parameter server)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            pytorch_ddp one_worker compute_alone (the rows above)
