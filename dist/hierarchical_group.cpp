@@ -87,19 +87,37 @@ std::shared_ptr<Work> HierarchicalGroup::allreduce(Tensor& tensor, ReduceOp op) 
   return sharded_ && op == ReduceOp::Sum ? sharded_allreduce(tensor) : representative_allreduce(tensor, op);
 }
 
-// Level l + 1 starts on its own thread once level l of the same allreduce is done; a failure of
-// level l fails the levels after it with its message.
+int HierarchicalGroup::pieces_of(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>(bytes / kPieceBytes, 1, kMaxPieces));
+}
+
 std::shared_ptr<Work> HierarchicalGroup::sharded_allreduce(Tensor& tensor) {
-  const int64_t n = tensor.numel(), r = static_cast<int64_t>(rack_members_.size());
-  const int64_t shard_size = (n + r - 1) / r;
-  const std::string what = "hierarchical allreduce of " + std::to_string(n) + " values";
-  const std::string who = levels_[0]->who();
-  // The levels work on a flat view of whole shards: the tensor itself when r divides it, else a
-  // padded copy, copied back at the end.
+  const int64_t n = tensor.numel();
+  const int pieces = pieces_of(static_cast<int64_t>(tensor.nbytes()));
   Tensor flat = tensor.reshape({n});
+  std::shared_ptr<Work> last;
+  // The levels run in issue order, so the last piece's allgather ends last; a failed piece breaks
+  // the levels' queues, and every later piece, the last included, fails with its message.
+  for (int k = 0; k < pieces; ++k) {
+    const int64_t first = n * k / pieces, end = n * (k + 1) / pieces;
+    last = sharded_piece(flat.narrow(0, first, end - first), n);
+  }
+  return last;
+}
+
+// Level l + 1 starts on its own thread once level l of the same piece is done; a failure of
+// level l fails the levels after it with its message.
+std::shared_ptr<Work> HierarchicalGroup::sharded_piece(const Tensor& flat, int64_t total) {
+  const int64_t n = flat.numel(), r = static_cast<int64_t>(rack_members_.size());
+  const int64_t shard_size = (n + r - 1) / r;
+  const std::string what = "hierarchical allreduce of " + std::to_string(total) + " values (a piece of " +
+                           std::to_string(n) + ")";
+  const std::string who = levels_[0]->who();
+  // The levels work on whole shards: the piece itself when r divides it, else a padded copy,
+  // copied back at the end.
   const bool padded = shard_size * r != n;
-  Tensor whole = padded ? Tensor::zeros({shard_size * r}, tensor.dtype(), tensor.device()) : flat;
-  Tensor shard = r > 1 ? Tensor::empty({shard_size}, tensor.dtype(), tensor.device()) : whole;
+  Tensor whole = padded ? Tensor::zeros({shard_size * r}, flat.dtype(), flat.device()) : flat;
+  Tensor shard = r > 1 ? Tensor::empty({shard_size}, flat.dtype(), flat.device()) : whole;
   auto reduced = levels_[0]->enqueue(what + ", in-rack reduce-scatter", [this, flat, whole, shard, padded, who] {
     if (padded) Tensor(whole).narrow(0, 0, flat.numel()).copy_(flat);
     Tensor out = shard;

@@ -55,15 +55,19 @@ Tensor input(int rank, int k, int64_t n) {
 }  // namespace
 
 // 4 and 8 ranks in two racks, consecutive ({0..n/2-1}, {n/2..n-1}) and interleaved (even and odd
-// ranks, so the representatives are 0 and 1): three allreduces in flight at once, two sums (one
-// of a size the rack does not divide, so padded) and a max, equal to the flat ring's within float
-// tolerance (the summation order differs). Per sum each rank issues a reduce-scatter and an
-// allgather in its rack and an allreduce with the ranks of its index in the other rack; the max
+// ranks, so the representatives are 0 and 1): four allreduces in flight at once, three sums (one
+// of a size the rack does not divide, so padded, and one large enough to go in pieces, the last
+// padded) and a max, equal to the flat ring's within float tolerance (the summation order
+// differs). Per sum and piece each rank issues a reduce-scatter and an allgather in its rack and
+// an allreduce with the ranks of its index in the other rack; the max
 // goes through the representatives (in-rack allreduce, their allreduce, in-rack broadcast).
 // Nothing goes over the world.
 TEST(HierarchicalAllreduce, EqualsTheFlatAllreduceAndSumsCrossInShards) {
-  const std::vector<int64_t> sizes = {1000, 1003, 1000};
-  const std::vector<dist::ReduceOp> ops = {dist::ReduceOp::Sum, dist::ReduceOp::Sum, dist::ReduceOp::Max};
+  const std::vector<int64_t> sizes = {1000, 1003, 1000, 300001};
+  const std::vector<dist::ReduceOp> ops = {dist::ReduceOp::Sum, dist::ReduceOp::Sum, dist::ReduceOp::Max,
+                                           dist::ReduceOp::Sum};
+  const int pieces = dist::HierarchicalGroup::pieces_of(300001 * 4);
+  ASSERT_EQ(pieces, 4);  // 1.2 MB in pieces of at least 256 KiB
   for (int n : {4, 8}) {
     for (bool interleaved : {false, true}) {
       const auto result = mt::testing::run_ranks(n, [&](mt::testing::RankContext& c) {
@@ -104,12 +108,12 @@ TEST(HierarchicalAllreduce, EqualsTheFlatAllreduceAndSumsCrossInShards) {
         EXPECT_EQ(hier.representatives(), (interleaved ? std::vector<int>{0, 1} : std::vector<int>{0, n / 2}));
         EXPECT_EQ(hier.representative(), c.rank == 0 || c.rank == (interleaved ? 1 : n / 2));
         EXPECT_EQ(hier.crossing(), (std::vector<int>{std::min(c.rank, partner), std::max(c.rank, partner)}));
-        EXPECT_EQ(tally->of("reduce_scatter {" + rack + "}"), 2);
-        EXPECT_EQ(tally->of("allgather {" + rack + "}"), 2);
+        EXPECT_EQ(tally->of("reduce_scatter {" + rack + "}"), 2 + pieces);
+        EXPECT_EQ(tally->of("allgather {" + rack + "}"), 2 + pieces);
         EXPECT_EQ(tally->of("allreduce {" + rack + "}"), 1);
         EXPECT_EQ(tally->of("broadcast {" + rack + "}"), 1);
         // A representative's shard partners are the representatives: its max crosses there too.
-        EXPECT_EQ(tally->of("allreduce {" + crossing + "}"), hier.representative() ? 3 : 2);
+        EXPECT_EQ(tally->of("allreduce {" + crossing + "}"), 2 + pieces + (hier.representative() ? 1 : 0));
         if (!hier.representative()) EXPECT_EQ(tally->of("allreduce {" + reps + "}"), 0);
       });
       EXPECT_TRUE(result.ok_or_report()) << n << " ranks, " << (interleaved ? "interleaved" : "consecutive");
