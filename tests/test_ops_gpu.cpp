@@ -184,6 +184,42 @@ TEST(GpuOps, Reductions) {
   for (int64_t d : {0, 1, 2}) expect_match([d](auto& in) { return argmax(in[0], d); }, {distinct_values({4, 5, 6}, 23)});
 }
 
+// The layouts sum_dims reads without reordering (kernels/cuda/reduction.cu): rows (reduced dims
+// last), columns (reduced dims first or in the middle), each in one pass or cut into chunks whose
+// partial sums a second pass adds; and the layouts that are reordered first. Long sums: the
+// tolerance is the float32 rounding of the result (both devices sum in double).
+TEST(GpuOps, SumLayoutsAndChunking) {
+  MT_REQUIRE_GPU();
+  const Tol long_sum{1e-3, 1e-4};
+  auto sum_over = [](std::vector<int64_t> dims) { return [dims](auto& in) { return sum(in[0], dims); }; };
+  // Rows: many short (a warp each), a few of medium length (a block each), few long (chunked).
+  expect_match(sum_over({1}), {random_tensor({70000, 3}, 30)});
+  expect_match(sum_over({1}), {random_tensor({300, 2000}, 31)}, long_sum);
+  expect_match(sum_over({1}), {random_tensor({3, 200001}, 32)}, long_sum);
+  // A full sum of a parameter-sized tensor (a gradient's squared norm): one row, chunked.
+  expect_match([](auto& in) { return sum(in[0]); }, {random_tensor({3000, 1001}, 33)}, long_sum);
+  // Columns: reduced leading dims (a broadcast's gradient), odd sizes, merged neighbours.
+  expect_match(sum_over({0}), {random_tensor({64, 33, 40}, 34)});
+  expect_match(sum_over({0, 1}), {random_tensor({50, 7, 9}, 35)});
+  expect_match(sum_over({0}), {random_tensor({3, 300000}, 36)});  // enough columns to fill the GPU: one pass
+  expect_match(sum_over({0}), {random_tensor({20000, 2}, 37)}, long_sum);  // few columns: three passes
+  // Columns with kept dims on both sides (reduced middle dims).
+  expect_match(sum_over({1}), {random_tensor({5, 301, 7}, 38)});
+  expect_match(sum_over({1, 2}), {random_tensor({3, 40, 50, 33}, 39)});
+  expect_match(sum_over({1}), {random_tensor({2, 30000, 3}, 40)}, long_sum);
+  // Size-1 dims, nothing reduced, an empty reduced dim.
+  expect_match(sum_over({1}), {random_tensor({4, 1, 6}, 41)});
+  expect_match(sum_over({}), {random_tensor({4, 6}, 42)});
+  const Tensor empty_sum = sum(Tensor::zeros({0, 5}, DType::Float32, Device::cuda()), {0}).to(Device::cpu());
+  EXPECT_EQ(empty_sum.to_vector(), std::vector<float>(5, 0.0f));
+  // Views: an offset into the storage (read in place), strided and expanded ones (reordered).
+  expect_match([](auto& in) { return sum(in[0].narrow(0, 1, 30), {0}); }, {random_tensor({32, 17, 5}, 44)});
+  expect_match([](auto& in) { return sum(in[0].narrow(1, 2, 9), {0}); }, {random_tensor({32, 17, 5}, 45)});
+  expect_match([](auto& in) { return sum(expand(in[0], {6, 40, 9}), {0, 2}); }, {random_tensor({40, 1}, 46)});
+  // The gradient of a broadcast add: [batch, seq, hidden] + [seq, hidden] sums over the batch.
+  expect_match([](auto& in) { return add(in[0], in[1]); }, {random_tensor({32, 16, 24}, 47), random_tensor({16, 24}, 48)});
+}
+
 // ---------------------------------------------------------------- matmul and linear
 
 TEST(GpuOps, MatmulAndLinear) {

@@ -1,6 +1,15 @@
-// Reductions. sum_dims reorders x as [kept..., reduced...] like the CPU kernel, so each output
-// element sums one contiguous run; runs are summed in double (as on the CPU), by a warp per
-// output element, or by a whole block when there are few long runs (a full sum).
+// Reductions. sum_dims sums in double, as the CPU does. It views x (size-1 dims dropped,
+// neighbours of the same kind merged) as [outer, run, inner] with the run reduced:
+//   inner == 1 (the reduced dims last): row sums, a warp per row, or blocks per row;
+//   inner > 1 (kept dims after the reduced ones: a broadcast's gradient over leading dims):
+//     column sums, a thread per column reading neighbouring columns together (coalesced).
+// Few outputs over long runs would leave most of the GPU idle (a full sum, a parameter's squared
+// norm), so the runs are cut into chunks whose partial sums (double) a second pass adds, itself
+// a reduction of the same kind. Every pass has a fixed order (no atomics): a shape sums the same
+// way on every run. Other layouts (kept dims on both sides of reduced ones, strided views) are
+// copied to [kept..., reduced...] first, like the CPU kernel does.
+#include <algorithm>
+
 #include "core/kernels/cuda/elementwise.h"
 #include "core/kernels/cuda/launch.cuh"
 #include "core/kernels/cuda/reduction.h"
@@ -10,28 +19,121 @@ namespace mt::core::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = kThreads / kWarp;
+// About the threads a large GPU keeps resident (an H100: 132 SMs x 2048): fewer outputs than
+// this get their runs chunked.
+constexpr int64_t kFillThreads = int64_t{1} << 18;
+// A row shorter than this is one warp's work; longer rows of few outputs get blocks.
+constexpr int64_t kShortRow = 1024;
+// The least work per thread in a chunk (elements of a row chunk, rows of a column chunk):
+// smaller chunks cost more in partial sums than they save.
+constexpr int64_t kRowChunkPerThread = 16, kColChunkRows = 32;
 
-__global__ void sum_runs_warp(const float* x, float* out, int64_t outer, int64_t run) {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+unsigned grid_for(int64_t blocks) { return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 20)); }
+
+// out[row] = x[row, 0..run) summed by one warp.
+template <typename In, typename Out>
+__global__ void sum_rows_warp(const In* x, Out* out, int64_t outer, int64_t run) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = int64_t(gridDim.x) * kWarpsPerBlock;
   for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; row < outer; row += warps) {
-    const float* p = x + row * run;
+    const In* p = x + row * run;
     double acc = 0.0;
     for (int64_t j = lane; j < run; j += kWarp) acc += p[j];
     acc = warp_sum(acc);
-    if (lane == 0) out[row] = static_cast<float>(acc);
+    if (lane == 0) out[row] = static_cast<Out>(acc);
   }
 }
 
-__global__ void sum_runs_block(const float* x, float* out, int64_t outer, int64_t run) {
+// out[row * chunks + c] = x[row, c * per .. (c + 1) * per) summed by one block.
+template <typename In, typename Out>
+__global__ void sum_row_chunks(const In* x, Out* out, int64_t outer, int64_t run, int64_t chunks, int64_t per) {
   __shared__ double shared[kWarp];
-  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
-    const float* p = x + row * run;
-    double acc = 0.0;
-    for (int64_t j = threadIdx.x; j < run; j += blockDim.x) acc += p[j];
-    acc = block_sum(acc, shared);
-    if (threadIdx.x == 0) out[row] = static_cast<float>(acc);
+  for (int64_t b = blockIdx.x; b < outer * chunks; b += gridDim.x) {
+    const int64_t row = b / chunks, begin = (b % chunks) * per;
+    const int64_t end = begin + per < run ? begin + per : run;
+    const In* p = x + row * run;
+    // Four loads in flight per thread: one at a time leaves the memory system mostly idle.
+    const int64_t step = blockDim.x;
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    int64_t j = begin + threadIdx.x;
+    for (; j + 3 * step < end; j += 4 * step) {
+      a0 += p[j];
+      a1 += p[j + step];
+      a2 += p[j + 2 * step];
+      a3 += p[j + 3 * step];
+    }
+    for (; j < end; j += step) a0 += p[j];
+    const double acc = block_sum((a0 + a1) + (a2 + a3), shared);
+    if (threadIdx.x == 0) out[b] = static_cast<Out>(acc);
   }
+}
+
+// x is [outer, run, inner]; out[(o * chunks + c) * inner + i] sums x[o, c * per .. (c + 1) * per, i].
+// Neighbouring threads take neighbouring i, so each row of a chunk is read in whole segments.
+template <typename In, typename Out>
+__global__ void sum_col_chunks(const In* x, Out* out, int64_t outer, int64_t run, int64_t inner, int64_t chunks,
+                               int64_t per) {
+  const int64_t n = outer * chunks * inner;
+  for (int64_t t = first_index(); t < n; t += grid_stride()) {
+    const int64_t i = t % inner, oc = t / inner, begin = (oc % chunks) * per, o = oc / chunks;
+    const int64_t end = begin + per < run ? begin + per : run;
+    const In* p = x + o * run * inner + i;
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;  // four loads in flight, as in sum_row_chunks
+    int64_t r = begin;
+    for (; r + 3 < end; r += 4) {
+      a0 += p[r * inner];
+      a1 += p[(r + 1) * inner];
+      a2 += p[(r + 2) * inner];
+      a3 += p[(r + 3) * inner];
+    }
+    for (; r < end; ++r) a0 += p[r * inner];
+    out[t] = static_cast<Out>((a0 + a1) + (a2 + a3));
+  }
+}
+
+// Scratch for n partial sums: doubles in float32 storage (twice the count), from the caching allocator.
+double* partials(Tensor& scratch, int64_t n, const Device& device) {
+  scratch = Tensor::empty({2 * n}, DType::Float32, device);
+  return static_cast<double*>(scratch.raw_data());
+}
+
+// out[o] = sum of x[o, 0..run).
+template <typename In, typename Out>
+void sum_rows(const In* x, Out* out, int64_t outer, int64_t run, const Device& device) {
+  if (run <= kShortRow || outer * kWarp >= kFillThreads) {
+    sum_rows_warp<<<blocks_for(outer * kWarp), kThreads>>>(x, out, outer, run);
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  const int64_t chunks = std::min(ceil_div(kFillThreads, outer * kThreads), ceil_div(run, kThreads * kRowChunkPerThread));
+  if (chunks <= 1) {
+    sum_row_chunks<<<grid_for(outer), kThreads>>>(x, out, outer, run, 1, run);
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  Tensor scratch;
+  double* partial = partials(scratch, outer * chunks, device);
+  sum_row_chunks<<<grid_for(outer * chunks), kThreads>>>(x, partial, outer, run, chunks, ceil_div(run, chunks));
+  MT_CUDA_LAUNCH_CHECK();
+  sum_rows(static_cast<const double*>(partial), out, outer, chunks, device);  // [outer, chunks]
+}
+
+// out[o, i] = sum of x[o, 0..run, i].
+template <typename In, typename Out>
+void sum_cols(const In* x, Out* out, int64_t outer, int64_t run, int64_t inner, const Device& device) {
+  const int64_t cols = outer * inner;
+  const int64_t chunks = cols >= kFillThreads ? 1 : std::min(ceil_div(kFillThreads, cols), ceil_div(run, kColChunkRows));
+  if (chunks <= 1) {
+    sum_col_chunks<<<blocks_for(cols), kThreads>>>(x, out, outer, run, inner, 1, run);
+    MT_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  Tensor scratch;
+  double* partial = partials(scratch, cols * chunks, device);
+  sum_col_chunks<<<blocks_for(cols * chunks), kThreads>>>(x, partial, outer, run, inner, chunks, ceil_div(run, chunks));
+  MT_CUDA_LAUNCH_CHECK();
+  sum_cols(static_cast<const double*>(partial), out, outer, chunks, inner, device);  // [outer, chunks, inner]
 }
 
 // One thread per (outer, inner) line: the first strict maximum, as in the CPU loop (a NaN
@@ -54,35 +156,67 @@ __global__ void argmax_lines(const float* x, int64_t* out, int64_t outer, int64_
   }
 }
 
+// x as [outer, run, inner] (run reduced) when it is dense and its reduced dims are one block:
+// size-1 dims dropped, neighbouring dims of the same kind merged. False for other layouts.
+bool as_outer_run_inner(const Tensor& x, const std::vector<bool>& reduce, int64_t& outer, int64_t& run,
+                        int64_t& inner) {
+  struct Group {
+    int64_t size, stride;
+    bool reduced;
+  };
+  std::vector<Group> groups;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t size = x.shape()[d], stride = x.strides()[d];
+    if (size == 1) continue;
+    if (!groups.empty() && groups.back().reduced == reduce[d] && groups.back().stride == size * stride) {
+      groups.back().size *= size;
+      groups.back().stride = stride;
+    } else {
+      groups.push_back({size, stride, static_cast<bool>(reduce[d])});
+    }
+  }
+  int64_t dense = 1;  // each group's stride must be the elements of the groups after it
+  for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+    if (g->stride != dense) return false;
+    dense *= g->size;
+  }
+  outer = run = inner = 1;
+  size_t k = 0;
+  if (k < groups.size() && !groups[k].reduced) outer = groups[k++].size;
+  if (k < groups.size() && groups[k].reduced) run = groups[k++].size;
+  if (k < groups.size() && !groups[k].reduced) inner = groups[k++].size;
+  return k == groups.size();
+}
+
 }  // namespace
 
 void sum_dims(const Tensor& x, const std::vector<bool>& reduce, Tensor& out) {
-  const int64_t nd = x.dim();
-  Shape perm_shape, perm_strides;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!reduce[d]) { perm_shape.push_back(x.shape()[d]); perm_strides.push_back(x.strides()[d]); }
-  for (int64_t d = 0; d < nd; ++d)
-    if (reduce[d]) { perm_shape.push_back(x.shape()[d]); perm_strides.push_back(x.strides()[d]); }
-  Tensor perm = make_view(x, perm_shape, perm_strides, x.offset());
-  if (!perm.is_contiguous()) {
-    Tensor c = Tensor::empty(perm_shape, x.dtype(), x.device());
-    copy(perm, c);
-    perm = c;
-  }
-  const int64_t outer = out.numel();
-  if (outer == 0) return;
-  const int64_t run = x.numel() / outer;
-  if (run == 0) {  // summing over an empty dimension gives zeros
+  if (out.numel() == 0) return;
+  if (x.numel() == 0) {  // summing over an empty dimension gives zeros
     fill(out, 0.0);
     return;
   }
-  // Few long runs would leave most of the GPU idle with a warp each; give each a block.
-  if (run >= 8192 && outer <= 1024) {
-    sum_runs_block<<<static_cast<unsigned>(outer), 1024>>>(perm.data<float>(), out.data<float>(), outer, run);
-  } else {
-    sum_runs_warp<<<blocks_for(outer * kWarp), kThreads>>>(perm.data<float>(), out.data<float>(), outer, run);
+  int64_t outer, run, inner;
+  Tensor src = x;
+  if (!as_outer_run_inner(x, reduce, outer, run, inner)) {
+    const int64_t nd = x.dim();
+    Shape perm_shape, perm_strides;
+    for (int64_t d = 0; d < nd; ++d)
+      if (!reduce[d]) { perm_shape.push_back(x.shape()[d]); perm_strides.push_back(x.strides()[d]); }
+    for (int64_t d = 0; d < nd; ++d)
+      if (reduce[d]) { perm_shape.push_back(x.shape()[d]); perm_strides.push_back(x.strides()[d]); }
+    src = Tensor::empty(perm_shape, x.dtype(), x.device());
+    copy(make_view(x, perm_shape, perm_strides, x.offset()), src);
+    outer = out.numel();
+    run = x.numel() / outer;
+    inner = 1;
   }
-  MT_CUDA_LAUNCH_CHECK();
+  if (run == 1) {  // nothing reduced: a copy, a thread per element
+    inner *= outer;
+    outer = 1;
+  }
+  if (inner == 1) sum_rows(src.data<float>(), out.data<float>(), outer, run, x.device());
+  else sum_cols(src.data<float>(), out.data<float>(), outer, run, inner, x.device());
 }
 
 void argmax_dim(const Tensor& x, int64_t dim, Tensor& indices) {
