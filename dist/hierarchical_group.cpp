@@ -74,7 +74,11 @@ HierarchicalGroup::HierarchicalGroup(std::shared_ptr<ProcessGroup> world, std::v
   }
   if (crossing_.size() > 1) cross_group_ = world_->subgroup(crossing_);
   const std::string who = "rank " + std::to_string(me) + " of " + describe();
-  for (auto& level : levels_) level = std::make_unique<CommQueue>(who, 3 * timeout);
+  // NCCL kernels of different communicators, launched in another order on another rank, can wait
+  // on each other for ever (NCCL's documentation), so on GPUs the three levels share one thread.
+  const int threads = world_->device().is_cpu() ? 3 : 1;
+  for (int l = 0; l < threads; ++l) queues_[l] = std::make_unique<CommQueue>(who, 3 * timeout);
+  for (int l = 0; l < 3; ++l) levels_[l] = queues_[std::min(l, threads - 1)].get();
 }
 
 std::string HierarchicalGroup::describe() const {

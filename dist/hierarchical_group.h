@@ -12,8 +12,9 @@
 // Racks of unequal size, and max/min, go through a representative (the rack's lowest rank):
 // allreduce in the rack, allreduce among the representatives, broadcast in the rack.
 //
-// Each level has its own thread (comm_queue.h) and its own communicator, and takes the
-// allreduces in issue order. So while one bucket crosses the racks the next is reduced inside
+// Each level has its own thread (comm_queue.h; on GPUs one thread for all three, since NCCL
+// kernels of communicators launched in different orders on different ranks can deadlock) and its
+// own communicator, and takes the allreduces in issue order. So while one bucket crosses the racks the next is reduced inside
 // them, and every communicator sees its collectives in the same order on all its members. A
 // large sum goes through the levels in pieces (pieces_of), so that one tensor pipelines too:
 // piece k crosses while piece k+1 is reduce-scattered and piece k-1 allgathered.
@@ -107,7 +108,8 @@ class HierarchicalGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> rack_group_;
   std::shared_ptr<ProcessGroup> rack_gather_group_;
   std::shared_ptr<ProcessGroup> cross_group_;  // level 2; null when this rank does not cross
-  std::unique_ptr<CommQueue> levels_[3];       // last: destroyed first, before the groups
+  CommQueue* levels_[3] = {};                  // level l's thread: one of queues_
+  std::unique_ptr<CommQueue> queues_[3];       // last: destroyed first, before the groups
 };
 
 // Racks from a config: `rack` (one id per rank) when given, else `ranks_per_rack` consecutive
