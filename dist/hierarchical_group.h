@@ -14,12 +14,12 @@
 //
 // Each level has its own thread (comm_queue.h; on GPUs one thread for all three, since NCCL
 // kernels of communicators launched in different orders on different ranks can deadlock) and its
-// own communicator, and takes the allreduces in issue order. So while one bucket crosses the racks the next is reduced inside
-// them, and every communicator sees its collectives in the same order on all its members. A
-// large sum goes through the levels in pieces (pieces_of), so that one tensor pipelines too:
-// piece k crosses while piece k+1 is reduce-scattered and piece k-1 allgathered.
-// Issue order is the same on every rank (the caller's contract). The caller gets its Work at
-// once (the last level's) and overlaps as with the world.
+// own communicator, and takes the allreduces in issue order. So while one bucket crosses the
+// racks the next is reduced inside them, and every communicator sees its collectives in the same
+// order on all its members. A large sum goes through the levels in pieces (pieces_of), so that
+// one tensor pipelines too: piece k crosses while piece k+1 is reduce-scattered and piece k-1
+// allgathered. Issue order is the same on every rank (the caller's contract). The caller gets its
+// Work at once (the last level's) and overlaps as with the world.
 //
 // Every other operation (broadcast, allgather, send, subgroups, ...) is the world's, so a
 // synchronizer given this group in place of the world changes only how its allreduces travel.
@@ -78,13 +78,13 @@ class HierarchicalGroup final : public ProcessGroup {
   // Whether sums travel in shards (racks of equal size), and the world ranks this rank's level-2
   // allreduce goes to: those of its index in every rack (sharded), else the representatives.
   bool sharded() const { return sharded_; }
+  const std::vector<int>& crossing() const { return crossing_; }
   // How many pieces a sharded sum of `bytes` goes in: pieces of at least kPieceBytes, so that a
   // piece's start-up stays small against its transfer, and at most kMaxPieces, so that the
   // queues' per-piece work stays bounded for large tensors.
   static constexpr int64_t kPieceBytes = 256 << 10;
   static constexpr int kMaxPieces = 8;
   static int pieces_of(int64_t bytes);
-  const std::vector<int>& crossing() const { return crossing_; }
   bool representative() const { return rack_members_.front() == rank(); }
   // The representatives of all racks (the members of the cross-rack allreduce), sorted.
   const std::vector<int>& representatives() const { return representatives_; }
