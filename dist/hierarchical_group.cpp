@@ -109,54 +109,66 @@ std::shared_ptr<Work> HierarchicalGroup::sharded_allreduce(Tensor& tensor) {
   return last;
 }
 
-// Level l + 1 starts on its own thread once level l of the same piece is done; a failure of
-// level l fails the levels after it with its message.
+// Level l + 1 starts on its own thread once level l of the same allreduce is done; a failure of
+// level l fails the levels after it with its message. The last level's Work is the caller's.
+std::shared_ptr<Work> HierarchicalGroup::chain_levels(const std::string& what, std::array<Level, 3> steps) {
+  std::shared_ptr<Work> before;
+  for (int l = 0; l < 3; ++l) {
+    before = levels_[l]->enqueue(what + ", " + steps[l].name, [before, run = std::move(steps[l].run)] {
+      if (before) before->wait();
+      run();
+    });
+  }
+  return before;
+}
+
 std::shared_ptr<Work> HierarchicalGroup::sharded_piece(const Tensor& flat, int64_t total) {
   const int64_t n = flat.numel(), r = static_cast<int64_t>(rack_members_.size());
   const int64_t shard_size = (n + r - 1) / r;
-  const std::string what = "hierarchical allreduce of " + std::to_string(total) + " values (a piece of " +
-                           std::to_string(n) + ")";
   const std::string who = levels_[0]->who();
   // The levels work on whole shards: the piece itself when r divides it, else a padded copy,
   // copied back at the end.
   const bool padded = shard_size * r != n;
   Tensor whole = padded ? Tensor::zeros({shard_size * r}, flat.dtype(), flat.device()) : flat;
   Tensor shard = r > 1 ? Tensor::empty({shard_size}, flat.dtype(), flat.device()) : whole;
-  auto reduced = levels_[0]->enqueue(what + ", in-rack reduce-scatter", [this, flat, whole, shard, padded, who] {
-    if (padded) Tensor(whole).narrow(0, 0, flat.numel()).copy_(flat);
-    Tensor out = shard;
-    if (rack_group_) run_level(rack_group_->reduce_scatter(whole, out), "in-rack reduce-scatter", who);
-  });
-  auto crossed = levels_[1]->enqueue(what + ", cross-rack allreduce of a shard", [this, reduced, shard, who] {
-    reduced->wait();
-    Tensor t = shard;
-    if (cross_group_) run_level(cross_group_->allreduce(t, ReduceOp::Sum), "cross-rack allreduce", who);
-  });
-  return levels_[2]->enqueue(what + ", in-rack allgather", [this, crossed, flat, whole, shard, padded, who] {
-    crossed->wait();
-    Tensor out = whole;
-    if (rack_gather_group_) run_level(rack_gather_group_->allgather(shard, out), "in-rack allgather", who);
-    if (padded) Tensor(flat).copy_(whole.narrow(0, 0, flat.numel()));
-  });
+  return chain_levels(
+      "hierarchical allreduce of " + std::to_string(total) + " values (a piece of " + std::to_string(n) + ")",
+      {{{"in-rack reduce-scatter",
+         [this, flat, whole, shard, padded, who] {
+           if (padded) Tensor(whole).narrow(0, 0, flat.numel()).copy_(flat);
+           Tensor out = shard;
+           if (rack_group_) run_level(rack_group_->reduce_scatter(whole, out), "in-rack reduce-scatter", who);
+         }},
+        {"cross-rack allreduce of a shard",
+         [this, shard, who] {
+           Tensor t = shard;
+           if (cross_group_) run_level(cross_group_->allreduce(t, ReduceOp::Sum), "cross-rack allreduce", who);
+         }},
+        {"in-rack allgather", [this, flat, whole, shard, padded, who] {
+           Tensor out = whole;
+           if (rack_gather_group_) run_level(rack_gather_group_->allgather(shard, out), "in-rack allgather", who);
+           if (padded) Tensor(flat).copy_(whole.narrow(0, 0, flat.numel()));
+         }}}});
 }
 
 std::shared_ptr<Work> HierarchicalGroup::representative_allreduce(Tensor& tensor, ReduceOp op) {
   Tensor t = tensor;  // shares the storage; the caller keeps it alive until wait() returns
-  const std::string what = "hierarchical allreduce of " + std::to_string(tensor.numel()) + " values";
   const std::string who = levels_[0]->who();
-  auto reduced = levels_[0]->enqueue(what + ", in-rack reduction", [this, t, op, who]() mutable {
-    if (rack_group_) run_level(rack_group_->allreduce(t, op), "in-rack reduction", who);
-  });
-  auto crossed = levels_[1]->enqueue(what + ", cross-rack allreduce", [this, reduced, t, op, who]() mutable {
-    reduced->wait();
-    // With equal racks every rank has a crossing group (its shard's); only the representatives' one
-    // is theirs.
-    if (cross_group_ && representative()) run_level(cross_group_->allreduce(t, op), "cross-rack allreduce", who);
-  });
-  return levels_[2]->enqueue(what + ", in-rack broadcast", [this, crossed, t, who]() mutable {
-    crossed->wait();
-    if (rack_gather_group_) run_level(rack_gather_group_->broadcast(t, 0), "in-rack broadcast", who);
-  });
+  return chain_levels(
+      "hierarchical allreduce of " + std::to_string(tensor.numel()) + " values",
+      {{{"in-rack reduction",
+         [this, t, op, who]() mutable {
+           if (rack_group_) run_level(rack_group_->allreduce(t, op), "in-rack reduction", who);
+         }},
+        {"cross-rack allreduce",
+         [this, t, op, who]() mutable {
+           // With equal racks every rank has a crossing group (its shard's); only the
+           // representatives' one is theirs.
+           if (cross_group_ && representative()) run_level(cross_group_->allreduce(t, op), "cross-rack allreduce", who);
+         }},
+        {"in-rack broadcast", [this, t, who]() mutable {
+           if (rack_gather_group_) run_level(rack_gather_group_->broadcast(t, 0), "in-rack broadcast", who);
+         }}}});
 }
 
 }  // namespace mt::dist

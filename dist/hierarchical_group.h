@@ -26,7 +26,9 @@
 // The communicators are connected in the constructor (collectively: every rank of the world
 // constructs it with the same racks).
 #pragma once
+#include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +94,11 @@ class HierarchicalGroup final : public ProcessGroup {
   const std::vector<int>& rack_of() const { return rack_of_; }
 
  private:
+  struct Level {
+    std::string name;           // in errors: "in-rack reduce-scatter"
+    std::function<void()> run;  // issues the level's collective and waits for it
+  };
+  std::shared_ptr<Work> chain_levels(const std::string& what, std::array<Level, 3> steps);
   std::shared_ptr<Work> sharded_allreduce(Tensor& tensor);
   std::shared_ptr<Work> sharded_piece(const Tensor& flat, int64_t total);
   std::shared_ptr<Work> representative_allreduce(Tensor& tensor, ReduceOp op);

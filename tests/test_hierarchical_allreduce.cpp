@@ -114,7 +114,9 @@ TEST(HierarchicalAllreduce, EqualsTheFlatAllreduceAndSumsCrossInShards) {
         EXPECT_EQ(tally->of("broadcast {" + rack + "}"), 1);
         // A representative's shard partners are the representatives: its max crosses there too.
         EXPECT_EQ(tally->of("allreduce {" + crossing + "}"), 2 + pieces + (hier.representative() ? 1 : 0));
-        if (!hier.representative()) EXPECT_EQ(tally->of("allreduce {" + reps + "}"), 0);
+        if (!hier.representative()) {
+          EXPECT_EQ(tally->of("allreduce {" + reps + "}"), 0);
+        }
       });
       EXPECT_TRUE(result.ok_or_report()) << n << " ranks, " << (interleaved ? "interleaved" : "consecutive");
     }

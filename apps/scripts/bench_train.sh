@@ -35,8 +35,9 @@
 # --out      also write the table (with the machine) to this file; --log: the raw result lines
 # --profile  N > 0: after its timed spans each side profiles N more steps per op (ours: self time
 #            per kernel, backward node and step phase, core/op_profile.h; PyTorch: torch.profiler's
-#            self time per op; on cuda both sides give the kernels' device time), and a table per case after the main one lists each side's
-#            largest entries side by side, in ms per step (default 0: no profile)
+#            self time per op; on cuda both sides give the kernels' device time), and a table
+#            per case after the main one lists each side's largest entries side by side, in ms
+#            per step (default 0: no profile)
 # The exit status is 0 when every cell has a figure, 1 otherwise, 2 for a bad command line.
 # MT_REVISION, when set, is the commit the table names (gpu_check.sh: the bundle's), else git's.
 # MT_PEER_LD_LIBRARY_PATH, when set, is the library path PyTorch runs with: gpu_check.sh gives

@@ -75,6 +75,8 @@ prepare() {
   export MT_PEER_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
   # shellcheck disable=SC1091
   source "$BUNDLE/env.sh"
+  # Benchmark tables name the commit the binaries were built from (the tree here may have no .git).
+  MT_REVISION=$(cat "$BUNDLE/revision.txt" 2>/dev/null) && export MT_REVISION
   out="${OUT:-$BUNDLE/logs}"
   mkdir -p "$out"
   failed=0
@@ -101,8 +103,6 @@ step() {
 # BUDGET seconds (it stops a side that would run past it); each side of a case may take 150 s.
 bench() {
   local budget=$1
-  # The table names the commit the binaries were built from (the tree here may have no .git).
-  MT_REVISION=$(cat "$BUNDLE/revision.txt" 2>/dev/null) && export MT_REVISION
   if step bench_train bench_train $((budget + 60)) apps/scripts/bench_train.sh --device cuda \
     --bin "$BUNDLE/bin/bench_train" --budget "$budget" --timeout 150 \
     --out "$out/bench_train.md" --log "$out/bench_train.raw"; then
@@ -199,8 +199,6 @@ case "$mode" in
     fi
     # 5. Where the large models' step goes, per op, on both sides.
     if [[ " $steps " == *" profile "* ]]; then
-      MT_REVISION=$(cat "$BUNDLE/revision.txt" 2>/dev/null) && export MT_REVISION
-      # shellcheck disable=SC2086
       step profile profile 300 apps/scripts/bench_train.sh --device cuda --bin "$BUNDLE/bin/bench_train" \
         --cases "${MT_GPU_PROFILE_CASES:-resnet50:bf16:128 bert_base:bf16:32 resnet50:fp32:128}" \
         --iters 10 --repeats 1 --profile 5 --budget 240 --timeout 100 --out "$out/profile.md" --log "$out/profile.raw"
