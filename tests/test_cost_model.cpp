@@ -497,6 +497,28 @@ TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
   EXPECT_TRUE(has(out, "BSP 29.800 ms: forward 0..1 > backward 1..0 > allreduce 0 > update")) << out;
 }
 
+// The measured curves timed Gloo's flat ring: a hierarchical prediction across racks must not
+// take them, but its own formula, pieces included (network_model.h).
+TEST(ModelCommand, HierarchicalAcrossRacksKeepsItsFormulaWhereTheRingWasMeasured) {
+  const mt::apps::ModelProfile prof = mt::apps::read_profile(write_layer_times());
+  NetworkSpec spec;
+  spec.bandwidth_gbps = 10;
+  spec.latency_us = 10;
+  spec.ranks_per_rack = 4;
+  spec.inter_bandwidth_gbps = 1;
+  spec.inter_latency_us = 100;
+  mt::apps::AlgorithmSettings s;
+  s.measured_world = 8;
+  set_measured_curve(s.measured, {1e3, 1e7}, {1.0, 1.0});  // a ring that takes a second
+  const auto ring = mt::apps::predict_row(prof, NetworkModel(spec), s, 8);
+  EXPECT_GT(ring.bsp.iteration, 1.0);
+  spec.algorithm = AllreduceAlgorithm::Hierarchical;
+  const auto hier = mt::apps::predict_row(prof, NetworkModel(spec), s, 8);
+  // BSP: 5 ms of compute, then 2 MB in 7 pieces: 260 us + (2.4 + 16) ms / 7 + 6 x 16 ms / 7,
+  // then the 0.5 ms update.
+  EXPECT_NEAR(hier.bsp.iteration, 0.005 + 260e-6 + 0.0184 / 7 + 6 * 0.016 / 7 + 0.0005, 1e-9);
+}
+
 TEST(ModelCommand, ProfilesTheMlpForReal) {
   const std::string saved = (temp_dir() / "mlp_profile.json").string();
   const std::string out = run_model({kMlpConfig, "--profile-iters", "3", "--warmup-iters", "1",

@@ -86,6 +86,29 @@ TEST(NetworkModel, HierarchicalAllreduceByHand) {
   EXPECT_NEAR(net.allgather(8).beta, 4.8e-9 + 3.2e-8, 1e-20);
 }
 
+TEST(NetworkModel, HierarchicalAllreduceInPiecesByHand) {
+  const LinearCost c = two_racks(AllreduceAlgorithm::Hierarchical).allreduce(8);
+  // A = 1.2e-9 s/B in the rack, X = 8e-9 s/B across: the one-piece form is their sum.
+  EXPECT_NEAR(c.in_rack_beta, 1.2e-9, 1e-20);
+  EXPECT_NEAR(c.cross_beta, 8e-9, 1e-20);
+  // Below 512 KiB one piece: alpha + (A + X) M.
+  EXPECT_NEAR(c.time(100e3), 260e-6 + 9.2e-9 * 100e3, 1e-12);
+  // 1 MiB goes in 4 pieces: (A + X) M / 4 + 3 X M / 4 = 8.3e-9 M.
+  const double mib = 1 << 20;
+  EXPECT_NEAR(c.time(mib), 260e-6 + 8.3e-9 * mib, 1e-12);
+  // From 2 MiB on, 8 pieces: 9.2e-9 / 8 + 7 * 8e-9 / 8 = 8.15e-9 per byte.
+  EXPECT_NEAR(c.time(64 * mib), 260e-6 + 8.15e-9 * 64 * mib, 1e-9);
+  // The pipelined form never costs more than the serial one, nor less than the crossing alone.
+  for (double m : {600e3, 3e6, 1e8}) {
+    EXPECT_LE(c.time(m), c.alpha + c.beta * m + 1e-15);
+    EXPECT_GE(c.time(m), c.alpha + c.cross_beta * m);
+  }
+  // The ring has no levels: its time stays the line.
+  const LinearCost ring = two_racks(AllreduceAlgorithm::Ring).allreduce(8);
+  EXPECT_EQ(ring.in_rack_beta, 0.0);
+  EXPECT_NEAR(ring.time(mib), ring.alpha + ring.beta * mib, 1e-15);
+}
+
 TEST(NetworkModel, GroupAllreduceInsideAndAcrossRacks) {
   const NetworkModel net = two_racks(AllreduceAlgorithm::Ring);
   // g = 2 inside a rack: 2 steps of 10 us, 2*1/2 / 1.25e9.

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "dist/hierarchical_group.h"
 
 namespace mt::dist {
 
@@ -25,6 +26,11 @@ double on_curve(const std::vector<double>& sizes, const std::vector<double>& sec
 }  // namespace
 
 double LinearCost::time(double bytes) const {
+  if (measured_bytes.empty() && (in_rack_beta > 0 || cross_beta > 0)) {
+    const double p = HierarchicalGroup::pieces_of(static_cast<int64_t>(bytes));
+    const double in_rack = in_rack_beta * bytes, cross = cross_beta * bytes;
+    return alpha + (in_rack + cross) / p + (p - 1) * std::max(in_rack, cross) / p;
+  }
   if (measured_bytes.empty()) return alpha + beta * bytes;
   return on_curve(measured_bytes, measured_seconds, beta, bytes);
 }

@@ -57,6 +57,13 @@ struct LinearCost : LinkCost {
   // cores, the communication threads then get only part of a core (docs/PERF.md). The DAG
   // charges a message this time for the share of it that overlaps backward.
   std::vector<double> busy_measured_seconds;
+  // Optional, the hierarchical allreduce (network_model.h): beta split by level, in_rack_beta for
+  // the rack's reduce-scatter and allgather, cross_beta for the crossing (beta is their sum). A sum
+  // goes in p = HierarchicalGroup::pieces_of(bytes) pieces, the in-rack levels of one piece
+  // overlapping another's crossing; without a measured curve time() is then
+  // alpha + (A + X) / p + (p - 1) max(A, X) / p, with A = in_rack_beta bytes and X = cross_beta
+  // bytes: the first piece through every level, then the busier link's share of the rest.
+  double in_rack_beta = 0.0, cross_beta = 0.0;
   double time(double bytes) const;
   // An allreduce that starts after the network idled `idle` seconds: the back-to-back time at
   // idle 0, the after-idle curve from idle_measured on, and linear in between (a bucket refills

@@ -418,15 +418,17 @@ CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandw
 // ---- Prediction ----
 
 namespace {
-// The ring allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curves
-// (back to back and after idling) at the N they were measured on.
+// The allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curves (back
+// to back and after idling) at the N they were measured on. The curves timed Gloo's ring, so a
+// hierarchical allreduce across racks keeps the calibrated formula (its pieces included).
 dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n) {
   dist::LinearCost ring = network.allreduce(n);
   if (n > 1) {
     ring.gamma = s.measured.gamma;
     ring.overlap_slowdown = s.measured.overlap_slowdown;
   }
-  if (n > 1) {
+  const bool hierarchical = ring.in_rack_beta > 0 || ring.cross_beta > 0;
+  if (n > 1 && !hierarchical) {
     if (const auto at = s.curves_at.find(n); at != s.curves_at.end()) {
       dist::copy_curves(at->second, ring);
     } else if (n == s.measured_world) {

@@ -52,8 +52,11 @@ LinearCost NetworkModel::allreduce(int n, AllreduceAlgorithm algorithm) const {
     return {steps * std::max(lat, lat_o), steps / n / std::min(bw, bw_o)};
   }
   const double r = spec_.ranks_per_rack;
-  return {2.0 * (r - 1) * lat + 2.0 * (R - 1) * lat_o,
-          2.0 * (r - 1) / r / bw + 2.0 * (R - 1) / R / bw_o};
+  LinearCost cost(2.0 * (r - 1) * lat + 2.0 * (R - 1) * lat_o, 0.0);
+  cost.in_rack_beta = 2.0 * (r - 1) / r / bw;
+  cost.cross_beta = 2.0 * (R - 1) / R / bw_o;
+  cost.beta = cost.in_rack_beta + cost.cross_beta;
+  return cost;
 }
 
 LinearCost NetworkModel::allgather(int n) const {

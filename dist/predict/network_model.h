@@ -17,7 +17,10 @@
 //      uplink carries one hop, so the slowest link bounds the ring; what Gloo's ring does)
 //   hierarchical allreduce        2(r-1) lat + 2(r-1)/r M / bw + 2(R-1) lat_o + 2(R-1)/R M / bw_o
 //     (reduce-scatter inside the rack, r parallel rings across racks on the M/r shards, which
-//      share the uplink so it moves 2(R-1)/R M in all, then allgather inside the rack)
+//      share the uplink so it moves 2(R-1)/R M in all, then allgather inside the rack), for a sum
+//     in one piece; a larger one goes in p pieces (HierarchicalGroup::pieces_of) whose levels
+//     overlap: with A and X the two bandwidth terms, A + X becomes (A + X) / p + (p-1) max(A, X) / p
+//     (LinearCost::time; beta stays A + X per byte, the one-piece form)
 //   ring allgather, one level     (n-1) lat + (n-1) P / bw        (P = each rank's payload)
 //   ring allgather, two levels    (n-1) max(lat, lat_o) + (n-1) P / min(bw, bw_o)
 //   hierarchical allgather        2(r-1) lat + (r-1) R P / bw + (R-1) lat_o + (R-1) r P / bw_o

@@ -55,8 +55,10 @@
 # --presets  space-separated list (default "flat two_racks straggler"; add contention if wanted)
 # --algorithms  space-separated subset of: ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp
 #            ssgd_hierarchical (FUSION, each allreduce reduce-scattered in the rack, its shards
-#            across the racks, allgathered in the rack; racks of --nproc/2 on every preset)
-#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp ps_staggered (parameter server)
+#            across the racks, allgathered in the rack; racks of --nproc/2 on every preset;
+#            predicted on two_racks only, by `mintrain model --allreduce hierarchical`)
+#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp ps_staggered (parameter server;
+#            ps_staggered predicted as WFBP-PS's DAG, on flat)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            pytorch_ddp one_worker compute_alone (the rows above)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
@@ -605,6 +607,9 @@ model_row() {
     table && $1 == n { gsub(/\([^)]*\)/, ""); split($0, f, " ")
       printf "%s\tbytescheduler_a2a\t%s\n", p, f[5]
       if (f[6] != "-") printf "%s\tps_bsp\t%s\n%s\tps_wfbp\t%s\n%s\tbytescheduler_ps\t%s\n", p, f[6], p, f[7], p, f[8]
+      # Staggered-PS: the WFBP-PS DAG of the model, whose FIFO server links take the copies of one
+      # worker at a time, as the staggered order makes them do (pushes that collide are not in it).
+      if (f[7] != "-") printf "%s\tps_staggered\t%s\n", p, f[7]
       exit }' "$1"
 }
 if ((have_model)); then
@@ -632,6 +637,15 @@ if ((have_model)); then
     predict "$out/model_$preset.txt" "${comm_args[@]}" || {
       log "mintrain model failed for $preset (see $out/model_$preset.txt)"; continue; }
     model_row "$out/model_$preset.txt" "$preset" >>"$predicted"
+    if [[ $preset == two_racks && " ${algorithms[*]} " == *" ssgd_hierarchical "* ]]; then
+      # The hierarchical allreduce runs FUSION's buckets: the FUSION column of the same job on it.
+      if predict "$out/model_${preset}_hierarchical.txt" "${comm_args[@]}" --allreduce hierarchical; then
+        model_row "$out/model_${preset}_hierarchical.txt" "$preset" |
+          awk -F'\t' '$2 == "ssgd_fusion" { print $1 "\tssgd_hierarchical\t" $3 }' >>"$predicted"
+      else
+        log "mintrain model failed for the hierarchical allreduce (see $out/model_${preset}_hierarchical.txt)"
+      fi
+    fi
     if [[ -n $out_of_sample && $preset == flat ]]; then
       # The same prediction (same flags, --shared-cores included) from the out-of-sample profiles.
       files=""
