@@ -26,13 +26,11 @@ double on_curve(const std::vector<double>& sizes, const std::vector<double>& sec
 }  // namespace
 
 double LinearCost::time(double bytes) const {
-  if (measured_bytes.empty() && (in_rack_beta > 0 || cross_beta > 0)) {
-    const double p = HierarchicalGroup::pieces_of(static_cast<int64_t>(bytes));
-    const double in_rack = in_rack_beta * bytes, cross = cross_beta * bytes;
-    return alpha + (in_rack + cross) / p + (p - 1) * std::max(in_rack, cross) / p;
-  }
-  if (measured_bytes.empty()) return alpha + beta * bytes;
-  return on_curve(measured_bytes, measured_seconds, beta, bytes);
+  if (!measured_bytes.empty()) return on_curve(measured_bytes, measured_seconds, beta, bytes);
+  if (!in_levels()) return alpha + beta * bytes;
+  const double p = HierarchicalGroup::pieces_of(static_cast<int64_t>(bytes));
+  const double in_rack = in_rack_beta * bytes, cross = cross_beta * bytes;
+  return alpha + (in_rack + cross) / p + (p - 1) * std::max(in_rack, cross) / p;
 }
 
 double LinearCost::time(double bytes, double idle) const {

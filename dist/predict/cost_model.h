@@ -64,6 +64,7 @@ struct LinearCost : LinkCost {
   // alpha + (A + X) / p + (p - 1) max(A, X) / p, with A = in_rack_beta bytes and X = cross_beta
   // bytes: the first piece through every level, then the busier link's share of the rest.
   double in_rack_beta = 0.0, cross_beta = 0.0;
+  bool in_levels() const { return in_rack_beta > 0 || cross_beta > 0; }
   double time(double bytes) const;
   // An allreduce that starts after the network idled `idle` seconds: the back-to-back time at
   // idle 0, the after-idle curve from idle_measured on, and linear in between (a bucket refills

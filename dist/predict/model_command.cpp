@@ -427,8 +427,7 @@ dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSet
     ring.gamma = s.measured.gamma;
     ring.overlap_slowdown = s.measured.overlap_slowdown;
   }
-  const bool hierarchical = ring.in_rack_beta > 0 || ring.cross_beta > 0;
-  if (n > 1 && !hierarchical) {
+  if (n > 1 && !ring.in_levels()) {
     if (const auto at = s.curves_at.find(n); at != s.curves_at.end()) {
       dist::copy_curves(at->second, ring);
     } else if (n == s.measured_world) {
