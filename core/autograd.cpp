@@ -18,10 +18,8 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::mo
   sequence_nr_ = std::numeric_limits<uint64_t>::max();
 }
 
-std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
-  Tensor incoming = grads[0];
-  grads[0] = Tensor();
-  if (!incoming.defined()) return {};
+void AccumulateGrad::add(Tensor incoming, int remaining) {
+  if (!incoming.defined()) return;
   Tensor leaf(leaf_);
   MT_CHECK(incoming.shape() == leaf_->shape, "internal: gradient of shape ",
            shape_str(incoming.shape()), " for a parameter of shape ", shape_str(leaf_->shape));
@@ -35,6 +33,17 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
   } else {
     Tensor(leaf_->grad).add_(incoming);
   }
+  received_ = true;
+  for (auto& hook : leaf_->grad_contribution_hooks) hook(leaf, incoming, remaining);
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
+  // A root's gradient comes through the buffer; every other contribution came through add().
+  if (!grads.empty() && grads[0].defined()) add(std::move(grads[0]), 0);
+  if (!grads.empty()) grads[0] = Tensor();
+  if (!received_) return {};
+  received_ = false;
+  Tensor leaf(leaf_);
   for (auto& hook : leaf_->grad_ready_hooks) hook(leaf);
   return {};
 }

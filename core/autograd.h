@@ -51,18 +51,22 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr_;
 };
 
-// The node at the end of every path to a leaf that requires grad: sums the incoming gradient
-// into leaf.grad, then fires the leaf's grad-ready hooks (the gradient is final by then, since
-// the engine runs a node only after all its inputs have arrived).
+// The node at the end of every path to a leaf that requires grad. The engine hands it each
+// contribution as it arrives (add): summed into leaf.grad at once, so that the leaf's
+// grad-contribution hooks see a tied weight's uses one by one; then, once the last has arrived,
+// the engine runs it (apply) and it fires the leaf's grad-ready hooks: the gradient is final.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf);
   std::string name() const override { return "AccumulateGrad"; }
+  // `remaining`: contributions still to come in this backward pass.
+  void add(Tensor incoming, int remaining);
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override;
   const std::shared_ptr<TensorImpl>& leaf() const { return leaf_; }
 
  private:
   std::shared_ptr<TensorImpl> leaf_;
+  bool received_ = false;  // a contribution arrived in this pass: the ready hooks fire
 };
 
 // True when grad mode is on and any of the tensors requires grad.

@@ -102,10 +102,15 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       const Edge& e = node->next_edges[i];
       if (!e.valid()) continue;
       Node* next = e.fn.get();
-      auto& buf = buffers[next];
-      if (buf.empty()) buf.resize(next->num_outputs);
-      accumulate_into(buf, e.input_nr, std::move(out[i]));
-      if (--deps[next] == 0) ready.push(next);
+      const int remaining = --deps[next];
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(next)) {
+        acc->add(std::move(out[i]), remaining);  // into leaf.grad now, not buffered till the last
+      } else {
+        auto& buf = buffers[next];
+        if (buf.empty()) buf.resize(next->num_outputs);
+        accumulate_into(buf, e.input_nr, std::move(out[i]));
+      }
+      if (remaining == 0) ready.push(next);
     }
   }
 }

@@ -364,4 +364,10 @@ void Tensor::register_grad_ready_hook(GradReadyHook hook) const {
   impl().grad_ready_hooks.push_back(std::move(hook));
 }
 
+void Tensor::register_grad_contribution_hook(GradContributionHook hook) const {
+  MT_CHECK(is_leaf() && requires_grad(),
+           "grad-contribution hooks attach to leaf tensors that require grad (parameters), got ", str());
+  impl().grad_contribution_hooks.push_back(std::move(hook));
+}
+
 }  // namespace mt::core

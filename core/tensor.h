@@ -30,6 +30,12 @@ class Tensor;
 // Called once per backward pass when a leaf's gradient is final (all contributions summed).
 // The distributed module starts a parameter's gradient communication from here.
 using GradReadyHook = std::function<void(Tensor& leaf)>;
+// Called for each contribution to a leaf's gradient as backward delivers it (a leaf used k times
+// in forward gets k), after it was summed into leaf.grad; `remaining` counts those still to come
+// in this pass (0: this was the last, the grad-ready hooks fire next). A tied weight's uses thus
+// reach the communication one by one (the parameter server's split, dist/ps_synchronizer.h).
+// The contribution may be leaf.grad itself, which later contributions change: copy what you keep.
+using GradContributionHook = std::function<void(Tensor& leaf, const Tensor& contribution, int remaining)>;
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -45,6 +51,7 @@ struct TensorImpl {
   uint32_t output_nr = 0;                // which output of grad_fn this is
   std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad node, shared by its uses
   std::vector<GradReadyHook> grad_ready_hooks;
+  std::vector<GradContributionHook> grad_contribution_hooks;
 };
 
 class Tensor {
@@ -125,6 +132,7 @@ class Tensor {
   // Backpropagates from this tensor. Without `gradient` the tensor must hold one element.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   void register_grad_ready_hook(GradReadyHook hook) const;
+  void register_grad_contribution_hook(GradContributionHook hook) const;
 
   TensorImpl* unsafe_impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -50,15 +50,25 @@ std::vector<int64_t> bytes_per_server(const std::vector<PsPartition>& plan, int 
 }
 
 std::vector<PsPushGroup> staggered_push_groups(const std::vector<PsPartition>& plan, int servers, int rounds,
-                                               int worker) {
+                                               int worker, const std::vector<size_t>& order) {
   MT_CHECK(servers >= 1 && rounds >= 1 && worker >= 0, "staggered push groups need servers >= 1, rounds >= 1 and a "
            "worker >= 0; got ", servers, ", ", rounds, ", ", worker);
-  // Each server's partitions (in plan order) cut into `rounds` runs of about equal bytes.
+  std::vector<size_t> sequence = order;
+  if (sequence.empty()) {
+    sequence.resize(plan.size());
+    std::iota(sequence.begin(), sequence.end(), 0);
+  }
+  std::vector<size_t> sorted = sequence;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i)
+    MT_CHECK(sorted[i] == i && sorted.size() == plan.size(), "staggered push groups: the order must name each of the ",
+             plan.size(), " partitions once");
+  // Each server's partitions (in push order) cut into `rounds` runs of about equal bytes.
   std::vector<std::vector<std::vector<size_t>>> cut(static_cast<size_t>(servers),
                                                     std::vector<std::vector<size_t>>(static_cast<size_t>(rounds)));
   const std::vector<int64_t> total = bytes_per_server(plan, servers);
   std::vector<int64_t> sent(static_cast<size_t>(servers), 0);
-  for (size_t k = 0; k < plan.size(); ++k) {
+  for (size_t k : sequence) {
     const size_t s = static_cast<size_t>(plan[k].server);
     // The round whose share of the server's bytes this partition's middle falls in.
     const int64_t middle = sent[s] + plan[k].bytes() / 2;

@@ -31,7 +31,7 @@ std::vector<PsPartition> plan_partitions(const std::vector<int64_t>& param_numel
 // Bytes per server (index = server).
 std::vector<int64_t> bytes_per_server(const std::vector<PsPartition>& plan, int servers);
 
-// The staggered schedule's push order for one worker: each server's partitions (in plan order)
+// The staggered schedule's push order for one worker: each server's partitions (in push order)
 // cut into `rounds` runs of about equal bytes (a partition goes to the round its middle byte
 // falls in), then round by round one group per server, worker w starting at server w mod S and
 // going up: at each step of a round the first S workers push to S different servers.
@@ -39,8 +39,9 @@ struct PsPushGroup {
   int server = 0;
   std::vector<size_t> partitions;  // indices into the plan, in plan order
 };
+// `order`: the partitions in the order to push them (all of them once); empty: plan order.
 std::vector<PsPushGroup> staggered_push_groups(const std::vector<PsPartition>& plan, int servers, int rounds,
-                                               int worker);
+                                               int worker, const std::vector<size_t>& order = {});
 
 // "12 partitions (4 MB max): server 0 1.2 MB in 6, server 1 1.1 MB in 6" for the log.
 std::string describe_plan(const std::vector<PsPartition>& plan, int servers, int64_t partition_bytes);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <iostream>
 
 #include "core/error.h"
@@ -45,6 +46,8 @@ PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::share
   check_at_least("dist.ps.partition_bytes", static_cast<double>(options_.partition_bytes), 4);
   check_at_least("dist.ps.rounds", options_.rounds, 1);
   check_at_least("dist.grad_accumulation_steps", options_.grad_accumulation_steps, 1);
+  // The earlier uses' part alone exists only in the micro-batch that communicates.
+  if (options_.grad_accumulation_steps > 1 || options_.schedule == PsSchedule::BSP) options_.split_tied = false;
 }
 
 PsSynchronizer::~PsSynchronizer() {
@@ -94,6 +97,12 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     for (const auto& g : groups_) notes_[g.partitions.back()].data<int64_t>()[2] = 1;  // a receipt wanted
   }
   ready_.assign(plan_.size(), false);
+  staged_.assign(plan_.size(), false);
+  tied_.assign(params_.size(), false);
+  used_again_.assign(params_.size(), false);
+  early_parts_.assign(params_.size(), 0);
+  late_rows_.assign(params_.size(), GradientRows());
+  tied_known_ = !options_.split_tied;
   receipts_.assign(plan_.size(), Tensor());
   for (auto& r : receipts_) r = Tensor::zeros({1}, core::DType::Int64);
   push_work_.assign(plan_.size(), nullptr);
@@ -113,6 +122,11 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     *options_.log << std::endl;
   }
   Synchronizer::setup(model, optimizer);  // grad-ready hooks -> on_gradient_ready
+  if (options_.split_tied) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].register_grad_contribution_hook(
+          [this, i](core::Tensor&, const core::Tensor& part, int remaining) { on_gradient_part(i, part, remaining); });
+  }
   set_up_ = true;
 }
 
@@ -144,7 +158,11 @@ void PsSynchronizer::push(size_t k) {
   Tensor p = params_[part.param];
   if (!p.grad().defined()) p.set_grad(Tensor::zeros_like(p));  // unused this iteration
   core::NoGradGuard no_grad;
-  outgoing_[k].copy_(p.grad().contiguous().view({-1}).narrow(0, part.offset, part.numel));  // to host
+  if (splitting() && tied_[part.param]) {
+    if (!staged_[k]) outgoing_[k].zero_();  // no earlier use this iteration: its part is zero
+  } else {
+    outgoing_[k].copy_(p.grad().contiguous().view({-1}).narrow(0, part.offset, part.numel));  // to host
+  }
   const int peer = workers_->size() + part.server;
   with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(micro_batches_.iteration()), [&] {
     pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
@@ -158,8 +176,46 @@ void PsSynchronizer::push(size_t k) {
   ++pushes_;
 }
 
+bool PsSynchronizer::splitting() const { return options_.split_tied && tied_known_ && micro_batches_.communicate(); }
+
+void PsSynchronizer::on_gradient_part(size_t param_index, const core::Tensor& part, int remaining) {
+  if (!micro_batches_.communicate()) return;
+  if (!tied_known_) {  // the first iteration: watch
+    if (std::find(ready_order_.begin(), ready_order_.end(), param_index) == ready_order_.end())
+      ready_order_.push_back(param_index);
+    if (remaining > 0) used_again_[param_index] = true;
+    return;
+  }
+  if (!tied_[param_index]) return;
+  core::NoGradGuard no_grad;
+  if (remaining == 0) {  // the last use (an embedding lookup's rows); exchanged in step()
+    late_rows_[param_index] = nonzero_rows(part);
+    return;
+  }
+  // An earlier use: staged now (later parts are summed into the gradient in place).
+  const Tensor flat = part.contiguous().view({-1});
+  for (size_t k : partitions_of_[param_index]) {
+    const Tensor slice = flat.narrow(0, plan_[k].offset, plan_[k].numel);
+    if (early_parts_[param_index] == 0) outgoing_[k].copy_(slice);
+    else outgoing_[k].add_(slice.to(core::Device::cpu()));
+    staged_[k] = true;
+  }
+  ++early_parts_[param_index];
+  if (remaining > 1) return;  // more earlier uses to come
+  if (options_.schedule == PsSchedule::STAGGERED) {
+    for (size_t k : partitions_of_[param_index]) ready_[k] = true;
+    push_staggered(/*finish=*/false);
+    return;
+  }
+  for (size_t k : partitions_of_[param_index]) {
+    push(k);
+    ++pushes_from_hooks_;
+  }
+}
+
 void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
   if (!micro_batches_.communicate() || options_.schedule == PsSchedule::BSP) return;
+  if (splitting() && tied_[param_index]) return;  // its parts went from on_gradient_part
   if (options_.schedule == PsSchedule::STAGGERED) {
     for (size_t k : partitions_of_.at(param_index)) ready_[k] = true;
     push_staggered(/*finish=*/false);
@@ -210,6 +266,20 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
   // BSP: everything now; WFBP: partitions of parameters no hook reported (unused this time).
   for (size_t k = 0; k < plan_.size(); ++k)
     if (!pushed_[k]) push(k);
+  // The tied parameters' last uses, among the workers while the pulls come in.
+  std::future<std::vector<RowsOfAllRanks>> rows;
+  const bool split = splitting();
+  if (split) {
+    rows = std::async(std::launch::async, [this] {
+      std::vector<RowsOfAllRanks> all(params_.size());
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (!tied_[i]) continue;
+        if (late_rows_[i].rows == 0) late_rows_[i] = nonzero_rows(Tensor::zeros_like(params_[i]));  // no last use
+        all[i] = gather_rows(*workers_, late_rows_[i]);
+      }
+      return all;
+    });
+  }
   const auto wait_start = Clock::now();
   const float scale = 1.0f / static_cast<float>(workers_->size());
   {
@@ -232,8 +302,30 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
       Tensor grad = params_[part.param].grad();
       grad.view({-1}).narrow(0, part.offset, part.numel).copy_(incoming_[k]);  // to the device
       pushed_[k] = false;
+      staged_[k] = false;
     }
   }
+  if (split) {
+    TimelineSpan span(options_.timeline.get(), "tied rows");
+    std::vector<RowsOfAllRanks> all;
+    try {
+      all = rows.get();
+    } catch (const std::exception& e) {
+      failed_ = true;
+      MT_FAIL("worker ", workers_->rank(), ": exchanging the last use's rows of a tied parameter among the ",
+              workers_->size(), " workers failed (a worker died or timed out?): ", e.what());
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!tied_[i]) continue;
+      Tensor grad = params_[i].grad();
+      add_rows(all[i], scale, grad);
+      rows_exchanged_ += static_cast<int64_t>(late_rows_[i].ids.size());
+      summary_row_bytes_ += all[i].bytes_received;
+      late_rows_[i] = GradientRows();
+      early_parts_[i] = 0;
+    }
+  }
+  if (!tied_known_ && micro_batches_.communicate()) learn_tied_parameters();
   for (int s = 0; s < servers() && workers_->rank() == 0; ++s)
     with_server(s, "telling it the iteration began", [&] { command_work_[static_cast<size_t>(s)]->wait(); });
   summary_wait_s_ += secs(Clock::now() - wait_start);
@@ -251,16 +343,55 @@ void PsSynchronizer::prepare_eval(layers::Module& model) {
   broadcast_buffers(*workers_, model);
 }
 
+void PsSynchronizer::learn_tied_parameters() {
+  // Every worker must split the same parameters (the rows are a collective): a parameter is
+  // split when every worker saw it used again.
+  Tensor flags = Tensor::zeros({static_cast<int64_t>(params_.size())});
+  for (size_t i = 0; i < params_.size(); ++i) flags.data<float>()[i] = used_again_[i] ? 1.0f : 0.0f;
+  Tensor on_device = flags.to(workers_->device());
+  workers_->allreduce(on_device, ReduceOp::Min)->wait();
+  flags = on_device.to(core::Device::cpu());
+  std::string names;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    tied_[i] = flags.data<float>()[i] > 0.5f;
+    if (tied_[i]) names += (names.empty() ? "" : ", ") + std::to_string(i) + " " + params_[i].str();
+  }
+  tied_known_ = true;
+  if (names.empty()) return;
+  if (options_.schedule == PsSchedule::STAGGERED) {
+    // Groups in the order gradients became ready: a tied parameter's first part comes early.
+    for (size_t i = params_.size(); i-- > 0;)
+      if (std::find(ready_order_.begin(), ready_order_.end(), i) == ready_order_.end()) ready_order_.push_back(i);
+    std::vector<size_t> order;
+    for (size_t i : ready_order_)
+      for (size_t k : partitions_of_[i]) order.push_back(k);
+    groups_ = staggered_push_groups(plan_, servers(), options_.rounds, workers_->rank(), order);
+    for (auto& note : notes_) note.data<int64_t>()[2] = 0;
+    for (const auto& g : groups_) notes_[g.partitions.back()].data<int64_t>()[2] = 1;
+  }
+  if (workers_->rank() == 0 && options_.log)
+    *options_.log << "parameter server: tied parameters (used twice in forward) exchanged in two parts from iteration "
+                  << micro_batches_.iteration() + 1 << ": the earlier uses' through the servers as soon as final, the "
+                  << "last use's rows among the workers: " << names << std::endl;
+}
+
 std::string PsSynchronizer::epoch_summary() {
   if (summary_steps_ == 0) return "";
   int64_t bytes = 0;
   for (const auto& part : plan_) bytes += part.bytes();
-  char buf[160];
+  char buf[240];
   std::snprintf(buf, sizeof(buf), "ps: %.3g MB pushed and pulled per iteration over %d servers, %.1f ms waiting per iteration",
                 static_cast<double>(bytes) / (1 << 20), servers(), summary_wait_s_ * 1e3 / summary_steps_);
+  std::string out = buf;
+  if (summary_row_bytes_ > 0) {
+    std::snprintf(buf, sizeof(buf), ", %.3g MB of tied parameters' rows received per iteration",
+                  static_cast<double>(summary_row_bytes_) / (1 << 20) / summary_steps_);
+    out += buf;
+  }
   summary_steps_ = 0;
   summary_wait_s_ = 0;
-  return buf;
+  summary_row_bytes_ = 0;
+  return out;
 }
 
 namespace {
@@ -283,6 +414,7 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   o.schedule = parse_ps_schedule(p.schedule());
   o.partition_bytes = p.partition_bytes();
   o.rounds = p.rounds();
+  o.split_tied = p.split_tied_gradients();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
   o.config_text = c.config_text;
   o.timeline = c.timeline;

@@ -19,6 +19,15 @@
 //         at the end of the push phase, so no pull can start before it; in rounds, round c's
 //         sums travel back while round c+1 is pushed.
 //
+// A tied parameter (used twice in forward, as BERT's word embedding is by the lookup and by the
+// output layer) is final only when backward ends, yet its later use's part is ready when backward
+// starts. With split_tied_gradients the worker sees the uses' contributions one by one
+// (core::GradContributionHook): WFBP and STAGGERED push the earlier uses' part through the
+// servers as soon as it is final (the staggered groups then follow the order gradients became
+// ready in the first iteration), and the last use's part, an embedding lookup's mostly zero rows,
+// goes among the workers as rows (row_sparse_exchange.h); step() adds the two averages. Which
+// parameters are tied is learnt in the first iteration and agreed by the workers.
+//
 // Seams used: setup (agree, broadcast rank 0's weights over the workers, handshake with every
 // server, register the hooks), begin_iteration (worker 0 tells the servers an iteration begins),
 // on_gradient_ready (WFBP's pushes), step (the rest of the pushes, the pulls, the average, the
@@ -35,6 +44,7 @@
 #include "dist/micro_batches.h"
 #include "dist/process_group.h"
 #include "dist/ps_partition.h"
+#include "dist/row_sparse_exchange.h"
 #include "dist/synchronizer.h"
 #include "dist/timeline.h"
 
@@ -48,6 +58,7 @@ struct PsOptions {
   PsSchedule schedule = PsSchedule::WFBP;
   int64_t partition_bytes = 4 << 20;
   int rounds = 4;  // STAGGERED: groups per server
+  bool split_tied = true;  // WFBP, STAGGERED: tied parameters' parts exchanged apart (above)
   int grad_accumulation_steps = 1;
   std::string config_text;             // must be the same on every worker (checked at setup)
   std::shared_ptr<Timeline> timeline;  // optional: a span per partition, push to pull
@@ -79,6 +90,8 @@ class PsSynchronizer final : public Synchronizer {
   int64_t pushes_during_backward() const { return pushes_from_hooks_; }  // of those, from a hook
   int64_t pulls() const { return pulls_; }
   const std::vector<PsPushGroup>& push_groups() const { return groups_; }  // STAGGERED's, in push order
+  const std::vector<bool>& split_parameters() const { return tied_; }  // tied, exchanged in two parts
+  int64_t rows_exchanged() const { return rows_exchanged_; }  // the last uses' rows sent, since setup
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -86,6 +99,9 @@ class PsSynchronizer final : public Synchronizer {
   void push(size_t k);
   void push_staggered(bool finish);  // from a hook (finish false) or from step()
   void send_command(int64_t kind, int64_t value);
+  void on_gradient_part(size_t param_index, const core::Tensor& part, int remaining);
+  bool splitting() const;  // the tied parameters are known and split this iteration
+  void learn_tied_parameters();  // after the first iteration's exchange
   // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
   // naming server s and `what`, and no stop message is sent at the end.
   template <typename F>
@@ -108,6 +124,16 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<bool> pushed_;
   std::vector<Tensor> commands_;                    // worker 0: per server, kept while in flight
   std::vector<std::shared_ptr<Work>> command_work_;
+  // The split of tied parameters (learnt in the first communicating iteration).
+  bool tied_known_ = false;
+  std::vector<bool> tied_;               // per parameter
+  std::vector<bool> used_again_;         // first iteration: a contribution with more to come
+  std::vector<size_t> ready_order_;      // first iteration: parameters by their first contribution
+  std::vector<int> early_parts_;         // per parameter: earlier uses staged this iteration
+  std::vector<bool> staged_;             // per partition: outgoing_ holds the earlier uses' part
+  std::vector<GradientRows> late_rows_;  // per tied parameter: its last use's rows
+  int64_t rows_exchanged_ = 0;
+  int64_t summary_row_bytes_ = 0;
 
   MicroBatches micro_batches_{options_.grad_accumulation_steps};
   bool set_up_ = false;

@@ -107,6 +107,45 @@ TEST(Autograd, GradReadyHookFiresOncePerBackwardWhenFinal) {
   EXPECT_EQ(seen_w1, (std::vector<float>{9, 12}));  // 3*w2 summed over both paths
 }
 
+TEST(Autograd, ContributionHooksSeeATiedWeightsUsesOneByOne) {
+  // w1 is used twice (as a tied embedding is): the later use's contribution arrives first with one
+  // still to come, then the earlier use's as the last; the ready hook fires after both.
+  Tensor w1 = Tensor::from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  Tensor w2 = Tensor::from_vector(std::vector<float>{3, 4}, {2}).set_requires_grad(true);
+  std::vector<std::pair<std::vector<float>, int>> parts;
+  std::vector<std::string> events;
+  w1.register_grad_contribution_hook([&](Tensor&, const Tensor& part, int remaining) {
+    parts.emplace_back(part.to_vector(), remaining);
+    events.push_back("part");
+  });
+  w1.register_grad_ready_hook([&](Tensor& t) {
+    events.push_back("ready");
+    EXPECT_EQ(t.grad().to_vector(), (std::vector<float>{9, 12}));
+  });
+  for (int pass = 0; pass < 2; ++pass) {  // the hooks fire again on the next backward
+    parts.clear();
+    events.clear();
+    w1.zero_grad();
+    Tensor h = w1 * 2.0f;
+    sum((h + w1) * w2).backward();
+    ASSERT_EQ(parts.size(), 2u);
+    EXPECT_EQ(parts[0].first, (std::vector<float>{3, 4}));  // the direct use: d/dw1 = w2
+    EXPECT_EQ(parts[0].second, 1);
+    EXPECT_EQ(parts[1].first, (std::vector<float>{6, 8}));  // through h = 2 * w1
+    EXPECT_EQ(parts[1].second, 0);
+    EXPECT_EQ(events, (std::vector<std::string>{"part", "part", "ready"}));
+  }
+  // A leaf used once: one contribution, the last; a leaf as the root of backward gets its own.
+  Tensor v = Tensor::from_vector(std::vector<float>{5}, {1}).set_requires_grad(true);
+  std::vector<int> seen;
+  v.register_grad_contribution_hook([&](Tensor&, const Tensor&, int remaining) { seen.push_back(remaining); });
+  sum(v * 3.0f).backward();
+  v.backward(Tensor::ones({1}));
+  EXPECT_EQ(seen, (std::vector<int>{0, 0}));
+  EXPECT_EQ(v.grad().to_vector(), (std::vector<float>{4}));
+  EXPECT_THROW((w1 * 2.0f).register_grad_contribution_hook([](Tensor&, const Tensor&, int) {}), Error);
+}
+
 TEST(Autograd, HookOrderFollowsReverseLayerOrder) {
   // A 3-layer MLP: parameters become final in reverse layer order (what WFBP relies on).
   Tensor x = mt::testing::random_tensor({4, 5}, 1);

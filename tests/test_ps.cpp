@@ -3,8 +3,10 @@
 // as `mintrain launch --nservers S` places them. Checked: the partition plan; BSP-PS and
 // WFBP-PS with 1, 2 and 3 servers end with the weights of allreduce S-SGD and of one rank with
 // N x the batch, and the servers really summed every push (counters); WFBP-PS pushes while
-// backward runs; a server answers partitions in the order their pushes arrive; a killed server or worker stops the others with an error naming it within the
-// timeout; mismatched settings are refused naming both values; `launch --nservers` trains.
+// backward runs; a tied parameter's two parts go apart (the decoder's pushed before the lookup's
+// exists, the lookup's rows among the workers) with the same weights; a server answers partitions
+// in the order their pushes arrive; a killed server or worker stops the others with an error
+// naming it within the timeout; mismatched settings are refused naming both values; `launch --nservers` trains.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,7 +22,10 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/matmul.h"
 #include "core/ops/nn.h"
+#include "core/ops/transformer.h"
 #include "core/random.h"
 #include "core/runtime.h"
 #include "dist/dist_config.h"
@@ -33,6 +38,7 @@
 #include "dist/ssgd_synchronizer.h"
 #include "optim/registry.h"
 #include "support/dist_training.h"
+#include "support/gradcheck.h"
 #include "support/multiprocess.h"
 
 using namespace mt;
@@ -128,6 +134,20 @@ TEST(PsPartition, StaggeredGroupsSpreadTheWorkersOverTheServers) {
   EXPECT_THROW(dist::staggered_push_groups(plan, kServers, 0, 0), core::Error);
 }
 
+TEST(PsPartition, StaggeredGroupsFollowAGivenPushOrder) {
+  // Parameter 0's partitions (plan indices 2.., pushed last in plan order) put first.
+  const auto plan = dist::plan_partitions({64, 8, 8}, {2, 1, 0}, 64, 1);
+  ASSERT_EQ(plan.size(), 6u);  // 8, 8, then 64 floats in four of 16
+  const std::vector<size_t> order{2, 3, 4, 5, 0, 1};
+  const auto groups = dist::staggered_push_groups(plan, 1, 3, 0, order);
+  std::vector<size_t> pushed;
+  for (const auto& g : groups) pushed.insert(pushed.end(), g.partitions.begin(), g.partitions.end());
+  EXPECT_EQ(pushed, order);
+  EXPECT_EQ(plan[groups[0].partitions[0]].param, 0u);
+  EXPECT_THROW(dist::staggered_push_groups(plan, 1, 3, 0, {0, 1, 2}), core::Error);           // not all
+  EXPECT_THROW(dist::staggered_push_groups(plan, 1, 3, 0, {0, 1, 2, 3, 4, 4}), core::Error);  // twice
+}
+
 TEST(PsPartition, BadArgumentsNameTheField) {
   try {
     dist::plan_partitions({10}, {0}, 2, 1);
@@ -187,12 +207,13 @@ std::vector<std::vector<float>> train_single(int steps, int workers) {
 // Built through the registry, as the trainer builds it.
 std::unique_ptr<dist::Synchronizer> ps_sync(const std::shared_ptr<dist::ProcessGroup>& workers,
                                             const std::shared_ptr<dist::ProcessGroup>& world, const std::string& schedule,
-                                            int64_t partition_bytes = kPartitionBytes, int rounds = 4) {
+                                            int64_t partition_bytes = kPartitionBytes, int rounds = 4, bool split_tied = true) {
   mintrain::RunConfig run;
   run.mutable_dist()->set_algorithm("ps");
   run.mutable_dist()->mutable_ps()->set_schedule(schedule);
   run.mutable_dist()->mutable_ps()->set_partition_bytes(partition_bytes);
   run.mutable_dist()->mutable_ps()->set_rounds(rounds);
+  run.mutable_dist()->mutable_ps()->set_split_tied_gradients(split_tied);
   return dist::make_synchronizer(workers, run, "same", nullptr, nullptr, world);
 }
 
@@ -363,6 +384,115 @@ TEST_F(PsTest, StaggeredPushesFinishedGroupsDuringBackward) {
     expect_close(mt::testing::weights_of(*model), single, "staggered, worker " + std::to_string(c.rank));
   });
   EXPECT_TRUE(result.ok_or_report());
+}
+
+// ---- A tied parameter's gradient in two parts ----
+
+constexpr int64_t kVocab = 24, kDim = 6;
+
+// BERT's tie in miniature: one table is the lookup's and the decoder's weight.
+class TiedLookup final : public layers::Module {
+ public:
+  TiedLookup() {
+    table_ = register_parameter("table", mt::testing::random_tensor({kVocab, kDim}, 21));
+    hidden_ = register_parameter("hidden", mt::testing::random_tensor({kDim, kDim}, 22));
+    bias_ = register_parameter("decoder_bias", mt::testing::random_tensor({kVocab}, 23, -0.1f, 0.1f));
+  }
+  Tensor forward(const Tensor& ids) override {
+    const Tensor h = core::tanh(core::linear(core::embedding(table_, ids), hidden_));
+    return core::linear(h, table_, bias_);
+  }
+  std::string type_name() const override { return "TiedLookup"; }
+
+ private:
+  Tensor table_, hidden_, bias_;
+};
+
+// Ids repeat within a batch (5 of 24 and 8 of 24 are 1/3 apart), so a row sums two uses.
+std::pair<Tensor, Tensor> tied_batch(int step, int workers, int rank) {
+  std::vector<int64_t> ids, labels;
+  for (int64_t i = 0; i < workers * kRowsPerWorker; ++i) {
+    ids.push_back((i * 6 + step * 5) % kVocab);
+    labels.push_back((i * 7 + step) % kVocab);
+  }
+  Tensor x = Tensor::from_vector(ids, {workers * kRowsPerWorker}), y = Tensor::from_vector(labels, {workers * kRowsPerWorker});
+  if (rank < 0) return {x, y};
+  return {x.narrow(0, rank * kRowsPerWorker, kRowsPerWorker).contiguous(),
+          y.narrow(0, rank * kRowsPerWorker, kRowsPerWorker).contiguous()};
+}
+
+int64_t distinct(const Tensor& ids) {
+  std::vector<int64_t> v(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
+  std::sort(v.begin(), v.end());
+  return std::unique(v.begin(), v.end()) - v.begin();
+}
+
+// WFBP and Staggered with the split: from the second iteration the table's decoder part is
+// pushed the moment the decoder's backward made it (before the lookup's part exists: a plain
+// PS pushes nothing by then, as the first iteration and the split switched off show), its
+// lookup rows go among the workers (as many as the shard's distinct ids), and the weights are
+// one rank's with N x the batch.
+TEST_F(PsTest, TiedParameterIsExchangedInTwoPartsAndMatchesOneRank) {
+  constexpr int kSteps = 4, kWorkers = 2;
+  std::vector<std::vector<float>> single;
+  {
+    TiedLookup model;
+    auto opt = mt::testing::reference_sgd(model);
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = tied_batch(s, kWorkers, -1);
+      core::cross_entropy(model.forward(x), y).backward();
+      opt->step();
+      opt->zero_grad();
+    }
+    single = mt::testing::weights_of(model);
+  }
+  for (const std::string schedule : {"wfbp", "staggered"}) {
+    for (int servers : {1, 2}) {
+      for (bool split : {true, false}) {
+        const std::string what = "ps/" + schedule + ", " + std::to_string(servers) + " servers, split " + (split ? "on" : "off");
+        const auto result = mt::testing::run_ranks(kWorkers + servers, [&](mt::testing::RankContext& c) {
+          core::set_num_threads(1);
+          if (c.rank >= kWorkers) {
+            dist::ParameterServer(c.group, server_options(kWorkers, servers)).run();
+            return;
+          }
+          TiedLookup model;
+          auto opt = mt::testing::reference_sgd(model);
+          auto sync = ps_sync(workers_of(c.group, kWorkers), c.group, schedule, kPartitionBytes, 2, split);
+          auto& ps = dynamic_cast<dist::PsSynchronizer&>(*sync);
+          sync->setup(model, *opt);
+          int64_t before = 0, early = -1, rows = 0;
+          opt->params()[0].register_grad_contribution_hook([&](Tensor&, const Tensor&, int remaining) {
+            if (remaining == 1) early = ps.pushes() - before;  // the decoder's part, the lookup's to come
+          });
+          for (int s = 0; s < kSteps; ++s) {
+            before = ps.pushes();
+            early = -1;
+            sync->begin_iteration(s);
+            auto [x, y] = tied_batch(s, kWorkers, c.rank);
+            core::cross_entropy(model.forward(x), y).backward();
+            ASSERT_GE(early, 0) << what << " step " << s << ": the table's decoder part was not seen first";
+            if (split && s > 0) {
+              EXPECT_GT(early, 0) << what << " step " << s;
+              rows += distinct(x);
+            } else {
+              EXPECT_EQ(early, 0) << what << " step " << s;
+            }
+            sync->step(*opt);
+            opt->zero_grad();
+            if (s == 0) {
+              EXPECT_EQ(ps.split_parameters(), (std::vector<bool>{split, false, false})) << what;
+              if (split && schedule == "staggered")
+                EXPECT_EQ(ps.plan()[ps.push_groups()[0].partitions[0]].param, 0u) << what << ": the table goes first";
+            }
+          }
+          EXPECT_EQ(ps.rows_exchanged(), rows) << what;
+          expect_close(mt::testing::weights_of(model), single, what + ", worker " + std::to_string(c.rank));
+        });
+        EXPECT_TRUE(result.ok_or_report()) << what;
+      }
+    }
+  }
 }
 
 // ---- The server's serving order ----
