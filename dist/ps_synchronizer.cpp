@@ -188,8 +188,8 @@ void PsSynchronizer::on_gradient_part(size_t param_index, const core::Tensor& pa
   }
   if (!tied_[param_index]) return;
   core::NoGradGuard no_grad;
-  if (remaining == 0) {  // the last use (an embedding lookup's rows); exchanged in step()
-    late_rows_[param_index] = nonzero_rows(part);
+  if (remaining == 0) {  // the last use (an embedding lookup's rows)
+    add_last_part(param_index, part);
     return;
   }
   // An earlier use: staged now (later parts are summed into the gradient in place).
@@ -211,6 +211,27 @@ void PsSynchronizer::on_gradient_part(size_t param_index, const core::Tensor& pa
     push(k);
     ++pushes_from_hooks_;
   }
+}
+
+void PsSynchronizer::add_last_part(size_t param_index, const core::Tensor& part) {
+  // Partitions not pushed yet carry the last part with the earlier ones, for no extra bytes;
+  // only what falls in partitions already gone travels as rows (exchanged in step()).
+  const Tensor flat = part.contiguous().view({-1});
+  Tensor gone;  // the last part where its partition was pushed already, zero elsewhere (host)
+  for (size_t k : partitions_of_[param_index]) {
+    const Tensor slice = flat.narrow(0, plan_[k].offset, plan_[k].numel);
+    if (pushed_[k]) {
+      if (!gone.defined()) gone = Tensor::zeros({part.numel()});
+      gone.narrow(0, plan_[k].offset, plan_[k].numel).copy_(slice);
+      continue;
+    }
+    if (staged_[k]) outgoing_[k].add_(slice.to(core::Device::cpu()));
+    else outgoing_[k].copy_(slice);
+    staged_[k] = true;
+    ++last_parts_in_pushes_;
+  }
+  if (!gone.defined()) gone = Tensor::zeros({part.numel()});
+  late_rows_[param_index] = nonzero_rows(gone.view(part.shape()));
 }
 
 void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {

@@ -24,8 +24,9 @@
 // starts. With split_tied_gradients the worker sees the uses' contributions one by one
 // (core::GradContributionHook): WFBP and STAGGERED push the earlier uses' part through the
 // servers as soon as it is final (the staggered groups then follow the order gradients became
-// ready in the first iteration), and the last use's part, an embedding lookup's mostly zero rows,
-// goes among the workers as rows (row_sparse_exchange.h); step() adds the two averages. Which
+// ready in the first iteration). The last use's part, an embedding lookup's mostly zero rows,
+// joins the partitions not pushed yet; what falls in partitions already gone goes among the
+// workers as rows (row_sparse_exchange.h); step() adds the two averages. Which
 // parameters are tied is learnt in the first iteration and agreed by the workers.
 //
 // Seams used: setup (agree, broadcast rank 0's weights over the workers, handshake with every
@@ -92,6 +93,7 @@ class PsSynchronizer final : public Synchronizer {
   const std::vector<PsPushGroup>& push_groups() const { return groups_; }  // STAGGERED's, in push order
   const std::vector<bool>& split_parameters() const { return tied_; }  // tied, exchanged in two parts
   int64_t rows_exchanged() const { return rows_exchanged_; }  // the last uses' rows sent, since setup
+  int64_t last_parts_in_pushes() const { return last_parts_in_pushes_; }  // partitions that took a last use's part
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -100,6 +102,7 @@ class PsSynchronizer final : public Synchronizer {
   void push_staggered(bool finish);  // from a hook (finish false) or from step()
   void send_command(int64_t kind, int64_t value);
   void on_gradient_part(size_t param_index, const core::Tensor& part, int remaining);
+  void add_last_part(size_t param_index, const core::Tensor& part);
   bool splitting() const;  // the tied parameters are known and split this iteration
   void learn_tied_parameters();  // after the first iteration's exchange
   // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
@@ -133,6 +136,7 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<bool> staged_;             // per partition: outgoing_ holds the earlier uses' part
   std::vector<GradientRows> late_rows_;  // per tied parameter: its last use's rows
   int64_t rows_exchanged_ = 0;
+  int64_t last_parts_in_pushes_ = 0;
   int64_t summary_row_bytes_ = 0;
 
   MicroBatches micro_batches_{options_.grad_accumulation_steps};
