@@ -548,6 +548,65 @@ TEST(ModelCommand, ProfilesTheMlpForReal) {
   EXPECT_EQ(again.substr(again.find("milliseconds per iteration")), out.substr(out.find("milliseconds per iteration")));
 }
 
+// A tied table's earlier uses (the parameter server's split): the profile says which layer's
+// backward finishes them; WFBP-PS's prediction sends those bytes with that layer when the split
+// is on, BSP-PS never; the parts survive a save and are checked against the layers.
+TEST(ModelCommand, TiedParametersEarlyPartsMoveWfbpPsBytes) {
+  mt::apps::ModelProfile prof = mt::apps::read_profile(write_layer_times());
+  prof.layers[0].backward = 0.05;           // layer a's backward is long: b's pushes can overlap it
+  prof.early_parts.push_back({1, 0, 9e5});  // 0.9 MB of layer a's gradient final with layer b
+  const auto split = prof.layer_costs_split();
+  EXPECT_DOUBLE_EQ(split[0].bytes, 1e5);
+  EXPECT_DOUBLE_EQ(split[1].bytes, 1.9e6);
+  EXPECT_DOUBLE_EQ(prof.layer_costs()[0].bytes, 1e6);  // S-SGD's view unchanged
+  NetworkSpec spec;
+  spec.bandwidth_gbps = 1;
+  spec.latency_us = 50;
+  const NetworkModel net(spec);
+  mt::apps::AlgorithmSettings s;
+  s.partition_bytes = 1 << 18;
+  const auto on = mt::apps::predict_row(prof, net, s, 4);
+  s.ps_split_tied = false;
+  const auto off = mt::apps::predict_row(prof, net, s, 4);
+  EXPECT_LT(on.wfbp_ps.iteration, off.wfbp_ps.iteration - 0.01);
+  EXPECT_DOUBLE_EQ(on.bsp_ps.iteration, off.bsp_ps.iteration);
+  const PsLinks links = net.ps_links(4, 1);
+  EXPECT_DOUBLE_EQ(on.wfbp_ps.iteration,
+                   predict_partitioned(split, prof.update_seconds, wfbp_ps(s.partition_bytes), LinearCost{}, links).iteration);
+
+  const std::string path = (temp_dir() / "early_parts.json").string();
+  mt::apps::write_profile(prof, path);
+  const mt::apps::ModelProfile back = mt::apps::read_profile(path);
+  ASSERT_EQ(back.early_parts.size(), 1u);
+  EXPECT_EQ(back.early_parts[0].layer, 1u);
+  EXPECT_EQ(back.early_parts[0].from, 0u);
+  EXPECT_DOUBLE_EQ(back.early_parts[0].bytes, 9e5);
+  prof.early_parts[0].bytes = 2e6;  // more than layer a has
+  mt::apps::write_profile(prof, path);
+  try {
+    mt::apps::read_profile(path);
+    ADD_FAILURE() << "an early part larger than its layer was accepted";
+  } catch (const mt::core::Error& e) {
+    EXPECT_TRUE(has(e.what(), "more bytes than its layer has")) << e.what();
+  }
+}
+
+// Profiled for real: BERT's word embedding is final with the lookup (first in forward order), its
+// decoder part with the MLM head, long before.
+TEST(ModelCommand, ProfilesBertsTiedEmbeddingInTwoParts) {
+  const std::string saved = (temp_dir() / "bert_profile.json").string();
+  run_model({std::string(MT_SOURCE_DIR) + "/configs/survey_bert_tiny_synthetic.prototxt", "--set",
+             "data.batch_size=2", "--set", "data.text.seq_len=16", "--profile-iters", "2", "--warmup-iters",
+             "1", "--workers", "1,4", "--save-profile", saved, "--bandwidth-gbps", "1", "--latency-us", "50"});
+  const mt::apps::ModelProfile prof = mt::apps::read_profile(saved);
+  ASSERT_EQ(prof.early_parts.size(), 1u);
+  const mt::apps::EarlyPart& e = prof.early_parts[0];
+  EXPECT_EQ(prof.layers[e.from].name, "bert.embeddings.word_embeddings.weight");
+  EXPECT_DOUBLE_EQ(e.bytes, 30522.0 * 128 * 4);
+  EXPECT_GT(e.layer, e.from + 10) << prof.layers[e.layer].name << ": the decoder part is final near the end of forward order";
+  EXPECT_EQ(prof.layers[e.layer].name.rfind("mlm_head", 0), 0u) << prof.layers[e.layer].name;
+}
+
 TEST(ModelCommand, ProfileNamesWithQuotesAndControlCharactersRoundTrip) {
   // core::json_escape writes them; the model's JSON reader reads them back unchanged.
   mt::apps::ModelProfile prof;

@@ -192,6 +192,18 @@ std::vector<dist::LayerCost> ModelProfile::layer_costs() const {
   return out;
 }
 
+std::vector<dist::LayerCost> ModelProfile::layer_costs_split() const {
+  std::vector<dist::LayerCost> out = layer_costs();
+  for (const EarlyPart& e : early_parts) {
+    MT_CHECK(e.layer < out.size() && e.from < out.size() && e.bytes >= 0 && e.bytes <= out[e.from].bytes,
+             "the profile's early part (layer ", e.layer, " from layer ", e.from, ", ", e.bytes,
+             " bytes) names a layer outside the ", out.size(), " or more bytes than its layer has");
+    out[e.from].bytes -= e.bytes;
+    out[e.layer].bytes += e.bytes;
+  }
+  return out;
+}
+
 ModelProfile profile_model(const RunConfig& config_in, int warmup, int iterations) {
   MT_CHECK(warmup >= 0 && iterations >= 1, "profiling needs >= 1 iteration and >= 0 warm-up, got ",
            iterations, " and ", warmup);
@@ -223,17 +235,22 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
     std::vector<std::pair<size_t, Clock::time_point>> events;
   };
   auto arrivals = std::make_shared<Arrivals>();
+  const size_t early = params.size();  // event early + i: parameter i's earlier uses are final
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].second.register_grad_ready_hook([arrivals, i](core::Tensor& leaf) {
       if (!arrivals->recording) return;
       wait_for(leaf.grad());
       arrivals->events.emplace_back(i, Clock::now());
     });
+    params[i].second.register_grad_contribution_hook([arrivals, i, early](core::Tensor&, const core::Tensor&, int remaining) {
+      if (arrivals->recording && remaining == 1) arrivals->events.emplace_back(early + i, Clock::now());
+    });
   }
 
   model.train();
   std::vector<double> param_backward(params.size(), 0.0);
   std::vector<int> last_position(params.size(), -1);  // position in the last hook order
+  std::vector<size_t> early_with(params.size(), early);  // the parameter final next after an early part
   double forward_s = 0.0, tail_s = 0.0, update_s = 0.0;
   int64_t epoch = 0;
   loader->start_epoch(epoch);
@@ -260,8 +277,15 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
     if (!profiled) continue;
     forward_s += secs(t1 - t0);
     Clock::time_point prev = t1;
+    std::vector<size_t> pending;  // early parts waiting for the next parameter to be final
     for (size_t k = 0; k < arrivals->events.size(); ++k) {
       const auto& [p, when] = arrivals->events[k];
+      if (p >= early) {
+        pending.push_back(p - early);
+        continue;
+      }
+      for (size_t i : pending) early_with[i] = p;
+      pending.clear();
       param_backward[p] += secs(when - prev);
       last_position[p] = static_cast<int>(k);
       prev = when;
@@ -298,8 +322,18 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
     return ka > kb;
   });
   std::vector<LayerProfile> sorted;
-  for (size_t i : order) sorted.push_back(prof.layers[i]);
+  std::vector<size_t> sorted_index(order.size());
+  for (size_t i : order) {
+    sorted_index[i] = sorted.size();
+    sorted.push_back(prof.layers[i]);
+  }
   prof.layers = std::move(sorted);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (early_with[i] == early) continue;
+    prof.early_parts.push_back({sorted_index[index_of.at(params[early_with[i]].first)],
+                                sorted_index[index_of.at(params[i].first)],
+                                static_cast<double>(params[i].second.nbytes())});
+  }
 
   // Forward per layer is not observable (no forward hooks): split the measured total in
   // proportion to backward time, which tracks a layer's arithmetic.
@@ -335,7 +369,15 @@ void write_profile(const ModelProfile& p, const std::string& path) {
         << ", \"backward\": " << fmt("%.9g", l.backward) << ", \"bytes\": " << fmt("%.0f", l.bytes)
         << "}" << (i + 1 < p.layers.size() ? "," : "") << "\n";
   }
-  out << "  ]\n}\n";
+  out << "  ]";
+  if (!p.early_parts.empty()) {
+    out << ",\n  \"early_parts\": [";
+    for (size_t i = 0; i < p.early_parts.size(); ++i)
+      out << (i ? ", " : "") << "{\"layer\": " << p.early_parts[i].layer << ", \"from\": " << p.early_parts[i].from
+          << ", \"bytes\": " << fmt("%.0f", p.early_parts[i].bytes) << "}";
+    out << "]";
+  }
+  out << "\n}\n";
   MT_CHECK(out.good(), "writing the profile to \"", path, "\" failed");
 }
 
@@ -366,6 +408,19 @@ ModelProfile read_profile(const std::string& path) {
     lp.backward = number_field(l, "backward", where, true);
     lp.bytes = number_field(l, "bytes", where, true);
     p.layers.push_back(lp);
+  }
+  if (const auto parts = root.find("early_parts"); parts != root.end()) {
+    MT_CHECK(parts->is_array(), path, ": \"early_parts\" must be an array of {\"layer\", \"from\", \"bytes\"}");
+    for (size_t i = 0; i < parts->size(); ++i) {
+      const std::string where = path + ": early_parts[" + std::to_string(i) + "]";
+      MT_CHECK((*parts)[i].is_object(), where, " must be an object");
+      EarlyPart e;
+      e.layer = static_cast<size_t>(number_field((*parts)[i], "layer", where, true));
+      e.from = static_cast<size_t>(number_field((*parts)[i], "from", where, true));
+      e.bytes = number_field((*parts)[i], "bytes", where, true);
+      p.early_parts.push_back(e);
+    }
+    p.layer_costs_split();  // checks the parts against the layers
   }
   return p;
 }
@@ -480,7 +535,9 @@ ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& ne
   row.ps_modelled = !network.two_level();
   if (row.ps_modelled) {
     row.bsp_ps = dist::predict_partitioned(layers, u, dist::bsp_ps(s.partition_bytes), ring, links);
-    row.wfbp_ps = dist::predict_partitioned(layers, u, dist::wfbp_ps(s.partition_bytes), ring, links);
+    // WFBP-PS (and staggered, which it predicts) with the split sends tied parameters' early parts early.
+    const std::vector<dist::LayerCost> wfbp_layers = s.ps_split_tied ? profile.layer_costs_split() : layers;
+    row.wfbp_ps = dist::predict_partitioned(wfbp_layers, u, dist::wfbp_ps(s.partition_bytes), ring, links);
     row.bytescheduler_ps = bytescheduler(dist::Architecture::ParameterServer, row.credit_ps);
   }
 
@@ -686,6 +743,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   }
   s.ps_servers = servers.value_or(dc.ps().servers() > 0 ? dc.ps().servers() : 1);
   s.partition_bytes = partition_bytes.value_or(dc.ps().partition_bytes());
+  s.ps_split_tied = dc.ps().split_tied_gradients();
   s.credit_bytes = credit_bytes;
   if (!save_profile.empty()) write_profile(profile, save_profile);
 

@@ -64,6 +64,15 @@ struct LayerProfile {
   double bytes = 0.0;     // gradient bytes
 };
 
+// A tied parameter's earlier uses (docs/algorithms.md section 6, "Tied parameters in two
+// parts"): `bytes` of layer `from`'s gradient are final when layer `layer`'s backward ends (BERT's
+// word embedding: its decoder part, with the MLM head, long before the lookup's).
+struct EarlyPart {
+  size_t layer = 0;
+  size_t from = 0;
+  double bytes = 0.0;
+};
+
 struct ModelProfile {
   std::string model;
   std::string device = "cpu";
@@ -74,10 +83,15 @@ struct ModelProfile {
   double buffer_bytes = 0.0;         // float32 buffers (DS-Sync averages them too)
   double compress_seconds = -1.0;    // < 0: unknown (measured when needed)
   double decode_seconds = -1.0;      // one payload
+  std::vector<EarlyPart> early_parts;  // tied parameters' earlier uses, where the profile saw them
   double forward_total() const;
   double backward_total() const;
   double gradient_bytes() const;
   std::vector<dist::LayerCost> layer_costs() const;
+  // The same with every early part's bytes moved to the layer they become final with: what the
+  // parameter server's split exchanges (its lookup rows, riding with partitions not pushed yet,
+  // are not priced).
+  std::vector<dist::LayerCost> layer_costs_split() const;
 };
 
 // Builds a one-process Trainer from the config and times `iterations` iterations after `warmup`.
@@ -106,6 +120,7 @@ struct AlgorithmSettings {
   std::map<int, dist::LinearCost> curves_at;
   // The parameter server and ByteScheduler (partition_cost_model.h).
   int ps_servers = 1;
+  bool ps_split_tied = true;  // dist.ps.split_tied_gradients: WFBP-PS sends early parts early
   int64_t partition_bytes = 4 << 20;  // the PS's and ByteScheduler's largest partition
   double credit_bytes = 0.0;          // ByteScheduler's credit; 0: the fastest by the model, per N
   // DS-Sync's group averages as profile-comm --dssync-group-size timed them on measured_world
