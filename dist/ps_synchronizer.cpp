@@ -393,7 +393,7 @@ void PsSynchronizer::learn_tied_parameters() {
   if (workers_->rank() == 0 && options_.log)
     *options_.log << "parameter server: tied parameters (used twice in forward) exchanged in two parts from iteration "
                   << micro_batches_.iteration() + 1 << ": the earlier uses' through the servers as soon as final, the "
-                  << "last use's rows among the workers: " << names << std::endl;
+                  << "last use's with the partitions not pushed yet or as rows among the workers: " << names << std::endl;
 }
 
 std::string PsSynchronizer::epoch_summary() {

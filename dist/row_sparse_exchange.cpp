@@ -49,8 +49,11 @@ RowsOfAllRanks gather_rows(ProcessGroup& group, const GradientRows& mine) {
   all.width = mine.width;
   const int64_t row_bytes = mine.width * 4 + 8;
   const int64_t sparse_bytes = (total - per_rank[static_cast<size_t>(group.rank())]) * row_bytes;
-  const int64_t dense_bytes = 2 * (n - 1) * mine.rows * mine.width * 4 / n;  // a ring allreduce
-  if (sparse_bytes > dense_bytes) {
+  // The choice from what every rank knows alike (a rank's own count would split the ranks):
+  // the rows a rank receives on average against a ring allreduce's 2(N-1)/N tables.
+  const int64_t mean_sparse_bytes = total * (n - 1) / n * row_bytes;
+  const int64_t dense_bytes = 2 * (n - 1) * mine.rows * mine.width * 4 / n;
+  if (mean_sparse_bytes > dense_bytes) {
     all.dense = true;
     Tensor table = Tensor::zeros({mine.rows, mine.width});
     float* t = table.data<float>();

@@ -65,6 +65,22 @@ TEST(RowSparseExchange, SumsEveryRanksRowsOnTwoAndThreeRanks) {
 
 TEST(RowSparseExchange, TablesWhoseEveryRowIsTouchedGoThroughAnAllreduce) { expect_sum_of_all(3, true); }
 
+// Rank 0 touched one row, rank 1 nine: by its own receipts rank 0 would pick the allreduce
+// (9 rows in) and rank 1 the rows (1 in), and the two collectives would never meet. The choice
+// is made from the counts every rank shares.
+TEST(RowSparseExchange, UnevenRowCountsStillAgreeOnTheForm) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& c) {
+    Tensor t = Tensor::zeros({kRows, kWidth});
+    for (int64_t row = 0; row < (c.rank == 0 ? 1 : 9); ++row) t.data<float>()[row * kWidth] = 1.0f + row;
+    const dist::RowsOfAllRanks all = dist::gather_rows(*c.group, dist::nonzero_rows(t));
+    EXPECT_FALSE(all.dense);  // 10 rows, 5 received on average: 100 bytes against the ring's 120
+    Tensor dense = Tensor::zeros({kRows, kWidth});
+    dist::add_rows(all, 1.0f, dense);
+    EXPECT_EQ(dense.data<float>()[0], 2.0f);  // row 0 from both ranks
+    EXPECT_EQ(dense.data<float>()[8 * kWidth], 9.0f);
+  }).ok_or_report());
+}
+
 TEST(RowSparseExchange, RefusesWhatIsNotATableOfFloats) {
   EXPECT_THROW(dist::nonzero_rows(Tensor::zeros({3}, core::DType::Int64)), core::Error);
   EXPECT_THROW(dist::nonzero_rows(Tensor()), core::Error);
