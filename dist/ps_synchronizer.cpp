@@ -100,7 +100,6 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   staged_.assign(plan_.size(), false);
   tied_.assign(params_.size(), false);
   used_again_.assign(params_.size(), false);
-  early_parts_.assign(params_.size(), 0);
   late_rows_.assign(params_.size(), GradientRows());
   tied_known_ = !options_.split_tied;
   receipts_.assign(plan_.size(), Tensor());
@@ -122,7 +121,7 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     *options_.log << std::endl;
   }
   Synchronizer::setup(model, optimizer);  // grad-ready hooks -> on_gradient_ready
-  if (options_.split_tied) {
+  if (options_.split_tied) {  // every micro-batch communicates (no accumulation): no check below
     for (size_t i = 0; i < params_.size(); ++i)
       params_[i].register_grad_contribution_hook(
           [this, i](core::Tensor&, const core::Tensor& part, int remaining) { on_gradient_part(i, part, remaining); });
@@ -158,7 +157,7 @@ void PsSynchronizer::push(size_t k) {
   Tensor p = params_[part.param];
   if (!p.grad().defined()) p.set_grad(Tensor::zeros_like(p));  // unused this iteration
   core::NoGradGuard no_grad;
-  if (splitting() && tied_[part.param]) {
+  if (tied_[part.param]) {
     if (!staged_[k]) outgoing_[k].zero_();  // no earlier use this iteration: its part is zero
   } else {
     outgoing_[k].copy_(p.grad().contiguous().view({-1}).narrow(0, part.offset, part.numel));  // to host
@@ -176,10 +175,14 @@ void PsSynchronizer::push(size_t k) {
   ++pushes_;
 }
 
-bool PsSynchronizer::splitting() const { return options_.split_tied && tied_known_ && micro_batches_.communicate(); }
+void PsSynchronizer::stage(size_t k, const core::Tensor& flat_part) {
+  const Tensor slice = flat_part.narrow(0, plan_[k].offset, plan_[k].numel);
+  if (staged_[k]) outgoing_[k].add_(slice.to(core::Device::cpu()));
+  else outgoing_[k].copy_(slice);  // to host
+  staged_[k] = true;
+}
 
 void PsSynchronizer::on_gradient_part(size_t param_index, const core::Tensor& part, int remaining) {
-  if (!micro_batches_.communicate()) return;
   if (!tied_known_) {  // the first iteration: watch
     if (std::find(ready_order_.begin(), ready_order_.end(), param_index) == ready_order_.end())
       ready_order_.push_back(param_index);
@@ -194,13 +197,7 @@ void PsSynchronizer::on_gradient_part(size_t param_index, const core::Tensor& pa
   }
   // An earlier use: staged now (later parts are summed into the gradient in place).
   const Tensor flat = part.contiguous().view({-1});
-  for (size_t k : partitions_of_[param_index]) {
-    const Tensor slice = flat.narrow(0, plan_[k].offset, plan_[k].numel);
-    if (early_parts_[param_index] == 0) outgoing_[k].copy_(slice);
-    else outgoing_[k].add_(slice.to(core::Device::cpu()));
-    staged_[k] = true;
-  }
-  ++early_parts_[param_index];
+  for (size_t k : partitions_of_[param_index]) stage(k, flat);
   if (remaining > 1) return;  // more earlier uses to come
   if (options_.schedule == PsSchedule::STAGGERED) {
     for (size_t k : partitions_of_[param_index]) ready_[k] = true;
@@ -217,26 +214,21 @@ void PsSynchronizer::add_last_part(size_t param_index, const core::Tensor& part)
   // Partitions not pushed yet carry the last part with the earlier ones, for no extra bytes;
   // only what falls in partitions already gone travels as rows (exchanged in step()).
   const Tensor flat = part.contiguous().view({-1});
-  Tensor gone;  // the last part where its partition was pushed already, zero elsewhere (host)
+  Tensor gone = Tensor::zeros({part.numel()});  // the last part where its partition was pushed already (host)
   for (size_t k : partitions_of_[param_index]) {
-    const Tensor slice = flat.narrow(0, plan_[k].offset, plan_[k].numel);
     if (pushed_[k]) {
-      if (!gone.defined()) gone = Tensor::zeros({part.numel()});
-      gone.narrow(0, plan_[k].offset, plan_[k].numel).copy_(slice);
-      continue;
+      gone.narrow(0, plan_[k].offset, plan_[k].numel).copy_(flat.narrow(0, plan_[k].offset, plan_[k].numel));
+    } else {
+      stage(k, flat);
+      ++last_parts_in_pushes_;
     }
-    if (staged_[k]) outgoing_[k].add_(slice.to(core::Device::cpu()));
-    else outgoing_[k].copy_(slice);
-    staged_[k] = true;
-    ++last_parts_in_pushes_;
   }
-  if (!gone.defined()) gone = Tensor::zeros({part.numel()});
   late_rows_[param_index] = nonzero_rows(gone.view(part.shape()));
 }
 
 void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
   if (!micro_batches_.communicate() || options_.schedule == PsSchedule::BSP) return;
-  if (splitting() && tied_[param_index]) return;  // its parts went from on_gradient_part
+  if (tied_[param_index]) return;  // its parts went from on_gradient_part
   if (options_.schedule == PsSchedule::STAGGERED) {
     for (size_t k : partitions_of_.at(param_index)) ready_[k] = true;
     push_staggered(/*finish=*/false);
@@ -289,7 +281,7 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
     if (!pushed_[k]) push(k);
   // The tied parameters' last uses, among the workers while the pulls come in.
   std::future<std::vector<RowsOfAllRanks>> rows;
-  const bool split = splitting();
+  const bool split = split_;
   if (split) {
     rows = std::async(std::launch::async, [this] {
       std::vector<RowsOfAllRanks> all(params_.size());
@@ -343,10 +335,9 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
       rows_exchanged_ += static_cast<int64_t>(late_rows_[i].ids.size());
       summary_row_bytes_ += all[i].bytes_received;
       late_rows_[i] = GradientRows();
-      early_parts_[i] = 0;
     }
   }
-  if (!tied_known_ && micro_batches_.communicate()) learn_tied_parameters();
+  if (!tied_known_) learn_tied_parameters();
   for (int s = 0; s < servers() && workers_->rank() == 0; ++s)
     with_server(s, "telling it the iteration began", [&] { command_work_[static_cast<size_t>(s)]->wait(); });
   summary_wait_s_ += secs(Clock::now() - wait_start);
@@ -378,7 +369,8 @@ void PsSynchronizer::learn_tied_parameters() {
     if (tied_[i]) names += (names.empty() ? "" : ", ") + std::to_string(i) + " " + params_[i].str();
   }
   tied_known_ = true;
-  if (names.empty()) return;
+  split_ = !names.empty();
+  if (!split_) return;
   if (options_.schedule == PsSchedule::STAGGERED) {
     // Groups in the order gradients became ready: a tied parameter's first part comes early.
     for (size_t i = params_.size(); i-- > 0;)

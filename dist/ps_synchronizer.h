@@ -103,7 +103,7 @@ class PsSynchronizer final : public Synchronizer {
   void send_command(int64_t kind, int64_t value);
   void on_gradient_part(size_t param_index, const core::Tensor& part, int remaining);
   void add_last_part(size_t param_index, const core::Tensor& part);
-  bool splitting() const;  // the tied parameters are known and split this iteration
+  void stage(size_t k, const core::Tensor& flat_part);  // into outgoing_[k]: copied, or added to what is staged
   void learn_tied_parameters();  // after the first iteration's exchange
   // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
   // naming server s and `what`, and no stop message is sent at the end.
@@ -129,10 +129,10 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<std::shared_ptr<Work>> command_work_;
   // The split of tied parameters (learnt in the first communicating iteration).
   bool tied_known_ = false;
+  bool split_ = false;                   // some parameter is tied: split from the second iteration
   std::vector<bool> tied_;               // per parameter
   std::vector<bool> used_again_;         // first iteration: a contribution with more to come
   std::vector<size_t> ready_order_;      // first iteration: parameters by their first contribution
-  std::vector<int> early_parts_;         // per parameter: earlier uses staged this iteration
   std::vector<bool> staged_;             // per partition: outgoing_ holds the earlier uses' part
   std::vector<GradientRows> late_rows_;  // per tied parameter: its last use's rows
   int64_t rows_exchanged_ = 0;

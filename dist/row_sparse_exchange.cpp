@@ -48,7 +48,6 @@ RowsOfAllRanks gather_rows(ProcessGroup& group, const GradientRows& mine) {
   all.rows = mine.rows;
   all.width = mine.width;
   const int64_t row_bytes = mine.width * 4 + 8;
-  const int64_t sparse_bytes = (total - per_rank[static_cast<size_t>(group.rank())]) * row_bytes;
   // The choice from what every rank knows alike (a rank's own count would split the ranks):
   // the rows a rank receives on average against a ring allreduce's 2(N-1)/N tables.
   const int64_t mean_sparse_bytes = total * (n - 1) / n * row_bytes;
@@ -82,7 +81,7 @@ RowsOfAllRanks gather_rows(ProcessGroup& group, const GradientRows& mine) {
   for (int64_t id : all.ids)
     MT_CHECK(id >= 0 && id < all.rows, "row-sparse exchange: a rank sent row ", id, " of a table of ", all.rows,
              " rows; the ranks' tables differ (are they running the same model?)");
-  all.bytes_received = sparse_bytes;
+  all.bytes_received = (total - per_rank[static_cast<size_t>(group.rank())]) * row_bytes;
   return all;
 }
 

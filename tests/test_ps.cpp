@@ -491,8 +491,9 @@ TEST_F(PsTest, TiedParameterIsExchangedInTwoPartsAndMatchesOneRank) {
             opt->zero_grad();
             if (s == 0) {
               EXPECT_EQ(ps.split_parameters(), (std::vector<bool>{split, false, false})) << what;
-              if (split && schedule == "staggered")
+              if (split && schedule == "staggered") {
                 EXPECT_EQ(ps.plan()[ps.push_groups()[0].partitions[0]].param, 0u) << what << ": the table goes first";
+              }
             }
           }
           // WFBP pushed the whole table at the decoder's part, so every lookup row went as a row.
