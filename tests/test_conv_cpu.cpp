@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/kernels/cpu/conv.h"
+#include "core/memory_format.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/nn.h"
 #include "core/random.h"
@@ -47,9 +48,16 @@ struct ImplGuard {
   }
 };
 
-// Forward, and backward with every combination of wanted gradients, on both implementations.
-void expect_same(const Shape4& s, uint64_t seed) {
-  SCOPED_TRACE(s.str());
+// A new operand in the format a test case asks for: NCHW, or channels-last (core/memory_format.h).
+Tensor empty_in_test_format(const mt::core::Shape& shape, bool channels_last) {
+  return channels_last ? empty_channels_last(shape) : Tensor::empty(shape, DType::Float32);
+}
+
+// Forward, and backward with every combination of wanted gradients, on the dispatching kernels
+// (the implementation set now) against the reference, with x (and dx) and y (and dy) in the
+// formats given.
+void expect_same(const Shape4& s, uint64_t seed, bool x_cl = false, bool y_cl = false) {
+  SCOPED_TRACE(s.str() + (x_cl ? " x channels-last" : "") + (y_cl ? " y channels-last" : ""));
   const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
   const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1);
   const Tensor b = s.bias ? random_tensor({s.o}, seed + 2) : Tensor();
@@ -57,9 +65,9 @@ void expect_same(const Shape4& s, uint64_t seed) {
   // Sums over up to C*kh*kw (forward, dW: N*Ho*Wo) products in another order: float32 rounding.
   const double tol = 2e-4;
 
-  Tensor y_fast = Tensor::empty({s.n, s.o, ho, wo}, DType::Float32);
+  Tensor y_fast = empty_in_test_format({s.n, s.o, ho, wo}, y_cl);
   Tensor y_ref = Tensor::empty({s.n, s.o, ho, wo}, DType::Float32);
-  cpu::conv2d_forward(x, w, b, s.stride, s.pad, y_fast);
+  cpu::conv2d_forward(in_format(x, x_cl), w, b, s.stride, s.pad, y_fast);
   cpu::conv2d_forward_reference(x, w, b, s.stride, s.pad, y_ref);
   EXPECT_TRUE(all_close(y_fast, y_ref, tol, tol)) << "forward";
 
@@ -67,13 +75,14 @@ void expect_same(const Shape4& s, uint64_t seed) {
   for (int want = 1; want < 8; ++want) {
     const bool want_x = want & 1, want_w = want & 2, want_b = (want & 4) && s.bias;
     if (!want_x && !want_w && !want_b) continue;
-    auto outs = [&] {
-      return std::vector<Tensor>{want_x ? Tensor::empty(x.shape(), DType::Float32) : Tensor(),
+    auto outs = [&](bool cl) {
+      return std::vector<Tensor>{want_x ? empty_in_test_format(x.shape(), cl) : Tensor(),
                                  want_w ? Tensor::empty(w.shape(), DType::Float32) : Tensor(),
                                  want_b ? Tensor::empty({s.o}, DType::Float32) : Tensor()};
     };
-    std::vector<Tensor> fast = outs(), ref = outs();
-    cpu::conv2d_backward(x, w, gy, s.stride, s.pad, fast[0], fast[1], fast[2]);
+    std::vector<Tensor> fast = outs(x_cl), ref = outs(false);
+    cpu::conv2d_backward(in_format(x, x_cl), w, in_format(gy, y_cl), s.stride, s.pad, fast[0], fast[1],
+                         fast[2]);
     cpu::conv2d_backward_reference(x, w, gy, s.stride, s.pad, ref[0], ref[1], ref[2]);
     const char* names[] = {"dx", "dw", "db"};
     for (int i = 0; i < 3; ++i) {
@@ -116,6 +125,8 @@ TEST(ConvCpu, FastMatchesReferenceOnRandomShapes) {
       s.w = pick(std::max<int64_t>(1, s.kw - 2 * s.pad), 17);
       s.bias = pick(0, 1) == 1;
       expect_same(s, 100 + i);
+      expect_same(s, 100 + i, true, true);    // channels-last activations
+      expect_same(s, 100 + i, false, true);   // an NCHW batch of images into channels-last
     }
   }
 }
@@ -137,7 +148,10 @@ TEST(ConvCpu, FastMatchesReferenceOnResNetShapes) {
       {4, 16, 32, 32, 32, 3, 3, 2, 1, false},   {4, 32, 16, 16, 32, 3, 3, 1, 1, false},
       {4, 32, 16, 16, 64, 3, 3, 2, 1, false},   {4, 64, 8, 8, 64, 3, 3, 1, 1, false},
       {4, 16, 32, 32, 32, 1, 1, 2, 0, false},   {4, 32, 16, 16, 64, 1, 1, 2, 0, false}};
-  for (size_t i = 0; i < shapes.size(); ++i) expect_same(shapes[i], 200 + i);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    expect_same(shapes[i], 200 + i);
+    expect_same(shapes[i], 200 + i, true, true);
+  }
 }
 
 // One SGD step of ResNet-20 (batch norm, residual adds, projections, stride-2 stages) on the
@@ -179,20 +193,51 @@ TEST(ConvCpu, ResNet20StepMatchesReference) {
     for (size_t i = 0; i < params.size(); ++i) r.updates[i].second = sub(params[i].second, r.updates[i].second);
     return r;
   };
-  const Result fast = step(cpu::ConvImpl::Fast), ref = step(cpu::ConvImpl::Reference);
-  EXPECT_NEAR(fast.loss, ref.loss, 1e-5 * std::max(1.0, std::abs(ref.loss)));
-  ASSERT_EQ(fast.grads.size(), ref.grads.size());
-  // Element by element the gradients are not comparable: a pre-activation within rounding of
-  // zero flips its ReLU, and the reference path itself moves as much (up to 2% in a batch-norm
-  // bias's gradient, a sum that mostly cancels) when the input is scaled by 1 + 1e-6. So each
-  // gradient is compared as a whole, by its relative distance; a wrong layout or a missing
-  // term would be off by order 1.
-  double worst = 0.0;
-  for (size_t i = 0; i < ref.grads.size(); ++i) {
-    const double d = relative_distance(fast.grads[i].second, ref.grads[i].second);
-    worst = std::max(worst, d);
-    EXPECT_LT(d, 5e-2) << ref.grads[i].first;
-    EXPECT_LT(relative_distance(fast.updates[i].second, ref.updates[i].second), 5e-2) << ref.updates[i].first;
+  const Result ref = step(cpu::ConvImpl::Reference);
+  // Fast runs the activations channels-last end to end, FastNchw in NCHW with reorders.
+  for (cpu::ConvImpl impl : {cpu::ConvImpl::Fast, cpu::ConvImpl::FastNchw}) {
+    SCOPED_TRACE(impl == cpu::ConvImpl::Fast ? "fast (channels-last)" : "fast_nchw");
+    const Result fast = step(impl);
+    EXPECT_NEAR(fast.loss, ref.loss, 1e-5 * std::max(1.0, std::abs(ref.loss)));
+    ASSERT_EQ(fast.grads.size(), ref.grads.size());
+    // Element by element the gradients are not comparable: a pre-activation within rounding of
+    // zero flips its ReLU, and the reference path itself moves as much (up to 2% in a batch-norm
+    // bias's gradient, a sum that mostly cancels) when the input is scaled by 1 + 1e-6. So each
+    // gradient is compared as a whole, by its relative distance; a wrong layout or a missing
+    // term would be off by order 1.
+    double worst = 0.0;
+    for (size_t i = 0; i < ref.grads.size(); ++i) {
+      const double d = relative_distance(fast.grads[i].second, ref.grads[i].second);
+      worst = std::max(worst, d);
+      EXPECT_LT(d, 5e-2) << ref.grads[i].first;
+      EXPECT_LT(relative_distance(fast.updates[i].second, ref.updates[i].second), 5e-2) << ref.updates[i].first;
+    }
+    std::printf("largest relative distance of a gradient: %.2e\n", worst);
   }
-  std::printf("largest relative distance of a gradient: %.2e\n", worst);
+}
+
+// The reference kernels know NCHW only: given channels-last operands (a shape oneDNN refuses,
+// or MT_CONV=reference after a channels-last forward) they go through NCHW copies.
+TEST(ConvCpu, ReferenceTakesChannelsLastOperands) {
+  ImplGuard guard;
+  cpu::set_conv_impl(cpu::ConvImpl::Reference);
+  const std::vector<Shape4> shapes = {{3, 5, 9, 7, 4, 3, 3, 1, 1, true}, {2, 16, 8, 8, 8, 3, 3, 2, 1, false},
+                                      {1, 7, 5, 6, 3, 1, 1, 1, 0, true}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    expect_same(shapes[i], 300 + i, true, true);
+    expect_same(shapes[i], 300 + i, false, true);
+  }
+}
+
+TEST(ConvCpu, ImplementationsByName) {
+  EXPECT_EQ(cpu::conv_impl_named("fast"), cpu::ConvImpl::Fast);
+  EXPECT_EQ(cpu::conv_impl_named("fast_nchw"), cpu::ConvImpl::FastNchw);
+  EXPECT_EQ(cpu::conv_impl_named("reference"), cpu::ConvImpl::Reference);
+  try {
+    cpu::conv_impl_named("winograd");
+    FAIL() << "an unknown implementation was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("\"winograd\" is not fast, fast_nchw or reference"), std::string::npos)
+        << e.what();
+  }
 }

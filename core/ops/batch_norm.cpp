@@ -4,6 +4,7 @@
 #include "core/dispatch.h"
 #include "core/function_node.h"
 #include "core/kernels/cpu/batch_norm.h"
+#include "core/memory_format.h"
 #include "core/ops/nn.h"
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/batch_norm.h"
@@ -44,8 +45,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   }
 
   const int64_t c = x.shape()[1];
-  Tensor xc = x.contiguous();
-  Tensor y = Tensor::empty(x.shape(), DType::Float32, x.device());
+  // A channels-last input (from a CPU convolution) is normalized in place of its format.
+  Tensor xc = keeps_channels_last(x) ? x : x.contiguous();
+  Tensor y = empty_in_format_of(xc);
   Tensor save_mean = Tensor::empty({c}, DType::Float32, x.device());
   Tensor save_invstd = Tensor::empty({c}, DType::Float32, x.device());
   // Running statistics are buffers, not graph inputs: the kernel updates them in place.
@@ -56,9 +58,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   record("BatchNormBackward", {x, weight, bias}, {y},
          [x = xc.detach(), w = weight.defined() ? weight.detach() : Tensor(), save_mean, save_invstd,
           training](const Grads& g, const Needs& n) -> Grads {
-           Tensor gy = g[0].contiguous();
+           Tensor gy = in_format_of(g[0], x);
            const int64_t ch = x.shape()[1];
-           Tensor gx = n[0] ? Tensor::empty(x.shape(), DType::Float32, x.device()) : Tensor();
+           Tensor gx = n[0] ? empty_in_format_of(x) : Tensor();
            Tensor gw = n[1] ? Tensor::empty({ch}, DType::Float32, x.device()) : Tensor();
            Tensor gb = n[2] ? Tensor::empty({ch}, DType::Float32, x.device()) : Tensor();
            MT_DISPATCH(x.device(), batch_norm_backward, x, w, save_mean, save_invstd, gy, training,

@@ -1,7 +1,9 @@
-// 2-d convolution (declared in nn.h). The kernels (core/kernels/cpu/conv.cpp) do im2col + GEMM.
+// 2-d convolution (declared in nn.h). The CPU kernels (core/kernels/cpu/conv.cpp) run oneDNN's
+// convolutions, or im2col + GEMM as the reference.
 #include "core/dispatch.h"
 #include "core/function_node.h"
 #include "core/kernels/cpu/conv.h"
+#include "core/memory_format.h"
 #include "core/ops/nn.h"
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/conv.h"
@@ -34,19 +36,25 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
            hp, "x", wp, " (input ", x.str(), ", padding ", opt.padding, ")");
   const int64_t ho = (hp - kh) / opt.stride + 1, wo = (wp - kw) / opt.stride + 1;
 
-  Tensor xc = x.contiguous(), wc = weight.contiguous();
+  // On the CPU with oneDNN the output is channels-last (core/memory_format.h): its fastest
+  // kernels read and write that order, so a network of convolutions never reorders between
+  // them. The input may be either: an NCHW batch of images is reordered once, inside.
+  const bool channels_last = x.device().is_cpu() && cpu::conv2d_prefers_channels_last();
+  Tensor xc = channels_last && is_channels_last(x) ? x : x.contiguous();
+  Tensor wc = weight.contiguous();
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-  Tensor y = Tensor::empty({x.shape()[0], weight.shape()[0], ho, wo}, DType::Float32, x.device());
+  const Shape y_shape = {x.shape()[0], weight.shape()[0], ho, wo};
+  Tensor y = channels_last ? empty_channels_last(y_shape) : Tensor::empty(y_shape, DType::Float32, x.device());
   MT_DISPATCH(x.device(), conv2d_forward, xc, wc, bc, opt.stride, opt.padding, y);
 
   std::vector<Tensor> inputs = {x, weight};
   if (bias.defined()) inputs.push_back(bias);
   record("Conv2dBackward", inputs, {y},
-         [x = xc.detach(), w = wc.detach(), opt](const Grads& g, const Needs& n) -> Grads {
-           Tensor gy = g[0].contiguous();
+         [x = xc.detach(), w = wc.detach(), opt, channels_last](const Grads& g, const Needs& n) -> Grads {
+           Tensor gy = in_format(g[0], channels_last);
            // Undefined outputs tell the kernel to skip that product; the first layer's input
            // (the data) needs no gradient, which saves the W^T * dy GEMM and col2im.
-           Tensor gx = n[0] ? Tensor::empty(x.shape(), DType::Float32, x.device()) : Tensor();
+           Tensor gx = n[0] ? empty_in_format_of(x) : Tensor();
            Tensor gw = n[1] ? Tensor::empty(w.shape(), DType::Float32, w.device()) : Tensor();
            Tensor gb = n.size() > 2 && n[2] ? Tensor::empty({w.shape()[0]}, DType::Float32, w.device())
                                             : Tensor();

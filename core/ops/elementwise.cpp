@@ -3,6 +3,7 @@
 #include "core/dispatch.h"
 #include "core/function_node.h"
 #include "core/kernels/cpu/elementwise.h"
+#include "core/memory_format.h"
 #include "core/ops/reduction.h"
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/elementwise.h"
@@ -34,7 +35,10 @@ void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
 
 Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
   check_float_pair(name, a, b);
-  Tensor out = Tensor::empty(broadcast_shapes(a.shape(), b.shape()), DType::Float32, a.device());
+  // Two channels-last operands of one shape (a residual add) give a channels-last result.
+  Tensor out = keeps_channels_last(a) && keeps_channels_last(b) && a.shape() == b.shape()
+                   ? empty_channels_last(a.shape(), a.device())
+                   : Tensor::empty(broadcast_shapes(a.shape(), b.shape()), DType::Float32, a.device());
   MT_DISPATCH(a.device(), binary, op, a, b, out);
   return out;
 }

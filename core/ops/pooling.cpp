@@ -1,7 +1,9 @@
-// Pooling (declared in nn.h): max, average and global average over NCHW planes.
+// Pooling (declared in nn.h): max, average and global average over NCHW planes (max and global
+// average also over channels-last tensors).
 #include "core/dispatch.h"
 #include "core/function_node.h"
 #include "core/kernels/cpu/pooling.h"
+#include "core/memory_format.h"
 #include "core/ops/nn.h"
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/pooling.h"
@@ -30,17 +32,23 @@ Shape pool_output_shape(const char* op, const Tensor& x, int64_t kernel, int64_t
 
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   const Shape out_shape = pool_output_shape("max_pool2d", x, kernel, stride, padding);
-  Tensor xc = x.contiguous();
-  Tensor y = Tensor::empty(out_shape, DType::Float32, x.device());
+  const bool channels_last = keeps_channels_last(x);  // then y, the indices and gx are too
+  Tensor xc = channels_last ? x : x.contiguous();
+  auto empty = [&](const Shape& s, DType t) {
+    return channels_last ? empty_channels_last(s, x.device(), t) : Tensor::empty(s, t, x.device());
+  };
+  Tensor y = empty(out_shape, DType::Float32);
   // Where each maximum came from: backward routes the gradient there without searching again.
-  Tensor indices = Tensor::empty(out_shape, DType::Int64, x.device());
+  Tensor indices = empty(out_shape, DType::Int64);
   MT_DISPATCH(x.device(), max_pool2d_forward, xc, kernel, stride, padding, y, indices);
-  record("MaxPool2dBackward", {x}, {y}, [indices, in_shape = x.shape()](const Grads& g, const Needs&) -> Grads {
-    Tensor gy = g[0].contiguous();
-    Tensor gx = Tensor::empty(in_shape, DType::Float32, gy.device());
-    MT_DISPATCH(gy.device(), max_pool2d_backward, gy, indices, gx);
-    return {gx};
-  });
+  record("MaxPool2dBackward", {x}, {y},
+         [indices, in_shape = x.shape(), channels_last](const Grads& g, const Needs&) -> Grads {
+           Tensor gy = in_format(g[0], channels_last);
+           Tensor gx = channels_last ? empty_channels_last(in_shape)
+                                     : Tensor::empty(in_shape, DType::Float32, gy.device());
+           MT_DISPATCH(gy.device(), max_pool2d_backward, gy, indices, gx);
+           return {gx};
+         });
   return y;
 }
 
@@ -63,15 +71,18 @@ Tensor global_avg_pool2d(const Tensor& x) {
   MT_CHECK(x.dtype() == DType::Float32, "global_avg_pool2d expects a float32 tensor, got ", x.str());
   MT_CHECK(x.dim() == 4 && x.shape()[2] > 0 && x.shape()[3] > 0,
            "global_avg_pool2d expects a non-empty input [N, C, H, W], got ", x.str());
-  Tensor xc = x.contiguous();
+  const bool channels_last = keeps_channels_last(x);  // then the gradient is channels-last too
+  Tensor xc = channels_last ? x : x.contiguous();
   Tensor y = Tensor::empty({x.shape()[0], x.shape()[1]}, DType::Float32, x.device());
   MT_DISPATCH(x.device(), global_avg_pool2d_forward, xc, y);
-  record("GlobalAvgPool2dBackward", {x}, {y}, [in_shape = x.shape()](const Grads& g, const Needs&) -> Grads {
-    Tensor gy = g[0].contiguous();
-    Tensor gx = Tensor::empty(in_shape, DType::Float32, gy.device());
-    MT_DISPATCH(gy.device(), global_avg_pool2d_backward, gy, gx);
-    return {gx};
-  });
+  record("GlobalAvgPool2dBackward", {x}, {y},
+         [in_shape = x.shape(), channels_last](const Grads& g, const Needs&) -> Grads {
+           Tensor gy = g[0].contiguous();
+           Tensor gx = channels_last ? empty_channels_last(in_shape)
+                                     : Tensor::empty(in_shape, DType::Float32, gy.device());
+           MT_DISPATCH(gy.device(), global_avg_pool2d_backward, gy, gx);
+           return {gx};
+         });
   return y;
 }
 

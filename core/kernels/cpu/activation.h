@@ -1,5 +1,5 @@
-// CPU kernels for activations. Outputs are allocated (contiguous) by the op; inputs are
-// contiguous.
+// CPU kernels for activations. Outputs are allocated by the op in the inputs' format (contiguous
+// or channels-last, core/memory_format.h); the loops run over the memory, whatever its order.
 #pragma once
 #include "core/tensor.h"
 

@@ -1,10 +1,19 @@
 #include "core/kernels/cpu/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "core/memory_format.h"
 
 namespace mt::core::cpu {
 
 namespace {
+
+// Two layouts. Planes (NCHW): channel ch's elements are n runs of H*W, so each channel is one
+// task. Rows (channels-last images, and [N, C] features): an [m, C] matrix whose rows hold one
+// value of every channel, so the loops run along rows and vectorize across the channels.
+bool channels_innermost(const Tensor& x) { return x.dim() == 2 || is_channels_last(x); }
 
 // x viewed as [n, c, s]: s = H*W for images, 1 for [N, C] features. Channel ch's elements are
 // the n runs x[(i*c + ch)*s .. +s).
@@ -21,11 +30,9 @@ Layout layout(const Tensor& x) {
 // Channels are independent; with few of them the parallel loop is still cheap.
 constexpr int64_t kParallelElems = 1 << 14;
 
-}  // namespace
-
-void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        Tensor& running_mean, Tensor& running_var, bool training, float momentum,
-                        float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+void forward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                    Tensor& running_var, bool training, float momentum, float eps, Tensor& y,
+                    Tensor& save_mean, Tensor& save_invstd) {
   const Layout L = layout(x);
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
@@ -86,9 +93,9 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   }
 }
 
-void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
-                         const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx,
-                         Tensor& gw, Tensor& gb) {
+void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                     const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
+                     Tensor& gb) {
   const Layout L = layout(x);
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
@@ -133,6 +140,160 @@ void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& sa
       for (int64_t j = 0; j < L.s; ++j) out[j] = k * (g[j] - mg - (row[j] - mean) * invstd * mgx);
     }
   }
+}
+
+// Column sums of K quantities over the m rows of an [m, c] layout, in double: add_row(i, acc)
+// adds row i's terms to acc[k * c + ch]. Rows go in fixed blocks, each summed in float across
+// the channels at once, and the blocks' sums are added in block order: the result does not
+// depend on how many threads ran.
+template <int K, typename AddRow>
+void column_sums(int64_t m, int64_t c, AddRow add_row, std::vector<double>& out) {
+  constexpr int64_t kBlockElems = 1 << 12;
+  const int64_t rows_per_block = std::max<int64_t>(1, kBlockElems / c);
+  const int64_t blocks = (m + rows_per_block - 1) / rows_per_block;
+  std::vector<double> partial(static_cast<size_t>(blocks * K * c));
+#pragma omp parallel if (m * c > kParallelElems)
+  {
+    std::vector<float> acc(static_cast<size_t>(K * c));
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const int64_t end = std::min(m, (b + 1) * rows_per_block);
+      for (int64_t i = b * rows_per_block; i < end; ++i) add_row(i, acc.data());
+      std::copy(acc.begin(), acc.end(), partial.begin() + b * K * c);
+    }
+  }
+  out.assign(static_cast<size_t>(K * c), 0.0);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < K * c; ++j) out[j] += partial[b * K * c + j];
+}
+
+// The same arithmetic as forward_planes, over rows.
+void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, bool training, float momentum, float eps, Tensor& y,
+                  Tensor& save_mean, Tensor& save_invstd) {
+  const int64_t c = x.shape()[1], m = x.numel() / c;
+  const float* px = x.data<float>();
+  const float* pw = weight.defined() ? weight.data<float>() : nullptr;
+  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  float* prm = running_mean.defined() ? running_mean.data<float>() : nullptr;
+  float* prv = running_var.defined() ? running_var.data<float>() : nullptr;
+  float* pmean = save_mean.data<float>();
+  float* pinv = save_invstd.data<float>();
+  const double count = static_cast<double>(m);
+
+  std::vector<float> scale(c), shift(c);
+  std::vector<double> mean(c), var(c);
+  if (training) {
+    std::vector<double> sums;
+    column_sums<1>(m, c, [&](int64_t i, float* acc) {
+      const float* row = px + i * c;
+#pragma omp simd
+      for (int64_t ch = 0; ch < c; ++ch) acc[ch] += row[ch];
+    }, sums);
+    std::vector<float> meanf(c);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      mean[ch] = sums[ch] / count;
+      meanf[ch] = static_cast<float>(mean[ch]);
+    }
+    const float* pm = meanf.data();
+    column_sums<1>(m, c, [&](int64_t i, float* acc) {
+      const float* row = px + i * c;
+#pragma omp simd
+      for (int64_t ch = 0; ch < c; ++ch) acc[ch] += (row[ch] - pm[ch]) * (row[ch] - pm[ch]);
+    }, sums);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      var[ch] = sums[ch] / count;
+      if (prm) prm[ch] = static_cast<float>((1.0 - momentum) * prm[ch] + momentum * mean[ch]);
+      if (prv) prv[ch] = static_cast<float>((1.0 - momentum) * prv[ch] + momentum * sums[ch] / (count - 1.0));
+    }
+  } else {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      mean[ch] = prm[ch];
+      var[ch] = prv[ch];
+    }
+  }
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const float invstd = static_cast<float>(1.0 / std::sqrt(var[ch] + eps));
+    pmean[ch] = static_cast<float>(mean[ch]);
+    pinv[ch] = invstd;
+    scale[ch] = (pw ? pw[ch] : 1.0f) * invstd;
+    shift[ch] = (pb ? pb[ch] : 0.0f) - static_cast<float>(mean[ch]) * scale[ch];
+  }
+  float* py = y.data<float>();
+  const float* ps = scale.data();
+  const float* pt = shift.data();
+#pragma omp parallel for schedule(static) if (m * c > kParallelElems)
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = px + i * c;
+    float* out = py + i * c;
+#pragma omp simd
+    for (int64_t ch = 0; ch < c; ++ch) out[ch] = row[ch] * ps[ch] + pt[ch];
+  }
+}
+
+void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                   const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
+                   Tensor& gb) {
+  const int64_t c = x.shape()[1], m = x.numel() / c;
+  const float* px = x.data<float>();
+  const float* pw = weight.defined() ? weight.data<float>() : nullptr;
+  const float* pmean = save_mean.data<float>();
+  const float* pinv = save_invstd.data<float>();
+  const float* pg = gy.data<float>();
+  const double count = static_cast<double>(m);
+
+  // sum(gy) in [0, c), sum(gy * (x - mean)) in [c, 2c).
+  std::vector<double> sums;
+  column_sums<2>(m, c, [&](int64_t i, float* acc) {
+    const float* row = px + i * c;
+    const float* g = pg + i * c;
+#pragma omp simd
+    for (int64_t ch = 0; ch < c; ++ch) {
+      acc[ch] += g[ch];
+      acc[c + ch] += g[ch] * (row[ch] - pmean[ch]);
+    }
+  }, sums);
+  // gx = k * (gy - mean(gy) - xhat * mean(gy * xhat)) regrouped per channel as
+  // a * gy + b * x + d, so that a row costs three multiply-adds a value.
+  std::vector<float> a(c), b(c), d(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const double sum_g = sums[ch], sum_gx = sums[c + ch] * pinv[ch];
+    if (gw.defined()) gw.data<float>()[ch] = static_cast<float>(sum_gx);
+    if (gb.defined()) gb.data<float>()[ch] = static_cast<float>(sum_g);
+    const double k = static_cast<double>(pw ? pw[ch] : 1.0f) * pinv[ch];
+    const double mg = training ? sum_g / count : 0.0, mgx = training ? sum_gx / count : 0.0;
+    a[ch] = static_cast<float>(k);
+    b[ch] = static_cast<float>(-k * pinv[ch] * mgx);
+    d[ch] = static_cast<float>(k * (pmean[ch] * pinv[ch] * mgx - mg));
+  }
+  if (!gx.defined()) return;
+  float* po = gx.data<float>();
+  const float *pa = a.data(), *pb = b.data(), *pd = d.data();
+#pragma omp parallel for schedule(static) if (m * c > kParallelElems)
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = px + i * c;
+    const float* g = pg + i * c;
+    float* out = po + i * c;
+#pragma omp simd
+    for (int64_t ch = 0; ch < c; ++ch) out[ch] = pa[ch] * g[ch] + pb[ch] * row[ch] + pd[ch];
+  }
+}
+
+}  // namespace
+
+void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        Tensor& running_mean, Tensor& running_var, bool training, float momentum,
+                        float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+  (channels_innermost(x) ? forward_rows : forward_planes)(x, weight, bias, running_mean, running_var,
+                                                          training, momentum, eps, y, save_mean, save_invstd);
+}
+
+void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                         const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx,
+                         Tensor& gw, Tensor& gb) {
+  (channels_innermost(x) ? backward_rows : backward_planes)(x, weight, save_mean, save_invstd, gy, training,
+                                                            gx, gw, gb);
 }
 
 }  // namespace mt::core::cpu

@@ -1,5 +1,6 @@
-// CPU kernels for batch normalization. x is [N, C, H, W] or [N, C] (contiguous); statistics
-// are per channel over everything else. weight/bias may be undefined (1 and 0).
+// CPU kernels for batch normalization. x is [N, C, H, W] (contiguous or channels-last, gy, y and
+// gx in x's format) or [N, C] (contiguous); statistics are per channel over everything else.
+// weight/bias may be undefined (1 and 0).
 #pragma once
 #include "core/tensor.h"
 

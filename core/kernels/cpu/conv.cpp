@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/kernels/cpu/conv_dnnl.h"
+#include "core/kernels/cpu/elementwise.h"
 #include "core/kernels/cpu/gemm.h"
 #include "core/precision.h"
 
@@ -259,17 +260,46 @@ void conv2d_backward_reference(const Tensor& x, const Tensor& w, const Tensor& g
 namespace {
 
 // MT_CONV=reference in the environment starts a process on the im2col kernels: a fallback
-// should oneDNN misbehave on some machine, and the "before" of an end-to-end comparison.
+// should oneDNN misbehave on some machine, and the "before" of an end-to-end comparison;
+// MT_CONV=fast_nchw on oneDNN without channels-last activations.
 ConvImpl initial_impl() {
   const char* v = std::getenv("MT_CONV");
-  return v && std::string(v) == "reference" ? ConvImpl::Reference : ConvImpl::Fast;
+  return v && *v ? conv_impl_named(v) : ConvImpl::Fast;
 }
 
 std::atomic<ConvImpl> g_impl{initial_impl()};
 
 #ifdef MT_WITH_DNNL
-bool use_fast() { return g_impl.load(std::memory_order_relaxed) == ConvImpl::Fast; }
+bool use_fast() { return g_impl.load(std::memory_order_relaxed) != ConvImpl::Reference; }
 #endif
+
+// An NCHW copy of a channels-last operand (itself when contiguous), for the paths that know
+// only NCHW; an output so copied is copied back into its own format afterwards.
+Tensor nchw(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = Tensor::empty(t.shape(), DType::Float32, t.device());
+  copy(t, c);
+  return c;
+}
+void copy_back(const Tensor& computed, Tensor& out) {
+  if (out.defined() && !computed.same(out)) copy(computed, out);
+}
+
+void forward_nchw(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding,
+                  Tensor& y, void (*kernel)(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, Tensor&)) {
+  Tensor yc = nchw(y);
+  kernel(nchw(x), w, bias, stride, padding, yc);
+  copy_back(yc, y);
+}
+
+void backward_nchw(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride, int64_t padding,
+                   Tensor& gx, Tensor& gw, Tensor& gb,
+                   void (*kernel)(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, Tensor&, Tensor&,
+                                  Tensor&)) {
+  Tensor gxc = nchw(gx);
+  kernel(nchw(x), w, nchw(gy), stride, padding, gxc, gw, gb);
+  copy_back(gxc, gx);
+}
 
 // A shape oneDNN has no kernel for (it reports that when the primitive is made) falls back to
 // the reference.
@@ -278,7 +308,7 @@ void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, i
 #ifdef MT_WITH_DNNL
   if (use_fast() && dnnl_conv::forward(x, w, bias, stride, padding, y)) return;
 #endif
-  conv2d_forward_reference(x, w, bias, stride, padding, y);
+  forward_nchw(x, w, bias, stride, padding, y, conv2d_forward_reference);
 }
 
 void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
@@ -286,7 +316,7 @@ void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, in
 #ifdef MT_WITH_DNNL
   if (use_fast() && dnnl_conv::backward(x, w, gy, stride, padding, gx, gw, gb)) return;
 #endif
-  conv2d_backward_reference(x, w, gy, stride, padding, gx, gw, gb);
+  backward_nchw(x, w, gy, stride, padding, gx, gw, gb, conv2d_backward_reference);
 }
 
 }  // namespace
@@ -301,11 +331,26 @@ bool conv_has_fast_impl() {
 #endif
 }
 
+bool conv2d_prefers_channels_last() {
+  return conv_has_fast_impl() && conv_impl() == ConvImpl::Fast && compute_precision() == ComputePrecision::FP32;
+}
+
+ConvImpl conv_impl_named(const std::string& name) {
+  if (name == "fast") return ConvImpl::Fast;
+  if (name == "fast_nchw") return ConvImpl::FastNchw;
+  if (name == "reference") return ConvImpl::Reference;
+  MT_FAIL("convolution implementation \"", name, "\" is not fast, fast_nchw or reference (MT_CONV, --conv)");
+}
+
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
                     int64_t padding, Tensor& y) {
   const ComputePrecision p = compute_precision();
   if (p == ComputePrecision::FP32) {
     conv2d_forward_fp32(x, w, bias, stride, padding, y);
+    return;
+  }
+  if (!x.is_contiguous() || !y.is_contiguous()) {  // the rounding below works on NCHW
+    forward_nchw(x, w, bias, stride, padding, y, conv2d_forward);
     return;
   }
   conv2d_forward_fp32(round_to_precision(x, p), round_to_precision(w, p), Tensor(), stride, padding, y);
@@ -326,6 +371,10 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t
   const ComputePrecision p = compute_precision();
   if (p == ComputePrecision::FP32) {
     conv2d_backward_fp32(x, w, gy, stride, padding, gx, gw, gb);
+    return;
+  }
+  if (!x.is_contiguous() || !gy.is_contiguous() || (gx.defined() && !gx.is_contiguous())) {
+    backward_nchw(x, w, gy, stride, padding, gx, gw, gb, conv2d_backward);
     return;
   }
   if (gx.defined() || gw.defined()) {

@@ -1,9 +1,14 @@
-// CPU kernels for 2-d convolution (NCHW). x: [N, C, H, W], w: [O, C, kh, kw], bias: [O] or
-// undefined, y: [N, O, Ho, Wo]; all contiguous, outputs allocated by the op.
+// CPU kernels for 2-d convolution. x: [N, C, H, W], w: [O, C, kh, kw], bias: [O] or
+// undefined, y: [N, O, Ho, Wo]; outputs allocated by the op. w and bias are contiguous; x and gx
+// share one format, y and gy another, each contiguous (NCHW) or channels-last (NHWC,
+// core/memory_format.h). oneDNN computes in channels-last without reordering it; the reference
+// kernels know NCHW only and take channels-last operands through NCHW copies.
 // Two implementations: oneDNN's (conv_dnnl.cpp) in builds that have it, the fast one; and
 // im2col + GEMM per sample with the samples in parallel (conv.cpp), the reference the tests
 // hold the fast one to and the path of builds without oneDNN.
 #pragma once
+#include <string>
+
 #include "core/tensor.h"
 
 namespace mt::core::cpu {
@@ -14,12 +19,19 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
                      int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb);
 
-enum class ConvImpl { Fast, Reference };
-// Which implementation conv2d_forward/backward run (process-wide; Fast by default, Reference
-// when the environment has MT_CONV=reference). Fast is the reference in a build without oneDNN.
+// Fast: oneDNN with channels-last activations (the default). FastNchw: oneDNN on NCHW
+// activations, reordered to its blocked layout around every call (what ran before channels-last;
+// kept to compare against). Reference: the im2col kernels.
+enum class ConvImpl { Fast, FastNchw, Reference };
+// Which implementation conv2d_forward/backward run (process-wide; Fast by default, or as the
+// environment's MT_CONV says: fast, fast_nchw, reference). Without oneDNN every one is the reference.
 void set_conv_impl(ConvImpl impl);
 ConvImpl conv_impl();
+ConvImpl conv_impl_named(const std::string& name);  // "fast", "fast_nchw", "reference"; else an error
 bool conv_has_fast_impl();  // built with oneDNN
+// Whether conv2d's output should be channels-last now: oneDNN in use, at float32 compute
+// precision (the 16-bit rounding works on NCHW).
+bool conv2d_prefers_channels_last();
 
 // The reference kernels themselves, float32 (no compute-precision rounding).
 void conv2d_forward_reference(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,

@@ -1,10 +1,14 @@
 // Convolution through oneDNN's primitives, in the builds that find it (MT_WITH_DNNL).
 //
-// Our tensors stay NCHW; oneDNN picks the layouts its fastest kernel wants (format_tag::any:
-// a channel-blocked layout such as nChw16c on AVX-512), and reorders convert between the two
-// around each call, as PyTorch's CPU convolution does. oneDNN JIT-compiles its kernels for the
-// CPU it runs on, which is why it is faster than im2col + OpenBLAS: Debian's OpenBLAS 0.3.21
-// does not know newer AMD cores and runs its AVX2 kernels there.
+// Activations come channels-last (NHWC, core/memory_format.h) from the convolution op, and the
+// primitives are made for NHWC: oneDNN's brgemm kernels read and write it directly, as fast as
+// its channel-blocked layouts, so no activation is reordered. Contiguous (NCHW) operands still
+// work: an NCHW batch of images into the first layer, or everything under a 16-bit compute
+// precision; then oneDNN picks the layout it wants (format_tag::any: a blocked layout such as
+// nChw16c) and reorders convert around the call, as PyTorch's CPU convolution does on NCHW.
+// Weights stay OIHW in our tensors and are reordered into oneDNN's blocked layout each call.
+// oneDNN JIT-compiles its kernels for the CPU it runs on, which is why it is faster than im2col +
+// OpenBLAS: Debian's OpenBLAS 0.3.21 does not know newer AMD cores and runs its AVX2 kernels there.
 //
 // Creating a primitive costs far more than running it, so every primitive (and reorder) is
 // made once per shape and kept; the reordered copies and oneDNN's scratchpad live in per-thread
@@ -24,6 +28,7 @@
 #include <dnnl.hpp>
 
 #include "core/error.h"
+#include "core/memory_format.h"
 #include "core/op_profile.h"
 
 namespace mt::core::cpu::dnnl_conv {
@@ -39,12 +44,18 @@ dnnl::engine& engine() {
   return e;
 }
 
-// The shape of one convolution: input, weight, stride, padding, whether it has a bias.
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+// The shape of one convolution: input, weight, stride, padding, whether it has a bias; and the
+// formats of x (and dx) and of y (and dy), true for channels-last.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool,
+                       bool>;
 
-Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+struct Formats {
+  bool src_cl, dst_cl;
+};
+
+Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
   return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0],
-          w.shape()[2], w.shape()[3], stride, pad, bias};
+          w.shape()[2], w.shape()[3], stride, pad, bias, f.src_cl, f.dst_cl};
 }
 
 memory::dims dims_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
@@ -119,7 +130,7 @@ struct Plan {
   std::unique_ptr<Operand> f_src, f_w, f_dst, d_ddst, d_w, d_dsrc, w_src, w_ddst, w_dw;
 };
 
-std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
   auto plan = std::make_unique<Plan>();
   Plan& p = *plan;
 
@@ -128,10 +139,13 @@ std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride
   const int64_t wo = (x.shape()[3] + 2 * pad - w.shape()[3]) / stride + 1;
   const memory::dims src_dims = dims_of(x), w_dims = dims_of(w), dst_dims = {n, o, ho, wo};
   const memory::dims strides = {stride, stride}, padding = {pad, pad};
-  const memory::desc src_any(src_dims, dt::f32, tag::any), w_any(w_dims, dt::f32, tag::any),
-      dst_any(dst_dims, dt::f32, tag::any), bias_md({o}, dt::f32, tag::a);
-  const memory::desc src_plain(src_dims, dt::f32, tag::nchw), w_plain(w_dims, dt::f32, tag::oihw),
-      dst_plain(dst_dims, dt::f32, tag::nchw);
+  // With a channels-last output the primitives work in NHWC (an NCHW input is reordered into
+  // it); otherwise in the layout oneDNN prefers.
+  const tag act = f.dst_cl ? tag::nhwc : tag::any;
+  const memory::desc src_any(src_dims, dt::f32, act), w_any(w_dims, dt::f32, tag::any),
+      dst_any(dst_dims, dt::f32, act), bias_md({o}, dt::f32, tag::a);
+  const memory::desc src_plain(src_dims, dt::f32, f.src_cl ? tag::nhwc : tag::nchw),
+      w_plain(w_dims, dt::f32, tag::oihw), dst_plain(dst_dims, dt::f32, f.dst_cl ? tag::nhwc : tag::nchw);
   const auto algo = dnnl::algorithm::convolution_direct;
 
   const auto fwd_desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, w_any,
@@ -169,15 +183,15 @@ std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride
 
 // The plan of a shape, made on its first call; null when oneDNN has no kernel for it (also
 // remembered, so that it is asked once).
-const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias) {
+const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
   static std::map<Key, std::unique_ptr<Plan>> plans;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  const Key key = key_of(x, w, stride, pad, bias);
+  const Key key = key_of(x, w, stride, pad, bias, f);
   if (auto it = plans.find(key); it != plans.end()) return it->second.get();
   std::unique_ptr<Plan> plan;
   try {
-    plan = make_plan(x, w, stride, pad, bias);
+    plan = make_plan(x, w, stride, pad, bias, f);
   } catch (const dnnl::error&) {
     plan.reset();
   }
@@ -187,7 +201,7 @@ const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t p
 }  // namespace
 
 bool forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding, Tensor& y) {
-  const Plan* plan = plan_for(x, w, stride, padding, bias.defined());
+  const Plan* plan = plan_for(x, w, stride, padding, bias.defined(), {is_channels_last(x), is_channels_last(y)});
   if (!plan) return false;
   const Plan& p = *plan;
   dnnl::stream s(engine());
@@ -208,7 +222,9 @@ bool forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t strid
 
 bool backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride, int64_t padding, Tensor& gx,
               Tensor& gw, Tensor& gb) {
-  const Plan* plan = plan_for(x, w, stride, padding, gb.defined());
+  MT_CHECK(!gx.defined() || is_channels_last(gx) == is_channels_last(x),
+           "conv2d backward: dx ", gx.str(), " must have the format of x ", x.str());
+  const Plan* plan = plan_for(x, w, stride, padding, gb.defined(), {is_channels_last(x), is_channels_last(gy)});
   if (!plan) return false;
   const Plan& p = *plan;
   dnnl::stream s(engine());

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/memory_format.h"
+
 namespace mt::core::cpu {
 
 namespace {
@@ -73,10 +75,52 @@ void max_pool_2x2(const float* in, int64_t W, int64_t HO, int64_t WO, float* out
   }
 }
 
+// Channels-last: a window's taps are rows of C values, compared a row at a time across the
+// channels, in the same tap order as the planes' scan (so ties pick the same pixel). An index
+// is the pixel's position in its H*W plane, as in NCHW, stored in y's channels-last order.
+void max_pool_rows(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor& y,
+                   Tensor& indices) {
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  const int64_t HO = y.shape()[2], WO = y.shape()[3];
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  int64_t* pi = indices.data<int64_t>();
+#pragma omp parallel for collapse(2) schedule(static) if (x.numel() > kParallelElems)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oh = 0; oh < HO; ++oh) {
+      int64_t h0, h1;
+      window(oh, stride, padding, kernel, H, h0, h1);
+      for (int64_t ow = 0; ow < WO; ++ow) {
+        int64_t w0, w1;
+        window(ow, stride, padding, kernel, W, w0, w1);
+        float* out = py + ((n * HO + oh) * WO + ow) * C;
+        int64_t* idx = pi + ((n * HO + oh) * WO + ow) * C;
+        const float* first = px + ((n * H + h0) * W + w0) * C;
+        for (int64_t c = 0; c < C; ++c) {
+          out[c] = first[c];
+          idx[c] = h0 * W + w0;
+        }
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            if (ih == h0 && iw == w0) continue;
+            const float* in = px + ((n * H + ih) * W + iw) * C;
+            const int64_t i = ih * W + iw;
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) {
+              const bool take = beats(in[c], out[c]);
+              out[c] = select(take, in[c], out[c]);
+              idx[c] = select(take, i, idx[c]);
+            }
+          }
+      }
+    }
+}
+
 }  // namespace
 
 void max_pool2d_forward(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding,
                         Tensor& y, Tensor& indices) {
+  if (is_channels_last(x)) return max_pool_rows(x, kernel, stride, padding, y, indices);
   // Locals, not struct fields: the int64 index stores below could alias a struct's int64
   // members, which would force the compiler to reload the geometry in the inner loop.
   const PoolGeometry g = geometry(x, y, kernel, stride, padding);
@@ -124,6 +168,19 @@ void max_pool2d_backward(const Tensor& gy, const Tensor& indices, Tensor& gx) {
   const float* pg = gy.data<float>();
   const int64_t* pi = indices.data<int64_t>();
   float* px = gx.data<float>();
+  if (is_channels_last(gx)) {  // gy and indices in the same order; a sample's rows at a time
+    const int64_t N = gx.shape()[0], C = gx.shape()[1];
+#pragma omp parallel for schedule(static) if (gx.numel() > kParallelElems)
+    for (int64_t n = 0; n < N; ++n) {
+      float* dst = px + n * in_plane * C;
+      std::fill(dst, dst + in_plane * C, 0.0f);
+      const float* g = pg + n * out_plane * C;
+      const int64_t* idx = pi + n * out_plane * C;
+      for (int64_t i = 0; i < out_plane; ++i)
+        for (int64_t c = 0; c < C; ++c) dst[idx[i * C + c] * C + c] += g[i * C + c];
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (gx.numel() > kParallelElems)
   for (int64_t p = 0; p < planes; ++p) {
     float* dst = px + p * in_plane;
@@ -185,6 +242,21 @@ void global_avg_pool2d_forward(const Tensor& x, Tensor& y) {
   const int64_t planes = x.shape()[0] * x.shape()[1], hw = x.shape()[2] * x.shape()[3];
   const float* px = x.data<float>();
   float* py = y.data<float>();
+  if (is_channels_last(x)) {  // sample n is hw rows of C: sum the rows
+    const int64_t c = x.shape()[1];
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelElems)
+    for (int64_t n = 0; n < x.shape()[0]; ++n) {
+      float* out = py + n * c;
+      std::fill(out, out + c, 0.0f);
+      for (int64_t i = 0; i < hw; ++i) {
+        const float* row = px + (n * hw + i) * c;
+#pragma omp simd
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] += row[ch];
+      }
+      for (int64_t ch = 0; ch < c; ++ch) out[ch] /= static_cast<float>(hw);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelElems)
   for (int64_t p = 0; p < planes; ++p) {
     const float* in = px + p * hw;
@@ -199,6 +271,19 @@ void global_avg_pool2d_backward(const Tensor& gy, Tensor& gx) {
   const int64_t planes = gx.shape()[0] * gx.shape()[1], hw = gx.shape()[2] * gx.shape()[3];
   const float* pg = gy.data<float>();
   float* px = gx.data<float>();
+  if (is_channels_last(gx)) {
+    const int64_t c = gx.shape()[1];
+#pragma omp parallel for schedule(static) if (gx.numel() > kParallelElems)
+    for (int64_t n = 0; n < gx.shape()[0]; ++n) {
+      const float* g = pg + n * c;
+      for (int64_t i = 0; i < hw; ++i) {
+        float* row = px + (n * hw + i) * c;
+#pragma omp simd
+        for (int64_t ch = 0; ch < c; ++ch) row[ch] = g[ch] / static_cast<float>(hw);
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (gx.numel() > kParallelElems)
   for (int64_t p = 0; p < planes; ++p) std::fill(px + p * hw, px + (p + 1) * hw, pg[p] / static_cast<float>(hw));
 }

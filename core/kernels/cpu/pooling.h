@@ -1,5 +1,7 @@
 // CPU kernels for 2-d pooling over NCHW tensors (contiguous; outputs allocated by the op).
-// Each (sample, channel) plane is independent, so planes are spread across threads.
+// Each (sample, channel) plane is independent, so planes are spread across threads. Max and
+// global average pooling also take channels-last x (then y, gy, gx and the indices are
+// channels-last too): the activations stay as the convolutions wrote them.
 #pragma once
 #include "core/tensor.h"
 
