@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/memory_format.h"
@@ -142,25 +143,38 @@ void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& save_m
   }
 }
 
-// Column sums of K quantities over the m rows of an [m, c] layout, in double: add_row(i, acc)
-// adds row i's terms to acc[k * c + ch]. Rows go in fixed blocks, each summed in float across
-// the channels at once, and the blocks' sums are added in block order: the result does not
-// depend on how many threads ran.
-template <int K, typename AddRow>
-void column_sums(int64_t m, int64_t c, AddRow add_row, std::vector<double>& out) {
-  constexpr int64_t kBlockElems = 1 << 12;
-  const int64_t rows_per_block = std::max<int64_t>(1, kBlockElems / c);
+// Column sums over the m rows of an [m, c] layout, in double, one vector of c per term:
+// terms(i, ch) give row i's values for channel ch. Rows go in blocks of about 64 KiB (in the L2
+// cache), each summed in float 16 channels at a time, so that the running sums stay in vector
+// registers while the block's rows stream by; the blocks' sums are added in block order, so the
+// result does not depend on the number of threads. out[k * c + ch] is term k's sum.
+template <typename... Terms>
+void column_sums(int64_t m, int64_t c, std::vector<double>& out, Terms... terms) {
+  constexpr int64_t K = sizeof...(Terms), kLanes = 16, kBlockElems = 1 << 14;
+  const int64_t rows_per_block = std::max<int64_t>(4, kBlockElems / c);
   const int64_t blocks = (m + rows_per_block - 1) / rows_per_block;
   std::vector<double> partial(static_cast<size_t>(blocks * K * c));
-#pragma omp parallel if (m * c > kParallelElems)
-  {
-    std::vector<float> acc(static_cast<size_t>(K * c));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      const int64_t end = std::min(m, (b + 1) * rows_per_block);
-      for (int64_t i = b * rows_per_block; i < end; ++i) add_row(i, acc.data());
-      std::copy(acc.begin(), acc.end(), partial.begin() + b * K * c);
+#pragma omp parallel for schedule(static) if (m * c > kParallelElems)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t lo = b * rows_per_block, hi = std::min(m, lo + rows_per_block);
+    double* p = partial.data() + b * K * c;
+    for (int64_t c0 = 0; c0 < c; c0 += kLanes) {
+      const int64_t width = std::min(kLanes, c - c0);
+      float acc[K][kLanes] = {};
+      auto add = [&]<size_t... k>(std::index_sequence<k...>, int64_t i, int64_t j) {
+        ((acc[k][j] += terms(i, c0 + j)), ...);
+      };
+      if (width == kLanes) {
+        for (int64_t i = lo; i < hi; ++i) {
+#pragma omp simd
+          for (int64_t j = 0; j < kLanes; ++j) add(std::make_index_sequence<K>(), i, j);
+        }
+      } else {
+        for (int64_t i = lo; i < hi; ++i)
+          for (int64_t j = 0; j < width; ++j) add(std::make_index_sequence<K>(), i, j);
+      }
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < width; ++j) p[k * c + c0 + j] = acc[k][j];
     }
   }
   out.assign(static_cast<size_t>(K * c), 0.0);
@@ -185,27 +199,21 @@ void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   std::vector<float> scale(c), shift(c);
   std::vector<double> mean(c), var(c);
   if (training) {
+    // One pass for both moments, of x shifted by the channel's first value: var = E[d^2] -
+    // E[d]^2 with d = x - x0 cancels only as much as the mean lies away from x0, which one
+    // sample of the channel keeps within its spread (the planes' two passes read x twice).
+    const float* shift0 = px;
     std::vector<double> sums;
-    column_sums<1>(m, c, [&](int64_t i, float* acc) {
-      const float* row = px + i * c;
-#pragma omp simd
-      for (int64_t ch = 0; ch < c; ++ch) acc[ch] += row[ch];
-    }, sums);
-    std::vector<float> meanf(c);
+    column_sums(
+        m, c, sums, [&](int64_t i, int64_t ch) { return px[i * c + ch] - shift0[ch]; },
+        [&](int64_t i, int64_t ch) { return (px[i * c + ch] - shift0[ch]) * (px[i * c + ch] - shift0[ch]); });
     for (int64_t ch = 0; ch < c; ++ch) {
-      mean[ch] = sums[ch] / count;
-      meanf[ch] = static_cast<float>(mean[ch]);
-    }
-    const float* pm = meanf.data();
-    column_sums<1>(m, c, [&](int64_t i, float* acc) {
-      const float* row = px + i * c;
-#pragma omp simd
-      for (int64_t ch = 0; ch < c; ++ch) acc[ch] += (row[ch] - pm[ch]) * (row[ch] - pm[ch]);
-    }, sums);
-    for (int64_t ch = 0; ch < c; ++ch) {
-      var[ch] = sums[ch] / count;
+      const double md = sums[ch] / count;
+      const double sq = std::max(0.0, sums[c + ch] - sums[ch] * md);  // sum of squared deviations
+      mean[ch] = shift0[ch] + md;
+      var[ch] = sq / count;
       if (prm) prm[ch] = static_cast<float>((1.0 - momentum) * prm[ch] + momentum * mean[ch]);
-      if (prv) prv[ch] = static_cast<float>((1.0 - momentum) * prv[ch] + momentum * sums[ch] / (count - 1.0));
+      if (prv) prv[ch] = static_cast<float>((1.0 - momentum) * prv[ch] + momentum * sq / (count - 1.0));
     }
   } else {
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -245,15 +253,9 @@ void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& save_mea
 
   // sum(gy) in [0, c), sum(gy * (x - mean)) in [c, 2c).
   std::vector<double> sums;
-  column_sums<2>(m, c, [&](int64_t i, float* acc) {
-    const float* row = px + i * c;
-    const float* g = pg + i * c;
-#pragma omp simd
-    for (int64_t ch = 0; ch < c; ++ch) {
-      acc[ch] += g[ch];
-      acc[c + ch] += g[ch] * (row[ch] - pmean[ch]);
-    }
-  }, sums);
+  column_sums(
+      m, c, sums, [&](int64_t i, int64_t ch) { return pg[i * c + ch]; },
+      [&](int64_t i, int64_t ch) { return pg[i * c + ch] * (px[i * c + ch] - pmean[ch]); });
   // gx = k * (gy - mean(gy) - xhat * mean(gy * xhat)) regrouped per channel as
   // a * gy + b * x + d, so that a row costs three multiply-adds a value.
   std::vector<float> a(c), b(c), d(c);
