@@ -1,8 +1,8 @@
 // Convolution through oneDNN's primitives, in the builds that find it (MT_WITH_DNNL).
 //
 // Activations come channels-last (NHWC, core/memory_format.h) from the convolution op, and the
-// primitives are made for NHWC: oneDNN's brgemm kernels read and write it directly, as fast as
-// its channel-blocked layouts, so no activation is reordered. Contiguous (NCHW) operands still
+// primitives are made for NHWC: oneDNN has kernels that read and write it directly, about as
+// fast as on its channel-blocked layouts, so no activation is reordered. Contiguous (NCHW) operands still
 // work: an NCHW batch of images into the first layer, or everything under a 16-bit compute
 // precision; then oneDNN picks the layout it wants (format_tag::any: a blocked layout such as
 // nChw16c) and reorders convert around the call, as PyTorch's CPU convolution does on NCHW.
