@@ -30,15 +30,17 @@ Tensor empty_channels_last(const Shape& s, Device device, DType dtype) {
   return make_view(storage, s, channels_last_strides(s), 0);
 }
 
+Tensor empty_in_format(const Shape& s, bool channels_last, Device device, DType dtype) {
+  return channels_last ? empty_channels_last(s, device, dtype) : Tensor::empty(s, dtype, device);
+}
+
 Tensor empty_in_format_of(const Tensor& like) {
-  return is_channels_last(like) ? empty_channels_last(like.shape(), like.device())
-                                : Tensor::empty(like.shape(), DType::Float32, like.device());
+  return empty_in_format(like.shape(), is_channels_last(like), like.device());
 }
 
 Tensor in_format(const Tensor& t, bool channels_last) {
   if (channels_last ? is_channels_last(t) : t.is_contiguous()) return t;
-  Tensor out = channels_last ? empty_channels_last(t.shape(), t.device())
-                             : Tensor::empty(t.shape(), DType::Float32, t.device());
+  Tensor out = empty_in_format(t.shape(), channels_last, t.device());
   MT_DISPATCH(t.device(), copy, t, out);
   return out;
 }
@@ -50,10 +52,9 @@ Tensor in_format_of(const Tensor& t, const Tensor& like) {
 
 Tensor to_channels_last(const Tensor& x) {
   MT_CHECK(x.dim() == 4, "to_channels_last expects [N, C, H, W], got ", x.str());
-  if (is_channels_last(x)) return x;
-  Tensor out = empty_channels_last(x.shape(), x.device());
-  MT_DISPATCH(x.device(), copy, x, out);
-  record("ToChannelsLastBackward", {x}, {out}, [](const Grads& g, const Needs&) -> Grads { return {g[0]}; });
+  Tensor out = in_format(x, true);
+  if (!out.same(x))
+    record("ToChannelsLastBackward", {x}, {out}, [](const Grads& g, const Needs&) -> Grads { return {g[0]}; });
   return out;
 }
 

@@ -3,8 +3,9 @@
 // A channels-last tensor keeps the logical shape [N, C, H, W], so every op indexes it as it
 // indexes any other, but its strides are [H*W*C, 1, W*C, C]: the channels of a pixel sit side by
 // side. oneDNN's fastest CPU convolutions read and write that order directly, so on the CPU
-// conv2d returns channels-last tensors, and batch norm, ReLU and the add keep their input's
-// format: a ResNet's activations then go from convolution to convolution without a reorder.
+// conv2d returns channels-last tensors, and batch norm, ReLU, the add, max pooling and global
+// average pooling keep their input's format: a CNN's activations then go from convolution to
+// convolution without a reorder.
 // Every other op sees a non-contiguous tensor and calls contiguous(), which copies it to NCHW:
 // correct, only slower. The CUDA kernels know NCHW only, so on a GPU nothing is channels-last.
 #pragma once
@@ -25,6 +26,9 @@ bool keeps_channels_last(const Tensor& t);
 
 // A new uninitialised tensor of shape [N, C, H, W] in channels-last order.
 Tensor empty_channels_last(const Shape& nchw, Device device = Device::cpu(), DType dtype = DType::Float32);
+
+// A new uninitialised tensor, channels-last or contiguous as asked.
+Tensor empty_in_format(const Shape& nchw, bool channels_last, Device device, DType dtype = DType::Float32);
 
 // A new uninitialised float32 tensor shaped like `like`, channels-last when `like` is,
 // contiguous otherwise.

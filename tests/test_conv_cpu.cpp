@@ -48,11 +48,6 @@ struct ImplGuard {
   }
 };
 
-// A new operand in the format a test case asks for: NCHW, or channels-last (core/memory_format.h).
-Tensor empty_in_test_format(const mt::core::Shape& shape, bool channels_last) {
-  return channels_last ? empty_channels_last(shape) : Tensor::empty(shape, DType::Float32);
-}
-
 // Forward, and backward with every combination of wanted gradients, on the dispatching kernels
 // (the implementation set now) against the reference, with x (and dx) and y (and dy) in the
 // formats given.
@@ -65,7 +60,7 @@ void expect_same(const Shape4& s, uint64_t seed, bool x_cl = false, bool y_cl = 
   // Sums over up to C*kh*kw (forward, dW: N*Ho*Wo) products in another order: float32 rounding.
   const double tol = 2e-4;
 
-  Tensor y_fast = empty_in_test_format({s.n, s.o, ho, wo}, y_cl);
+  Tensor y_fast = empty_in_format({s.n, s.o, ho, wo}, y_cl, Device::cpu());
   Tensor y_ref = Tensor::empty({s.n, s.o, ho, wo}, DType::Float32);
   cpu::conv2d_forward(in_format(x, x_cl), w, b, s.stride, s.pad, y_fast);
   cpu::conv2d_forward_reference(x, w, b, s.stride, s.pad, y_ref);
@@ -76,7 +71,7 @@ void expect_same(const Shape4& s, uint64_t seed, bool x_cl = false, bool y_cl = 
     const bool want_x = want & 1, want_w = want & 2, want_b = (want & 4) && s.bias;
     if (!want_x && !want_w && !want_b) continue;
     auto outs = [&](bool cl) {
-      return std::vector<Tensor>{want_x ? empty_in_test_format(x.shape(), cl) : Tensor(),
+      return std::vector<Tensor>{want_x ? empty_in_format(x.shape(), cl, Device::cpu()) : Tensor(),
                                  want_w ? Tensor::empty(w.shape(), DType::Float32) : Tensor(),
                                  want_b ? Tensor::empty({s.o}, DType::Float32) : Tensor()};
     };

@@ -44,7 +44,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   Tensor wc = weight.contiguous();
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   const Shape y_shape = {x.shape()[0], weight.shape()[0], ho, wo};
-  Tensor y = channels_last ? empty_channels_last(y_shape) : Tensor::empty(y_shape, DType::Float32, x.device());
+  Tensor y = empty_in_format(y_shape, channels_last, x.device());
   MT_DISPATCH(x.device(), conv2d_forward, xc, wc, bc, opt.stride, opt.padding, y);
 
   std::vector<Tensor> inputs = {x, weight};

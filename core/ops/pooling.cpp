@@ -34,18 +34,14 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   const Shape out_shape = pool_output_shape("max_pool2d", x, kernel, stride, padding);
   const bool channels_last = keeps_channels_last(x);  // then y, the indices and gx are too
   Tensor xc = channels_last ? x : x.contiguous();
-  auto empty = [&](const Shape& s, DType t) {
-    return channels_last ? empty_channels_last(s, x.device(), t) : Tensor::empty(s, t, x.device());
-  };
-  Tensor y = empty(out_shape, DType::Float32);
+  Tensor y = empty_in_format(out_shape, channels_last, x.device());
   // Where each maximum came from: backward routes the gradient there without searching again.
-  Tensor indices = empty(out_shape, DType::Int64);
+  Tensor indices = empty_in_format(out_shape, channels_last, x.device(), DType::Int64);
   MT_DISPATCH(x.device(), max_pool2d_forward, xc, kernel, stride, padding, y, indices);
   record("MaxPool2dBackward", {x}, {y},
          [indices, in_shape = x.shape(), channels_last](const Grads& g, const Needs&) -> Grads {
            Tensor gy = in_format(g[0], channels_last);
-           Tensor gx = channels_last ? empty_channels_last(in_shape)
-                                     : Tensor::empty(in_shape, DType::Float32, gy.device());
+           Tensor gx = empty_in_format(in_shape, channels_last, gy.device());
            MT_DISPATCH(gy.device(), max_pool2d_backward, gy, indices, gx);
            return {gx};
          });
@@ -78,8 +74,7 @@ Tensor global_avg_pool2d(const Tensor& x) {
   record("GlobalAvgPool2dBackward", {x}, {y},
          [in_shape = x.shape(), channels_last](const Grads& g, const Needs&) -> Grads {
            Tensor gy = g[0].contiguous();
-           Tensor gx = channels_last ? empty_channels_last(in_shape)
-                                     : Tensor::empty(in_shape, DType::Float32, gy.device());
+           Tensor gx = empty_in_format(in_shape, channels_last, gy.device());
            MT_DISPATCH(gy.device(), global_avg_pool2d_backward, gy, gx);
            return {gx};
          });

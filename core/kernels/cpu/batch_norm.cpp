@@ -182,7 +182,7 @@ void column_sums(int64_t m, int64_t c, std::vector<double>& out, Terms... terms)
     for (int64_t j = 0; j < K * c; ++j) out[j] += partial[b * K * c + j];
 }
 
-// The same arithmetic as forward_planes, over rows.
+// forward_planes over rows, with one difference: both moments come from one pass over x (below).
 void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, float momentum, float eps, Tensor& y,
                   Tensor& save_mean, Tensor& save_invstd) {
