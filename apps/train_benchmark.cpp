@@ -118,7 +118,7 @@ std::string train_benchmark_usage() {
   return "usage: bench_train --model NAME [--batch N] [--device cpu|cuda|cuda:N]\n"
          "                   [--precision fp32|tf32|bf16|fp16] [--image-size N] [--seq-len N] [--vocab N]\n"
          "                   [--warmup N] [--iters N] [--repeats N] [--threads N] [--cudnn-benchmark 0|1]\n"
-         "                   [--profile N] [--conv fast|fast_nchw|reference]\n"
+         "                   [--profile N] [--conv fast|fast_direct|fast_nchw|reference]\n"
          "  Times full training steps of one case on synthetic data already on the device and prints\n"
          "  one line: bench_train framework=mintrain model=... throughput=<median units/s> ...\n"
          "  models: " + joined(layers::model_names()) + "\n"
@@ -126,8 +126,9 @@ std::string train_benchmark_usage() {
          "            --warmup 5 --iters 20 --repeats 3 --threads 0 (all cores) --cudnn-benchmark 1\n"
          "  --profile N: then N more steps with per-op timing (self time per kernel, backward node and\n"
          "            step phase; one bench_train_op line each, ms per step), not part of the figure\n"
-         "  --conv: the CPU convolutions: fast (oneDNN where built, on channels-last activations; the\n"
-         "            default), fast_nchw (oneDNN on NCHW activations, reordered each call) or reference (im2col)\n"
+         "  --conv: the CPU convolutions: fast (oneDNN where built, on channels-last activations, Winograd\n"
+         "            for wide 3x3 layers; the default), fast_direct (the same without Winograd), fast_nchw\n"
+         "            (oneDNN's direct kernels on NCHW activations, reordered each call) or reference (im2col)\n"
          "  apps/scripts/bench_train.sh runs a list of cases against PyTorch and prints a table.";
 }
 
@@ -158,8 +159,8 @@ TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>&
   MT_CHECK(model_given, "--model is required; give one of: ", joined(models));
   MT_CHECK(std::find(models.begin(), models.end(), o.model) != models.end(), "--model: unknown model \"",
            o.model, "\"; give one of: ", joined(models));
-  MT_CHECK(o.conv == "fast" || o.conv == "fast_nchw" || o.conv == "reference", "--conv: \"", o.conv,
-           "\" is not fast, fast_nchw or reference");
+  MT_CHECK(o.conv == "fast" || o.conv == "fast_direct" || o.conv == "fast_nchw" || o.conv == "reference",
+           "--conv: \"", o.conv, "\" is not fast, fast_direct, fast_nchw or reference");
   MT_CHECK(std::find(kPrecisions.begin(), kPrecisions.end(), o.precision) != kPrecisions.end(),
            "--precision: \"", o.precision, "\" is not a precision; give one of: ", joined(kPrecisions));
   bool cpu = false;

@@ -51,14 +51,14 @@ struct ImplGuard {
 // Forward, and backward with every combination of wanted gradients, on the dispatching kernels
 // (the implementation set now) against the reference, with x (and dx) and y (and dy) in the
 // formats given.
-void expect_same(const Shape4& s, uint64_t seed, bool x_cl = false, bool y_cl = false) {
+void expect_same(const Shape4& s, uint64_t seed, bool x_cl = false, bool y_cl = false, double tol = 2e-4) {
   SCOPED_TRACE(s.str() + (x_cl ? " x channels-last" : "") + (y_cl ? " y channels-last" : ""));
   const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
   const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1);
   const Tensor b = s.bias ? random_tensor({s.o}, seed + 2) : Tensor();
   const int64_t ho = (s.h + 2 * s.pad - s.kh) / s.stride + 1, wo = (s.w + 2 * s.pad - s.kw) / s.stride + 1;
-  // Sums over up to C*kh*kw (forward, dW: N*Ho*Wo) products in another order: float32 rounding.
-  const double tol = 2e-4;
+  // Sums over up to C*kh*kw (forward, dW: N*Ho*Wo) products in another order: float32 rounding
+  // (the default tol).
 
   Tensor y_fast = empty_in_format({s.n, s.o, ho, wo}, y_cl, Device::cpu());
   Tensor y_ref = Tensor::empty({s.n, s.o, ho, wo}, DType::Float32);
@@ -149,6 +149,35 @@ TEST(ConvCpu, FastMatchesReferenceOnResNetShapes) {
   }
 }
 
+// Wide 3x3 stride-1 layers (ResNet-50's) run oneDNN's Winograd kernels where the CPU has them
+// (AVX-512), narrow ones and fast_direct the direct kernels. Winograd agrees with the reference
+// to about 1e-5 relative (its transforms add and subtract a tile's values before the products,
+// measured 7e-5 on outputs of size 5); the tolerance leaves room for other seeds.
+TEST(ConvCpu, WinogradOnWideThreeByThreeLayers) {
+  if (!cpu::conv_has_fast_impl()) GTEST_SKIP() << "built without oneDNN: the reference is the only implementation";
+  ImplGuard guard;
+  set_num_threads(2);
+  const Shape4 wide = {4, 64, 24, 24, 64, 3, 3, 1, 1, false}, narrow = {4, 16, 24, 24, 16, 3, 3, 1, 1, false};
+  auto kernels = [](const Shape4& s) {
+    const Tensor x = to_channels_last(random_tensor({s.n, s.c, s.h, s.w}, 1));
+    return cpu::conv2d_kernel_names(x, random_tensor({s.o, s.c, s.kh, s.kw}, 2), s.stride, s.pad);
+  };
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  std::printf("wide: %s\nnarrow: %s\n", kernels(wide).c_str(), kernels(narrow).c_str());
+  if (avx512) {
+    EXPECT_NE(kernels(wide).find("wino"), std::string::npos) << kernels(wide);
+  } else {
+    std::printf("no AVX-512 on this CPU: oneDNN has no Winograd kernels here, the direct ones run\n");
+  }
+  EXPECT_EQ(kernels(narrow).find("wino"), std::string::npos) << kernels(narrow);
+  expect_same(wide, 400, true, true, 5e-4);
+  expect_same(wide, 401, false, true, 5e-4);
+  expect_same({8, 128, 14, 14, 128, 3, 3, 1, 1, false}, 402, true, true, 5e-4);
+  cpu::set_conv_impl(cpu::ConvImpl::FastDirect);
+  EXPECT_EQ(kernels(wide).find("wino"), std::string::npos) << kernels(wide);
+  expect_same(wide, 403, true, true);
+}
+
 // One SGD step of ResNet-20 (batch norm, residual adds, projections, stride-2 stages) on the
 // fast convolutions and on the reference: loss, every gradient and every parameter update.
 TEST(ConvCpu, ResNet20StepMatchesReference) {
@@ -226,13 +255,14 @@ TEST(ConvCpu, ReferenceTakesChannelsLastOperands) {
 
 TEST(ConvCpu, ImplementationsByName) {
   EXPECT_EQ(cpu::conv_impl_named("fast"), cpu::ConvImpl::Fast);
+  EXPECT_EQ(cpu::conv_impl_named("fast_direct"), cpu::ConvImpl::FastDirect);
   EXPECT_EQ(cpu::conv_impl_named("fast_nchw"), cpu::ConvImpl::FastNchw);
   EXPECT_EQ(cpu::conv_impl_named("reference"), cpu::ConvImpl::Reference);
   try {
     cpu::conv_impl_named("winograd");
     FAIL() << "an unknown implementation was accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("\"winograd\" is not fast, fast_nchw or reference"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("\"winograd\" is not fast, fast_direct, fast_nchw or reference"), std::string::npos)
         << e.what();
   }
 }

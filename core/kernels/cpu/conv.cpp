@@ -30,6 +30,7 @@
 #include "core/kernels/cpu/conv_dnnl.h"
 #include "core/kernels/cpu/elementwise.h"
 #include "core/kernels/cpu/gemm.h"
+#include "core/memory_format.h"
 #include "core/precision.h"
 
 namespace mt::core::cpu {
@@ -261,7 +262,8 @@ namespace {
 
 // MT_CONV=reference in the environment starts a process on the im2col kernels: a fallback
 // should oneDNN misbehave on some machine, and the "before" of an end-to-end comparison;
-// MT_CONV=fast_nchw on oneDNN without channels-last activations.
+// MT_CONV=fast_direct without Winograd, MT_CONV=fast_nchw on oneDNN without channels-last
+// activations.
 ConvImpl initial_impl() {
   const char* v = std::getenv("MT_CONV");
   return v && *v ? conv_impl_named(v) : ConvImpl::Fast;
@@ -332,14 +334,28 @@ bool conv_has_fast_impl() {
 }
 
 bool conv2d_prefers_channels_last() {
-  return conv_has_fast_impl() && conv_impl() == ConvImpl::Fast && compute_precision() == ComputePrecision::FP32;
+  const ConvImpl impl = conv_impl();
+  return conv_has_fast_impl() && (impl == ConvImpl::Fast || impl == ConvImpl::FastDirect) &&
+         compute_precision() == ComputePrecision::FP32;
+}
+
+std::string conv2d_kernel_names(const Tensor& x, const Tensor& w, int64_t stride, int64_t padding) {
+#ifdef MT_WITH_DNNL
+  if (use_fast()) {
+    const bool y_cl = conv2d_prefers_channels_last();
+    const std::string names = dnnl_conv::kernel_names(x, w, stride, padding, is_channels_last(x), y_cl);
+    if (!names.empty()) return names;
+  }
+#endif
+  return "im2col";
 }
 
 ConvImpl conv_impl_named(const std::string& name) {
   if (name == "fast") return ConvImpl::Fast;
+  if (name == "fast_direct") return ConvImpl::FastDirect;
   if (name == "fast_nchw") return ConvImpl::FastNchw;
   if (name == "reference") return ConvImpl::Reference;
-  MT_FAIL("convolution implementation \"", name, "\" is not fast, fast_nchw or reference (MT_CONV, --conv)");
+  MT_FAIL("convolution implementation \"", name, "\" is not fast, fast_direct, fast_nchw or reference (MT_CONV, --conv)");
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,

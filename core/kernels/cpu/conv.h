@@ -19,16 +19,22 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
                      int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb);
 
-// Fast: oneDNN with channels-last activations (the default). FastNchw: oneDNN on NCHW
-// activations, reordered to its blocked layout around every call (what ran before channels-last;
-// kept to compare against). Reference: the im2col kernels.
-enum class ConvImpl { Fast, FastNchw, Reference };
+// Fast: oneDNN with channels-last activations, and its Winograd kernels for the wide 3x3
+// stride-1 layers (the default). FastDirect: the same without Winograd. FastNchw: oneDNN's
+// direct kernels on NCHW activations, reordered to its blocked layout around every call (what ran
+// before channels-last). The last two are kept to compare against. Reference: the im2col kernels.
+enum class ConvImpl { Fast, FastDirect, FastNchw, Reference };
 // Which implementation conv2d_forward/backward run (process-wide; Fast by default, or as the
-// environment's MT_CONV says: fast, fast_nchw, reference). Without oneDNN every one is the reference.
+// environment's MT_CONV says: fast, fast_direct, fast_nchw, reference). Without oneDNN every one
+// is the reference.
 void set_conv_impl(ConvImpl impl);
 ConvImpl conv_impl();
-ConvImpl conv_impl_named(const std::string& name);  // "fast", "fast_nchw", "reference"; else an error
+ConvImpl conv_impl_named(const std::string& name);  // "fast", "fast_direct", "fast_nchw", "reference"; else an error
 bool conv_has_fast_impl();  // built with oneDNN
+// The kernels conv2d_forward/backward run now on operands of these shapes and formats (float32):
+// oneDNN's names for its three passes ("forward backward-data backward-weights", e.g.
+// "jit_wino_4x3:avx512_core ..."), or "im2col" for the reference. For tests and logs.
+std::string conv2d_kernel_names(const Tensor& x, const Tensor& w, int64_t stride, int64_t padding);
 // Whether conv2d's output should be channels-last now: oneDNN in use, at float32 compute
 // precision (the 16-bit rounding works on NCHW).
 bool conv2d_prefers_channels_last();

@@ -7,6 +7,9 @@
 // precision; then oneDNN picks the layout it wants (format_tag::any: a blocked layout such as
 // nChw16c) and reorders convert around the call, as PyTorch's CPU convolution does on NCHW.
 // Weights stay OIHW in our tensors and are reordered into oneDNN's blocked layout each call.
+// Wide 3x3 stride-1 convolutions (ResNet-50's, from 64 channels) run oneDNN's Winograd kernels
+// instead (winograd_pays below): they need about half the multiplications of the direct ones, and
+// their blocked layout costs a reorder each way, far less than that saves.
 // oneDNN JIT-compiles its kernels for the CPU it runs on, which is why it is faster than im2col +
 // OpenBLAS: Debian's OpenBLAS 0.3.21 does not know newer AMD cores and runs its AVX2 kernels there.
 //
@@ -18,6 +21,7 @@
 #ifdef MT_WITH_DNNL
 #include "core/kernels/cpu/conv_dnnl.h"
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +32,7 @@
 #include <dnnl.hpp>
 
 #include "core/error.h"
+#include "core/kernels/cpu/conv.h"
 #include "core/memory_format.h"
 #include "core/op_profile.h"
 
@@ -46,27 +51,54 @@ dnnl::engine& engine() {
 
 // The shape of one convolution: input, weight, stride, padding, whether it has a bias; and the
 // formats of x (and dx) and of y (and dy), true for channels-last.
+// The last flag says whether Winograd may be used.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool,
-                       bool>;
+                       bool, bool>;
 
 struct Formats {
   bool src_cl, dst_cl;
 };
 
-Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
-  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0],
-          w.shape()[2], w.shape()[3], stride, pad, bias, f.src_cl, f.dst_cl};
+Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f, bool winograd) {
+  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[2],
+          w.shape()[3], stride, pad,          bias,         f.src_cl,     f.dst_cl, winograd};
+}
+
+// Whether oneDNN's Winograd kernels (F(4x4, 3x3): 6x6 input tiles give 4x4 outputs) beat its
+// direct ones on this shape. They work on 3x3 stride-1 convolutions with channels in blocks of
+// 16, and pay when the channels are wide enough for the transformed products to be GEMMs worth
+// blocking, and there are enough 4x4 output tiles (over the batch) to keep the cores busy; for
+// ResNet-20's narrow layers and a batch of 8 at 7x7 the direct kernels win (docs/PERF.md).
+bool winograd_pays(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], o = w.shape()[0];
+  if (w.shape()[2] != 3 || w.shape()[3] != 3 || stride != 1 || pad != 1) return false;
+  if (c % 16 != 0 || o % 16 != 0 || c < 64 || o < 64) return false;
+  const int64_t tiles = n * ((x.shape()[2] + 3) / 4) * ((x.shape()[3] + 3) / 4);
+  return tiles >= 128;
 }
 
 memory::dims dims_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
 
 // Buffers for the reordered copies, by role; they grow to the largest layer and are reused.
+// 64-byte aligned: some kernels (Winograd's) store whole cache lines with aligned instructions.
 enum Slot { kSrc, kWeights, kDst, kDiffSrc, kDiffWeights, kDiffDst, kScratchpad, kUnwanted, kSlots };
 void* buffer(Slot slot, size_t bytes) {
-  thread_local std::vector<float> buffers[kSlots];
-  auto& b = buffers[slot];
-  if (b.size() * sizeof(float) < bytes) b.resize(bytes / sizeof(float) + 1);
-  return b.data();
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  struct Buffer {
+    std::unique_ptr<void, Free> data;
+    size_t bytes = 0;
+  };
+  thread_local Buffer buffers[kSlots];
+  Buffer& b = buffers[slot];
+  if (b.bytes < bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    b.data.reset(std::aligned_alloc(64, rounded));
+    MT_CHECK(b.data, "conv2d: out of memory for a ", rounded, "-byte oneDNN buffer");
+    b.bytes = rounded;
+  }
+  return b.data.get();
 }
 
 // A tensor given to oneDNN in our layout, and the memory the primitive wants: the same one
@@ -130,7 +162,8 @@ struct Plan {
   std::unique_ptr<Operand> f_src, f_w, f_dst, d_ddst, d_w, d_dsrc, w_src, w_ddst, w_dw;
 };
 
-std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
+std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f,
+                                bool winograd) {
   auto plan = std::make_unique<Plan>();
   Plan& p = *plan;
 
@@ -139,14 +172,14 @@ std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride
   const int64_t wo = (x.shape()[3] + 2 * pad - w.shape()[3]) / stride + 1;
   const memory::dims src_dims = dims_of(x), w_dims = dims_of(w), dst_dims = {n, o, ho, wo};
   const memory::dims strides = {stride, stride}, padding = {pad, pad};
-  // With a channels-last output the primitives work in NHWC (an NCHW input is reordered into
-  // it); otherwise in the layout oneDNN prefers.
-  const tag act = f.dst_cl ? tag::nhwc : tag::any;
+  // With a channels-last output the direct primitives work in NHWC (an NCHW input is reordered
+  // into it); otherwise, and for Winograd (blocked layouts only), in the layout oneDNN prefers.
+  const tag act = f.dst_cl && !winograd ? tag::nhwc : tag::any;
   const memory::desc src_any(src_dims, dt::f32, act), w_any(w_dims, dt::f32, tag::any),
       dst_any(dst_dims, dt::f32, act), bias_md({o}, dt::f32, tag::a);
   const memory::desc src_plain(src_dims, dt::f32, f.src_cl ? tag::nhwc : tag::nchw),
       w_plain(w_dims, dt::f32, tag::oihw), dst_plain(dst_dims, dt::f32, f.dst_cl ? tag::nhwc : tag::nchw);
-  const auto algo = dnnl::algorithm::convolution_direct;
+  const auto algo = winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
 
   const auto fwd_desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, w_any,
                                                                bias_md, dst_any, strides, padding, padding)
@@ -182,19 +215,24 @@ std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride
 }
 
 // The plan of a shape, made on its first call; null when oneDNN has no kernel for it (also
-// remembered, so that it is asked once).
+// remembered, so that it is asked once). Winograd where it pays and the implementation allows
+// it (ConvImpl::Fast), else, or when oneDNN has no Winograd kernel for a pass, direct.
 const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
   static std::map<Key, std::unique_ptr<Plan>> plans;
   static std::mutex mu;
+  const bool winograd = conv_impl() == ConvImpl::Fast && winograd_pays(x, w, stride, pad);
   std::lock_guard<std::mutex> lock(mu);
-  const Key key = key_of(x, w, stride, pad, bias, f);
+  const Key key = key_of(x, w, stride, pad, bias, f, winograd);
   if (auto it = plans.find(key); it != plans.end()) return it->second.get();
-  std::unique_ptr<Plan> plan;
-  try {
-    plan = make_plan(x, w, stride, pad, bias, f);
-  } catch (const dnnl::error&) {
-    plan.reset();
-  }
+  auto try_plan = [&](bool wino) -> std::unique_ptr<Plan> {
+    try {
+      return make_plan(x, w, stride, pad, bias, f, wino);
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+  };
+  std::unique_ptr<Plan> plan = try_plan(winograd);
+  if (!plan && winograd) plan = try_plan(false);
   return (plans[key] = std::move(plan)).get();
 }
 
@@ -259,6 +297,14 @@ bool backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride
   }
   s.wait();
   return true;
+}
+
+std::string kernel_names(const Tensor& x, const Tensor& w, int64_t stride, int64_t padding, bool x_channels_last,
+                         bool y_channels_last) {
+  const Plan* p = plan_for(x, w, stride, padding, false, {x_channels_last, y_channels_last});
+  if (!p) return "";
+  return std::string(p->fwd_pd.impl_info_str()) + " " + p->data_pd.impl_info_str() + " " +
+         p->weights_pd.impl_info_str();
 }
 
 }  // namespace mt::core::cpu::dnnl_conv
