@@ -248,8 +248,10 @@ for c in $cases; do
   elif [ "$target" != "-" ]; then
     target=">= ${target}x"
   fi
-  [[ "$ours" =~ ^[0-9.]+$ ]] && ours="$(printf '%.0f' "$ours") $unit/s"
-  [[ "$theirs" =~ ^[0-9.]+$ ]] && theirs="$(printf '%.0f' "$theirs") $unit/s$theirs_note"
+  # Whole units, but a decimal below 100 (ResNet-50 on a CPU runs at a few images a second).
+  rate() { awk -v r="$1" 'BEGIN { printf (r < 100 ? "%.1f" : "%.0f"), r }'; }
+  [[ "$ours" =~ ^[0-9.]+$ ]] && ours="$(rate "$ours") $unit/s"
+  [[ "$theirs" =~ ^[0-9.]+$ ]] && theirs="$(rate "$theirs") $unit/s$theirs_note"
   if [ -n "$ours_params" ] && [ -n "$their_params" ]; then
     if [ "$ours_params" = "$their_params" ]; then params="equal ($ours_params)"
     else params="DIFFER: $ours_params vs $their_params"; fi
