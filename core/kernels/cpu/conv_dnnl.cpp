@@ -8,8 +8,9 @@
 // nChw16c) and reorders convert around the call, as PyTorch's CPU convolution does on NCHW.
 // Weights stay OIHW in our tensors and are reordered into oneDNN's blocked layout each call.
 // Wide 3x3 stride-1 convolutions (ResNet-50's, from 64 channels) run oneDNN's Winograd kernels
-// instead (winograd_pays below): they need about half the multiplications of the direct ones, and
-// their blocked layout costs a reorder each way, far less than that saves.
+// instead (winograd_pays below): their products are a quarter of the direct kernels' (the input
+// and output transforms cost extra; measured, about half the time), and their blocked layout costs
+// a reorder each way, far less than that saves.
 // oneDNN JIT-compiles its kernels for the CPU it runs on, which is why it is faster than im2col +
 // OpenBLAS: Debian's OpenBLAS 0.3.21 does not know newer AMD cores and runs its AVX2 kernels there.
 //
@@ -49,9 +50,8 @@ dnnl::engine& engine() {
   return e;
 }
 
-// The shape of one convolution: input, weight, stride, padding, whether it has a bias; and the
-// formats of x (and dx) and of y (and dy), true for channels-last.
-// The last flag says whether Winograd may be used.
+// The shape of one convolution: input, weight, stride, padding, whether it has a bias; the
+// formats of x (and dx) and of y (and dy), true for channels-last; whether Winograd may be used.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool,
                        bool, bool>;
 
@@ -60,8 +60,8 @@ struct Formats {
 };
 
 Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f, bool winograd) {
-  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[2],
-          w.shape()[3], stride, pad,          bias,         f.src_cl,     f.dst_cl, winograd};
+  return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[2], w.shape()[3],
+          stride, pad, bias, f.src_cl, f.dst_cl, winograd};
 }
 
 // Whether oneDNN's Winograd kernels (F(4x4, 3x3): 6x6 input tiles give 4x4 outputs) beat its
