@@ -158,11 +158,13 @@ TEST(ConvCpu, WinogradOnWideThreeByThreeLayers) {
   ImplGuard guard;
   set_num_threads(2);
   const Shape4 wide = {4, 64, 24, 24, 64, 3, 3, 1, 1, false}, narrow = {4, 16, 24, 24, 16, 3, 3, 1, 1, false};
+  const Shape4 few_tiles = {2, 64, 8, 8, 64, 3, 3, 1, 1, false};  // 8 output tiles of 4x4
   auto kernels = [](const Shape4& s) {
     const Tensor x = to_channels_last(random_tensor({s.n, s.c, s.h, s.w}, 1));
     return cpu::conv2d_kernel_names(x, random_tensor({s.o, s.c, s.kh, s.kw}, 2), s.stride, s.pad);
   };
-  const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");  // avx512_core
   std::printf("wide: %s\nnarrow: %s\n", kernels(wide).c_str(), kernels(narrow).c_str());
   if (avx512) {
     EXPECT_NE(kernels(wide).find("wino"), std::string::npos) << kernels(wide);
@@ -170,7 +172,9 @@ TEST(ConvCpu, WinogradOnWideThreeByThreeLayers) {
     std::printf("no AVX-512 on this CPU: oneDNN has no Winograd kernels here, the direct ones run\n");
   }
   EXPECT_EQ(kernels(narrow).find("wino"), std::string::npos) << kernels(narrow);
+  EXPECT_EQ(kernels(few_tiles).find("wino"), std::string::npos) << kernels(few_tiles);
   expect_same(wide, 400, true, true, 5e-4);
+  expect_same({4, 64, 24, 24, 64, 3, 3, 1, 1, true}, 404, true, true, 5e-4);  // with a bias
   expect_same(wide, 401, false, true, 5e-4);
   expect_same({8, 128, 14, 14, 128, 3, 3, 1, 1, false}, 402, true, true, 5e-4);
   cpu::set_conv_impl(cpu::ConvImpl::FastDirect);
