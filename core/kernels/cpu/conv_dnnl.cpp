@@ -22,13 +22,11 @@
 #ifdef MT_WITH_DNNL
 #include "core/kernels/cpu/conv_dnnl.h"
 
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
-#include <vector>
 
 #include <dnnl.hpp>
 
@@ -80,25 +78,15 @@ bool winograd_pays(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad
 memory::dims dims_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
 
 // Buffers for the reordered copies, by role; they grow to the largest layer and are reused.
-// 64-byte aligned: some kernels (Winograd's) store whole cache lines with aligned instructions.
+// Tensors, for the CPU allocator's 64-byte alignment: some kernels (Winograd's) store whole
+// cache lines with aligned instructions.
 enum Slot { kSrc, kWeights, kDst, kDiffSrc, kDiffWeights, kDiffDst, kScratchpad, kUnwanted, kSlots };
 void* buffer(Slot slot, size_t bytes) {
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  struct Buffer {
-    std::unique_ptr<void, Free> data;
-    size_t bytes = 0;
-  };
-  thread_local Buffer buffers[kSlots];
-  Buffer& b = buffers[slot];
-  if (b.bytes < bytes) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    b.data.reset(std::aligned_alloc(64, rounded));
-    MT_CHECK(b.data, "conv2d: out of memory for a ", rounded, "-byte oneDNN buffer");
-    b.bytes = rounded;
-  }
-  return b.data.get();
+  thread_local Tensor buffers[kSlots];
+  Tensor& b = buffers[slot];
+  const auto floats = static_cast<int64_t>(bytes / sizeof(float) + 1);
+  if (!b.defined() || b.numel() < floats) b = Tensor::empty({floats}, DType::Float32);
+  return b.data<float>();
 }
 
 // A tensor given to oneDNN in our layout, and the memory the primitive wants: the same one
