@@ -19,10 +19,10 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = core::relu(bn1_->forward(conv1_->forward(x)));
+  Tensor out = bn1_->forward_relu(conv1_->forward(x));
   out = bn2_->forward(conv2_->forward(out));
   const Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
-  return core::relu(out + shortcut);
+  return core::add_relu(out, shortcut);
 }
 
 }  // namespace mt::layers

@@ -19,7 +19,11 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, float momentum, float eps, bool a
   num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({}));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return normalize(x, false); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return normalize(x, true); }
+
+Tensor BatchNorm2d::normalize(const Tensor& x, bool relu) {
   run_forward_pre_hooks();
   MT_CHECK(x.dim() == 4 && x.size(1) == num_features_, "BatchNorm2d(", num_features_,
            "): expected input [N, ", num_features_, ", H, W], got ", x.str());
@@ -30,7 +34,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // to the registered buffers, and if the op ever rebinds them instead, copy the new values
   // back so the registered buffers (what state_dict saves) stay current.
   Tensor mean = running_mean_, var = running_var_;
-  Tensor y = core::batch_norm(x, weight_, bias_, mean, var, training, momentum_, eps_);
+  Tensor y = (relu ? core::batch_norm_relu : core::batch_norm)(x, weight_, bias_, mean, var, training,
+                                                               momentum_, eps_);
   if (training) {
     core::NoGradGuard no_grad;
     if (!mean.same(running_mean_)) running_mean_.copy_(mean);

@@ -17,6 +17,8 @@ class BatchNorm2d : public Module {
   // normalization. momentum is the weight of the new batch in the running averages.
   explicit BatchNorm2d(int64_t num_features, float momentum = 0.1f, float eps = 1e-5f, bool affine = true);
   Tensor forward(const Tensor& x) override;  // [N, C, H, W] -> same shape
+  // relu(forward(x)), with the ReLU fused into the norm's kernels (core::batch_norm_relu).
+  Tensor forward_relu(const Tensor& x);
   std::string type_name() const override { return "BatchNorm2d"; }
 
   const Tensor& weight() const { return weight_; }  // undefined without affine
@@ -30,6 +32,8 @@ class BatchNorm2d : public Module {
   float momentum_, eps_;
   Tensor weight_, bias_, running_mean_, running_var_, num_batches_tracked_;
   Tensor one_;  // the constant 1 on the counter's device
+
+  Tensor normalize(const Tensor& x, bool relu);
 };
 
 }  // namespace mt::layers

@@ -23,11 +23,11 @@ Bottleneck::Bottleneck(int64_t in_channels, int64_t width, int64_t stride, core:
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = core::relu(bn1_->forward(conv1_->forward(x)));
-  out = core::relu(bn2_->forward(conv2_->forward(out)));
+  Tensor out = bn1_->forward_relu(conv1_->forward(x));
+  out = bn2_->forward_relu(conv2_->forward(out));
   out = bn3_->forward(conv3_->forward(out));
   const Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
-  return core::relu(out + shortcut);
+  return core::add_relu(out, shortcut);
 }
 
 }  // namespace mt::layers

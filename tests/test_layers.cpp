@@ -281,6 +281,23 @@ TEST(TrainEval, BatchNormUsesBatchStatsInTrainingAndRunningStatsInEval) {
   EXPECT_EQ(bn.num_batches_tracked(), 1);
 }
 
+// forward_relu is relu(forward(x)) in one op, and keeps the layer's bookkeeping (running
+// statistics, the batch counter) as forward does.
+TEST(TrainEval, BatchNormForwardReluEqualsReluOfForward) {
+  Generator gen(4);
+  Tensor x = rand_uniform({4, 3, 3, 3}, -2, 2, gen);
+  for (bool training : {true, false}) {
+    BatchNorm2d fused(3), plain(3);
+    fused.train(training);
+    plain.train(training);
+    Tensor a = fused.forward_relu(x), b = relu(plain.forward(x));
+    EXPECT_EQ(a.to_vector(), b.to_vector());
+    EXPECT_EQ(fused.running_mean().to_vector(), plain.running_mean().to_vector());
+    EXPECT_EQ(fused.running_var().to_vector(), plain.running_var().to_vector());
+    EXPECT_EQ(fused.num_batches_tracked(), plain.num_batches_tracked());
+  }
+}
+
 TEST(TrainEval, DropoutOnlyInTraining) {
   Dropout d(0.5f, 9);
   Tensor x = Tensor::ones({1000});

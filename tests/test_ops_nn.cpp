@@ -9,6 +9,7 @@
 
 #include "core/device.h"
 #include "core/grad_mode.h"
+#include "core/memory_format.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/matmul.h"
 #include "core/ops/nn.h"
@@ -390,6 +391,123 @@ TEST(NnBatchNorm, BadInputs) {
   EXPECT_THROW(batch_norm(random_tensor({2, 3}, 4), Tensor(), Tensor(), none, none, false), Error);   // eval w/o stats
 }
 
+// ---------------------------------------------------------------- fused: batch_norm + relu, add + relu
+
+namespace {
+// f's output and the gradients of its float inputs, for a fixed random output gradient.
+std::vector<Tensor> output_and_grads(const OpFn& f, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> in;
+  for (const Tensor& t : inputs) in.push_back(t.detach().clone().set_requires_grad(true));
+  Tensor out = f(in);
+  out.backward(random_tensor(out.shape(), 98));
+  std::vector<Tensor> res = {out.detach()};
+  for (const Tensor& t : in) res.push_back(t.grad());
+  return res;
+}
+
+// The fused op against the two ops it replaces: the same floats forward, and the same mask
+// backward, so the tolerance is float rounding of the same sums, not an approximation.
+void expect_same(const OpFn& fused, const OpFn& two_ops, const std::vector<Tensor>& inputs,
+                 const std::string& what) {
+  const std::vector<Tensor> a = output_and_grads(fused, inputs), b = output_and_grads(two_ops, inputs);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(all_close(a[0], b[0], 1e-6, 1e-6)) << what << ": output";
+  for (size_t i = 1; i < a.size(); ++i)
+    EXPECT_TRUE(all_close(a[i], b[i], 1e-6, 1e-5)) << what << ": gradient of input " << i - 1;
+}
+}  // namespace
+
+TEST(NnBatchNormRelu, SameAsBatchNormThenRelu) {
+  for (bool training : {true, false})
+    for (bool channels_last : {false, true})
+      for (const Shape& shape : {Shape{4, 3, 5, 6}, Shape{9, 3}}) {
+        if (channels_last && shape.size() != 4) continue;
+        // Running statistics per call, so both paths start from (and update) the same ones.
+        auto bn = [=](bool fused) {
+          return [=](const std::vector<Tensor>& in) {
+            Tensor rm = Tensor::full({3}, 0.2), rv = Tensor::full({3}, 0.7);
+            Tensor x = channels_last ? to_channels_last(in[0]) : in[0];
+            Tensor w = in.size() > 1 ? in[1] : Tensor(), b = in.size() > 1 ? in[2] : Tensor();
+            return fused ? batch_norm_relu(x, w, b, rm, rv, training) : relu(batch_norm(x, w, b, rm, rv, training));
+          };
+        };
+        const std::string what = std::string(training ? "training" : "evaluation") +
+                                 (channels_last ? ", channels-last " : ", ") + std::to_string(shape.size()) + "-d";
+        // Weights of both signs and a positive bias: some channels mostly clamped, some mostly not.
+        Tensor x = random_tensor(shape, 80, -2.0f, 2.0f);
+        Tensor w = Tensor::from_vector(std::vector<float>{1.5f, -0.7f, 0.3f}, {3});
+        Tensor b = Tensor::from_vector(std::vector<float>{0.1f, 0.5f, -0.4f}, {3});
+        expect_same(bn(true), bn(false), {x, w, b}, what);
+        expect_same(bn(true), bn(false), {x}, what + ", no affine parameters");
+      }
+  // The running statistics are updated as by batch_norm.
+  Tensor x = random_tensor({6, 3, 4, 4}, 81);
+  Tensor rm1 = Tensor::zeros({3}), rv1 = Tensor::ones({3}), rm2 = Tensor::zeros({3}), rv2 = Tensor::ones({3});
+  batch_norm_relu(x, Tensor(), Tensor(), rm1, rv1, true, 0.3f);
+  batch_norm(x, Tensor(), Tensor(), rm2, rv2, true, 0.3f);
+  EXPECT_EQ(rm1.to_vector(), rm2.to_vector());
+  EXPECT_EQ(rv1.to_vector(), rv2.to_vector());
+}
+
+TEST(NnBatchNormRelu, Grad) {
+  // Finite differences across the kink would not be a derivative: these seeds keep every bn(x)
+  // at least 0.01 from 0 (checked below), far outside the 1e-3 perturbation's reach.
+  Tensor w = random_tensor({3}, 82, 0.5f, 1.5f), b = random_tensor({3}, 83, -0.3f, 0.3f);
+  for (const Shape& shape : {Shape{4, 3, 2, 3}, Shape{6, 3}}) {
+    Tensor x = random_tensor(shape, 84);
+    Tensor rm, rv;
+    Tensor pre = batch_norm(x, w, b, rm, rv, true);
+    for (float v : pre.to_vector()) ASSERT_GT(std::fabs(v), 0.01f) << "the seed puts a value on the kink";
+    auto f = [](const std::vector<Tensor>& in) {
+      Tensor m, v;  // no running statistics
+      return batch_norm_relu(in[0], in[1], in[2], m, v, true);
+    };
+    EXPECT_TRUE(gradcheck(f, {x, w, b}));
+    EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) {
+      Tensor m, v;
+      return batch_norm_relu(to_channels_last(in[0]), in[1], in[2], m, v, true);
+    }, {x.dim() == 4 ? x : x.reshape({6, 3, 1, 1}), w, b}));
+  }
+}
+
+TEST(NnBatchNormRelu, BadInputs) {
+  Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3});
+  EXPECT_THROW(batch_norm_relu(random_tensor({1, 3}, 1), Tensor(), Tensor(), rm, rv, true), Error);
+  EXPECT_THROW(batch_norm_relu(random_tensor({2, 4, 2, 2}, 2), Tensor(), Tensor(), rm, rv, true), Error);
+}
+
+TEST(NnAddRelu, SameAsAddThenRelu) {
+  auto fused = [](const std::vector<Tensor>& in) { return add_relu(in[0], in[1]); };
+  auto two_ops = [](const std::vector<Tensor>& in) { return relu(add(in[0], in[1])); };
+  Tensor a = random_tensor({2, 4, 3, 5}, 85), b = random_tensor({2, 4, 3, 5}, 86);
+  expect_same(fused, two_ops, {a, b}, "contiguous");
+  auto cl = [](const OpFn& f) {
+    return [f](const std::vector<Tensor>& in) { return f({to_channels_last(in[0]), to_channels_last(in[1])}); };
+  };
+  expect_same(cl(fused), cl(two_ops), {a, b}, "channels-last");
+  // Not fusable, so the two ops: mixed formats, and broadcasting.
+  auto mixed = [](const OpFn& f) {
+    return [f](const std::vector<Tensor>& in) { return f({to_channels_last(in[0]), in[1]}); };
+  };
+  expect_same(mixed(fused), mixed(two_ops), {a, b}, "mixed formats");
+  expect_same(fused, two_ops, {a, random_tensor({1, 4, 1, 1}, 87)}, "broadcast");
+  // The format of a fused result is its inputs'.
+  EXPECT_TRUE(is_channels_last(add_relu(to_channels_last(a), to_channels_last(b))));
+  // Values at the kink: relu(0) = 0 with gradient 0, as core::relu.
+  Tensor y = add_relu(Tensor::from_vector(std::vector<float>{-1, 0.5f, 2}, {3}),
+                      Tensor::from_vector(std::vector<float>{0.5f, -0.5f, -1}, {3}));
+  EXPECT_EQ(y.to_vector(), (std::vector<float>{0, 0, 1}));
+}
+
+TEST(NnAddRelu, Grad) {
+  // a + b at least 0.015 from 0: a's values are odd multiples of 0.025, b lies in [0, 0.01).
+  Tensor a = distinct_values({2, 3, 4, 4}, 88), b = random_tensor({2, 3, 4, 4}, 89, 0.0f, 0.01f);
+  EXPECT_TRUE(gradcheck([](auto& in) { return add_relu(in[0], in[1]); }, {a, b}));
+  EXPECT_TRUE(gradcheck([](auto& in) { return add_relu(to_channels_last(in[0]), to_channels_last(in[1])); }, {a, b}));
+  // The same tensor as both inputs: its gradient is the sum of both.
+  EXPECT_TRUE(gradcheck([](auto& in) { return add_relu(in[0], in[0]); }, {a}));
+}
+
 // ---------------------------------------------------------------- dropout
 
 TEST(NnDropout, GradWithFixedMask) {
@@ -608,6 +726,21 @@ TEST(NnGpu, BatchNormDropout) {
         return dropout(in[0], 0.3f, true, gen);
       },
       {random_tensor({33, 65}, 16)});
+}
+
+TEST(NnGpu, FusedBatchNormReluAndAddRelu) {
+  MT_REQUIRE_GPU();
+  for (bool training : {true, false}) {
+    auto f = [training](const std::vector<Tensor>& in) {
+      Tensor rm = Tensor::zeros({4}, DType::Float32, in[0].device());
+      Tensor rv = Tensor::ones({4}, DType::Float32, in[0].device());
+      return batch_norm_relu(in[0], in[1], in[2], rm, rv, training);
+    };
+    expect_gpu_matches_cpu(f, {random_tensor({8, 4, 5, 5}, 18), random_tensor({4}, 19), random_tensor({4}, 20)});
+    expect_gpu_matches_cpu(f, {random_tensor({16, 4}, 21), random_tensor({4}, 22), random_tensor({4}, 23)});
+  }
+  expect_gpu_matches_cpu([](auto& in) { return add_relu(in[0], in[1]); },
+                         {random_tensor({4, 3, 8, 8}, 24), random_tensor({4, 3, 8, 8}, 25)});
 }
 
 TEST(NnGpu, SoftmaxLossCat) {

@@ -24,10 +24,9 @@ void check_channel_param(const char* what, const Tensor& t, const Tensor& x) {
            " is on another device than the input ", x.str());
   MT_CHECK(t.is_contiguous(), "batch_norm: ", what, " must be contiguous");
 }
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                  Tensor& running_var, bool training, float momentum, float eps) {
+// batch_norm and batch_norm_relu: one op, with relu fusing the activation into its kernels.
+Tensor batch_norm_op(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                     Tensor& running_var, bool training, float momentum, float eps, bool relu) {
   MT_CHECK(x.dtype() == DType::Float32, "batch_norm expects a float32 input, got ", x.str());
   MT_CHECK(x.dim() == 4 || x.dim() == 2, "batch_norm expects input [N, C, H, W] or [N, C], got ",
            x.str());
@@ -52,22 +51,35 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   Tensor save_invstd = Tensor::empty({c}, DType::Float32, x.device());
   // Running statistics are buffers, not graph inputs: the kernel updates them in place.
   MT_DISPATCH(x.device(), batch_norm_forward, xc, weight, bias, running_mean, running_var, training,
-              momentum, eps, y, save_mean, save_invstd);
+              momentum, eps, relu, y, save_mean, save_invstd);
 
-  // Undefined weight/bias get invalid edges, so their `needs` entries are false.
-  record("BatchNormBackward", {x, weight, bias}, {y},
-         [x = xc.detach(), w = weight.defined() ? weight.detach() : Tensor(), save_mean, save_invstd,
-          training](const Grads& g, const Needs& n) -> Grads {
+  // Undefined weight/bias get invalid edges, so their `needs` entries are false. With relu,
+  // backward recomputes the ReLU's mask from x, so the bias is kept too (a [C] handle).
+  record(relu ? "BatchNormReluBackward" : "BatchNormBackward", {x, weight, bias}, {y},
+         [x = xc.detach(), w = weight.defined() ? weight.detach() : Tensor(),
+          b = relu && bias.defined() ? bias.detach() : Tensor(), save_mean, save_invstd, training,
+          relu](const Grads& g, const Needs& n) -> Grads {
            Tensor gy = in_format_of(g[0], x);
            const int64_t ch = x.shape()[1];
            Tensor gx = n[0] ? empty_in_format_of(x) : Tensor();
            Tensor gw = n[1] ? Tensor::empty({ch}, DType::Float32, x.device()) : Tensor();
            Tensor gb = n[2] ? Tensor::empty({ch}, DType::Float32, x.device()) : Tensor();
-           MT_DISPATCH(x.device(), batch_norm_backward, x, w, save_mean, save_invstd, gy, training,
-                       gx, gw, gb);
+           MT_DISPATCH(x.device(), batch_norm_backward, x, w, b, save_mean, save_invstd, gy, training,
+                       relu, gx, gw, gb);
            return {gx, gw, gb};
          });
   return y;
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, bool training, float momentum, float eps) {
+  return batch_norm_op(x, weight, bias, running_mean, running_var, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                       Tensor& running_var, bool training, float momentum, float eps) {
+  return batch_norm_op(x, weight, bias, running_mean, running_var, training, momentum, eps, true);
 }
 
 }  // namespace mt::core

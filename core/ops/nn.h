@@ -10,6 +10,9 @@
 namespace mt::core {
 
 Tensor relu(const Tensor& x);
+// relu(a + b) in one pass when a and b have the same shape and memory format (a residual
+// block's end); otherwise the two ops.
+Tensor add_relu(const Tensor& a, const Tensor& b);
 
 struct Conv2dOptions {
   int64_t stride = 1;
@@ -29,6 +32,10 @@ Tensor global_avg_pool2d(const Tensor& x);  // [N, C, H, W] -> [N, C]
 // In evaluation it uses the running statistics.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
+// relu(batch_norm(...)) in batch norm's own passes over memory, each way: the same values and
+// gradients, without a ReLU pass in between or a second activation kept for backward.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                       Tensor& running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
 
 // Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p).
 // Identity when not training or p == 0.

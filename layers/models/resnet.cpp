@@ -34,7 +34,7 @@ ResNetCifar::ResNetCifar(int64_t depth, int64_t in_channels, int64_t num_classes
 }
 
 Tensor ResNetCifar::forward(const Tensor& x) {
-  Tensor h = core::relu(bn1_->forward(conv1_->forward(x)));
+  Tensor h = bn1_->forward_relu(conv1_->forward(x));
   h = layer3_->forward(layer2_->forward(layer1_->forward(h)));
   return fc_->forward(core::global_avg_pool2d(h));
 }

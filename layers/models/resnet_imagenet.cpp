@@ -40,7 +40,7 @@ ResNetImageNet::ResNetImageNet(int64_t depth, int64_t in_channels, int64_t num_c
 }
 
 Tensor ResNetImageNet::forward(const Tensor& x) {
-  Tensor h = core::relu(bn1_->forward(conv1_->forward(x)));
+  Tensor h = bn1_->forward_relu(conv1_->forward(x));
   h = core::max_pool2d(h, 3, 2, 1);  // torchvision's "maxpool" (no parameters)
   for (const auto& stage : layers_) h = stage->forward(h);
   return fc_->forward(core::global_avg_pool2d(h));  // "avgpool" + "fc"

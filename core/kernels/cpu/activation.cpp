@@ -1,11 +1,13 @@
 #include "core/kernels/cpu/activation.h"
 
+#include "core/kernels/cpu/vector_clones.h"
+
 namespace mt::core::cpu {
 
 // Below this many elements a parallel region costs more than the loop itself.
 static constexpr int64_t kParallelElems = 1 << 15;
 
-void relu_forward(const Tensor& x, Tensor& y) {
+MT_VECTOR_CLONES void relu_forward(const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
   const int64_t n = x.numel();
@@ -16,7 +18,7 @@ void relu_forward(const Tensor& x, Tensor& y) {
   }
 }
 
-void relu_backward(const Tensor& y, const Tensor& gy, Tensor& gx) {
+MT_VECTOR_CLONES void relu_backward(const Tensor& y, const Tensor& gy, Tensor& gx) {
   const float* py = y.data<float>();
   const float* pg = gy.data<float>();
   float* po = gx.data<float>();
@@ -27,6 +29,18 @@ void relu_backward(const Tensor& y, const Tensor& gy, Tensor& gx) {
     // and a mispredicted branch per element costs more than the whole loop otherwise.
     const float g = pg[i];
     po[i] = py[i] > 0.0f ? g : 0.0f;
+  }
+}
+
+MT_VECTOR_CLONES void add_relu_forward(const Tensor& a, const Tensor& b, Tensor& y) {
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y.data<float>();
+  const int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelElems)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = pa[i] + pb[i];
+    py[i] = v < 0.0f ? 0.0f : v;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/kernels/cpu/vector_clones.h"
 #include "core/memory_format.h"
 
 namespace mt::core::cpu {
@@ -31,7 +32,30 @@ Layout layout(const Tensor& x) {
 // Channels are independent; with few of them the parallel loop is still cheap.
 constexpr int64_t kParallelElems = 1 << 14;
 
-void forward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+// bn(x) = x * scale + shift: the normalization and the affine parameters folded into one
+// multiply-add per element. Backward recomputes it from the same floats (save_mean and
+// save_invstd are the forward's), so a fused ReLU's mask there is the forward's exactly.
+struct Affine {
+  float scale, shift;
+};
+Affine affine_of(const float* weight, const float* bias, int64_t ch, float mean, float invstd) {
+  const float scale = (weight ? weight[ch] : 1.0f) * invstd;
+  return {scale, (bias ? bias[ch] : 0.0f) - mean * scale};
+}
+
+// The fused ReLU: forward clamps bn(x) at 0 (NaN passes, as core::relu), and backward lets the
+// gradient through only where that output was > 0.
+template <bool kRelu>
+float activate(float v) {
+  return kRelu && v < 0.0f ? 0.0f : v;
+}
+template <bool kRelu>
+float gate(float g, float bn_value) {
+  return kRelu && !(bn_value > 0.0f) ? 0.0f : g;
+}
+
+template <bool kRelu>
+MT_VECTOR_CLONES void forward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                     Tensor& running_var, bool training, float momentum, float eps, Tensor& y,
                     Tensor& save_mean, Tensor& save_invstd) {
   const Layout L = layout(x);
@@ -82,24 +106,24 @@ void forward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias, T
     const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
     pmean[ch] = static_cast<float>(mean);
     pinv[ch] = invstd;
-    // y = (x - mean) * invstd * w + b folded into one multiply-add per element.
-    const float scale = (pw ? pw[ch] : 1.0f) * invstd;
-    const float shift = (pb ? pb[ch] : 0.0f) - static_cast<float>(mean) * scale;
+    const Affine f = affine_of(pw, pb, ch, pmean[ch], invstd);
     for (int64_t i = 0; i < L.n; ++i) {
       const float* row = px + (i * L.c + ch) * L.s;
       float* out = py + (i * L.c + ch) * L.s;
 #pragma omp simd
-      for (int64_t j = 0; j < L.s; ++j) out[j] = row[j] * scale + shift;
+      for (int64_t j = 0; j < L.s; ++j) out[j] = activate<kRelu>(row[j] * f.scale + f.shift);
     }
   }
 }
 
-void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+template <bool kRelu>
+MT_VECTOR_CLONES void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
                      const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
                      Tensor& gb) {
   const Layout L = layout(x);
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
+  const float* pbias = bias.defined() ? bias.data<float>() : nullptr;
   const float* pmean = save_mean.data<float>();
   const float* pinv = save_invstd.data<float>();
   const float* pg = gy.data<float>();
@@ -111,7 +135,9 @@ void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& save_m
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelElems)
   for (int64_t ch = 0; ch < L.c; ++ch) {
     const float mean = pmean[ch], invstd = pinv[ch];
-    // sum(gy) and sum(gy * xhat), with xhat = (x - mean) * invstd recomputed, not stored.
+    const Affine f = affine_of(pw, pbias, ch, mean, invstd);
+    // sum(gy) and sum(gy * xhat), with xhat = (x - mean) * invstd recomputed, not stored
+    // (gy gated by the fused ReLU's mask, from bn(x) recomputed the same way).
     double sum_g = 0.0, sum_gx = 0.0;
     for (int64_t i = 0; i < L.n; ++i) {
       const float* row = px + (i * L.c + ch) * L.s;
@@ -119,8 +145,9 @@ void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& save_m
       float a = 0.0f, b = 0.0f;
 #pragma omp simd reduction(+ : a, b)
       for (int64_t j = 0; j < L.s; ++j) {
-        a += g[j];
-        b += g[j] * (row[j] - mean);
+        const float gj = gate<kRelu>(g[j], row[j] * f.scale + f.shift);
+        a += gj;
+        b += gj * (row[j] - mean);
       }
       sum_g += a;
       sum_gx += b;
@@ -138,7 +165,10 @@ void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& save_m
       const float* g = pg + (i * L.c + ch) * L.s;
       float* out = pgx + (i * L.c + ch) * L.s;
 #pragma omp simd
-      for (int64_t j = 0; j < L.s; ++j) out[j] = k * (g[j] - mg - (row[j] - mean) * invstd * mgx);
+      for (int64_t j = 0; j < L.s; ++j) {
+        const float gj = gate<kRelu>(g[j], row[j] * f.scale + f.shift);
+        out[j] = k * (gj - mg - (row[j] - mean) * invstd * mgx);
+      }
     }
   }
 }
@@ -149,7 +179,7 @@ void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& save_m
 // registers while the block's rows stream by; the blocks' sums are added in block order, so the
 // result does not depend on the number of threads. out[k * c + ch] is term k's sum.
 template <typename... Terms>
-void column_sums(int64_t m, int64_t c, std::vector<double>& out, Terms... terms) {
+MT_VECTOR_CLONES void column_sums(int64_t m, int64_t c, std::vector<double>& out, Terms... terms) {
   constexpr int64_t K = sizeof...(Terms), kLanes = 16, kBlockElems = 1 << 14;
   const int64_t rows_per_block = std::max<int64_t>(4, kBlockElems / c);
   const int64_t blocks = (m + rows_per_block - 1) / rows_per_block;
@@ -183,7 +213,8 @@ void column_sums(int64_t m, int64_t c, std::vector<double>& out, Terms... terms)
 }
 
 // forward_planes over rows, with one difference: both moments come from one pass over x (below).
-void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+template <bool kRelu>
+MT_VECTOR_CLONES void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, bool training, float momentum, float eps, Tensor& y,
                   Tensor& save_mean, Tensor& save_invstd) {
   const int64_t c = x.shape()[1], m = x.numel() / c;
@@ -225,8 +256,9 @@ void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
     const float invstd = static_cast<float>(1.0 / std::sqrt(var[ch] + eps));
     pmean[ch] = static_cast<float>(mean[ch]);
     pinv[ch] = invstd;
-    scale[ch] = (pw ? pw[ch] : 1.0f) * invstd;
-    shift[ch] = (pb ? pb[ch] : 0.0f) - static_cast<float>(mean[ch]) * scale[ch];
+    const Affine f = affine_of(pw, pb, ch, pmean[ch], invstd);
+    scale[ch] = f.scale;
+    shift[ch] = f.shift;
   }
   float* py = y.data<float>();
   const float* ps = scale.data();
@@ -236,26 +268,40 @@ void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
     const float* row = px + i * c;
     float* out = py + i * c;
 #pragma omp simd
-    for (int64_t ch = 0; ch < c; ++ch) out[ch] = row[ch] * ps[ch] + pt[ch];
+    for (int64_t ch = 0; ch < c; ++ch) out[ch] = activate<kRelu>(row[ch] * ps[ch] + pt[ch]);
   }
 }
 
-void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+template <bool kRelu>
+MT_VECTOR_CLONES void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
                    const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
                    Tensor& gb) {
   const int64_t c = x.shape()[1], m = x.numel() / c;
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
+  const float* pbias = bias.defined() ? bias.data<float>() : nullptr;
   const float* pmean = save_mean.data<float>();
   const float* pinv = save_invstd.data<float>();
   const float* pg = gy.data<float>();
   const double count = static_cast<double>(m);
 
+  // The fused ReLU's gate needs bn(x) per element: the forward's scale and shift per channel.
+  std::vector<float> scale(kRelu ? c : 0), shift(kRelu ? c : 0);
+  for (int64_t ch = 0; kRelu && ch < c; ++ch) {
+    const Affine f = affine_of(pw, pbias, ch, pmean[ch], pinv[ch]);
+    scale[ch] = f.scale;
+    shift[ch] = f.shift;
+  }
+  const float* ps = scale.data();
+  const float* pt = shift.data();
+  auto grad = [&](int64_t i, int64_t ch) {
+    return gate<kRelu>(pg[i * c + ch], kRelu ? px[i * c + ch] * ps[ch] + pt[ch] : 0.0f);
+  };
+
   // sum(gy) in [0, c), sum(gy * (x - mean)) in [c, 2c).
   std::vector<double> sums;
   column_sums(
-      m, c, sums, [&](int64_t i, int64_t ch) { return pg[i * c + ch]; },
-      [&](int64_t i, int64_t ch) { return pg[i * c + ch] * (px[i * c + ch] - pmean[ch]); });
+      m, c, sums, grad, [&](int64_t i, int64_t ch) { return grad(i, ch) * (px[i * c + ch] - pmean[ch]); });
   // gx = k * (gy - mean(gy) - xhat * mean(gy * xhat)) regrouped per channel as
   // a * gy + b * x + d, so that a row costs three multiply-adds a value.
   std::vector<float> a(c), b(c), d(c);
@@ -275,10 +321,9 @@ void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& save_mea
 #pragma omp parallel for schedule(static) if (m * c > kParallelElems)
   for (int64_t i = 0; i < m; ++i) {
     const float* row = px + i * c;
-    const float* g = pg + i * c;
     float* out = po + i * c;
 #pragma omp simd
-    for (int64_t ch = 0; ch < c; ++ch) out[ch] = pa[ch] * g[ch] + pb[ch] * row[ch] + pd[ch];
+    for (int64_t ch = 0; ch < c; ++ch) out[ch] = pa[ch] * grad(i, ch) + pb[ch] * row[ch] + pd[ch];
   }
 }
 
@@ -286,16 +331,18 @@ void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& save_mea
 
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         Tensor& running_mean, Tensor& running_var, bool training, float momentum,
-                        float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
-  (channels_innermost(x) ? forward_rows : forward_planes)(x, weight, bias, running_mean, running_var,
-                                                          training, momentum, eps, y, save_mean, save_invstd);
+                        float eps, bool relu, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+  auto* kernel = channels_innermost(x) ? (relu ? forward_rows<true> : forward_rows<false>)
+                                       : (relu ? forward_planes<true> : forward_planes<false>);
+  kernel(x, weight, bias, running_mean, running_var, training, momentum, eps, y, save_mean, save_invstd);
 }
 
-void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
-                         const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx,
-                         Tensor& gw, Tensor& gb) {
-  (channels_innermost(x) ? backward_rows : backward_planes)(x, weight, save_mean, save_invstd, gy, training,
-                                                            gx, gw, gb);
+void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& save_mean, const Tensor& save_invstd, const Tensor& gy,
+                         bool training, bool relu, Tensor& gx, Tensor& gw, Tensor& gb) {
+  auto* kernel = channels_innermost(x) ? (relu ? backward_rows<true> : backward_rows<false>)
+                                       : (relu ? backward_planes<true> : backward_planes<false>);
+  kernel(x, weight, bias, save_mean, save_invstd, gy, training, gx, gw, gb);
 }
 
 }  // namespace mt::core::cpu

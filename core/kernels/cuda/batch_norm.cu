@@ -35,14 +35,39 @@ struct SquaredDeviation {
     acc[0] += d * d;
   }
 };
-// sum(gy) and sum(gy * (x - mean)).
-struct GradientSums {
+// bn(x) = x * scale + shift with scale = w * invstd, shift = b - mean * scale (per channel).
+// Forward and backward both compute it here, so the fused ReLU's mask in backward is the
+// forward's exactly.
+struct Affine {
+  const float* weight;  // null: 1
+  const float* bias;    // null: 0
+  const float* mean;
+  const float* invstd;
+  __device__ float operator()(int64_t ch, float x) const {
+    const float scale = (weight ? weight[ch] : 1.0f) * invstd[ch];
+    const float shift = (bias ? bias[ch] : 0.0f) - mean[ch] * scale;
+    return x * scale + shift;
+  }
+};
+
+// The gradient reaching the norm: gy, or with the fused ReLU gy where bn(x) > 0 and 0 elsewhere.
+struct GatedGradient {
   const float* x;
   const float* gy;
-  const float* mean;
+  Affine bn;
+  bool relu;
+  __device__ float operator()(int64_t ch, int64_t off) const {
+    return relu && !(bn(ch, x[off]) > 0.0f) ? 0.0f : gy[off];
+  }
+};
+
+// sum(gy) and sum(gy * (x - mean)).
+struct GradientSums {
+  GatedGradient g;
   __device__ void operator()(int64_t ch, int64_t off, double* acc) const {
-    acc[0] += gy[off];
-    acc[1] += gy[off] * (x[off] - mean[ch]);
+    const float gy = g(ch, off);
+    acc[0] += gy;
+    acc[1] += gy * (g.x[off] - g.bn.mean[ch]);
   }
 };
 
@@ -79,15 +104,12 @@ __global__ void bn_finish_stats(const double* mean_partial, const double* sq_par
   }
 }
 
-// y = x * scale + shift with scale = w * invstd, shift = b - mean * scale (per channel).
-__global__ void bn_apply(const float* x, float* y, Layout L, const float* weight, const float* bias,
-                         const float* save_mean, const float* save_invstd) {
+// y = bn(x), or max(0, bn(x)) with the fused ReLU (NaN passes, as the ReLU kernel).
+__global__ void bn_apply(const float* x, float* y, Layout L, Affine bn, bool relu) {
   const int64_t total = L.n * L.c * L.s;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t ch = (i / L.s) % L.c;
-    const float scale = (weight ? weight[ch] : 1.0f) * save_invstd[ch];
-    const float shift = (bias ? bias[ch] : 0.0f) - save_mean[ch] * scale;
-    y[i] = x[i] * scale + shift;
+    const float v = bn((i / L.s) % L.c, x[i]);
+    y[i] = relu && v < 0.0f ? 0.0f : v;
   }
 }
 
@@ -108,14 +130,13 @@ __global__ void bn_backward_finish(const double* partial, int splits, Layout L, 
 }
 
 // gx = k * (gy - mean(gy) - xhat * mean(gy * xhat)), k = w * invstd (evaluation: k * gy).
-__global__ void bn_backward_apply(const float* x, const float* gy, float* gx, Layout L, const float* weight,
-                                  const float* save_mean, const float* save_invstd, const float* coef) {
+__global__ void bn_backward_apply(GatedGradient g, float* gx, Layout L, const float* coef) {
   const int64_t total = L.n * L.c * L.s;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t ch = (i / L.s) % L.c;
-    const float invstd = save_invstd[ch];
-    const float k = (weight ? weight[ch] : 1.0f) * invstd;
-    gx[i] = k * (gy[i] - coef[ch] - (x[i] - save_mean[ch]) * invstd * coef[L.c + ch]);
+    const float invstd = g.bn.invstd[ch];
+    const float k = (g.bn.weight ? g.bn.weight[ch] : 1.0f) * invstd;
+    gx[i] = k * (g(ch, i) - coef[ch] - (g.x[i] - g.bn.mean[ch]) * invstd * coef[L.c + ch]);
   }
 }
 
@@ -125,7 +146,7 @@ float* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nul
 
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         Tensor& running_mean, Tensor& running_var, bool training, float momentum,
-                        float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+                        float eps, bool relu, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
   const Layout L = layout(x);
   if (L.c == 0) return;
   const int splits = channel_splits(L);
@@ -149,31 +170,29 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                                                  save_mean.data<float>(), save_invstd.data<float>());
   MT_CUDA_LAUNCH_CHECK();
   if (x.numel() == 0) return;
-  bn_apply<<<blocks_for(x.numel()), kThreads>>>(x.data<float>(), y.data<float>(), L, ptr_or_null(weight),
-                                                ptr_or_null(bias), save_mean.data<float>(),
-                                                save_invstd.data<float>());
+  const Affine bn{ptr_or_null(weight), ptr_or_null(bias), save_mean.data<float>(), save_invstd.data<float>()};
+  bn_apply<<<blocks_for(x.numel()), kThreads>>>(x.data<float>(), y.data<float>(), L, bn, relu);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
-                         const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx,
-                         Tensor& gw, Tensor& gb) {
+void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& save_mean, const Tensor& save_invstd, const Tensor& gy,
+                         bool training, bool relu, Tensor& gx, Tensor& gw, Tensor& gb) {
   const Layout L = layout(x);
   if (L.c == 0) return;
+  const Affine bn{ptr_or_null(weight), ptr_or_null(bias), save_mean.data<float>(), save_invstd.data<float>()};
+  const GatedGradient g{x.data<float>(), gy.data<float>(), bn, relu};
   Tensor coef = Tensor::empty({2 * L.c}, DType::Float32, x.device());
   const int splits = channel_splits(L);
   Tensor scratch = Tensor::empty({4 * L.c * splits}, DType::Float32, x.device());  // c * splits * 2 doubles
   auto* partial = static_cast<double*>(scratch.raw_data());
-  launch_channel_partial_sums<2>(L, splits, GradientSums{x.data<float>(), gy.data<float>(), save_mean.data<float>()},
-                                 partial);
+  launch_channel_partial_sums<2>(L, splits, GradientSums{g}, partial);
   MT_CUDA_LAUNCH_CHECK();
   bn_backward_finish<<<blocks_for(L.c), kThreads>>>(partial, splits, L, save_invstd.data<float>(), training,
                                                     ptr_or_null(gw), ptr_or_null(gb), coef.data<float>());
   MT_CUDA_LAUNCH_CHECK();
   if (!gx.defined() || x.numel() == 0) return;
-  bn_backward_apply<<<blocks_for(x.numel()), kThreads>>>(x.data<float>(), gy.data<float>(), gx.data<float>(), L,
-                                                         ptr_or_null(weight), save_mean.data<float>(),
-                                                         save_invstd.data<float>(), coef.data<float>());
+  bn_backward_apply<<<blocks_for(x.numel()), kThreads>>>(g, gx.data<float>(), L, coef.data<float>());
   MT_CUDA_LAUNCH_CHECK();
 }
 

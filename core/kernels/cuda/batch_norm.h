@@ -6,8 +6,8 @@
 namespace mt::core::cuda {
 void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         Tensor& running_mean, Tensor& running_var, bool training, float momentum,
-                        float eps, Tensor& y, Tensor& save_mean, Tensor& save_invstd);
-void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& save_mean,
-                         const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx,
-                         Tensor& gw, Tensor& gb);
+                        float eps, bool relu, Tensor& y, Tensor& save_mean, Tensor& save_invstd);
+void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& save_mean, const Tensor& save_invstd, const Tensor& gy,
+                         bool training, bool relu, Tensor& gx, Tensor& gw, Tensor& gb);
 }  // namespace mt::core::cuda
