@@ -55,9 +55,10 @@ float gate(float g, float bn_value) {
 }
 
 template <bool kRelu>
-MT_VECTOR_CLONES void forward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                    Tensor& running_var, bool training, float momentum, float eps, Tensor& y,
-                    Tensor& save_mean, Tensor& save_invstd) {
+MT_VECTOR_CLONES void forward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     Tensor& running_mean, Tensor& running_var, bool training,
+                                     float momentum, float eps, Tensor& y, Tensor& save_mean,
+                                     Tensor& save_invstd) {
   const Layout L = layout(x);
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
@@ -117,9 +118,10 @@ MT_VECTOR_CLONES void forward_planes(const Tensor& x, const Tensor& weight, cons
 }
 
 template <bool kRelu>
-MT_VECTOR_CLONES void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
-                     const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
-                     Tensor& gb) {
+MT_VECTOR_CLONES void backward_planes(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                      const Tensor& save_mean, const Tensor& save_invstd,
+                                      const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
+                                      Tensor& gb) {
   const Layout L = layout(x);
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
@@ -214,9 +216,10 @@ MT_VECTOR_CLONES void column_sums(int64_t m, int64_t c, std::vector<double>& out
 
 // forward_planes over rows, with one difference: both moments come from one pass over x (below).
 template <bool kRelu>
-MT_VECTOR_CLONES void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
-                  Tensor& running_var, bool training, float momentum, float eps, Tensor& y,
-                  Tensor& save_mean, Tensor& save_invstd) {
+MT_VECTOR_CLONES void forward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   Tensor& running_mean, Tensor& running_var, bool training,
+                                   float momentum, float eps, Tensor& y, Tensor& save_mean,
+                                   Tensor& save_invstd) {
   const int64_t c = x.shape()[1], m = x.numel() / c;
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;
@@ -273,9 +276,10 @@ MT_VECTOR_CLONES void forward_rows(const Tensor& x, const Tensor& weight, const 
 }
 
 template <bool kRelu>
-MT_VECTOR_CLONES void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
-                   const Tensor& save_invstd, const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
-                   Tensor& gb) {
+MT_VECTOR_CLONES void backward_rows(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& save_mean, const Tensor& save_invstd,
+                                    const Tensor& gy, bool training, Tensor& gx, Tensor& gw,
+                                    Tensor& gb) {
   const int64_t c = x.shape()[1], m = x.numel() / c;
   const float* px = x.data<float>();
   const float* pw = weight.defined() ? weight.data<float>() : nullptr;

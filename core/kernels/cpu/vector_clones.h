@@ -7,7 +7,9 @@
 // (batch norm's backward with a fused ReLU: a multiply-add, a compare and a select per value),
 // which then runs at the core's speed. The clones give such loops the vector width the core
 // has; OpenMP's outlined loop bodies are cloned with them. A clone is chosen for the whole
-// program, so a forward pass and its backward always run the same instructions.
+// program, so a forward pass and its backward always run the same instructions. Builds with
+// AddressSanitizer keep the one baseline version: its checks, not the vector width, are the
+// point there, and ifunc dispatch is one more moving part under the sanitizer's runtime.
 #pragma once
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__) && \
