@@ -24,6 +24,11 @@ bool is_channels_last(const Tensor& t) {
 
 bool keeps_channels_last(const Tensor& t) { return t.device().is_cpu() && is_channels_last(t); }
 
+bool same_dense_order(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && ((a.is_contiguous() && b.is_contiguous()) ||
+                                    (is_channels_last(a) && is_channels_last(b)));
+}
+
 Tensor empty_channels_last(const Shape& s, Device device, DType dtype) {
   const Shape nhwc = {s.at(0), s.at(2), s.at(3), s.at(1)};
   Tensor storage = Tensor::empty(nhwc, dtype, device);

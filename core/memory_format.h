@@ -24,6 +24,10 @@ bool is_channels_last(const Tensor& t);
 // On the CPU, channels-last: the ops that have channels-last kernels keep this format.
 bool keeps_channels_last(const Tensor& t);
 
+// The same shape, and both contiguous or both channels-last: element k of one lies at memory
+// offset k of the other too, so an elementwise op runs one flat loop over both.
+bool same_dense_order(const Tensor& a, const Tensor& b);
+
 // A new uninitialised tensor of shape [N, C, H, W] in channels-last order.
 Tensor empty_channels_last(const Shape& nchw, Device device = Device::cpu(), DType dtype = DType::Float32);
 

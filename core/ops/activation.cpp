@@ -39,9 +39,7 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
   // One pass needs the two in the same shape and memory order (a residual block's branch and
   // shortcut are); anything else (broadcasting, mixed formats) takes the two ops.
   const bool fusable = a.dtype() == DType::Float32 && b.dtype() == DType::Float32 &&
-                       a.shape() == b.shape() && a.device() == b.device() &&
-                       ((a.is_contiguous() && b.is_contiguous()) ||
-                        (keeps_channels_last(a) && keeps_channels_last(b)));
+                       a.device() == b.device() && same_dense_order(a, b);
   if (!fusable) return relu(add(a, b));
   Tensor y = empty_in_format_of(a);
   MT_DISPATCH(a.device(), add_relu_forward, a, b, y);

@@ -1,6 +1,7 @@
 #include "core/kernels/cpu/activation.h"
 
 #include "core/kernels/cpu/vector_clones.h"
+#include "core/kernels/relu_rule.h"
 
 namespace mt::core::cpu {
 
@@ -12,10 +13,7 @@ MT_VECTOR_CLONES void relu_forward(const Tensor& x, Tensor& y) {
   float* py = y.data<float>();
   const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelElems)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = px[i];
-    py[i] = v < 0.0f ? 0.0f : v;  // a select the compiler vectorizes; NaN passes through
-  }
+  for (int64_t i = 0; i < n; ++i) py[i] = relu_value(px[i]);
 }
 
 MT_VECTOR_CLONES void relu_backward(const Tensor& y, const Tensor& gy, Tensor& gx) {
@@ -28,7 +26,7 @@ MT_VECTOR_CLONES void relu_backward(const Tensor& y, const Tensor& gy, Tensor& g
     // Load unconditionally so this is a vector select, not a branch: the sign of y is random,
     // and a mispredicted branch per element costs more than the whole loop otherwise.
     const float g = pg[i];
-    po[i] = py[i] > 0.0f ? g : 0.0f;
+    po[i] = relu_gate(g, py[i]);
   }
 }
 
@@ -38,10 +36,7 @@ MT_VECTOR_CLONES void add_relu_forward(const Tensor& a, const Tensor& b, Tensor&
   float* py = y.data<float>();
   const int64_t n = y.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelElems)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = pa[i] + pb[i];
-    py[i] = v < 0.0f ? 0.0f : v;
-  }
+  for (int64_t i = 0; i < n; ++i) py[i] = relu_value(pa[i] + pb[i]);
 }
 
 }  // namespace mt::core::cpu

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/kernels/cpu/vector_clones.h"
+#include "core/kernels/relu_rule.h"
 #include "core/memory_format.h"
 
 namespace mt::core::cpu {
@@ -42,16 +43,27 @@ Affine affine_of(const float* weight, const float* bias, int64_t ch, float mean,
   const float scale = (weight ? weight[ch] : 1.0f) * invstd;
   return {scale, (bias ? bias[ch] : 0.0f) - mean * scale};
 }
+// affine_of for every channel, as vectors for the rows' loops.
+void affine_per_channel(const float* weight, const float* bias, const float* mean, const float* invstd,
+                        int64_t c, std::vector<float>& scale, std::vector<float>& shift) {
+  scale.resize(c);
+  shift.resize(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const Affine f = affine_of(weight, bias, ch, mean[ch], invstd[ch]);
+    scale[ch] = f.scale;
+    shift[ch] = f.shift;
+  }
+}
 
-// The fused ReLU: forward clamps bn(x) at 0 (NaN passes, as core::relu), and backward lets the
-// gradient through only where that output was > 0.
+// The fused ReLU: forward clamps bn(x) at 0, and backward lets the gradient through only where
+// that output was > 0 (relu_gate on bn(x) itself: the clamp keeps exactly its positive values).
 template <bool kRelu>
 float activate(float v) {
-  return kRelu && v < 0.0f ? 0.0f : v;
+  return kRelu ? relu_value(v) : v;
 }
 template <bool kRelu>
 float gate(float g, float bn_value) {
-  return kRelu && !(bn_value > 0.0f) ? 0.0f : g;
+  return kRelu ? relu_gate(g, bn_value) : g;
 }
 
 template <bool kRelu>
@@ -230,7 +242,7 @@ MT_VECTOR_CLONES void forward_rows(const Tensor& x, const Tensor& weight, const 
   float* pinv = save_invstd.data<float>();
   const double count = static_cast<double>(m);
 
-  std::vector<float> scale(c), shift(c);
+  std::vector<float> scale, shift;
   std::vector<double> mean(c), var(c);
   if (training) {
     // One pass for both moments, of x shifted by the channel's first value: var = E[d^2] -
@@ -256,13 +268,10 @@ MT_VECTOR_CLONES void forward_rows(const Tensor& x, const Tensor& weight, const 
     }
   }
   for (int64_t ch = 0; ch < c; ++ch) {
-    const float invstd = static_cast<float>(1.0 / std::sqrt(var[ch] + eps));
     pmean[ch] = static_cast<float>(mean[ch]);
-    pinv[ch] = invstd;
-    const Affine f = affine_of(pw, pb, ch, pmean[ch], invstd);
-    scale[ch] = f.scale;
-    shift[ch] = f.shift;
+    pinv[ch] = static_cast<float>(1.0 / std::sqrt(var[ch] + eps));
   }
+  affine_per_channel(pw, pb, pmean, pinv, c, scale, shift);
   float* py = y.data<float>();
   const float* ps = scale.data();
   const float* pt = shift.data();
@@ -290,12 +299,8 @@ MT_VECTOR_CLONES void backward_rows(const Tensor& x, const Tensor& weight, const
   const double count = static_cast<double>(m);
 
   // The fused ReLU's gate needs bn(x) per element: the forward's scale and shift per channel.
-  std::vector<float> scale(kRelu ? c : 0), shift(kRelu ? c : 0);
-  for (int64_t ch = 0; kRelu && ch < c; ++ch) {
-    const Affine f = affine_of(pw, pbias, ch, pmean[ch], pinv[ch]);
-    scale[ch] = f.scale;
-    shift[ch] = f.shift;
-  }
+  std::vector<float> scale, shift;
+  if (kRelu) affine_per_channel(pw, pbias, pmean, pinv, c, scale, shift);
   const float* ps = scale.data();
   const float* pt = shift.data();
   auto grad = [&](int64_t i, int64_t ch) {

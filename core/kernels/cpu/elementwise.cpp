@@ -62,9 +62,7 @@ void binary_loop(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   const int64_t n = out.numel();
   // One flat loop when all three have the same shape and the same dense order (contiguous, or
   // channels-last: core/memory_format.h).
-  const bool same_shape = a.shape() == out.shape() && b.shape() == out.shape();
-  if (same_shape && ((a.is_contiguous() && b.is_contiguous() && out.is_contiguous()) ||
-                     (is_channels_last(a) && is_channels_last(b) && is_channels_last(out)))) {
+  if (same_dense_order(a, out) && same_dense_order(b, out)) {
 #pragma omp parallel for simd schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
     return;

@@ -1,25 +1,20 @@
 #include "core/kernels/cuda/activation.h"
 #include "core/kernels/cuda/launch.cuh"
+#include "core/kernels/relu_rule.h"
 
 namespace mt::core::cuda {
 
 namespace {
 __global__ void relu_forward_kernel(const float* x, float* y, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float v = x[i];
-    y[i] = v < 0.0f ? 0.0f : v;  // NaN passes through, as on the CPU
-  }
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = relu_value(x[i]);
 }
 
 __global__ void add_relu_forward_kernel(const float* a, const float* b, float* y, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float v = a[i] + b[i];
-    y[i] = v < 0.0f ? 0.0f : v;
-  }
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = relu_value(a[i] + b[i]);
 }
 
 __global__ void relu_backward_kernel(const float* y, const float* gy, float* gx, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) gx[i] = relu_gate(gy[i], y[i]);
 }
 }  // namespace
 

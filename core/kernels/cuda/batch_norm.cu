@@ -9,6 +9,7 @@
 #include "core/kernels/cuda/batch_norm.h"
 #include "core/kernels/cuda/channel_reduce.cuh"
 #include "core/kernels/cuda/launch.cuh"
+#include "core/kernels/relu_rule.h"
 
 namespace mt::core::cuda {
 
@@ -57,7 +58,7 @@ struct GatedGradient {
   Affine bn;
   bool relu;
   __device__ float operator()(int64_t ch, int64_t off) const {
-    return relu && !(bn(ch, x[off]) > 0.0f) ? 0.0f : gy[off];
+    return relu ? relu_gate(gy[off], bn(ch, x[off])) : gy[off];
   }
 };
 
@@ -104,12 +105,12 @@ __global__ void bn_finish_stats(const double* mean_partial, const double* sq_par
   }
 }
 
-// y = bn(x), or max(0, bn(x)) with the fused ReLU (NaN passes, as the ReLU kernel).
+// y = bn(x), or relu(bn(x)) with the fused ReLU.
 __global__ void bn_apply(const float* x, float* y, Layout L, Affine bn, bool relu) {
   const int64_t total = L.n * L.c * L.s;
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const float v = bn((i / L.s) % L.c, x[i]);
-    y[i] = relu && v < 0.0f ? 0.0f : v;
+    y[i] = relu ? relu_value(v) : v;
   }
 }
 
