@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/grad_mode.h"
+#include "core/kernels/cpu/vector_clones.h"
 #include "core/kernels/cuda/sgd_update.h"  // sgd_element: plain C++, shared with the CUDA kernel
 
 namespace mt::optim {
@@ -19,6 +20,27 @@ void check_options(const SgdOptions& o) {
   MT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
            "SGD: nesterov needs momentum > 0 and dampening 0 (got momentum ", o.momentum,
            ", dampening ", o.dampening, "); set a momentum or turn nesterov off");
+}
+
+// The CPU update, one pass over the parameter; sgd_element is the CUDA kernel's arithmetic too,
+// in float like PyTorch's CPU kernel. One loop per case, each with its own copy of `u`
+// (firstprivate): a store through p could otherwise alias u's floats as far as the compiler
+// knows, which keeps it from hoisting the constants and from vectorizing (docs/PERF.md).
+MT_VECTOR_CLONES void sgd_cpu(float* p, const float* g, float* buf, int64_t n, bool first,
+                              core::cuda::SgdUpdate u) {
+  if (buf == nullptr) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16)) firstprivate(u)
+    for (int64_t k = 0; k < n; ++k) {
+      float unused = 0.0f;  // no momentum: sgd_element leaves the buffer alone
+      core::cuda::sgd_element(p[k], g[k], unused, false, u);
+    }
+  } else if (first) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16)) firstprivate(u)
+    for (int64_t k = 0; k < n; ++k) core::cuda::sgd_element(p[k], g[k], buf[k], true, u);
+  } else {
+#pragma omp parallel for schedule(static) if (n > (1 << 16)) firstprivate(u)
+    for (int64_t k = 0; k < n; ++k) core::cuda::sgd_element(p[k], g[k], buf[k], false, u);
+  }
 }
 
 }  // namespace
@@ -65,17 +87,11 @@ void SGD::step() {
 void SGD::step_cpu(size_t i, Tensor& param, const Tensor& grad_in) {
   MT_CHECK(param.is_contiguous(), "SGD: parameter ", i, " (", param.str(), ") is not contiguous");
   const Tensor grad = grad_in.contiguous();
-  const int64_t n = param.numel();
-  float* p = param.data<float>();
-  const float* g = grad.data<float>();
   const core::cuda::SgdUpdate u = update_constants();
   const bool first = u.momentum != 0.0f && !momentum_[i].defined();
   if (first) momentum_[i] = Tensor::empty(param.shape());
-  float unused = 0.0f;  // no momentum: sgd_element leaves the buffer alone
-  float* b = u.momentum != 0.0f ? momentum_[i].data<float>() : nullptr;
-  // Accumulate in float like PyTorch's CPU kernel; sgd_element is the CUDA kernel's arithmetic too.
-#pragma omp parallel for schedule(static) if (n > (1 << 16)) firstprivate(unused)
-  for (int64_t k = 0; k < n; ++k) core::cuda::sgd_element(p[k], g[k], b ? b[k] : unused, first, u);
+  float* buf = u.momentum != 0.0f ? momentum_[i].data<float>() : nullptr;
+  sgd_cpu(param.data<float>(), grad.data<float>(), buf, param.numel(), first, u);
 }
 
 core::cuda::SgdUpdate SGD::update_constants() const {

@@ -1,6 +1,6 @@
 // The SGD update (called by optim/sgd.cpp): weight decay, momentum, Nesterov and the step in one
 // pass over the parameter. The per-element arithmetic lives here once, as sgd_element, which
-// the CPU loop (SGD::step_cpu), the CUDA kernel and DGC's momentum correction
+// the CPU loop (sgd_cpu in optim/sgd.cpp), the CUDA kernel and DGC's momentum correction
 // (dist/momentum_correction.cpp) all call, as Adam's adam_element; this header is therefore
 // plain C++ and is included by CPU-only builds too. sgd_update() exists only in CUDA builds.
 #pragma once
