@@ -3,7 +3,9 @@
 // promise (fully masked rows, all-ignored targets, repeated indices), and clear errors for bad
 // inputs. CPU-vs-GPU agreement is in test_ops_transformer_gpu.cpp.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -356,4 +358,103 @@ TEST(TransformerCrossEntropyIgnore, BadInputs) {
   expect_error([&] { cross_entropy_ignore(logits, int64s({1, 2}, {2})); }, "2 targets for 3 rows");
   expect_error([&] { cross_entropy_ignore(logits, Tensor::zeros({3})); }, "int64 targets");
   expect_error([&] { cross_entropy_ignore(random_tensor({3}, 56), int64s({1, 2, 3}, {3})); }, "logits [N, classes]");
+}
+
+// ---------------------------------------------------------------- wide rows: the vectorized loops
+// The CPU kernels above call exp and erf from vectorized loops (glibc's vector versions,
+// core/kernels/cpu/vector_math.h). The small shapes above fit in one vector's tail; these are
+// wide enough for the vector bodies, with tails, extreme values and masks, against double.
+
+namespace {
+
+double gelu_ref(double v) { return v * 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))); }
+
+double gelu_grad_ref(double v) {
+  return 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+}
+
+}  // namespace
+
+TEST(TransformerWideRows, GeluMatchesDoubleReference) {
+  const int64_t n = 3 * 1024 + 37;  // blocks of 1024 and a tail
+  std::vector<float> xs(n);
+  for (int64_t i = 0; i < n; ++i) xs[i] = -12.0f + 24.0f * static_cast<float>(i) / static_cast<float>(n - 1);
+  xs[5] = 0.0f;
+  xs[6] = -0.0f;
+  xs[7] = 1e-20f;
+  xs[8] = 30.0f;
+  xs[9] = -30.0f;
+  Tensor x = Tensor::from_vector(xs, {n});
+  x.set_requires_grad(true);
+  Tensor y = gelu(x);
+  Tensor gy = random_tensor({n}, 60);
+  y.backward(gy);
+  const std::vector<float> vy = y.to_vector(), vg = x.grad().to_vector(), vgy = gy.to_vector();
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = gelu_ref(xs[i]), want_g = gelu_grad_ref(xs[i]) * vgy[i];
+    ASSERT_NEAR(vy[i], want, 2e-6 * std::max(1.0, std::abs(want))) << "x = " << xs[i];
+    ASSERT_NEAR(vg[i], want_g, 2e-6 * std::max(1.0, std::abs(want_g))) << "x = " << xs[i];
+  }
+}
+
+TEST(TransformerWideRows, GeluHasTheSameBitsForAnyThreadCount) {
+  // Each value falls in the same vectorized block, body or tail, whatever the thread split
+  // (enough values for the loop to run in parallel).
+  const int64_t n = 40 * 1024 + 11;
+  Tensor x = random_tensor({n}, 61, -4.0f, 4.0f);
+  const int before = omp_get_max_threads();
+  std::vector<std::vector<float>> outs;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    outs.push_back(gelu(x).to_vector());
+  }
+  omp_set_num_threads(before);
+  EXPECT_EQ(outs[0], outs[1]);
+  EXPECT_EQ(outs[0], outs[2]);
+}
+
+TEST(TransformerWideRows, MaskedSoftmaxMatchesDoubleReference) {
+  const Shape shape = {2, 2, 3, 131};  // rows of 131 keys: 8 vectors of 16 and a tail
+  Tensor s = random_tensor(shape, 62, -8.0f, 8.0f);
+  std::vector<float> mask(2 * 131, 1.0f);
+  for (int64_t j = 0; j < 131; ++j) mask[j] = (j % 3 == 1 || j > 120) ? 0.0f : 1.0f;
+  const float scale = 0.9f;
+  Tensor y = masked_softmax(s, Tensor::from_vector(mask, {2, 131}), scale);
+  EXPECT_TRUE(all_close(y, to_tensor(ref_masked_softmax(s.to_vector(), shape, mask, scale), shape), 1e-7, 1e-5));
+  const std::vector<float> vy = y.to_vector();
+  for (int64_t r = 0; r < 2 * 3; ++r) {  // batch 0's masked keys are exactly zero
+    for (int64_t j = 0; j < 131; ++j) {
+      if (mask[j] == 0.0f) {
+        ASSERT_EQ(vy[r * 131 + j], 0.0f) << r << " " << j;
+      }
+    }
+  }
+  Tensor y_nomask = masked_softmax(s, Tensor(), scale);
+  EXPECT_TRUE(all_close(y_nomask, to_tensor(ref_masked_softmax(s.to_vector(), shape, {}, scale), shape), 1e-7, 1e-5));
+}
+
+TEST(TransformerWideRows, CrossEntropiesMatchDoubleReference) {
+  const int64_t n = 4, k = 1037;  // a vocabulary-like row: vectors and a tail
+  std::vector<float> x = random_tensor({n, k}, 63, -20.0f, 20.0f).to_vector();
+  for (int64_t j = 0; j < k; ++j) x[2 * k + j] += 80.0f;  // exp(100) overflows float: the max must come first
+  const std::vector<int64_t> t = {5, 1036, 0, 700};
+  // Loss and gradient in double: mean over rows of lse - x[target]; softmax - onehot, over n.
+  double total = 0.0;
+  std::vector<double> grad(n * k);
+  for (int64_t i = 0; i < n; ++i) {
+    double mx = -std::numeric_limits<double>::infinity(), sum = 0.0;
+    for (int64_t j = 0; j < k; ++j) mx = std::max(mx, double(x[i * k + j]));
+    for (int64_t j = 0; j < k; ++j) sum += std::exp(x[i * k + j] - mx);
+    const double lse = mx + std::log(sum);
+    total += lse - x[i * k + t[i]];
+    for (int64_t j = 0; j < k; ++j) grad[i * k + j] = (std::exp(x[i * k + j] - lse) - (j == t[i])) / n;
+  }
+  for (bool ignore_form : {false, true}) {
+    Tensor logits = Tensor::from_vector(x, {n, k});
+    logits.set_requires_grad(true);
+    Tensor loss = ignore_form ? cross_entropy_ignore(logits, int64s(t, {n})) : cross_entropy(logits, int64s(t, {n}));
+    EXPECT_NEAR(loss.item(), total / n, 1e-5 * total / n) << "ignore form " << ignore_form;
+    loss.backward();
+    EXPECT_TRUE(all_close(logits.grad(), to_tensor(grad, {n, k}), 1e-8, 1e-5)) << "ignore form " << ignore_form;
+  }
 }

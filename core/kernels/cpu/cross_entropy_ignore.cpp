@@ -5,13 +5,16 @@
 #include <limits>
 #include <vector>
 
+#include "core/kernels/cpu/vector_clones.h"
+#include "core/kernels/cpu/vector_math.h"
+
 namespace mt::core::cpu {
 
 namespace {
 constexpr int64_t kParallelElems = 1 << 15;
 }  // namespace
 
-void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+MT_VECTOR_CLONES void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                   Tensor& loss, Tensor& lse, Tensor& count) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const float* px = logits.data<float>();
@@ -25,11 +28,7 @@ void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, i
     pl[i] = 0.0f;
     if (t[i] == ignore_index) continue;  // MLM batches ignore most rows: skip their exps
     const float* row = px + i * k;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < k; ++j) mx = std::max(mx, row[j]);
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; ++j) sum += std::exp(row[j] - mx);
-    pl[i] = mx + static_cast<float>(std::log(sum));
+    pl[i] = row_log_sum_exp(row, k);
     row_loss[i] = static_cast<double>(pl[i]) - row[t[i]];
   }
   double total = 0.0;
@@ -43,7 +42,7 @@ void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, i
   count.data<float>()[0] = static_cast<float>(counted);
 }
 
-void cross_entropy_ignore_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+MT_VECTOR_CLONES void cross_entropy_ignore_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                    const Tensor& lse, const Tensor& count, const Tensor& gloss, Tensor& gx) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const float* px = logits.data<float>();
@@ -59,8 +58,7 @@ void cross_entropy_ignore_backward(const Tensor& logits, const Tensor& targets, 
       std::fill(o, o + k, 0.0f);
       continue;
     }
-    const float* row = px + i * k;
-    for (int64_t j = 0; j < k; ++j) o[j] = std::exp(row[j] - pl[i]) * g;
+    row_softmax_times(px + i * k, k, pl[i], g, o);
     o[t[i]] -= g;
   }
 }

@@ -5,6 +5,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/kernels/cpu/vector_clones.h"
+#include "core/kernels/cpu/vector_math.h"
+
 namespace mt::core::cpu {
 
 namespace {
@@ -99,7 +102,7 @@ void nll_loss_backward(const Tensor& gloss, const Tensor& targets, Tensor& gx) {
   for (int64_t i = 0; i < n; ++i) out[i * k + t[i]] = g;
 }
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) {
+MT_VECTOR_CLONES void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const float* px = logits.data<float>();
   const int64_t* t = targets.data<int64_t>();
@@ -110,11 +113,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
 #pragma omp parallel for schedule(static) if (n * k > kParallelElems)
   for (int64_t i = 0; i < n; ++i) {
     const float* row = px + i * k;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < k; ++j) mx = std::max(mx, row[j]);
-    double sum = 0.0;
-    for (int64_t j = 0; j < k; ++j) sum += std::exp(row[j] - mx);
-    pl[i] = mx + static_cast<float>(std::log(sum));
+    pl[i] = row_log_sum_exp(row, k);
     row_loss[i] = static_cast<double>(pl[i]) - row[t[i]];  // -log_softmax at the target
   }
   double total = 0.0;
@@ -122,7 +121,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& 
   loss.data<float>()[0] = static_cast<float>(total / static_cast<double>(n));
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+MT_VECTOR_CLONES void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                             const Tensor& gloss, Tensor& gx) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const float* px = logits.data<float>();
@@ -132,7 +131,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   const float g = gloss.data<float>()[0] / static_cast<float>(n);
 #pragma omp parallel for schedule(static) if (n * k > kParallelElems)
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < k; ++j) out[i * k + j] = std::exp(px[i * k + j] - pl[i]) * g;
+    row_softmax_times(px + i * k, k, pl[i], g, out + i * k);
     out[i * k + t[i]] -= g;
   }
 }
