@@ -542,6 +542,25 @@ TEST(NnDropout, Statistics) {
   EXPECT_NE(dropout(x, p, true, gen).to_vector(), v);
 }
 
+TEST(NnDropout, MaskIsThePhiloxStreamInOrder) {
+  // Value i takes word i % 4 of block (offset + i / 4) of the generator's stream, as the CUDA
+  // kernel draws it, however the CPU kernel groups the blocks it computes at once.
+  const float p = 0.35f;
+  const int64_t n = 4 * 16 * 3 + 7;  // three groups of 16 blocks and part of a fourth
+  Generator gen(123);
+  gen.reserve(5);  // start at block 5
+  Tensor x = random_tensor({n}, 83);
+  Tensor y = dropout(x, p, true, gen);
+  const std::vector<float> vx = x.to_vector(), vy = y.to_vector();
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i) {
+    const PhiloxBlock b = philox_block(123, 5 + static_cast<uint64_t>(i / 4));
+    const bool keep = u32_to_unit(b.w[i % 4]) >= p;
+    ASSERT_EQ(vy[i], keep ? vx[i] * scale : 0.0f) << "value " << i;
+  }
+  EXPECT_EQ(gen.offset(), 5u + static_cast<uint64_t>((n + 3) / 4));
+}
+
 TEST(NnDropout, DeterministicAndModes) {
   Tensor x = random_tensor({64, 300}, 82);
   Generator g1(9), g2(9);
