@@ -1,8 +1,6 @@
 #include "core/kernels/cpu/cross_entropy_ignore.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 #include "core/kernels/cpu/vector_clones.h"
@@ -14,8 +12,8 @@ namespace {
 constexpr int64_t kParallelElems = 1 << 15;
 }  // namespace
 
-MT_VECTOR_CLONES void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                  Tensor& loss, Tensor& lse, Tensor& count) {
+MT_VECTOR_CLONES void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets,
+                                                   int64_t ignore_index, Tensor& loss, Tensor& lse, Tensor& count) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const float* px = logits.data<float>();
   const int64_t* t = targets.data<int64_t>();
@@ -42,8 +40,9 @@ MT_VECTOR_CLONES void cross_entropy_ignore_forward(const Tensor& logits, const T
   count.data<float>()[0] = static_cast<float>(counted);
 }
 
-MT_VECTOR_CLONES void cross_entropy_ignore_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                   const Tensor& lse, const Tensor& count, const Tensor& gloss, Tensor& gx) {
+MT_VECTOR_CLONES void cross_entropy_ignore_backward(const Tensor& logits, const Tensor& targets,
+                                                    int64_t ignore_index, const Tensor& lse, const Tensor& count,
+                                                    const Tensor& gloss, Tensor& gx) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const float* px = logits.data<float>();
   const int64_t* t = targets.data<int64_t>();

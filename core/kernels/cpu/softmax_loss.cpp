@@ -122,7 +122,7 @@ MT_VECTOR_CLONES void cross_entropy_forward(const Tensor& logits, const Tensor& 
 }
 
 MT_VECTOR_CLONES void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                            const Tensor& gloss, Tensor& gx) {
+                                             const Tensor& gloss, Tensor& gx) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const float* px = logits.data<float>();
   const int64_t* t = targets.data<int64_t>();
