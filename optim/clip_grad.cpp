@@ -13,16 +13,14 @@ namespace {
 // Sum of squares of a CPU float tensor in double: float accumulation over millions of elements
 // loses digits. `simd` lets each vector lane keep its own partial sum (a reordering the
 // compiler may not make on its own), so the loop runs at memory speed.
-MT_VECTOR_CLONES double squared_sum(const float* p, int64_t n) {
+MT_VECTOR_CLONES double cpu_squared_norm(const core::Tensor& g) {
+  const core::Tensor c = g.contiguous();
+  const float* p = c.data<float>();
+  const int64_t n = c.numel();
   double acc = 0.0;
 #pragma omp parallel for simd reduction(+ : acc) schedule(static) if (n > (1 << 16))
   for (int64_t k = 0; k < n; ++k) acc += double(p[k]) * double(p[k]);
   return acc;
-}
-
-double cpu_squared_norm(const core::Tensor& g) {
-  const core::Tensor c = g.contiguous();
-  return squared_sum(c.data<float>(), c.numel());
 }
 }  // namespace
 

@@ -20,8 +20,8 @@ MT_VECTOR_CLONES void dropout_forward(const Tensor& x, float p, float scale, uin
   float* py = y.data<float>();
   uint8_t* pm = mask.data<uint8_t>();
   const int64_t n = x.numel(), per_group = 4 * kGroup, groups = (n + per_group - 1) / per_group;
-  // Each thread its own p and scale (firstprivate): a store into y could alias shared ones as
-  // far as the compiler knows, which would keep it from vectorizing.
+  // Each thread its own p and scale (firstprivate): a store into the mask's bytes could alias
+  // shared ones as far as the compiler knows, which would keep it from vectorizing.
 #pragma omp parallel for schedule(static) if (n > (1 << 14)) firstprivate(p, scale)
   for (int64_t g = 0; g < groups; ++g) {
     uint32_t words[4 * kGroup];
@@ -32,23 +32,17 @@ MT_VECTOR_CLONES void dropout_forward(const Tensor& x, float p, float scale, uin
     const int64_t first = g * per_group, count = std::min(per_group, n - first);
     uint8_t* keep = pm + first;
     for (int64_t e = 0; e < count; ++e) keep[e] = u32_to_unit(words[e]) >= p;
-    for (int64_t e = 0; e < count; ++e) {
-      const float kept = px[first + e] * scale;  // computed either way: a select, not a branch
-      py[first + e] = keep[e] != 0 ? kept : 0.0f;
-    }
+    for (int64_t e = 0; e < count; ++e) py[first + e] = keep[e] ? px[first + e] * scale : 0.0f;
   }
 }
 
-MT_VECTOR_CLONES void dropout_backward(const Tensor& gy, const Tensor& mask, float scale, Tensor& gx) {
+void dropout_backward(const Tensor& gy, const Tensor& mask, float scale, Tensor& gx) {
   const float* pg = gy.data<float>();
   const uint8_t* pm = mask.data<uint8_t>();
   float* po = gx.data<float>();
   const int64_t n = gy.numel();
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15)) firstprivate(scale)
-  for (int64_t i = 0; i < n; ++i) {
-    const float kept = pg[i] * scale;
-    po[i] = pm[i] != 0 ? kept : 0.0f;
-  }
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+  for (int64_t i = 0; i < n; ++i) po[i] = pm[i] ? pg[i] * scale : 0.0f;
 }
 
 }  // namespace mt::core::cpu
