@@ -927,7 +927,7 @@ TEST(Cdsgd, Gloo_ConfigFieldsReachTheSynchronizer) {
   }).ok_or_report());
 }
 
-// CD-SGD on CUDA parameters (issue 31): nothing refuses device tensors; the synchronizer stages
+// CD-SGD on CUDA parameters: nothing refuses device tensors; the synchronizer stages
 // gradients and weights through host memory (its flat state lives there) and a Gloo group
 // exchanges them, so a world of one on the GPU trains as the same world on the CPU, up to the
 // GPU's float rounding in forward/backward (which can flip a TWO_BIT value at the threshold: a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DLCP against S-SGD over TCP in training, under hotspots (issue 27's acceptance, on LeNet-5):
+# DLCP against S-SGD over TCP in training, under hotspots (DLCP's tail-latency check, on LeNet-5):
 # 4 emulated hosts (netns_testbed.sh, two_paths preset: two racks of 2, host links RATE, two
 # inter-rack planes of INTER_RATE each, switch ports with DSCP priority bands), host 0 flooding
 # host 2 across plane A (eth0) for ON s every ON+OFF s with `cross`. One rank per host trains

@@ -13,7 +13,7 @@
 # Both time full training steps on synthetic data already on the device: --warmup steps, then
 # --repeats spans of --iters steps ended by a device synchronize; the figure is the median span.
 #
-# Defaults (the issues' matrix on cuda; on cpu a small one, about a minute on 2 cores):
+# Defaults (the GPU matrix on cuda; on cpu a small one, about a minute on 2 cores):
 #   cuda  lenet5:fp32:64 resnet20:fp32:128 resnet20:bf16:128 bert_base:bf16:32 bert_base:fp32:32
 #         resnet50:bf16:128 resnet50:tf32:128 resnet50:fp32:128
 #   cpu   lenet5:fp32:64 resnet20:fp32:32 bert_tiny:fp32:16
@@ -152,7 +152,7 @@ pretty_case() {
     *) echo "$1" ;;
   esac
 }
-# The issues' targets (3: CNNs, 8: BERT) are GPU targets.
+# The targets (CNNs and BERT-base against PyTorch) are GPU targets.
 target_of() {
   [ "$device" = cpu ] && { echo "-"; return; }
   case "$1" in resnet50|resnet20) echo 1.0 ;; lenet5) echo 2.0 ;; bert_base) echo 1.0 ;; *) echo "-" ;; esac
