@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "apps/task.h"
 #include "data/registry.h"
-#include "dist/dist_config.h"
+#include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
 #include "optim/registry.h"

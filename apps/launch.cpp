@@ -21,7 +21,7 @@
 #include "apps/flags.h"
 #include "core/error.h"
 #include "core/runtime.h"
-#include "dist/socket.h"
+#include "dist/comm/socket.h"
 
 namespace mt::apps {
 
@@ -204,7 +204,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
   const pid_t launcher = ::getpid();
   pid_t group = 0;  // the workers' process group: the first worker's pid
   const int worker_threads = core::default_threads(core::usable_cores(), o.nproc_per_node);
-  // Parameter servers are the last ranks of the world (dist/rendezvous.h); node 0 starts them.
+  // Parameter servers are the last ranks of the world (dist/comm/rendezvous.h); node 0 starts them.
   auto spawn = [&](int rank, int local, int local_world, const std::string& label, bool server) {
     int out[2], err[2];
     MT_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0, "launch: pipe failed: ", std::strerror(errno));

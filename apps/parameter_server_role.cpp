@@ -5,9 +5,9 @@
 #include <ostream>
 
 #include "core/error.h"
-#include "dist/dist_config.h"
+#include "dist/registry.h"
 #include "dist/dlcp/ps_server.h"
-#include "dist/ps_server.h"
+#include "dist/ps/ps_server.h"
 
 namespace mt::apps {
 

@@ -17,9 +17,8 @@
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/math_mode.h"
 #endif
-#include "dist/dist_config.h"
 #include "dist/registry.h"
-#include "dist/rendezvous.h"
+#include "dist/comm/rendezvous.h"
 #include "dist/replicas.h"
 #include "optim/registry.h"
 

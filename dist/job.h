@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/serialize.h"
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 #include "layers/module.h"
 
 namespace mt::dist {

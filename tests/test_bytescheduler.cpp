@@ -1,4 +1,4 @@
-// ByteScheduler (dist/bytescheduler_synchronizer.h, dist/bytescheduler_queue.h) on both
+// ByteScheduler (dist/bytescheduler/bytescheduler_synchronizer.h, dist/bytescheduler/bytescheduler_queue.h) on both
 // architectures, as forked processes of one loopback Gloo world (workers 0..N-1, parameter
 // servers after them for "ps"). Checked: the priority queue and its credit alone; N workers end
 // with the weights of one rank with N x the batch (all-to-all, and 1, 2 and 3 servers, whose
@@ -26,12 +26,11 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/bytescheduler_queue.h"
-#include "dist/bytescheduler_synchronizer.h"
-#include "dist/dist_config.h"
-#include "dist/ps_partition.h"
-#include "dist/ps_server.h"
+#include "dist/bytescheduler/bytescheduler_queue.h"
+#include "dist/bytescheduler/bytescheduler_synchronizer.h"
 #include "dist/registry.h"
+#include "dist/ps/ps_partition.h"
+#include "dist/ps/ps_server.h"
 #include "layers/models/mlp.h"
 #include "optim/sgd.h"
 #include "optim/step_guard.h"

@@ -1,4 +1,4 @@
-// CD-SGD (dist/cdsgd_synchronizer.h) on real Gloo ranks forked on loopback: the closed form of
+// CD-SGD (dist/cdsgd/cdsgd_synchronizer.h) on real Gloo ranks forked on loopback: the closed form of
 // the pipeline, the delay-compensation term, checkpoint/resume continuity, the trainer learning on
 // 4 ranks, and bad config values. Compressed S-SGD's tests are in test_comm_hook.cpp.
 #include <gtest/gtest.h>
@@ -17,11 +17,11 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/cdsgd_synchronizer.h"
+#include "dist/cdsgd/cdsgd_synchronizer.h"
 #include "dist/registry.h"
-#include "dist/tcp_store.h"
-#include "dist/momentum_correction.h"
-#include "dist/ssgd_synchronizer.h"
+#include "dist/comm/tcp_store.h"
+#include "dist/compress/momentum_correction.h"
+#include "dist/ssgd/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 #include "optim/step_guard.h"

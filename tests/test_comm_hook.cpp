@@ -1,4 +1,4 @@
-// Communication hooks (dist/comm_hook.h, dist/compressing_hook.h): what travels for one S-SGD
+// Communication hooks (dist/ssgd/comm_hook.h, dist/ssgd/compressing_hook.h): what travels for one S-SGD
 // bucket. On real Gloo ranks forked on loopback: each hook's average of one bucket against a
 // reference computed here (dense mean, float16 rounding, error feedback with the compressor's
 // own round trip), the residual surviving a new bucket layout; compressed S-SGD is S-SGD with the
@@ -14,11 +14,11 @@
 #include "core/error.h"
 #include "core/ops/nn.h"
 #include "core/runtime.h"
-#include "dist/comm_hook.h"
-#include "dist/compressing_hook.h"
-#include "dist/compressor.h"
+#include "dist/ssgd/comm_hook.h"
+#include "dist/ssgd/compressing_hook.h"
+#include "dist/compress/compressor.h"
 #include "dist/registry.h"
-#include "dist/ssgd_synchronizer.h"
+#include "dist/ssgd/ssgd_synchronizer.h"
 #include "optim/registry.h"
 #include "support/dist_training.h"
 #include "support/gradcheck.h"

@@ -1,5 +1,5 @@
-// Gradient compressors and error feedback (dist/compressor.h, dist/error_feedback.h,
-// dist/gradient_exchange.h): each compressor's round trip and payload size, the error-feedback
+// Gradient compressors and error feedback (dist/compress/compressor.h, dist/compress/error_feedback.h,
+// dist/compress/gradient_exchange.h): each compressor's round trip and payload size, the error-feedback
 // invariant, bad options, and the exchange over real Gloo ranks (allreduce for summable
 // payloads, allgather otherwise).
 #include <gtest/gtest.h>
@@ -11,9 +11,9 @@
 
 #include "core/error.h"
 #include "core/random.h"
-#include "dist/compressor.h"
-#include "dist/error_feedback.h"
-#include "dist/gradient_exchange.h"
+#include "dist/compress/compressor.h"
+#include "dist/compress/error_feedback.h"
+#include "dist/compress/gradient_exchange.h"
 #include "support/compression_helpers.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"

@@ -1,4 +1,4 @@
-// The CUDA compressors (core/kernels/cuda/compress.h, dispatched from dist/compressor_*.cpp)
+// The CUDA compressors (core/kernels/cuda/compress.h, dispatched from dist/compress/compressor_*.cpp)
 // against the CPU ones: for every compressor and sizes from 1 to 3 million values (not
 // multiples of 16 or 32, around SIGN's 8192-value summation blocks), the GPU payload has the
 // CPU payload's bytes (TOPK: first the same set of (index, value) pairs, then the same bytes,
@@ -19,8 +19,8 @@
 #include "core/device.h"
 #include "core/random.h"
 #include "core/tensor.h"
-#include "dist/compressor.h"
-#include "dist/error_feedback.h"
+#include "dist/compress/compressor.h"
+#include "dist/compress/error_feedback.h"
 #include "support/compression_helpers.h"
 #include "support/gradcheck.h"
 

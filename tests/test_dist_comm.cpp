@@ -17,11 +17,11 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "dist/process_group.h"
-#include "dist/rendezvous.h"
-#include "dist/socket.h"
-#include "dist/store_wire.h"
-#include "dist/tcp_store.h"
+#include "dist/comm/process_group.h"
+#include "dist/comm/rendezvous.h"
+#include "dist/comm/socket.h"
+#include "dist/comm/store_wire.h"
+#include "dist/comm/tcp_store.h"
 #include "support/multiprocess.h"
 
 namespace {

@@ -1,9 +1,8 @@
 // The dist block: one message per algorithm, the older flat fields mapped onto them in one place
-// (dist/dist_config.h), and the registry that turns dist.algorithm into a synchronizer.
+// (dist/registry.h), and the registry that turns dist.algorithm into a synchronizer.
 #include <gtest/gtest.h>
 
 #include "apps/config.h"
-#include "dist/dist_config.h"
 #include "dist/registry.h"
 #include "support/test_helpers.h"
 

@@ -37,11 +37,10 @@
 
 #include "core/error.h"
 #include "core/ops/nn.h"
-#include "dist/dist_config.h"
+#include "dist/registry.h"
 #include "dist/dlcp/datagram_endpoint.h"
 #include "dist/dlcp/dlcp_synchronizer.h"
 #include "dist/dlcp/ring_allreduce.h"
-#include "dist/registry.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 

@@ -1,4 +1,4 @@
-// Hierarchical allreduce (dist/hierarchical_group.h) on Gloo, ranks as forked processes on
+// Hierarchical allreduce (dist/comm/hierarchical_group.h) on Gloo, ranks as forked processes on
 // loopback in two racks: it equals the flat allreduce; sums cross the racks in shards, each
 // rank with those of its index in the other racks, and anything else through the representatives
 // only (counted by a process group that wraps the world and every subgroup made from it); S-SGD with dist.ssgd.allreduce "hierarchical" on N ranks equals one rank with
@@ -18,7 +18,7 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/hierarchical_group.h"
+#include "dist/comm/hierarchical_group.h"
 #include "dist/registry.h"
 #include "optim/registry.h"
 #include "support/counting_group.h"

@@ -1,4 +1,4 @@
-// Local SGD ("average every K steps", dist/local_sgd_synchronizer.h): the algorithm that shows a
+// Local SGD ("average every K steps", dist/local_sgd/local_sgd_synchronizer.h): the algorithm that shows a
 // new algorithm needs no change outside dist/. Ranks run as forked processes on loopback Gloo
 // and are compared with the same arithmetic done here, in double precision, for every rank.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "dist/local_sgd_synchronizer.h"
+#include "dist/local_sgd/local_sgd_synchronizer.h"
 #include "dist/registry.h"
 #include "optim/registry.h"
 #include "support/dist_training.h"

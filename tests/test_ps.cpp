@@ -1,4 +1,4 @@
-// The parameter-server architecture (dist/ps_synchronizer.h, dist/ps_server.h): workers and
+// The parameter-server architecture (dist/ps/ps_synchronizer.h, dist/ps/ps_server.h): workers and
 // servers run as forked processes of one loopback Gloo world (workers 0..N-1, servers after),
 // as `mintrain launch --nservers S` places them. Checked: the partition plan; BSP-PS and
 // WFBP-PS with 1, 2 and 3 servers end with the weights of allreduce S-SGD and of one rank with
@@ -28,14 +28,13 @@
 #include "core/ops/transformer.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/dist_config.h"
-#include "dist/ps_handshake.h"
-#include "dist/ps_partition.h"
-#include "dist/ps_protocol.h"
-#include "dist/ps_server.h"
-#include "dist/ps_synchronizer.h"
 #include "dist/registry.h"
-#include "dist/ssgd_synchronizer.h"
+#include "dist/ps/ps_handshake.h"
+#include "dist/ps/ps_partition.h"
+#include "dist/ps/ps_protocol.h"
+#include "dist/ps/ps_server.h"
+#include "dist/ps/ps_synchronizer.h"
+#include "dist/ssgd/ssgd_synchronizer.h"
 #include "optim/registry.h"
 #include "support/dist_training.h"
 #include "support/gradcheck.h"

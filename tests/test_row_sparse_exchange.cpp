@@ -1,4 +1,4 @@
-// The row-sparse sum over ranks (dist/row_sparse_exchange.h), on forked loopback ranks: every
+// The row-sparse sum over ranks (dist/ps/row_sparse_exchange.h), on forked loopback ranks: every
 // rank ends with the sum of every rank's rows, written by hand here; rows go as rows while that
 // is fewer bytes, the table through an allreduce once it is not; bad input is refused.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/row_sparse_exchange.h"
+#include "dist/ps/row_sparse_exchange.h"
 #include "support/multiprocess.h"
 
 using namespace mt;

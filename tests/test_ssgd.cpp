@@ -23,7 +23,7 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/ssgd_synchronizer.h"
+#include "dist/ssgd/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 #include "support/dist_training.h"

@@ -1,5 +1,5 @@
 // S-SGD when a parameter gets no gradient on some ranks (a branch taken only on odd ranks):
-// buckets go out in bucket order on every rank (dist/ssgd_synchronizer.cpp,
+// buckets go out in bucket order on every rank (dist/ssgd/ssgd_synchronizer.cpp,
 // launch_ready_in_order), the unused gradient counts as zero, and the average is right, on 2
 // and 4 real Gloo ranks, within the timeout. Before the order guard, even ranks sent the used
 // parameter's bucket at once and odd ranks sent the other one first: two allreduces of the
@@ -14,7 +14,7 @@
 #include "core/ops/reduction.h"
 #include "core/random.h"
 #include "core/runtime.h"
-#include "dist/ssgd_synchronizer.h"
+#include "dist/ssgd/ssgd_synchronizer.h"
 #include "layers/module.h"
 #include "optim/registry.h"
 #include "support/multiprocess.h"

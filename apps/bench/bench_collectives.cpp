@@ -42,9 +42,9 @@
 #include <gloo/math.h>
 
 #include "core/tensor.h"
-#include "dist/gloo_process_group.h"
-#include "dist/socket.h"
-#include "dist/tcp_store.h"
+#include "dist/comm/gloo_process_group.h"
+#include "dist/comm/socket.h"
+#include "dist/comm/tcp_store.h"
 
 using mt::core::Tensor;
 using Clock = std::chrono::steady_clock;

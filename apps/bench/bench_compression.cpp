@@ -1,5 +1,5 @@
 // The CPU cost of one compressed exchange's local work, piece by piece, without any network:
-// what CD-SGD's encoder and decoder threads (dist/exchange_pipeline.h) and compressed S-SGD's
+// what CD-SGD's encoder and decoder threads (dist/cdsgd/exchange_pipeline.h) and compressed S-SGD's
 // hook spend per bucket besides the collective itself.
 //
 //   encode  error feedback (v = g + r), compression, the self-decode and r <- v - decode(Q(v)),
@@ -26,8 +26,8 @@
 
 #include "core/random.h"
 #include "core/tensor.h"
-#include "dist/compressor.h"
-#include "dist/error_feedback.h"
+#include "dist/compress/compressor.h"
+#include "dist/compress/error_feedback.h"
 
 using namespace mt;
 using core::Tensor;

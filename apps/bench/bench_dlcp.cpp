@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "dist/dlcp/ring_allreduce.h"
-#include "dist/rendezvous.h"
+#include "dist/comm/rendezvous.h"
 
 using Clock = std::chrono::steady_clock;
 using mt::core::Tensor;

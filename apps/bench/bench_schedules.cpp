@@ -35,8 +35,8 @@
 #include "core/runtime.h"
 #include "dist/predict/cost_model.h"
 #include "dist/registry.h"
-#include "dist/rendezvous.h"
-#include "dist/ssgd_synchronizer.h"
+#include "dist/comm/rendezvous.h"
+#include "dist/ssgd/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 

@@ -8,10 +8,9 @@
 
 #include "core/error.h"
 #include "dist/dlcp/ps_worker.h"
-#include "dist/dist_config.h"
-#include "dist/flat.h"
-#include "dist/ps_handshake.h"
 #include "dist/registry.h"
+#include "dist/flat.h"
+#include "dist/ps/ps_handshake.h"
 #include "dist/replicas.h"
 
 namespace mt::dist::dlcp {

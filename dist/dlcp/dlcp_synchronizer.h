@@ -21,7 +21,7 @@
 #include "dist/dlcp/fault_injector.h"
 #include "dist/dlcp/ring_allreduce.h"
 #include "dist/dlcp/transport.h"
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 #include "dist/synchronizer.h"
 #include "mintrain.pb.h"
 

@@ -1,5 +1,5 @@
 // Where a worker's gradients go in DLCP's parameter-server form: the PS partition plan
-// (dist/ps_partition.h) gives each server slices of parameters; a worker packs the slices of one
+// (dist/ps/ps_partition.h) gives each server slices of parameters; a worker packs the slices of one
 // server, in plan order, into one buffer, which travels as one push transfer (and comes back as
 // one pull). This file maps between the flat gradient (parameters concatenated) and those
 // buffers, and gives each buffer's GradientLayout (a slice's layer is its parameter's) for the
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dist/dlcp/packet_classes.h"
-#include "dist/ps_partition.h"
+#include "dist/ps/ps_partition.h"
 
 namespace mt::dist::dlcp {
 

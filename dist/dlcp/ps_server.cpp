@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "dist/dlcp/ps_worker.h"
-#include "dist/ps_handshake.h"
-#include "dist/ps_protocol.h"
+#include "dist/ps/ps_handshake.h"
+#include "dist/ps/ps_protocol.h"
 
 namespace mt::dist::dlcp {
 

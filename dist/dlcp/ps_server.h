@@ -21,7 +21,7 @@
 #include <string>
 
 #include "dist/dlcp/dlcp_synchronizer.h"
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist::dlcp {
 

@@ -7,10 +7,10 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "dist/dist_config.h"
+#include "dist/registry.h"
 #include "dist/flat.h"
-#include "dist/ps_handshake.h"
-#include "dist/ps_protocol.h"
+#include "dist/ps/ps_handshake.h"
+#include "dist/ps/ps_protocol.h"
 #include "dist/replicas.h"
 
 namespace mt::dist::dlcp {

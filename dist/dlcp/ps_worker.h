@@ -1,5 +1,5 @@
 // DLCP's parameter-server form, worker side (`dist.dlcp.architecture: "ps"`; the server is
-// ps_server.h). The bytes take the parameter server's road (dist/ps_partition.h: gradients cut
+// ps_server.h). The bytes take the parameter server's road (dist/ps/ps_partition.h: gradients cut
 // into partitions spread over S servers by size) and DLCP's transport (transport.h): after
 // backward a worker packs each server's slices into one buffer (ps_layout.h) and pushes the S
 // buffers at once as datagrams, classed by layer and magnitude and sprayed over the paths; each
@@ -25,7 +25,7 @@
 #include "dist/dlcp/dlcp_synchronizer.h"
 #include "dist/dlcp/exchange_record.h"
 #include "dist/dlcp/ps_layout.h"
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 #include "dist/synchronizer.h"
 
 namespace mt::dist::dlcp {

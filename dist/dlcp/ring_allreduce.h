@@ -18,7 +18,7 @@
 #include "dist/dlcp/packet_classes.h"
 #include "dist/dlcp/priority.h"
 #include "dist/dlcp/transport.h"
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist::dlcp {
 

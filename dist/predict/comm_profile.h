@@ -34,7 +34,7 @@
 #include "core/device.h"
 #include "dist/predict/cost_model.h"
 #include "dist/predict/dssync_comm_profile.h"
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist {
 

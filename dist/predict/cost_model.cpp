@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "dist/hierarchical_group.h"
+#include "dist/comm/hierarchical_group.h"
 
 namespace mt::dist {
 

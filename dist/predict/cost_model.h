@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/link_cost.h"
-#include "dist/merge_plan.h"
+#include "dist/comm/link_cost.h"
+#include "dist/ssgd/merge_plan.h"
 
 namespace mt::dist {
 

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "core/device.h"
-#include "dist/dssync_schedule.h"
-#include "dist/process_group.h"
+#include "dist/dssync/dssync_schedule.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist {
 

@@ -22,11 +22,11 @@
 #include "core/random.h"
 #include "dist/predict/comm_profile.h"
 #include "dist/predict/partition_cost_model.h"
-#include "dist/compression_config.h"
-#include "dist/dist_config.h"
-#include "dist/compressor.h"
-#include "dist/error_feedback.h"
-#include "dist/rendezvous.h"
+#include "dist/compress/compression_config.h"
+#include "dist/registry.h"
+#include "dist/compress/compressor.h"
+#include "dist/compress/error_feedback.h"
+#include "dist/comm/rendezvous.h"
 
 namespace mt::apps {
 namespace {

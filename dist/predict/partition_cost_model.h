@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "dist/predict/cost_model.h"
-#include "dist/ps_partition.h"
+#include "dist/ps/ps_partition.h"
 
 namespace mt::dist {
 

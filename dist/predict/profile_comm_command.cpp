@@ -15,7 +15,7 @@
 #include "apps/flags.h"
 #include "core/error.h"
 #include "core/runtime.h"
-#include "dist/rendezvous.h"
+#include "dist/comm/rendezvous.h"
 
 namespace mt::apps {
 namespace {

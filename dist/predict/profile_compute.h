@@ -12,7 +12,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist {
 

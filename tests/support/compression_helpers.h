@@ -6,7 +6,7 @@
 
 #include "core/random.h"
 #include "core/tensor.h"
-#include "dist/compressor.h"
+#include "dist/compress/compressor.h"
 
 namespace mt::testing {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/process_group.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::testing {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "dist/process_group.h"
-#include "dist/ssgd_synchronizer.h"
+#include "dist/comm/process_group.h"
+#include "dist/ssgd/ssgd_synchronizer.h"
 #include "dist/synchronizer.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"

@@ -11,8 +11,8 @@
 #include <iostream>
 #include <thread>
 
-#include "dist/socket.h"
-#include "dist/tcp_store.h"
+#include "dist/comm/socket.h"
+#include "dist/comm/tcp_store.h"
 
 namespace mt::testing {
 

@@ -23,8 +23,8 @@
 
 #include <gtest/gtest.h>
 
-#include "dist/process_group.h"
-#include "dist/store.h"
+#include "dist/comm/process_group.h"
+#include "dist/comm/store.h"
 
 namespace mt::testing {
 

@@ -1,0 +1,181 @@
+// ByteScheduler (Peng et al., SOSP'19; docs/algorithms.md section 7) on the all-to-all
+// (allreduce) and on the parameter-server architecture. S-SGD's math, scheduled differently:
+//
+//   - every gradient is cut into partitions of at most partition_bytes (ps_partition.h);
+//   - the partitions wait in a priority queue (bytescheduler_queue.h), layers nearer the input
+//     first, and go to the communication engine only while the bytes in flight stay within the
+//     credit: a partition of layer 0, ready last in backward, overtakes the later layers' that
+//     still wait;
+//   - step() returns once the step's NaN/Inf vote is back, not when every partition is: each
+//     parameter's update (the sum / N, the optimizer's step for that parameter) is applied when
+//     the next forward is about to read it (before_forward_use, from the modules' forward
+//     hooks), so layer 0's forward of iteration t+1 runs while later layers' partitions of
+//     iteration t are still travelling. Without this gate priorities would buy nothing.
+//
+// One engine thread per worker runs the queue. Architecture "ps": it pushes a partition to its
+// server (world ranks N..N+S-1, ps_server.h) and posts the pull; the credit counts pushes the
+// server has not yet taken (it sends a receipt for each), and each server answers its partitions
+// in the order their pushes arrive, so layer 0's overtake there too. Architecture "a2a": an
+// allreduce per partition on a communicator of its own; every rank must issue the same
+// allreduces in the same order, so a partition counts as ready only when it is ready on every
+// rank: each message carries one slot per rank with that rank's count of gradients ready (in
+// backward order), and every rank decides from the same sums (an empty engine sends a message of
+// slots alone, a probe).
+//
+// The step guard: each rank counts the NaN/Inf values of its own gradients, and the sum over
+// ranks travels first (the vote, the highest priority); a non-zero vote skips the whole step on
+// every rank, as StepGuard would. Clipping by the global norm and loss scaling need every
+// gradient before the first update: refused (make_bytescheduler names optimizer.max_grad_norm).
+// The gradient norm reported with step t is iteration t-1's (known once all of it arrived).
+//
+// The credit: dist.bytescheduler.credit_bytes, or 0 = a search at start: candidates of 1, 2, 4,
+// ... partitions up to the whole model, search_iters iterations each, timed on worker 0 (the
+// time rides in the vote, so every worker picks the same), the fastest kept and logged.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/bytescheduler/bytescheduler_queue.h"
+#include "dist/synchronizer.h"
+#include "dist/comm/process_group.h"
+#include "dist/ps/ps_partition.h"
+#include "dist/timeline.h"
+
+namespace mt::dist {
+
+enum class BsArchitecture { A2A, PS };
+BsArchitecture parse_bs_architecture(const std::string& name);  // "a2a", "ps"; else an Error naming the field
+
+struct ByteSchedulerOptions {
+  BsArchitecture architecture = BsArchitecture::A2A;
+  int64_t partition_bytes = 512 << 10;
+  int64_t credit_bytes = 0;  // 0 = search at start
+  int search_iters = 3;
+  int grad_accumulation_steps = 1;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // the backstop of every wait
+  std::string config_text;             // the same on every worker (checked at setup)
+  std::shared_ptr<Timeline> timeline;  // optional: a span per partition, sent to arrived
+  std::ostream* log = nullptr;         // worker 0's notes: the plan, the credit search
+};
+
+class ByteSchedulerSynchronizer final : public Synchronizer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `workers`: the N workers. `world`: workers then servers for "ps" (server s is rank N+s),
+  // null for "a2a".
+  ByteSchedulerSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world,
+                            ByteSchedulerOptions options);
+  ~ByteSchedulerSynchronizer() override;  // finishes the exchange in flight; "ps": tells the servers to stop
+
+  std::string name() const override;
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override;
+  void on_gradient_ready(size_t param_index, core::Tensor& param) override;
+  void step(optim::Optimizer& optimizer) override;
+  bool gates_forward() const override { return true; }
+  void before_forward_use(size_t param_index, core::Tensor& param) override;
+  void prepare_eval(layers::Module& model) override;  // every update applied, worker 0's batch-norm statistics
+  bool keeps_state_per_rank() const override { return false; }
+  std::string epoch_summary() override;
+
+  // Applies every update still pending (waits for the partitions in flight).
+  void finish();
+
+  // Introspection (tests, logs). Items: 0 is the vote, 1 + k is partition k of plan().
+  struct ItemTimes {
+    Clock::time_point ready, sent, arrived;
+  };
+  const std::vector<PsPartition>& plan() const { return plan_; }
+  std::vector<ItemTimes> last_exchange_times() const;  // of the last exchange that finished
+  std::vector<size_t> last_send_order() const;          // items in the order they were sent
+  // Partitions of the previous exchange not yet arrived when parameter 0's update was applied
+  // (its gate opened) in the last iteration: > 0 means forward ran ahead of the exchange.
+  int64_t unarrived_at_first_gate() const { return unarrived_at_first_gate_; }
+  int64_t credit_bytes() const { return credit_now_; }  // of the next exchange
+  bool searching_credit() const { return search_pos_ < search_.size(); }
+  int64_t probes() const {  // "a2a": messages sent for readiness alone, since setup
+    std::lock_guard<std::mutex> lock(mu_);
+    return probes_;
+  }
+
+ private:
+  struct Candidate {
+    int64_t credit;
+    double seconds = 0;
+    int samples = 0;
+  };
+  void start_exchange();
+  void stage(size_t param);           // main thread: gradient to the send buffers, marked ready
+  void finish_pending();              // main thread: every partition arrived, every update applied
+  void apply(size_t param);           // main thread: parameter's averaged gradient -> optimizer
+  void wait_engine_idle();            // main thread: the engine finished the last exchange started
+  void engine_loop();
+  CreditQueue exchange_queue();  // every item, at the credit of the exchange starting
+  void run_a2a(int64_t exchange);
+  void run_ps(int64_t exchange);
+  void note_times(size_t item, std::vector<ItemTimes>& times);
+  void fail(const std::string& what);
+  std::string part_name(size_t item) const;  // "partition 3 (parameter 1, 256 bytes)" / "the vote"
+  void choose_credit_after(double seconds);   // the search, from worker 0's iteration time
+
+  std::shared_ptr<ProcessGroup> workers_, world_;
+  std::shared_ptr<ProcessGroup> engine_group_;  // "a2a": a communicator of the engine's own
+  ByteSchedulerOptions options_;
+  optim::Optimizer* optimizer_ = nullptr;
+  std::vector<Tensor> params_;
+  std::vector<PsPartition> plan_;               // forward order = priority order
+  std::vector<std::vector<size_t>> items_of_;   // parameter -> its items
+  std::vector<int64_t> threshold_;              // "a2a": ready everywhere once the agreed count reaches it
+  std::vector<Tensor> send_, result_;           // host buffers per item ("a2a": the same tensor)
+  std::vector<int> server_of_;                  // "ps"
+  std::vector<Tensor> notes_, receipts_;        // "ps": per item, {worker, item, receipt wanted} and the receipt
+  int workers_n_ = 1;
+
+  // Shared with the engine thread, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t exchange_ = -1, engine_done_ = -1;
+  std::vector<bool> local_ready_;  // per parameter
+  int64_t local_count_ = 0;        // gradients ready in backward order (+1 for the vote)
+  int64_t ready_events_ = 0;
+  std::vector<bool> arrived_;      // per item
+  std::vector<ItemTimes> times_, last_times_;
+  std::vector<size_t> send_order_, last_send_order_;
+  int64_t exchange_credit_ = 0;    // the credit of exchange_
+  std::string error_;
+  bool stopping_ = false;
+  int64_t probes_ = 0;
+  std::thread engine_;
+
+  // Main thread.
+  int64_t credit_now_ = 0;
+  MicroBatches micro_batches_{options_.grad_accumulation_steps};
+  bool exchange_open_ = false;   // started, its step() not yet called
+  bool pending_ = false;         // stepped, updates not all applied
+  bool pending_skipped_ = false;
+  double pending_lr_ = 0;
+  std::vector<bool> applied_;
+  size_t applied_count_ = 0;
+  double norm_sq_ = 0, last_norm_ = 0;
+  int64_t local_nonfinite_ = 0;  // NaN/Inf values in this exchange's staged gradients
+  int64_t unarrived_at_first_gate_ = 0;
+  bool set_up_ = false;
+  Clock::time_point last_step_at_{};
+  std::vector<Candidate> search_;
+  size_t search_pos_ = 0;
+  int64_t exchanges_ = 0;
+  int64_t summary_steps_ = 0, summary_probes_ = 0;
+  double summary_wait_s_ = 0, summary_gate_s_ = 0;
+  std::vector<std::shared_ptr<Work>> command_work_;  // "ps", worker 0
+  std::vector<Tensor> commands_;
+};
+
+}  // namespace mt::dist

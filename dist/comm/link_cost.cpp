@@ -1,0 +1,64 @@
+#include "dist/comm/link_cost.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+
+LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  MT_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2,
+           "fit_link_cost needs at least two (size, time) measurements, got ", bytes.size());
+  // Weighted normal equations with weights 1 / seconds^2. Sizes are scaled to MB first so the
+  // sums stay well inside double precision.
+  constexpr double kScale = 1e-6;
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    MT_CHECK(seconds[i] > 0, "fit_link_cost: measured times must be > 0, got ", seconds[i]);
+    const double w = 1.0 / (seconds[i] * seconds[i]);
+    const double x = bytes[i] * kScale;
+    sw += w;
+    sx += w * x;
+    sy += w * seconds[i];
+    sxx += w * x * x;
+    sxy += w * x * seconds[i];
+  }
+  const double det = sw * sxx - sx * sx;
+  MT_CHECK(det > 1e-12 * sw * sxx, "fit_link_cost needs at least two distinct message sizes");
+  LinkCost c;
+  c.beta = std::max(0.0, (sw * sxy - sx * sy) / det) * kScale;
+  c.alpha = std::max(0.0, (sy - c.beta / kScale * sx) / sw);
+  return c;
+}
+
+LinkCost measure_link_cost(ProcessGroup& group, core::Device device) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kTimed = 5;
+  std::vector<double> bytes, seconds;
+  for (int64_t floats : {256, 2048, 16384, 131072, 1048576}) {
+    Tensor t = Tensor::zeros({floats}, core::DType::Float32, device);
+    const std::string what = "timing an allreduce of " + std::to_string(floats * 4) + " bytes (MG-WFBP's network cost)";
+    finish(group.allreduce(t), group, what);  // warm-up: connections, buffers
+    std::vector<double> times;
+    for (int i = 0; i < kTimed; ++i) {
+      const auto start = Clock::now();
+      finish(group.allreduce(t), group, what);
+      times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::nth_element(times.begin(), times.begin() + kTimed / 2, times.end());
+    bytes.push_back(static_cast<double>(floats) * 4.0);
+    seconds.push_back(std::max(times[kTimed / 2], 1e-9));
+  }
+  LinkCost fitted = fit_link_cost(bytes, seconds);
+  // Rank 0's numbers everywhere: plans computed from them must agree.
+  Tensor wire = Tensor::from_vector(std::vector<float>{static_cast<float>(fitted.alpha), static_cast<float>(fitted.beta * 1e9)}, {2})
+                    .to(device);
+  finish(group.broadcast(wire, 0), group, "broadcast of rank 0's network cost");
+  const std::vector<float> agreed = wire.to_vector();
+  return LinkCost(agreed[0], agreed[1] * 1e-9);
+}
+
+}  // namespace mt::dist

@@ -1,0 +1,36 @@
+// The network as S-SGD's MG-WFBP plans with it: T(M) = alpha + beta * M per allreduce of M bytes
+// (alpha: start-up latency, beta: seconds per byte; for a ring allreduce on n ranks roughly
+// 2(n-1) latency + 2(n-1)/n M / bandwidth), fitted to allreduces timed at start-up or given in
+// the config (dist.ssgd.alpha/beta).
+#pragma once
+#include <vector>
+
+#include "core/device.h"
+#include "dist/comm/process_group.h"
+
+namespace mt::dist {
+
+struct LinkCost {
+  LinkCost() = default;
+  LinkCost(double alpha_s, double beta_s_per_byte, double gamma_s = 0.0)
+      : alpha(alpha_s), beta(beta_s_per_byte), gamma(gamma_s) {}
+  double alpha = 0.0;  // seconds per message
+  double beta = 0.0;   // seconds per byte
+  // Shared cores only (dist.ssgd.gamma, 0 by default): seconds of compute each message sent
+  // during backward takes from the training threads when the ranks have no core to spare for
+  // communication. With cores of its own (a GPU's copy engines, a spare core) it is 0.
+  double gamma = 0.0;
+  double time(double bytes) const { return alpha + beta * bytes; }
+};
+
+// Least-squares fit of seconds ~ alpha + beta * bytes (at least two distinct sizes), in relative
+// error (each residual divided by its time): every size counts alike, where plain least squares
+// lets the largest messages decide alpha alone. alpha and beta are clamped at 0 (a negative
+// cost is noise). Times must be > 0.
+LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+// Times allreduces of 1 KiB .. 4 MiB on `group` (a warm-up, then the median of a few each) and
+// fits alpha and beta. Collective; every rank returns rank 0's fit, so all plan alike.
+LinkCost measure_link_cost(ProcessGroup& group, core::Device device);
+
+}  // namespace mt::dist

@@ -1,0 +1,53 @@
+// Who am I in the job? Read from the environment of the launcher: torchrun's variables
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as set by
+// `mintrain launch` too), else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...), else
+// Open MPI's (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, ...).
+// No variables at all means a single process (rank 0 of 1).
+//
+// Parameter servers (dist.algorithm "ps") are ranks of the same world, after the workers:
+// MINTRAIN_NUM_SERVERS=S makes ranks 0..N-1 the workers and N..N+S-1 the servers of a world of
+// N+S (WORLD_SIZE counts both, so every launcher starts N+S processes with one command line).
+// MINTRAIN_ROLE=worker|server (BytePS's DMLC_ROLE), when set, must agree with the rank: it catches
+// a server placed at a worker's rank. The servers' rank order is their index: rank N+s is
+// server s.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "dist/comm/process_group.h"
+#include "dist/comm/store.h"
+
+namespace mt::dist {
+
+struct WorldInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "none";  // "torchrun", "slurm", "mpi", "none"
+  int servers = 0;               // parameter servers among the world_size ranks (the last ones)
+
+  int workers() const { return world_size - servers; }
+  bool is_server() const { return rank >= workers(); }
+  int server_index() const { return rank - workers(); }  // 0..servers-1 on a server
+};
+
+WorldInfo world_from_env();
+
+// Connects to (rank 0: hosts) the TCP store at master_addr:master_port, waits for all ranks
+// (naming the missing ones on timeout), and creates the world process group. While it waits,
+// a line on stderr every `report_every` says for whom and how long, e.g. "rank 1: waiting for
+// rank 0 at 10.0.0.1:29500, 30/300 s (Connection refused)", so a wrong MASTER_PORT or a rank
+// that never started shows long before the timeout's error.
+struct Rendezvous {
+  WorldInfo world;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<ProcessGroup> group;
+};
+Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options,
+                      std::chrono::milliseconds report_every = std::chrono::seconds(30));
+
+}  // namespace mt::dist

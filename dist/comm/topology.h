@@ -1,0 +1,32 @@
+// Which ranks share a rack (or host), measured at start-up for DS-Sync's bottleneck-aware
+// schedule when the config does not say. Every pair of ranks times a few allreduces of one
+// message on its own two-rank communicator; pairs run in the rounds of a round-robin tournament
+// (disjoint pairs at once, the same rounds on every rank, so creating the pair communicators
+// cannot deadlock). The times are allgathered, so every rank clusters the same matrix and
+// reaches the same answer. Each pair's communicator is released as soon as its pair is timed,
+// so the probe leaves no connection or thread behind.
+//
+// Clustering: with lo and hi the fastest and slowest pair, a spread below `min_ratio` means one
+// rack; otherwise pairs faster than sqrt(lo * hi) are joined (union-find) and each connected
+// set is a rack. Loopback timings on a busy machine are noisy: prefer racks from the config.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "dist/comm/process_group.h"
+
+namespace mt::dist {
+
+struct TopologyProbe {
+  int64_t message_floats = 64 * 1024;  // 256 KiB per allreduce
+  int repetitions = 5;                 // the fastest is kept (after one warm-up)
+  double min_ratio = 4.0;              // slowest/fastest pair below this: one rack
+};
+
+// seconds[i][j] (symmetric, diagonal ignored) -> rack id per rank, numbered by first rank.
+std::vector<int> racks_from_times(const std::vector<std::vector<double>>& seconds, double min_ratio = 4.0);
+
+// Collective over `world`: every rank must call it. Returns the rack id of every rank.
+std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe = {});
+
+}  // namespace mt::dist

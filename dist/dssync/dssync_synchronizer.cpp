@@ -1,0 +1,276 @@
+#include "dist/dssync/dssync_synchronizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <ostream>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+#include "dist/registry.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+namespace {
+
+const std::string kRankPrefix = "dssync.";  // + "ranks", "rank<r>.<entry>" (replicas.h)
+
+int64_t one_int64(const std::string& name, const Tensor& t) {
+  MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
+           " must be one int64, got ", t.str());
+  return t.to(core::Device::cpu()).data<int64_t>()[0];
+}
+
+// The schedule position, if the state has one (not in other algorithms' checkpoints).
+std::optional<int64_t> saved_step(const core::StateDict& state) {
+  for (const auto& [name, t] : state)
+    if (name == "dssync.step") return one_int64(name, t);
+  return std::nullopt;
+}
+
+}  // namespace
+
+DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
+    : group_(std::move(group)), options_(std::move(options)) {
+  MT_CHECK(group_ != nullptr, "DS-Sync needs a process group");
+  MT_CHECK(options_.global_average_every >= 0, "dist.dssync.global_average_every must be >= 0 "
+           "(0 = never), got ", options_.global_average_every);
+  MT_CHECK(options_.spread_every >= 0, "dist.dssync.spread_every must be >= 0 (0 = never), got ",
+           options_.spread_every);
+  options_.schedule.world_size = group_->size();
+  MT_CHECK(!options_.measure_racks || options_.schedule.rack_of.empty(),
+           "set the racks (dist.dssync.rack / dist.dssync.ranks_per_rack) or dist.dssync.measure_racks, "
+           "not both");
+  MT_CHECK(!options_.measure_racks || options_.schedule.type != "random" || options_.schedule.cross_period == 1,
+           "dist.dssync.measure_racks with dist.dssync.cross_period > 1 needs dist.dssync.schedule "
+           "\"butterfly\"; the random schedule ignores racks");
+  // Built here, not at setup: a bad schedule config fails before any communication.
+  schedule_ = std::make_unique<DsSyncSchedule>(options_.schedule);
+}
+
+void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
+  params_ = optimizer.params();
+  optimizer_ = &optimizer;
+  model_ = ModelVector(model, params_);
+
+  check_replicas_agree(*group_, model, options_.config_text);
+  if (options_.measure_racks) {
+    // Every rank clusters the same allgathered times, so all get the same racks.
+    options_.schedule.rack_of = measure_racks(*group_);
+    schedule_ = std::make_unique<DsSyncSchedule>(options_.schedule);
+    if (rank() == 0 && options_.log) {
+      *options_.log << "DS-Sync: racks measured at start-up:";
+      for (int r : options_.schedule.rack_of) *options_.log << ' ' << r;
+      *options_.log << '\n';
+    }
+  }
+  // After the racks are known (measured or given): a needed broadcast crosses each uplink once.
+  if (options_.broadcast_initial_weights)
+    make_replicas_identical(*group_, model, options_.schedule.rack_of, options_.log);
+  if (rank() == 0 && options_.log) *options_.log << schedule_->describe() << std::flush;
+
+  // One communicator per group this rank belongs to, in the global order (see the header).
+  for (const RankGroup& g : schedule_->distinct_groups()) {
+    if (std::find(g.begin(), g.end(), rank()) == g.end()) continue;
+    communicators_[g] = group_->subgroup(g);
+  }
+  // No grad-ready hooks: gradients stay local, nothing to start during backward.
+  set_up_ = true;
+  if (pending_state_) {
+    const core::StateDict state = std::move(*pending_state_);
+    pending_state_.reset();
+    restore_state(state);
+  }
+}
+
+void DsSyncSynchronizer::begin_iteration(int64_t iteration) { restore_local(); }
+
+void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
+  restore_local();  // in case a caller evaluated without a begin_iteration after it
+  {
+    TimelineSpan span(options_.timeline.get(), "optimizer");
+    optimizer.step();  // purely local: this rank's gradient, this rank's momentum
+  }
+  const int64_t t = step_;
+  const auto start = Timeline::Clock::now();
+  const bool global = options_.global_average_every > 0 && (t + 1) % options_.global_average_every == 0;
+  std::string label;
+  crossed_last_step_ = false;
+  if (global) {
+    model_.average_over(*group_, "DS-Sync global average at iteration " + std::to_string(t));
+    label = "global average";
+  } else {
+    const RankGroup& g = schedule_->group_of(t, rank());
+    std::string members;
+    for (int r : g) {
+      if (!members.empty()) members += ',';
+      members += std::to_string(r);
+    }
+    label = "group {" + members + "}";
+    crossed_last_step_ = schedule_->spans_racks(g);
+    if (crossed_last_step_) ++crossing_steps_;
+    if (g.size() >= 2) {
+      model_.average_over(*communicators_.at(g), "DS-Sync average in group {" + members + "} at iteration " +
+                                              std::to_string(t));
+    }
+  }
+  if (options_.timeline) {
+    // The group of this rank at every iteration, on the comm lane (a singleton group too, so
+    // the trace shows the whole schedule).
+    options_.timeline->add(label, Timeline::kComm, start, Timeline::Clock::now(),
+                           "{\"iteration\":" + std::to_string(t) + ",\"crosses_racks\":" +
+                               (schedule_->crosses_racks(schedule_->at(t)) ? "true" : "false") + "}");
+  }
+  ++step_;
+  if (options_.spread_every > 0 && step_ % options_.spread_every == 0) {
+    const double spread = measure_spread();
+    if (rank() == 0 && options_.log) {
+      *options_.log << "DS-Sync iteration " << step_ << ": model spread (RMS distance to the average) "
+                    << spread << std::endl;
+    }
+  }
+}
+
+double DsSyncSynchronizer::measure_spread() {
+  core::NoGradGuard no_grad;
+  // Parameters only: the buffers are statistics, not what the ranks learn.
+  int64_t n = 0;
+  for (const auto& t : params_) n += t.numel();
+  if (n == 0) return 0.0;
+  const core::Device device = params_[0].device();
+  Tensor sum = Tensor::empty({n}, core::DType::Float32, device);
+  int64_t off = 0;
+  for (const auto& t : params_) {
+    sum.narrow(0, off, t.numel()).copy_(t.contiguous().view({-1}));
+    off += t.numel();
+  }
+  const std::vector<float> mine = sum.to_vector();
+  finish(group_->allreduce(sum, ReduceOp::Sum), *group_, "DS-Sync spread measurement (sum of models)");
+  const std::vector<float> total = sum.to_vector();
+  double d2 = 0.0;
+  const double inv = 1.0 / world_size();
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = mine[i] - total[i] * inv;
+    d2 += d * d;
+  }
+  // Mean over ranks of the squared distance, in double precision on the host.
+  last_spread_ = std::sqrt(std::max(0.0, mean_over_ranks(*group_, d2)));
+  return last_spread_;
+}
+
+void DsSyncSynchronizer::prepare_eval(layers::Module& model) {
+  model_.show_average(*group_, "DS-Sync world average for evaluation");
+}
+
+void DsSyncSynchronizer::prepare_checkpoint(layers::Module& model) {
+  prepare_eval(model);
+  // Not trained yet (nothing differs between ranks), or already collected for this state.
+  if (!model_.showing_average() || replica_states_.collected()) return;
+  MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync checkpoint before setup");
+  core::StateDict mine = {{"local", model_.aside()}};
+  for (const auto& [name, t] : optimizer_->state_dict()) mine.emplace_back("optim." + name, t);
+  replica_states_.collect(*group_, mine, "DS-Sync checkpoint state");
+}
+
+void DsSyncSynchronizer::restore_local() {
+  if (!model_.showing_average()) return;
+  model_.show_local();
+  replica_states_.forget();  // training goes on: they no longer describe the ranks
+}
+
+core::StateDict DsSyncSynchronizer::state_dict() const {
+  core::StateDict state = {{"dssync.step", Tensor::from_vector(std::vector<int64_t>{step_}, {1})}};
+  replica_states_.append_to(state, kRankPrefix);
+  return state;
+}
+
+void DsSyncSynchronizer::load_state_dict(const core::StateDict& state) {
+  if (!set_up_) {
+    // The step now (steps() reflects it); this rank's weights go into the tensors that setup
+    // brings, so the rest waits for setup.
+    if (const auto step = saved_step(state)) step_ = *step;
+    pending_state_ = state;
+    return;
+  }
+  restore_state(state);
+}
+
+void DsSyncSynchronizer::note(const std::string& text) const {
+  if (rank() == 0 && options_.log) *options_.log << "note: " << text << std::endl;
+}
+
+void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
+  const std::optional<int64_t> step = saved_step(state);
+  // No step: a checkpoint of another algorithm (S-SGD); the schedule starts from its beginning,
+  // which is as good as any position for replicas that all start equal.
+  if (!step) return;
+  step_ = *step;
+  std::string why_not;
+  const std::optional<core::StateDict> mine = rank_state(state, kRankPrefix, rank(), world_size(), &why_not);
+  if (!mine) {
+    note(why_not + ": every rank resumes from the stored average and rank 0's optimizer state, so "
+         "the run will not match one that never stopped");
+    return;
+  }
+  const Tensor* local = nullptr;
+  core::StateDict optim_state;
+  for (const auto& [name, t] : *mine) {
+    if (name == "local") local = &t;
+    if (name.rfind("optim.", 0) == 0) optim_state.emplace_back(name.substr(6), t);
+  }
+  MT_CHECK(local != nullptr, "checkpoint entry sync.", kRankPrefix, "rank", rank(), ".local is "
+           "missing although the checkpoint holds per-rank DS-Sync state (a damaged checkpoint?)");
+  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == model_.numel(), "checkpoint entry sync.",
+           kRankPrefix, "rank", rank(), ".local is ", local->str(), "; this model's parameters and "
+           "float32 buffers hold ", model_.numel(), " float32 values (was it written for another model?)");
+  MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync restored without an optimizer");
+  optimizer_->load_state_dict(optim_state);
+  core::NoGradGuard no_grad;
+  // Whatever the model held (the loaded average, or an average shown for evaluation), this
+  // rank's own weights are what it trains on from here.
+  model_.drop_aside();
+  replica_states_.forget();
+  model_.unflatten(local->to(model_.device()));
+}
+
+namespace {
+
+void validate_dssync(const mintrain::DistConfig& d) {
+  const mintrain::DssyncConfig& s = d.dssync();
+  check_at_least("dist.dssync.group_size", s.group_size(), 2);
+  check_name("dist.dssync.schedule", s.schedule(), dssync_schedule_types());
+  check_at_least("dist.dssync.cross_period", s.cross_period(), 1);
+  check_at_least("dist.dssync.cross_ranks_per_rack", s.cross_ranks_per_rack(), 0);
+  check_at_least("dist.dssync.ranks_per_rack", s.ranks_per_rack(), 0);
+  for (int r : s.rack()) check_at_least("dist.dssync.rack values", r, 0);
+  MT_CHECK(s.rack().empty() || s.ranks_per_rack() == 0,
+           "set dist.dssync.rack (one id per rank) or dist.dssync.ranks_per_rack, not both");
+  check_at_least("dist.dssync.global_average_every", s.global_average_every(), 0);
+  check_at_least("dist.dssync.pool_size", s.pool_size(), 1);
+  check_at_least("dist.dssync.spread_every", s.spread_every(), 0);
+}
+
+std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
+  const mintrain::DssyncConfig& s = c.dist.dssync();
+  DsSyncOptions o;
+  o.schedule.group_size = s.group_size();
+  o.schedule.type = s.schedule();
+  o.schedule.seed = s.seed();
+  o.schedule.pool_size = s.pool_size();
+  o.schedule.cross_period = s.cross_period();
+  o.schedule.cross_ranks_per_rack = s.cross_ranks_per_rack();
+  o.schedule.rack_of = s.ranks_per_rack() > 0 ? racks_of_consecutive(c.group->size(), s.ranks_per_rack())
+                                              : std::vector<int>(s.rack().begin(), s.rack().end());
+  o.global_average_every = s.global_average_every();
+  o.spread_every = s.spread_every();
+  o.measure_racks = s.measure_racks();
+  o.config_text = c.config_text;
+  o.timeline = c.timeline;
+  o.log = c.log;
+  return std::make_unique<DsSyncSynchronizer>(c.group, std::move(o));
+}
+
+}  // namespace
+}  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(dssync, mt::dist::validate_dssync, mt::dist::make_dssync)

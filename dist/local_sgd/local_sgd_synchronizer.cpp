@@ -1,0 +1,67 @@
+#include "dist/local_sgd/local_sgd_synchronizer.h"
+
+#include "core/error.h"
+#include "dist/registry.h"
+#include "dist/replicas.h"
+
+namespace mt::dist {
+
+LocalSgdSynchronizer::LocalSgdSynchronizer(std::shared_ptr<ProcessGroup> group, LocalSgdOptions options)
+    : group_(std::move(group)), options_(std::move(options)) {
+  MT_CHECK(group_ != nullptr, "local SGD needs a process group");
+  check_at_least("dist.local_sgd.period", options_.period, 1);
+}
+
+void LocalSgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
+  check_replicas_agree(*group_, model, options_.config_text);
+  make_replicas_identical(*group_, model, {}, options_.log);
+  model_ = ModelVector(model, optimizer.params());
+  // No gradient-ready hooks: gradients never leave the rank.
+}
+
+void LocalSgdSynchronizer::step(optim::Optimizer& optimizer) {
+  model_.show_local();
+  optimizer.step();  // this rank's gradient, this rank's optimizer state
+  if (++steps_ % options_.period == 0)
+    model_.average_over(*group_, "local SGD: averaging the model after step " + std::to_string(steps_));
+}
+
+void LocalSgdSynchronizer::prepare_eval(layers::Module& model) {
+  if (steps_ % options_.period == 0) return;  // just averaged: every rank holds the average
+  model_.show_average(*group_, "local SGD: the world average for evaluation");
+}
+
+core::StateDict LocalSgdSynchronizer::state_dict() const {
+  return {{"local_sgd.steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
+}
+
+void LocalSgdSynchronizer::load_state_dict(const core::StateDict& state) {
+  // The model was loaded with the checkpoint's average; what remains is the step count, which
+  // places the next average.
+  model_.drop_aside();
+  for (const auto& [name, t] : state) {
+    if (name != "local_sgd.steps") continue;
+    MT_CHECK(t.numel() == 1 && t.dtype() == core::DType::Int64, "checkpoint entry sync.local_sgd.steps must hold "
+             "one int64 value, got ", t.str());
+    steps_ = t.item_int();
+  }
+}
+
+namespace {
+
+void validate_local_sgd(const mintrain::DistConfig& d) { check_at_least("dist.local_sgd.period", d.local_sgd().period(), 1); }
+
+std::unique_ptr<Synchronizer> make_local_sgd(const AlgorithmContext& c) {
+  MT_CHECK(c.dist.grad_accumulation_steps() == 1, "dist.grad_accumulation_steps must be 1 with dist.algorithm "
+           "\"local_sgd\" (its steps are local already), got ", c.dist.grad_accumulation_steps());
+  LocalSgdOptions o;
+  o.period = c.dist.local_sgd().period();
+  o.config_text = c.config_text;
+  o.log = c.log;
+  return std::make_unique<LocalSgdSynchronizer>(c.group, std::move(o));
+}
+
+}  // namespace
+}  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(local_sgd, mt::dist::validate_local_sgd, mt::dist::make_local_sgd)

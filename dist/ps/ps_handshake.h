@@ -1,0 +1,46 @@
+// Worker 0's set-up talk with the parameter servers (the wire is ps_protocol.h), shared by every
+// algorithm that runs on servers (ps_synchronizer.h, bytescheduler_synchronizer.h, dlcp/ps_worker.h): worker 0
+// greets each server with what the workers believe (workers, servers, partition_bytes, the
+// server's index and its number of partitions), compares the answer, and sends the server its
+// partition table. A mismatch is refused on both sides naming both values; the servers that
+// agreed are then told to stop, and every worker learns the verdict from worker 0, so the whole
+// job stops at set-up.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "dist/comm/process_group.h"
+
+namespace mt::dist {
+
+// One server's partitions in the order it serves them: {partition id, numel} each.
+using PsServerTable = std::vector<std::pair<int64_t, int64_t>>;
+
+// Collective over `workers`. `world`: workers then servers (server s is rank N+s);
+// tables[s]: server s's partitions. Throws an Error naming the server and the values on a
+// refusal or a silent server.
+void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
+                             int64_t partition_bytes);
+
+// The server's side (ps_server.h, dlcp/ps_server.h): waits for worker 0's hello, answers
+// with what this server believes, and returns its partition table (in push order). A mismatch is
+// an Error naming both values (worker 0 refuses too); a silent worker 0 is an Error naming it.
+// `world`: workers then servers, this process being server `world.rank() - workers`.
+PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers, int64_t partition_bytes);
+
+// On a worker: `world` (workers then servers) must exist, hold at least one server and have
+// this worker at its own rank; `setting` names what asked for servers (`dist.algorithm "ps"`),
+// and the error says how to start them.
+void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, const std::string& setting);
+
+// On worker `worker` (of `workers`): server `server` failed while `what`; throws the Error that
+// names it (for the PS, ByteScheduler-PS and DLCP-PS workers alike).
+[[noreturn]] void fail_server_gone(int worker, int workers, int server, const std::string& what, const std::exception& e);
+
+// "parameter server 1 (rank 5)"
+std::string parameter_server_name(int server, int workers);
+// "worker 2 (rank 2)"
+std::string parameter_server_worker_name(int worker);
+
+}  // namespace mt::dist

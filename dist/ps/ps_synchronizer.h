@@ -1,0 +1,150 @@
+// The parameter-server architecture, worker side (docs/algorithms.md, as BytePS): S server
+// processes beside the N workers (ps_server.h). Every gradient is cut into partitions of at most
+// partition_bytes, spread over the servers by size (ps_partition.h); a worker pushes each
+// partition to its server (and a note naming it, by which the server serves partitions in the
+// order their pushes arrive), the server sums the N pushes and every worker pulls the sum, divides
+// by N and steps its optimizer: S-SGD's math with a different road for the bytes. The schedule
+// decides when a partition is pushed:
+//
+//   BSP   after backward, every partition at once (all servers work in parallel);
+//   WFBP  from the gradient-ready hook, as soon as the parameter's gradient is final, so the
+//         last layers' partitions travel while backward computes the first layers'; the pull is
+//         posted at once and step() waits for it.
+//   STAGGERED  in rounds: each server's partitions are cut into `rounds` groups
+//         of about equal bytes, and a round pushes one group to every server, worker w starting
+//         at server w mod S, so at each step the workers push to different servers (no incast).
+//         Receipts pace it: a group leaves once the group two rounds before it was taken and,
+//         during backward (from the gradient hooks, never waiting), once its gradients are final.
+//         Pushed all at once, S flows share each worker's link and every partition completes
+//         at the end of the push phase, so no pull can start before it; in rounds, round c's
+//         sums travel back while round c+1 is pushed.
+//
+// A tied parameter (used twice in forward, as BERT's word embedding is by the lookup and by the
+// output layer) is final only when backward ends, yet its later use's part is ready when backward
+// starts. With split_tied_gradients the worker sees the uses' contributions one by one
+// (core::GradContributionHook): WFBP and STAGGERED push the earlier uses' part through the
+// servers as soon as it is final (the staggered groups then follow the order gradients became
+// ready in the first iteration). The last use's part, an embedding lookup's mostly zero rows,
+// joins the partitions not pushed yet; what falls in partitions already gone goes among the
+// workers as rows (row_sparse_exchange.h); step() adds the two averages. Which
+// parameters are tied is learnt in the first iteration and agreed by the workers.
+//
+// Seams used: setup (agree, broadcast rank 0's weights over the workers, handshake with every
+// server, register the hooks), begin_iteration (worker 0 tells the servers an iteration begins),
+// on_gradient_ready (WFBP's pushes), step (the rest of the pushes, the pulls, the average, the
+// optimizer), prepare_eval (rank 0's batch-norm statistics). Worker 0 tells the servers to stop
+// when the synchronizer is destroyed. Gradients on a device are staged through host memory (the
+// wire is Gloo's TCP); gradient accumulation communicates on the last micro-batch only.
+#pragma once
+#include <chrono>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/synchronizer.h"
+#include "dist/comm/process_group.h"
+#include "dist/ps/ps_partition.h"
+#include "dist/ps/row_sparse_exchange.h"
+#include "dist/timeline.h"
+
+namespace mt::dist {
+
+enum class PsSchedule { BSP, WFBP, STAGGERED };
+PsSchedule parse_ps_schedule(const std::string& name);  // "bsp", "wfbp", "staggered"; else an Error listing them
+std::string ps_schedule_name(PsSchedule schedule);
+
+struct PsOptions {
+  PsSchedule schedule = PsSchedule::WFBP;
+  int64_t partition_bytes = 4 << 20;
+  int rounds = 4;  // STAGGERED: groups per server
+  bool split_tied = true;  // WFBP, STAGGERED: tied parameters' parts exchanged apart (above)
+  int grad_accumulation_steps = 1;
+  std::string config_text;             // must be the same on every worker (checked at setup)
+  std::shared_ptr<Timeline> timeline;  // optional: a span per partition, push to pull
+  std::ostream* log = nullptr;         // worker 0's start-up note (the plan)
+};
+
+class PsSynchronizer final : public Synchronizer {
+ public:
+  // `workers`: the N workers (metric averages, start-up broadcasts); `world`: workers and
+  // servers, worker r being rank r of both and server s rank N+s of `world`.
+  PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world, PsOptions options);
+  ~PsSynchronizer() override;  // worker 0: tells the servers to stop (errors only logged)
+
+  std::string name() const override { return "ps/" + ps_schedule_name(options_.schedule); }
+  int servers() const { return world_->size() - workers_->size(); }
+
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override;
+  void on_gradient_ready(size_t param_index, core::Tensor& param) override;
+  void step(optim::Optimizer& optimizer) override;
+  void prepare_eval(layers::Module& model) override;
+  bool steps_on_gradient_average() const override { return true; }
+  bool keeps_state_per_rank() const override { return false; }
+  std::string epoch_summary() override;
+
+  // Introspection (tests, logs).
+  const std::vector<PsPartition>& plan() const { return plan_; }
+  int64_t pushes() const { return pushes_; }                       // since setup
+  int64_t pushes_during_backward() const { return pushes_from_hooks_; }  // of those, from a hook
+  int64_t pulls() const { return pulls_; }
+  const std::vector<PsPushGroup>& push_groups() const { return groups_; }  // STAGGERED's, in push order
+  const std::vector<bool>& split_parameters() const { return tied_; }  // tied, exchanged in two parts
+  int64_t rows_exchanged() const { return rows_exchanged_; }  // the last uses' rows sent, since setup
+  int64_t last_parts_in_pushes() const { return last_parts_in_pushes_; }  // partitions that took a last use's part
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void handshake();
+  void push(size_t k);
+  void push_staggered(bool finish);  // from a hook (finish false) or from step()
+  void send_command(int64_t kind, int64_t value);
+  void on_gradient_part(size_t param_index, const core::Tensor& part, int remaining);
+  void add_last_part(size_t param_index, const core::Tensor& part);
+  void stage(size_t k, const core::Tensor& flat_part);  // into outgoing_[k]: copied, or added to what is staged
+  void learn_tied_parameters();  // after the first iteration's exchange
+  // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
+  // naming server s and `what`, and no stop message is sent at the end.
+  template <typename F>
+  void with_server(int s, const std::string& what, F&& f);
+
+  std::shared_ptr<ProcessGroup> workers_;
+  std::shared_ptr<ProcessGroup> world_;
+  PsOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<PsPartition> plan_;
+  std::vector<std::vector<size_t>> partitions_of_;  // parameter -> its partitions
+  std::vector<Tensor> outgoing_, incoming_;         // host staging, per partition
+  std::vector<Tensor> notes_;     // per partition: {this worker, k, receipt wanted (a group's last)}
+  std::vector<Tensor> receipts_;  // per partition, filled by the server's receipt
+  std::vector<PsPushGroup> groups_;
+  std::vector<bool> ready_;  // STAGGERED: partitions whose gradient is final this iteration
+  size_t next_group_ = 0;    // STAGGERED: the first group not pushed yet this iteration
+  std::vector<std::shared_ptr<Work>> push_work_, note_work_, pull_work_, receipt_work_;
+  std::vector<Clock::time_point> pushed_at_;
+  std::vector<bool> pushed_;
+  std::vector<Tensor> commands_;                    // worker 0: per server, kept while in flight
+  std::vector<std::shared_ptr<Work>> command_work_;
+  // The split of tied parameters (learnt in the first communicating iteration).
+  bool tied_known_ = false;
+  bool split_ = false;                   // some parameter is tied: split from the second iteration
+  std::vector<bool> tied_;               // per parameter
+  std::vector<bool> used_again_;         // first iteration: a contribution with more to come
+  std::vector<size_t> ready_order_;      // first iteration: parameters by their first contribution
+  std::vector<bool> staged_;             // per partition: outgoing_ holds the earlier uses' part
+  std::vector<GradientRows> late_rows_;  // per tied parameter: its last use's rows
+  int64_t rows_exchanged_ = 0;
+  int64_t last_parts_in_pushes_ = 0;
+  int64_t summary_row_bytes_ = 0;
+
+  MicroBatches micro_batches_{options_.grad_accumulation_steps};
+  bool set_up_ = false;
+  bool failed_ = false;  // an exchange failed: no stop message at the end
+  int64_t steps_ = 0;
+  int64_t pushes_ = 0, pushes_from_hooks_ = 0, pulls_ = 0;
+  int64_t summary_steps_ = 0;
+  double summary_wait_s_ = 0;
+};
+
+}  // namespace mt::dist

@@ -1,0 +1,62 @@
+// Communication hooks: *what* travels for one bucket of gradients in S-SGD, after PyTorch DDP's
+// comm hooks. The synchronizer's schedule decides *when* a bucket goes; the hook sends it
+// (send: called the moment the bucket's last gradient is ready, returns the collective) and
+// writes the average over ranks back into it (finish: waits with the group's timeout). Dense,
+// float16 and compressed S-SGD are one synchronizer with three hooks, so every schedule overlaps
+// every kind of exchange with backward. Hooks with per-rank state (error-feedback residuals)
+// keep it per bucket and checkpoint it in parameter order, so a new bucket layout keeps it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/serialize.h"
+#include "core/tensor.h"
+#include "dist/comm/process_group.h"
+
+namespace mt::dist {
+
+// One bucket as a hook sees it.
+struct GradBucket {
+  size_t index = 0;             // the bucket's position in launch order, the same on every rank
+  Tensor grad;                  // flat float32: this rank's gradients in bucket order; finish
+                                // writes the average here (the hook may also use it as a buffer)
+  std::vector<Tensor> params;   // the bucket's parameters, in the same order
+  // "gradient bucket 2 (3 tensors, 1024 values)", for errors.
+  std::string describe() const;
+};
+
+class CommHook {
+ public:
+  virtual ~CommHook() = default;
+  // The synchronizer's name says it ("ssgd/two_bit(tau=0.500000)"); "" for the default.
+  virtual std::string name() const = 0;
+  // The buckets (parameter indices, in bucket order) over `params`: at setup and whenever the
+  // synchronizer rebuilds them. Hooks with per-bucket state carry it over here.
+  virtual void set_layout(const std::vector<std::vector<size_t>>& layout, const std::vector<Tensor>& params) {}
+  virtual std::shared_ptr<Work> send(const GradBucket& bucket) = 0;
+  virtual void finish(const GradBucket& bucket) = 0;
+  // After every bucket of the iteration has finished (before the optimizer step).
+  virtual void end_iteration() {}
+
+  // What the synchronizer answers for the trainer (synchronizer.h).
+  virtual bool exact_average() const { return true; }  // steps_on_gradient_average
+  virtual bool takes_over_momentum() const { return false; }
+  virtual bool keeps_state_per_rank() const { return false; }
+  virtual std::string epoch_summary() { return ""; }
+  // Collective: every rank's state to rank 0 before a checkpoint (replicas.h).
+  virtual void prepare_checkpoint() {}
+  virtual void append_state(core::StateDict& state) const {}
+  // After set_layout; entries the hook does not know are ignored.
+  virtual void load_state(const core::StateDict& state) {}
+};
+
+// sum over ranks / N, in place, float32: the default.
+std::unique_ptr<CommHook> make_allreduce_hook(std::shared_ptr<ProcessGroup> group);
+// grad / N sent as float16 (halves the bytes; no error feedback, so no state), summed by the
+// allreduce and widened back: PyTorch's fp16_compress_hook.
+std::unique_ptr<CommHook> make_fp16_hook(std::shared_ptr<ProcessGroup> group);
+std::vector<std::string> comm_hook_names();  // dist.ssgd.hook: "allreduce", "fp16"
+
+}  // namespace mt::dist
