@@ -627,7 +627,7 @@ TEST(DlcpSync, TrainsAsOneRankWithNTimesTheBatch) {
       x = x.narrow(0, c.rank * kRowsPerWorker, kRowsPerWorker).contiguous();
       y = y.narrow(0, c.rank * kRowsPerWorker, kRowsPerWorker).contiguous();
       core::cross_entropy(model->forward(x), y).backward();
-      sync->step(*opt);
+      mt::testing::step(*sync, *opt);
       opt->zero_grad();
     }
     const auto got = mt::testing::weights_of(*model);
