@@ -41,6 +41,7 @@
 #include "dist/dlcp/datagram_endpoint.h"
 #include "dist/dlcp/dlcp_synchronizer.h"
 #include "dist/dlcp/ring_allreduce.h"
+#include "support/fault_injector.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 

@@ -31,6 +31,7 @@
 #include "dist/dlcp/ps_server.h"
 #include "dist/dlcp/ps_worker.h"
 #include "dist/ps/ps_server.h"
+#include "support/fault_injector.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 

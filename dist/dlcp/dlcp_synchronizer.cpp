@@ -68,12 +68,7 @@ DlcpOptions dlcp_options_from(const mintrain::DistConfig& d, int rank) {
   o.lossless_pull = c.lossless_pull();
   o.partition_bytes = c.partition_bytes();
   for (const auto& p : c.paths()) o.paths.push_back(p);
-  if (c.inject_loss() > 0) {
-    FaultPlan plan;
-    plan.drop_fraction = c.inject_loss();
-    plan.seed = 1 + static_cast<uint64_t>(rank);
-    o.injector = std::make_shared<FaultInjector>(plan);
-  }
+  if (c.inject_loss() > 0) o.injector = random_loss(c.inject_loss(), 1 + static_cast<uint64_t>(rank));
   return o;
 }
 

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "dist/dlcp/exchange_record.h"
-#include "dist/dlcp/fault_injector.h"
 #include "dist/dlcp/ring_allreduce.h"
 #include "dist/dlcp/transport.h"
 #include "dist/comm/process_group.h"
@@ -36,7 +35,7 @@ struct DlcpOptions {
   bool lossless_pull = true;       // the parameter-server form (ps_worker.h)
   int64_t partition_bytes = 4 << 20;
   std::string config_text;
-  std::shared_ptr<FaultInjector> injector;  // tests, and dist.dlcp.inject_loss
+  std::shared_ptr<PacketFaults> injector;  // tests, and dist.dlcp.inject_loss
   std::ostream* log = nullptr;              // start-up notes
 };
 
