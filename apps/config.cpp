@@ -150,6 +150,13 @@ void check_finite(const pb::Message& msg, const std::string& prefix) {
   }
 }
 
+// A flat dist field of older configs, which moved into an algorithm's message: what to set now.
+// "" for any other name.
+std::string moved_field_note(const std::string& field) {
+  const std::string now = dist::moved_dist_field(field);
+  return now.empty() ? "" : "dist." + field + " is no longer read by training: set " + now + " instead";
+}
+
 }  // namespace
 
 RunConfig parse_config(const std::string& text, const std::string& source_name) {
@@ -158,6 +165,13 @@ RunConfig parse_config(const std::string& text, const std::string& source_name) 
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &config) || errors.has_error) {
+    // protobuf says: Message type "mintrain.DistConfig" has no field named "schedule".
+    const std::string& m = errors.message;
+    const size_t end = m.rfind('"'), begin = end == std::string::npos || end == 0 ? end : m.rfind('"', end - 1);
+    if (m.find("DistConfig") != std::string::npos && begin != std::string::npos) {
+      const std::string note = moved_field_note(m.substr(begin + 1, end - begin - 1));
+      if (!note.empty()) MT_FAIL(source_name, ":", errors.line + 1, ": ", note);
+    }
     MT_FAIL(source_name, ":", errors.line + 1, ":", errors.column + 1, ": ",
             errors.has_error ? errors.message : std::string("could not parse the config"));
   }
@@ -192,6 +206,7 @@ void apply_override(RunConfig& config, const std::string& assignment) {
     const pb::Descriptor* desc = msg->GetDescriptor();
     const pb::FieldDescriptor* field = desc->FindFieldByName(parts[i]);
     if (field == nullptr) {
+      if (walked == "dist" && !moved_field_note(parts[i]).empty()) MT_FAIL("--set ", path, ": ", moved_field_note(parts[i]));
       MT_FAIL("--set ", path, ": ", walked.empty() ? "the config" : "\"" + walked + "\"",
               " has no field \"", parts[i], "\"; valid fields are: ", join(field_names(desc)));
     }

@@ -22,11 +22,12 @@ RunConfig load_config(const std::string& path);
 
 // Applies one "path.to.field=value" assignment. Strings need no quotes; repeated fields are
 // replaced, written as "[1,2,3]" (or one bare value); a message field takes "{ ... }" text.
-// An unknown path lists the valid fields at the point where it went wrong.
+// An unknown path lists the valid fields at the point where it went wrong; a flat dist field
+// of older configs names its new place (as parse_config does).
 void apply_override(RunConfig& config, const std::string& assignment);
 
 // Names that select something (model, optimizer, dataset, schedule, dist.algorithm,
-// dist.schedule, dist.compression, ...) are matched in any case: this writes them the way the
+// dist.ssgd.schedule, dist.compressor.type, ...) are matched in any case: this writes them the way the
 // registries list them (lower case), so "BSP" and "bsp" are the same run.
 void normalize_names(RunConfig& config);
 

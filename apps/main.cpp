@@ -39,10 +39,6 @@
 #include "core/error.h"
 #include "core/serialize.h"
 #include "data/registry.h"
-#include "dist/ssgd/comm_hook.h"
-#include "dist/compress/compressor.h"
-#include "dist/ssgd/merge_plan.h"
-#include "dist/dssync/dssync_schedule.h"
 #include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
@@ -361,11 +357,10 @@ int cmd_help(const std::vector<std::string>&) {
             << "optimizers:        " << join(mt::optim::optimizer_names()) << "\n"
             << "lr schedules:      " << join(mt::optim::lr_schedule_types()) << "\n"
             << "datasets:          " << join(mt::apps::data_types()) << "\n"
-            << "dist.algorithm:    " << join(mt::dist::algorithm_names()) << "\n"
-            << "dist.ssgd.schedule: " << join(mt::dist::schedule_names()) << "\n"
-            << "dist.ssgd.hook:    " << join(mt::dist::comm_hook_names()) << "\n"
-            << "dist.compressor.type: " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
-            << "dist.dssync.schedule: " << join(mt::dist::dssync_schedule_types()) << "\n";
+            << "dist.algorithm:    " << join(mt::dist::algorithm_names()) << "\n";
+  for (const std::string& name : mt::dist::algorithm_names())
+    for (const mt::dist::Option& o : mt::dist::find_algorithm(name).names)
+      std::cout << "dist." << o.field << " (" << name << "): " << join(o.names) << "\n";
   return 0;
 }
 

@@ -6,8 +6,6 @@
 
 #include "core/error.h"
 #include "dist/registry.h"
-#include "dist/dlcp/ps_server.h"
-#include "dist/ps/ps_server.h"
 
 namespace mt::apps {
 
@@ -18,10 +16,7 @@ int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInf
   MT_CHECK(world.is_server(), "internal: rank ", world.rank, " is a worker, not a parameter server");
   MT_CHECK(dist::uses_parameter_servers(dc), who, ": this process was started as a parameter server "
            "(MINTRAIN_NUM_SERVERS=", world.servers, ") but dist.algorithm \"", dc.algorithm(), "\" uses none; ",
-           dist::kUseParameterServersHint);
-  MT_CHECK(dc.ps().servers() == 0 || dc.ps().servers() == world.servers, who, ": dist.ps.servers is ",
-           dc.ps().servers(), " but the job started ", world.servers, " servers (MINTRAIN_NUM_SERVERS); make them "
-           "agree, or set dist.ps.servers 0");
+           dist::parameter_servers_hint());
   MT_CHECK(dc.backend().empty() || dc.backend() == "gloo", who, ": servers talk over Gloo; dist.backend \"",
            dc.backend(), "\" cannot reach them (leave it empty: device gradients are staged through host memory)");
   // Ctrl-C and SIGTERM (forwarded by launch, or a scheduler's) make the workers finish the
@@ -35,20 +30,7 @@ int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInf
   po.interface = dc.interface();
   po.timeout = std::chrono::seconds(dc.timeout_seconds());
   const dist::Rendezvous r = dist::rendezvous(world, po);
-  if (dc.algorithm() == "dlcp") {  // gradients as datagrams (dist/dlcp/ps_server.h)
-    dist::dlcp::DlcpServerOptions so;
-    so.workers = world.workers();
-    so.servers = world.servers;
-    so.dlcp = dist::dlcp::dlcp_options_from(dc, world.rank);
-    dist::dlcp::DlcpParameterServer(r.group, so).run(&log);
-    return 0;
-  }
-  dist::PsServerOptions so;
-  so.workers = world.workers();
-  so.servers = world.servers;
-  so.partition_bytes = dist::server_partition_bytes(dc);
-  dist::ParameterServer server(r.group, so);
-  server.run(&log);
+  dist::find_algorithm(dc.algorithm()).serve({r.group, dc, world.workers(), world.servers, &log});
   return 0;
 }
 

@@ -1,10 +1,9 @@
 // A `mintrain train` process whose rank is a parameter server's (MINTRAIN_NUM_SERVERS: the last
 // ranks of the world, dist/comm/rendezvous.h): it builds no model and reads no data. It checks that
-// the config asks for servers (dist.algorithm "ps", dist.ps.servers agreeing with the launch),
-// joins the rendezvous with the workers on Gloo, and serves partitions (dist/ps/ps_server.h) until
-// worker 0 says stop (it ignores SIGINT and SIGTERM: the workers' checkpoint after Ctrl-C still
-// needs it). So one command line starts workers and servers alike, under `mintrain
-// launch --nservers S`, ssh, Slurm or mpirun.
+// the config asks for servers, joins the rendezvous with the workers on Gloo, and runs the
+// algorithm's server (its `serve`, dist/registry.h) until worker 0 says stop (it ignores SIGINT
+// and SIGTERM: the workers' checkpoint after Ctrl-C still needs it). So one command line starts
+// workers and servers alike, under `mintrain launch --nservers S`, ssh, Slurm or mpirun.
 #pragma once
 #include <iosfwd>
 

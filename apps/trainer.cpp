@@ -192,7 +192,7 @@ void Trainer::connect() {
     if (world.world_size > 1 || dc.force_distributed()) {
       MT_CHECK(world.servers == 0 || dist::uses_parameter_servers(dc), "rank ", world.rank, ": the job has ",
                world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
-               "\" uses none; ", dist::kUseParameterServersHint);
+               "\" uses none; ", dist::parameter_servers_hint());
       MT_CHECK(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
                "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;
@@ -598,7 +598,12 @@ TrainResult Trainer::train() {
         window_predictions += r.predictions;
         window_units += r.units;
       }
-      sync_->step(*optimizer_);
+      // The algorithm ends the iteration's exchange; where it leaves the step to the trainer (the
+      // gradients hold the average), the optimizer steps here.
+      if (!sync_->end_iteration(*optimizer_)) {
+        dist::TimelineSpan span(timeline_.get(), "optimizer");
+        optimizer_->step();
+      }
       optimizer_->zero_grad();
       if (bad_step_after_guard(step_loss)) {
         handle_nonfinite_step(step_loss);

@@ -1,10 +1,9 @@
 // Algorithms by name, as Caffe's layer registry: each data-parallel algorithm registers itself
-// in its own .cpp with MT_REGISTER_ALGORITHM, reading its own message of the config
-// (configs/mintrain.proto). Adding one is a file set in dist/, its proto message and its tests;
-// the trainer asks make_synchronizer for whatever dist.algorithm names.
+// in its own folder with MT_REGISTER_ALGORITHM, with everything the rest of the program asks
+// about it (its checks, how to build it, its string options, its parameter servers). Adding one
+// is a folder here, its message in configs/mintrain.proto and its tests; apps/ does not change.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -20,7 +19,7 @@ namespace mt::dist {
 // What an algorithm is built from.
 struct AlgorithmContext {
   std::shared_ptr<ProcessGroup> group;       // the world
-  const mintrain::DistConfig& dist;          // flat fields already mapped (dist_config.h)
+  const mintrain::DistConfig& dist;
   const mintrain::OptimizerConfig& optimizer;  // momentum correction takes SGD's momentum over
   std::string config_text;                   // checked equal on every rank at setup
   std::shared_ptr<Timeline> timeline;        // optional
@@ -31,11 +30,32 @@ struct AlgorithmContext {
   int64_t batch_size = 0;  // data.batch_size: samples per rank per step (0 = unknown)
 };
 
+// What a parameter server's process runs (`mintrain train` on a server's rank).
+struct ServerContext {
+  std::shared_ptr<ProcessGroup> world;  // the workers, then the servers; this process is a server
+  const mintrain::DistConfig& dist;
+  int workers = 0;
+  int servers = 0;
+  std::ostream* log = nullptr;
+};
+
+// A string option of the dist block, by its path under dist ("ssgd.schedule"), and a value.
+struct Option {
+  std::string field;
+  std::vector<std::string> names;  // the valid values; one value where it names a setting
+};
+
 struct Algorithm {
   // Checks the algorithm's own message (every run, whichever algorithm it uses); errors name
   // the field.
   void (*validate)(const mintrain::DistConfig& dist) = nullptr;
   std::unique_ptr<Synchronizer> (*make)(const AlgorithmContext& context) = nullptr;
+  // Its string options: written in any case, lower-cased, checked and listed by `mintrain help`.
+  std::vector<Option> names;
+  // Parameter servers: what a server's process runs (null: the algorithm uses none), and the
+  // setting that asks for them (no field: always), e.g. {"dlcp.architecture", {"ps"}}.
+  void (*serve)(const ServerContext& context) = nullptr;
+  Option servers_if;
 };
 
 bool register_algorithm(const std::string& name, Algorithm algorithm);
@@ -45,7 +65,7 @@ const Algorithm& find_algorithm(const std::string& name);
 
 // The synchronizer `run.dist.algorithm` names, on `group`; null group: one process, the
 // LocalSynchronizer. Names are taken as written (the trainer lower-cases them first:
-// normalize_dist_names). Errors about a field the config set under its older flat name say so.
+// normalize_dist_names).
 std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> group,
                                                 const mintrain::RunConfig& run,
                                                 std::string config_text = "",
@@ -54,33 +74,23 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
                                                 std::shared_ptr<ProcessGroup> world_with_servers = nullptr);
 
 // ---- The dist block of a run config ----
-// Each algorithm has its own message (configs/mintrain.proto: dist.ssgd, dist.cdsgd, ...);
-// older configs set flat fields (dist.schedule, dist.cdsgd_k, ...), mapped here onto the messages.
 
-// Names in any case, stored in lower case: algorithm, schedules, compressor type, backend and
-// transport (flat fields too, where set).
+// Names in any case, stored in lower case: algorithm, backend, transport and every registered
+// algorithm's string options.
 void normalize_dist_names(mintrain::DistConfig& dist);
-
-// The config with every flat field that is set moved onto its message field and cleared. A
-// flat field and its message field both set (to different values) is an Error naming both;
-// dist.comm_profile, which training no longer reads, is an Error naming dist.ssgd.alpha/beta.
-mintrain::DistConfig resolve_dist_config(const mintrain::DistConfig& dist);
-
-// Runs `fn`; an Error from it that names a message field which `written` sets as a flat field
-// names the flat field instead, as the config wrote it, and says its new name.
-void with_written_names(const mintrain::DistConfig& written, const std::function<void()>& fn);
 
 // Every check of the dist block, in every run (one process too, so a typo fails before the
 // launch): the fields common to all algorithms, then each registered algorithm's message.
 void validate_dist_config(const mintrain::DistConfig& dist);
 
-// Whether the configured algorithm runs parameter servers beside the workers ("ps", and
-// "bytescheduler" or "dlcp" with architecture "ps"), and the partition size the servers must check.
+// Whether the configured algorithm runs parameter servers beside the workers, and what a job
+// started with servers but an algorithm that uses none is told to do.
 bool uses_parameter_servers(const mintrain::DistConfig& dist);
-int64_t server_partition_bytes(const mintrain::DistConfig& dist);
-// What a job started with servers but an algorithm that uses none is told to do: the algorithms
-// above, and the alternative of starting no servers.
-extern const char* const kUseParameterServersHint;
+std::string parameter_servers_hint();
+
+// The dist fields of older configs, which moved into the algorithms' messages: the new name of
+// `dist.<field>`, or "" when it never was one.
+std::string moved_dist_field(const std::string& field);
 
 // Checks for the algorithms' validate functions; errors read "<field> must be >= <min> (got v)".
 void check_at_least(const std::string& field, double value, double min);
@@ -89,10 +99,11 @@ void check_name(const std::string& field, const std::string& value, const std::v
 
 }  // namespace mt::dist
 
-// Registers `name` (a bare identifier, e.g. ssgd) at start-up. The symbol mt_algorithm_<name>
-// is what dist/CMakeLists.txt asks the linker to keep: a static library drops object files that
-// nothing refers to, and an algorithm's file is referred to by its registration only.
-#define MT_REGISTER_ALGORITHM(name, validate_fn, make_fn) \
-  extern "C" {                                            \
-  bool mt_algorithm_##name = ::mt::dist::register_algorithm(#name, {validate_fn, make_fn}); \
+// Registers `name` (a bare identifier, e.g. ssgd) at start-up with an Algorithm. The symbol
+// mt_algorithm_<name> is what dist/CMakeLists.txt asks the linker to keep: a static library
+// drops object files that nothing refers to, and an algorithm's file is referred to by its
+// registration only.
+#define MT_REGISTER_ALGORITHM(name, ...) \
+  extern "C" {                           \
+  bool mt_algorithm_##name = ::mt::dist::register_algorithm(#name, __VA_ARGS__); \
   }

@@ -110,14 +110,6 @@ void broadcast_across_racks(ProcessGroup& group, const layers::Module& model, co
 
 }  // namespace
 
-void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what) {
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    MT_FAIL("rank ", group.rank(), " of ", group.size(), ": ", what, " failed: ", e.what());
-  }
-}
-
 double mean_over_ranks(ProcessGroup& group, double value) {
   const float hi = static_cast<float>(value);
   const float lo = static_cast<float>(value - static_cast<double>(hi));

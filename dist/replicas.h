@@ -15,10 +15,6 @@
 
 namespace mt::dist {
 
-// Waits for `work`; a failure (timeout, dead peer) is rethrown as an Error that also says what
-// this rank was doing, so the first line of the log is enough to find the problem.
-void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what);
-
 // The mean of `value` over the group's ranks (collective), sent as a float32 high part and its
 // rounding remainder (the collectives sum float32): each rank's value travels to about 48 bits,
 // and the sums over ranks round as float32 sums do. The one metric average.

@@ -1,21 +1,15 @@
-// The Synchronizer: the one seam between training and communication. The trainer calls it at
-// fixed points of every iteration (setup once; begin_iteration before forward; step after
-// backward; prepare_eval/prepare_checkpoint before evaluation and checkpoints) and autograd calls
-// on_gradient_ready the moment a parameter's gradient is final; a module calls
-// before_forward_use just before its forward reads a parameter (only for algorithms that gate
-// the forward); metrics_fields adds the algorithm's own numbers to each metrics record. Each
-// data-parallel algorithm implements it and registers itself by name (registry.h); the trainer
-// does not change when one is added. Rank, world size, metric averages and the stop vote belong
-// to the job (job.h).
+// The Synchronizer: the one seam between training and communication (README.md's seam table).
+// The trainer calls it at fixed points of every iteration and autograd calls on_gradient_ready
+// the moment a parameter's gradient is final. Rank, world size, metric averages and the stop
+// vote belong to the job (job.h).
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <string>
 
 #include "core/error.h"
 #include "core/serialize.h"
 #include "layers/module.h"
-#include "optim/optimizer.h"
+#include "optim/step_guard.h"
 
 namespace mt::dist {
 
@@ -29,22 +23,21 @@ class Synchronizer {
   virtual void setup(layers::Module& model, optim::Optimizer& optimizer);
   virtual void begin_iteration(int64_t iteration) {}
   virtual void on_gradient_ready(size_t param_index, core::Tensor& param) {}
-  // After backward: finish communication and update the weights.
-  // True when step() may return before the update is applied, and the next forward must wait,
-  // parameter by parameter, in before_forward_use. setup() then hooks every module that owns
-  // parameters (layers::Module::register_forward_pre_hook).
-  virtual bool gates_forward() const { return false; }
-  virtual void before_forward_use(size_t param_index, core::Tensor& param) {}
-  virtual void step(optim::Optimizer& optimizer) { optimizer.step(); }
+  // After the last micro-batch's backward: the end of the iteration's exchange. Algorithms that
+  // exchange gradients (S-SGD, the parameter server, DLCP) leave the average in every
+  // parameter's gradient and return false: the trainer steps its optimizer on it. Algorithms
+  // that own their update (CD-SGD, DS-Sync, local SGD, ByteScheduler) take it here, through
+  // `optimizer`, the trainer's StepGuard (whose NaN/Inf check, clipping and count of skipped
+  // steps then speak of their update), and return true.
+  virtual bool end_iteration(optim::StepGuard& optimizer) { return false; }
   virtual void prepare_eval(layers::Module& model) {}
   // Before the trainer saves a checkpoint (collective; only rank 0 writes the file): what
   // prepare_eval does, and algorithms whose ranks hold different state (DS-Sync, CD-SGD,
   // compressed exchanges) also collect every rank's on rank 0 for state_dict (replicas.h).
   virtual void prepare_checkpoint(layers::Module& model) { prepare_eval(model); }
   // True when the synchronizer applies SGD's momentum (and L2 weight decay) itself, before its
-  // exchange (momentum correction, momentum_correction.h): the optimizer given to setup and
-  // step must then be plain SGD without them, which the trainer builds (it still checks the
-  // averaged update for NaN/Inf and clips it, as for every algorithm).
+  // exchange (momentum correction, momentum_correction.h): the optimizer given to setup must
+  // then be plain SGD without them, which the trainer builds.
   virtual bool takes_over_momentum() const { return false; }
   // True when the optimizer steps on the plain average of this step's gradients, the same on
   // every rank: the step guard's loss-scale unscaling is then exact (loss scaling needs it).
@@ -61,10 +54,6 @@ class Synchronizer {
 
   virtual core::StateDict state_dict() const { return {}; }
   virtual void load_state_dict(const core::StateDict& state) {}
-
- private:
-  // The model's forward hooks outlive nothing: they check this token, which dies with us.
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 // Single-process training: nothing to communicate.

@@ -156,7 +156,6 @@ TEST(ByteSchedulerConfig, BadValuesNameTheField) {
   EXPECT_TRUE(has(ring, "unknown dist.bytescheduler.architecture \"ring\"") && has(ring, "a2a, ps")) << ring;
   EXPECT_TRUE(dist::uses_parameter_servers(bs_config("ps", 4096, 0)));
   EXPECT_FALSE(dist::uses_parameter_servers(bs_config("a2a", 4096, 0)));
-  EXPECT_EQ(dist::server_partition_bytes(bs_config("ps", 4096, 0)), 4096);
 }
 
 // ---- Training ----
@@ -223,12 +222,12 @@ class ByteSchedulerTest : public ::testing::Test {
 };
 
 // One iteration as the trainer runs it.
-void train_step(dist::Synchronizer& sync, optim::Optimizer& opt, layers::Module& model, int step, int workers,
+void train_step(dist::Synchronizer& sync, optim::StepGuard& opt, layers::Module& model, int step, int workers,
                 int rank, int64_t classes = kClasses) {
   sync.begin_iteration(step);
   auto [x, y] = shard(step, workers, rank, classes);
   core::cross_entropy(model.forward(x), y).backward();
-  sync.step(opt);
+  mt::testing::step(sync, opt);
   opt.zero_grad();
 }
 
@@ -419,7 +418,7 @@ TEST_F(ByteSchedulerTest, NanOnOneWorkerSkipsTheWholeStepEverywhere) {
     auto [x, y] = shard(1, kWorkers, c.rank);
     if (c.rank == 1) x.data<float>()[0] = std::nanf("");  // a bad example: NaN gradients in backward
     core::cross_entropy(model->forward(x), y).backward();
-    sync->step(guard);
+    mt::testing::step(*sync, guard);
     guard.zero_grad();
     EXPECT_TRUE(guard.last_step_skipped()) << "worker " << c.rank;
     EXPECT_EQ(guard.skipped_steps(), 1);
@@ -448,7 +447,10 @@ TEST_F(ByteSchedulerTest, KilledServerStopsEveryWorkerNamingIt) {
         }).detach();
       }
       try {
-        dist::ParameterServer(c.group, server_options(kWorkers, kServers, kPartitionBytes)).run();
+        // The server as `mintrain train` runs it on a server's rank: the registry's, with the
+        // config's partition size (a different one would fail worker 0's handshake).
+        const mintrain::DistConfig d = bs_config("ps", kPartitionBytes, 0);
+        dist::find_algorithm("bytescheduler").serve({c.group, d, kWorkers, kServers, nullptr});
       } catch (const std::exception&) {
         // Server 0 stops when the workers go; the test is about the workers.
       }

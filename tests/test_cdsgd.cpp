@@ -46,11 +46,16 @@ class VectorModel : public layers::Module {
   Tensor w_;
 };
 
-std::unique_ptr<optim::Optimizer> plain_sgd(const layers::Module& m, double lr, double momentum = 0) {
+std::unique_ptr<optim::Optimizer> sgd_of(const layers::Module& m, double lr, double momentum = 0) {
   optim::OptimizerOptions o;
   o.lr = lr;
   o.momentum = momentum;
   return optim::build_optimizer("sgd", m.parameters(), o);
+}
+
+// Inside the trainer's StepGuard, as the synchronizers get it.
+std::unique_ptr<optim::StepGuard> plain_sgd(const layers::Module& m, double lr, double momentum = 0) {
+  return mt::testing::guarded(sgd_of(m, lr, momentum));
 }
 
 dist::CdsgdOptions cdsgd(const std::string& compression, int warmup, int k, double lambda) {
@@ -111,7 +116,7 @@ TEST(Cdsgd, Gloo_ClosedFormOnTwoRanks) {
       for (int t = 0; t < T; ++t) {
         sync.begin_iteration(t);
         set_quadratic_grad(model.w_, c_i);
-        sync.step(*opt);
+        mt::testing::step(sync, *opt);
         opt->zero_grad();
       }
       auto W_at = [&](int t, size_t j) {
@@ -154,7 +159,7 @@ TEST(Cdsgd, Gloo_DelayCompensationTerm) {
     std::vector<double> g0(4), w1(4), W1(4), g1(4);
     sync.begin_iteration(0);
     set_quadratic_grad(model.w_, c_i);
-    sync.step(*opt);
+    mt::testing::step(sync, *opt);
     opt->zero_grad();
     for (size_t j = 0; j < 4; ++j) {
       g0[j] = W0[j] - c_i[j];
@@ -168,7 +173,7 @@ TEST(Cdsgd, Gloo_DelayCompensationTerm) {
     for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(got1[j], w1[j], 1e-6);
     sync.begin_iteration(1);
     set_quadratic_grad(model.w_, c_i);
-    sync.step(*opt);
+    mt::testing::step(sync, *opt);
     const auto got2 = model.w_.to_vector();
     for (size_t j = 0; j < 4; ++j) {
       const double want = W1[j] - a * (g1[j] + lambda * g1[j] * g1[j] * (W1[j] - w1[j]));
@@ -212,7 +217,7 @@ TEST(Cdsgd, Gloo_ParameterWithoutGradientCountsAsZeros) {
         } else {
           set_quadratic_grad(model.b_, {-0.5f * ctx.rank, 2.0f, 0.0f});
         }
-        sync.step(*opt);
+        mt::testing::step(sync, *opt);
         opt->zero_grad();
       }
       results[missing] = {model.a_.to_vector(), model.b_.to_vector(), sync.global_weights().to_vector()};
@@ -248,13 +253,13 @@ std::vector<float> all_weights(const layers::Module& m) {
   return w;
 }
 
-void train_steps(dist::Synchronizer& sync, layers::Module& model, optim::Optimizer& opt, int from,
+void train_steps(dist::Synchronizer& sync, layers::Module& model, optim::StepGuard& opt, int from,
                  int to, int rank) {
   for (int it = from; it < to; ++it) {
     sync.begin_iteration(it);
     auto [x, y] = batch(it, rank, 8);
     core::cross_entropy(model.forward(x), y).backward();
-    sync.step(opt);
+    mt::testing::step(sync, opt);
     opt.zero_grad();
   }
 }
@@ -297,7 +302,7 @@ std::vector<float> cdsgd_run(std::shared_ptr<dist::ProcessGroup> group, int rank
 
 // The reference: `steps` iterations of uncompressed S-SGD BSP.
 void train_ssgd_bsp(std::shared_ptr<dist::ProcessGroup> group, layers::Module& model,
-                    optim::Optimizer& opt, int steps, int rank) {
+                    optim::StepGuard& opt, int steps, int rank) {
   dist::SsgdOptions so;
   so.schedule = dist::Schedule::BSP;
   so.config_text = "same";
@@ -338,8 +343,8 @@ TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
     // job reaches about 52%).
     const double acc = mt::testing::train_synthetic_mlp(
         ctx.group, ctx.rank, dir.string(),
-        {"dist.algorithm=cdsgd", "dist.compression=TWO_BIT", "dist.compression_tau=0.05",
-         "dist.cdsgd_warmup_iters=10", "dist.cdsgd_k=5"},
+        {"dist.algorithm=cdsgd", "dist.compressor.type=TWO_BIT", "dist.compressor.tau=0.05",
+         "dist.cdsgd.warmup_iters=10", "dist.cdsgd.k=5"},
         log);
     if (ctx.rank == 0) {
       EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
@@ -360,15 +365,15 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
       return error_of([&] { dist::make_synchronizer(ctx.group, run); });
     };
     using Dist = mintrain::DistConfig;
-    EXPECT_NE(make([](Dist& s) { s.set_cdsgd_k(-1); }).find("dist.cdsgd_k"), std::string::npos);
-    EXPECT_NE(make([](Dist& s) { s.set_cdsgd_warmup_iters(-5); }).find("dist.cdsgd_warmup_iters"),
+    EXPECT_NE(make([](Dist& s) { s.mutable_cdsgd()->set_k(-1); }).find("dist.cdsgd.k"), std::string::npos);
+    EXPECT_NE(make([](Dist& s) { s.mutable_cdsgd()->set_warmup_iters(-5); }).find("dist.cdsgd.warmup_iters"),
               std::string::npos);
-    EXPECT_NE(make([](Dist& s) { s.set_cdsgd_lambda(-0.1); }).find("dist.cdsgd_lambda"),
+    EXPECT_NE(make([](Dist& s) { s.mutable_cdsgd()->set_lambda(-0.1); }).find("dist.cdsgd.lambda"),
               std::string::npos);
-    EXPECT_NE(make([](Dist& s) { s.set_compression("ZIP"); }).find("unknown dist.compression \"ZIP\""),
+    EXPECT_NE(make([](Dist& s) { s.mutable_compressor()->set_type("ZIP"); }).find("unknown dist.compressor.type \"ZIP\""),
               std::string::npos);
-    EXPECT_NE(make([](Dist& s) { s.set_compression("two_bit"); s.set_compression_tau(0); })
-                  .find("dist.compression_tau"),
+    EXPECT_NE(make([](Dist& s) { s.mutable_compressor()->set_type("two_bit"); s.mutable_compressor()->set_tau(0); })
+                  .find("dist.compressor.tau"),
               std::string::npos);
     EXPECT_NE(make([](Dist& s) { s.set_grad_accumulation_steps(2); })
                   .find("dist.grad_accumulation_steps must be 1"),
@@ -547,7 +552,7 @@ TEST(Cdsgd, Gloo_MomentumCorrectionWarmUpIsMomentumSsgdAndResumesExactly) {
       oo.momentum = 0.9;
       oo.nesterov = true;
       oo.weight_decay = 1e-3;
-      auto o1 = optim::build_optimizer("sgd", m1->parameters(), oo);
+      auto o1 = mt::testing::guarded(optim::build_optimizer("sgd", m1->parameters(), oo));
       auto o2 = plain_sgd(*m2, 0.1);  // plain SGD: the synchronizer takes the momentum over
       train_ssgd_bsp(ctx.group, *m1, *o1, 6, ctx.rank);
       dist::CdsgdSynchronizer cd(ctx.group, options(100, "none"));
@@ -623,7 +628,7 @@ TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
     }
     sync.begin_iteration(0);
     set_quadratic_grad(model.w_, target(ctx.rank));
-    sync.step(*opt);
+    mt::testing::step(sync, *opt);
     opt->zero_grad();
     for (size_t j = 0; j < 4; ++j) ASSERT_NEAR(model.w_.to_vector()[j], W[j], 1e-6) << "warm-up";
     for (int s = 0; s < delayed_steps; ++s) {
@@ -649,7 +654,7 @@ TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
           w[i][j] = W[j] - (a * f) * (g[i][j] + lambda * g[i][j] * g[i][j] * (W[j] - w[i][j]));
       sync.begin_iteration(1 + s);
       set_quadratic_grad(model.w_, target(ctx.rank));
-      sync.step(*opt);
+      mt::testing::step(sync, *opt);
       opt->zero_grad();
       const auto got = model.w_.to_vector();
       for (size_t j = 0; j < 4; ++j) ASSERT_NEAR(got[j], w[ctx.rank][j], 1e-5) << "delayed step " << s << " j " << j;
@@ -741,7 +746,7 @@ TEST(Cdsgd, Gloo_StepDoesNotWaitForCompression) {
       core::cross_entropy(m->forward(x), y).backward();
       // The hooks handed every bucket over during backward; step() launches nothing.
       EXPECT_EQ(s.launched_buckets(), static_cast<size_t>(B)) << "iteration " << it;
-      s.step(*o);
+      mt::testing::step(s, *o);
       o->zero_grad();
       if (it == 0) continue;  // warm-up: full precision, no compression
       ++delayed;
@@ -771,7 +776,7 @@ TEST(Cdsgd, Gloo_LocalStepGoesThroughTheStepGuard) {
     const float a = 0.1f, max_norm = 0.5f;
     const std::vector<float> W0 = {1.0f, -2.0f, 0.5f, 3.0f};
     VectorModel model(W0);
-    optim::StepGuard guard(plain_sgd(model, a), max_norm);
+    optim::StepGuard guard(sgd_of(model, a), max_norm);
     dist::CdsgdSynchronizer sync(ctx.group, cdsgd("none", 0, 0, 0.0));
     sync.setup(model, guard);
     // Step 0: no exchange in flight yet, so W = W0 and the local step is W0 - a * clip(g).
@@ -785,7 +790,7 @@ TEST(Cdsgd, Gloo_LocalStepGoesThroughTheStepGuard) {
     }
     norm = std::sqrt(norm);
     ASSERT_GT(norm, max_norm);
-    sync.step(guard);
+    mt::testing::step(sync, guard);
     guard.zero_grad();
     EXPECT_FALSE(guard.last_step_skipped());
     EXPECT_NEAR(guard.last_grad_norm(), norm, 1e-5);
@@ -800,7 +805,7 @@ TEST(Cdsgd, Gloo_LocalStepGoesThroughTheStepGuard) {
       bad[2] = std::nanf("");
       Tensor(model.w_).set_grad(Tensor::from_vector(bad, {4}));
     }
-    sync.step(guard);
+    mt::testing::step(sync, guard);
     guard.zero_grad();
     EXPECT_EQ(guard.last_step_skipped(), ctx.rank == 0);
     EXPECT_EQ(guard.skipped_steps(), ctx.rank == 0 ? 1 : 0);
@@ -810,7 +815,7 @@ TEST(Cdsgd, Gloo_LocalStepGoesThroughTheStepGuard) {
     // Step 2: exchange 1 (rank 0's bucket sent as zeros) lands in W on both ranks.
     sync.begin_iteration(2);
     set_quadratic_grad(model.w_, target(ctx.rank));
-    sync.step(guard);
+    mt::testing::step(sync, guard);
     guard.zero_grad();
     for (float v : sync.global_weights().to_vector()) EXPECT_TRUE(std::isfinite(v));
     for (float v : model.w_.to_vector()) EXPECT_TRUE(std::isfinite(v));
@@ -950,7 +955,7 @@ TEST(Cdsgd, CudaParametersTrainLikeCpu) {
       s.begin_iteration(it);
       auto [x, y] = batch(it, 0, 8);
       core::cross_entropy(m->forward(x.to(device)), y.to(device)).backward();
-      s.step(*o);
+      mt::testing::step(s, *o);
       o->zero_grad();
     }
     s.prepare_eval(*m);

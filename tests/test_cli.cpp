@@ -138,6 +138,7 @@ TEST(Cli, ConfigErrorsExitThreeAtOnceInOneProcess) {
   std::ofstream(empty) << "\n";
   for (const std::string args : {"train " + kConfigs + "mlp_synthetic.prototxt --set dist.algorithm=foo",
                                  "train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.lr=inf",
+                                 "train " + kConfigs + "mlp_synthetic.prototxt --set dist.cdsgd_k=3",
                                  "train " + empty.string(), "eval " + empty.string() + " --checkpoint x"}) {
     SCOPED_TRACE(args);
     const Result r = run(args);
@@ -146,6 +147,8 @@ TEST(Cli, ConfigErrorsExitThreeAtOnceInOneProcess) {
   }
   EXPECT_TRUE(has(run("train " + kConfigs + "mlp_synthetic.prototxt --set dist.algorithm=foo").err, "cdsgd"));
   EXPECT_TRUE(has(run("train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.lr=inf").err, "optimizer.lr"));
+  // A flat dist field of older configs names the field it moved to.
+  EXPECT_TRUE(has(run("train " + kConfigs + "mlp_synthetic.prototxt --set dist.cdsgd_k=3").err, "set dist.cdsgd.k"));
 }
 
 // The README's "Using it" order: a run, then another command into the same default folder.

@@ -84,19 +84,19 @@ std::vector<float> all_weights(const layers::Module& m) {
   return w;
 }
 
-std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m, double momentum) {
+std::unique_ptr<optim::StepGuard> sgd(const layers::Module& m, double momentum) {
   optim::OptimizerOptions o;
   o.lr = 0.1;
   o.momentum = momentum;
-  return optim::build_optimizer("sgd", m.parameters(), o);
+  return mt::testing::guarded(optim::build_optimizer("sgd", m.parameters(), o));
 }
 
-void train_steps(dist::Synchronizer& sync, layers::Module& model, optim::Optimizer& opt, int steps, int rank) {
+void train_steps(dist::Synchronizer& sync, layers::Module& model, optim::StepGuard& opt, int steps, int rank) {
   for (int it = 0; it < steps; ++it) {
     sync.begin_iteration(it);
     auto [x, y] = batch(it, rank, 8);
     core::cross_entropy(model.forward(x), y).backward();
-    sync.step(opt);
+    mt::testing::step(sync, opt);
     opt.zero_grad();
   }
 }
@@ -261,7 +261,7 @@ TEST(CompressedSsgd, Gloo_GradientAccumulationCompressesTheSum) {
           auto [x, y] = batch(2 * it + micro, ctx.rank, 4);
           core::cross_entropy(model->forward(x), y).backward();
         }
-        sync.step(*opt);
+        mt::testing::step(sync, *opt);
         opt->zero_grad();
       }
       weights.push_back(all_weights(*model));
@@ -344,7 +344,7 @@ TEST(CompressedSsgd, Gloo_FusionCompressesBeforeBackwardEnds) {
         } else {
           EXPECT_GE(early, 1u) << dist::schedule_name(schedule) << " iteration " << it;
         }
-        sync.step(*opt);
+        mt::testing::step(sync, *opt);
         opt->zero_grad();
       }
       EXPECT_NE(sync.epoch_summary().find("sent per iteration"), std::string::npos);

@@ -138,25 +138,25 @@ void check_resume_is_exact(int ranks, const std::vector<std::string>& overrides,
   fs::remove_all(dir);
 }
 
-const std::vector<std::string> kFusionSmallCaps = {"dist.schedule=FUSION", "dist.bucket_cap_mb=0.002",
-                                                   "dist.first_bucket_cap_mb=0.001"};
+const std::vector<std::string> kFusionSmallCaps = {"dist.ssgd.schedule=FUSION", "dist.ssgd.bucket_cap_mb=0.002",
+                                                   "dist.ssgd.first_bucket_cap_mb=0.001"};
 // Caps that put [fc3, fc2] and [fc1] in two messages, whose offsets change when the first
 // iteration shows that weights' hooks fire before biases'.
-const std::vector<std::string> kFusionTwoMessages = {"dist.schedule=FUSION", "dist.bucket_cap_mb=1",
-                                                     "dist.first_bucket_cap_mb=0.00267"};
+const std::vector<std::string> kFusionTwoMessages = {"dist.ssgd.schedule=FUSION", "dist.ssgd.bucket_cap_mb=1",
+                                                     "dist.ssgd.first_bucket_cap_mb=0.00267"};
 // alpha = 1 s per message: every merge pays, so the plan is one message whatever the timings
 // (a plan from measured timings could differ between runs A and B for reasons other than resume).
-const std::vector<std::string> kMgwfbpOneMessage = {"dist.schedule=MGWFBP", "dist.profile_iters=3",
-                                                    "dist.alpha=1", "dist.beta=0"};
+const std::vector<std::string> kMgwfbpOneMessage = {"dist.ssgd.schedule=MGWFBP", "dist.ssgd.profile_iters=3",
+                                                    "dist.ssgd.alpha=1", "dist.ssgd.beta=0"};
 
 }  // namespace
 
 // Two ranks, as jobs usually start: the packing cannot show here (see the top), so these guard the
 // rest of the multi-rank resume path (shards, learning-rate schedule, momentum, DS-Sync's state).
-TEST(DistResume, Gloo_Bsp) { check_resume_is_exact(2, {"dist.schedule=BSP"}, 21); }
-TEST(DistResume, Gloo_Wfbp) { check_resume_is_exact(2, {"dist.schedule=WFBP"}, 21); }
+TEST(DistResume, Gloo_Bsp) { check_resume_is_exact(2, {"dist.ssgd.schedule=BSP"}, 21); }
+TEST(DistResume, Gloo_Wfbp) { check_resume_is_exact(2, {"dist.ssgd.schedule=WFBP"}, 21); }
 TEST(DistResume, Gloo_Fusion) { check_resume_is_exact(2, kFusionSmallCaps, 21); }
-TEST(DistResume, Gloo_Mgwfbp) { check_resume_is_exact(2, {"dist.schedule=MGWFBP", "dist.profile_iters=3"}, 21); }
+TEST(DistResume, Gloo_Mgwfbp) { check_resume_is_exact(2, {"dist.ssgd.schedule=MGWFBP", "dist.ssgd.profile_iters=3"}, 21); }
 TEST(DistResume, Gloo_Dssync) { check_resume_is_exact(2, {"dist.algorithm=dssync"}, 21); }
 
 // Before the fix: 1 of fc2's 16 bias values differed (one iteration packed differently).
@@ -169,17 +169,17 @@ TEST(DistResume, Gloo_MgwfbpThreeRanksMidProfile) { check_resume_is_exact(3, kMg
 // CD-SGD: every rank's local weights, residual and velocity differ (and an exchange is in
 // flight at the stop); compressed S-SGD: every rank's residual and velocity differ.
 TEST(DistResume, Gloo_CdsgdTwoBit) {
-  check_resume_is_exact(2, {"dist.algorithm=cdsgd", "dist.compression=TWO_BIT", "dist.compression_tau=0.05",
-                            "dist.cdsgd_warmup_iters=4", "dist.cdsgd_k=3"}, 13);
+  check_resume_is_exact(2, {"dist.algorithm=cdsgd", "dist.compressor.type=TWO_BIT", "dist.compressor.tau=0.05",
+                            "dist.cdsgd.warmup_iters=4", "dist.cdsgd.k=3"}, 13);
 }
 TEST(DistResume, Gloo_CompressedSsgdTopkWithWarmUp) {
-  check_resume_is_exact(2, {"dist.compression=TOPK", "dist.topk_ratio=0.05", "dist.topk_warmup_iters=20"}, 13);
+  check_resume_is_exact(2, {"dist.compressor.type=TOPK", "dist.compressor.topk_ratio=0.05", "dist.compressor.topk_warmup_iters=20"}, 13);
 }
 // Compressed FUSION on 3 ranks: per-bucket residuals and velocities, kept in parameter order,
 // survive the buckets' rebuild after the first iteration and the resume's restored layout.
 TEST(DistResume, Gloo_CompressedFusionTwoBitThreeRanks) {
   std::vector<std::string> o = kFusionTwoMessages;
-  o.insert(o.end(), {"dist.compression=TWO_BIT", "dist.compression_tau=0.05"});
+  o.insert(o.end(), {"dist.compressor.type=TWO_BIT", "dist.compressor.tau=0.05"});
   check_resume_is_exact(3, o, 13);
 }
 // Groups of 2 among 4 ranks: every rank's weights differ from the average (with 2 ranks the group
@@ -225,20 +225,20 @@ namespace {
 
 constexpr int64_t kImage = 8, kClasses = 10;
 
-std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
+std::unique_ptr<optim::StepGuard> sgd(const layers::Module& m) {
   optim::OptimizerOptions o;
   o.lr = 0.05;
   o.momentum = 0.9;
-  return optim::build_optimizer("sgd", m.parameters(), o);
+  return mt::testing::guarded(optim::build_optimizer("sgd", m.parameters(), o));
 }
 
 // One training iteration on data drawn from (seed, iteration).
-void train_step(dist::Synchronizer& sync, layers::Module& model, optim::Optimizer& opt, int64_t it, uint64_t seed) {
+void train_step(dist::Synchronizer& sync, layers::Module& model, optim::StepGuard& opt, int64_t it, uint64_t seed) {
   core::Generator gen(seed * 1000 + static_cast<uint64_t>(it));
   const Tensor x = core::randn({4, 1, kImage, kImage}, 0.0f, 1.0f, gen);
   sync.begin_iteration(it);
   core::sum(model.forward(x)).backward();
-  sync.step(opt);
+  mt::testing::step(sync, opt);
   opt.zero_grad();
 }
 
@@ -406,13 +406,13 @@ TEST(DistResumeState, Gloo_OtherSettingsStartAfreshWithANote) {
     };
     auto caps = ssgd(dist::Schedule::FUSION, nullptr);
     caps.bucket_cap_mb = 0.004;
-    EXPECT_TRUE(contains(load_into(caps, fusion), "made with dist.bucket_cap_mb 0.002 (this run: ssgd/fusion)"));
-    EXPECT_TRUE(contains(load_into(ssgd(dist::Schedule::WFBP, nullptr), fusion), "made with dist.schedule fusion"));
+    EXPECT_TRUE(contains(load_into(caps, fusion), "made with dist.ssgd.bucket_cap_mb 0.002 (this run: ssgd/fusion)"));
+    EXPECT_TRUE(contains(load_into(ssgd(dist::Schedule::WFBP, nullptr), fusion), "made with dist.ssgd.schedule fusion"));
     auto profile = ssgd(dist::Schedule::MGWFBP, nullptr);
     profile.profile_iters = 3;
     profile.alpha = -1;  // measured at start-up
     const std::string note = load_into(profile, mgwfbp);
-    EXPECT_TRUE(contains(note, "dist.profile_iters 2, dist.alpha 1"));
+    EXPECT_TRUE(contains(note, "dist.ssgd.profile_iters 2, dist.ssgd.alpha 1"));
     EXPECT_TRUE(contains(note, "starting the buckets afresh"));
     // The plan was made on 2 ranks (settings[1] is the world size).
     EXPECT_TRUE(contains(load_into(ssgd(dist::Schedule::MGWFBP, nullptr), with_value(mgwfbp, "ssgd.settings", 1, 2)),

@@ -41,6 +41,7 @@
 #include "dist/dlcp/datagram_endpoint.h"
 #include "dist/dlcp/dlcp_synchronizer.h"
 #include "dist/dlcp/ring_allreduce.h"
+#include "support/fault_injector.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 
@@ -627,7 +628,7 @@ TEST(DlcpSync, TrainsAsOneRankWithNTimesTheBatch) {
       x = x.narrow(0, c.rank * kRowsPerWorker, kRowsPerWorker).contiguous();
       y = y.narrow(0, c.rank * kRowsPerWorker, kRowsPerWorker).contiguous();
       core::cross_entropy(model->forward(x), y).backward();
-      sync->step(*opt);
+      mt::testing::step(*sync, *opt);
       opt->zero_grad();
     }
     const auto got = mt::testing::weights_of(*model);

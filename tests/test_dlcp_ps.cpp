@@ -31,6 +31,7 @@
 #include "dist/dlcp/ps_server.h"
 #include "dist/dlcp/ps_worker.h"
 #include "dist/ps/ps_server.h"
+#include "support/fault_injector.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 
@@ -227,7 +228,7 @@ TEST(DlcpPs, TrainsToTheWeightsOfTheGlooParameterServer) {
         sync->begin_iteration(s);
         auto [x, y] = shard(s, kWorkers, c.rank);
         core::cross_entropy(model->forward(x), y).backward();
-        sync->step(*opt);
+        mt::testing::step(*sync, *opt);
         opt->zero_grad();
       }
       if (auto* d = dynamic_cast<DlcpPsSynchronizer*>(sync.get())) {
@@ -355,8 +356,6 @@ TEST(DlcpPsConfig, BadValuesAreRefusedNamingTheField) {
   dist::normalize_dist_names(good);
   EXPECT_NO_THROW(dist::validate_dist_config(good));
   EXPECT_TRUE(dist::uses_parameter_servers(good));
-  good.mutable_dlcp()->set_partition_bytes(4096);
-  EXPECT_EQ(dist::server_partition_bytes(good), 4096);
   good.mutable_dlcp()->set_architecture("ring");
   EXPECT_FALSE(dist::uses_parameter_servers(good));
 

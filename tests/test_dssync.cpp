@@ -332,11 +332,11 @@ std::pair<Tensor, Tensor> batch(int step, int rank, int64_t rows = 8) {
   return {x, Tensor::from_vector(y, {rows})};
 }
 
-std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m, double lr) {
+std::unique_ptr<optim::StepGuard> sgd(const layers::Module& m, double lr) {
   optim::OptimizerOptions o;
   o.lr = lr;
   o.momentum = 0.9;
-  return optim::build_optimizer("sgd", m.parameters(), o);
+  return mt::testing::guarded(optim::build_optimizer("sgd", m.parameters(), o));
 }
 
 std::vector<float> flat_weights(const layers::Module& m) {
@@ -357,13 +357,13 @@ dist::DsSyncOptions options(const std::string& type = "butterfly", int g = 2) {
   return o;
 }
 
-void train_steps(dist::DsSyncSynchronizer& sync, layers::Module& model, optim::Optimizer& opt,
+void train_steps(dist::DsSyncSynchronizer& sync, layers::Module& model, optim::StepGuard& opt,
                  int rank, int steps) {
   for (int it = 0; it < steps; ++it) {
     sync.begin_iteration(it);
     auto [x, y] = batch(it, rank);
     core::cross_entropy(model.forward(x), y).backward();
-    sync.step(opt);
+    mt::testing::step(sync, opt);
     opt.zero_grad();
   }
 }
@@ -507,22 +507,22 @@ TEST(DsSyncGloo, FactoryRejectsBadConfigWithTheFieldName) {
       }
     };
     mintrain::DistConfig sc;
-    sc.set_dssync_group_size(0);
-    expect_error(sc, "dist.dssync_group_size");
+    sc.mutable_dssync()->set_group_size(0);
+    expect_error(sc, "dist.dssync.group_size");
     sc = {};
-    sc.add_dssync_rack(0);
-    sc.add_dssync_rack(1);
-    sc.set_dssync_ranks_per_rack(1);
-    expect_error(sc, "dist.dssync_ranks_per_rack");
+    sc.mutable_dssync()->add_rack(0);
+    sc.mutable_dssync()->add_rack(1);
+    sc.mutable_dssync()->set_ranks_per_rack(1);
+    expect_error(sc, "dist.dssync.ranks_per_rack");
     sc = {};
-    for (int r : {0, 1, 2}) sc.add_dssync_rack(r);
-    expect_error(sc, "dist.dssync_rack");
+    for (int r : {0, 1, 2}) sc.mutable_dssync()->add_rack(r);
+    expect_error(sc, "dist.dssync.rack");
     sc = {};
-    sc.set_dssync_global_average_every(-1);
-    expect_error(sc, "dist.dssync_global_average_every");
+    sc.mutable_dssync()->set_global_average_every(-1);
+    expect_error(sc, "dist.dssync.global_average_every");
     sc = {};
-    sc.set_dssync_schedule("shuffle");
-    expect_error(sc, "dist.dssync_schedule");
+    sc.mutable_dssync()->set_schedule("shuffle");
+    expect_error(sc, "dist.dssync.schedule");
     mintrain::RunConfig run;
     run.mutable_dist()->set_algorithm("dssync");
     EXPECT_EQ(dist::make_synchronizer(c.group, run)->name(), "dssync/butterfly");
@@ -539,7 +539,7 @@ TEST(DsSyncGloo, TrainerLearnsOnFourRanks) {
     std::ostringstream log;
     const double acc = mt::testing::train_synthetic_mlp(
         c.group, c.rank, dir.string(),
-        {"dist.algorithm=dssync", "dist.dssync_spread_every=32", "dist.timeline_file=trace-{rank}.json"},
+        {"dist.algorithm=dssync", "dist.dssync.spread_every=32", "dist.timeline_file=trace-{rank}.json"},
         log);
     EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes = 10%
     if (c.rank == 0) {
@@ -695,7 +695,7 @@ TEST(DsSyncGloo, TwoStepsWithALearningRateMatchTheHandComputedReference) {
     VectorModel model({static_cast<float>(w0)});
     optim::OptimizerOptions oo;
     oo.lr = a;
-    auto opt = optim::build_optimizer("sgd", model.parameters(), oo);
+    auto opt = mt::testing::guarded(optim::build_optimizer("sgd", model.parameters(), oo));
     dist::DsSyncSynchronizer sync(ctx.group, options());
     sync.setup(model, *opt);
     // The groups the reference assumes.
@@ -706,7 +706,7 @@ TEST(DsSyncGloo, TwoStepsWithALearningRateMatchTheHandComputedReference) {
       const float v = model.w_.to_vector()[0];
       core::Tensor(model.w_).set_grad(
           core::Tensor::from_vector(std::vector<float>{static_cast<float>(s(ctx.rank) * (v - c(ctx.rank)))}, {1}));
-      sync.step(*opt);
+      mt::testing::step(sync, *opt);
       opt->zero_grad();
       EXPECT_NEAR(model.w_.to_vector()[0], t == 0 ? x[ctx.rank] : w[ctx.rank], 1e-6)
           << "rank " << ctx.rank << " iteration " << t;
@@ -743,7 +743,7 @@ TEST(DsSyncGloo, LimitedCrossingCountsOneFlowPerRackAndStaysExact) {
     VectorModel model({static_cast<float>(w0)});
     optim::OptimizerOptions oo;
     oo.lr = a;
-    auto opt = optim::build_optimizer("sgd", model.parameters(), oo);
+    auto opt = mt::testing::guarded(optim::build_optimizer("sgd", model.parameters(), oo));
     auto o = options();
     o.schedule.cross_period = 2;
     o.schedule.rack_of = {0, 0, 0, 0, 1, 1, 1, 1};
@@ -754,7 +754,7 @@ TEST(DsSyncGloo, LimitedCrossingCountsOneFlowPerRackAndStaysExact) {
       const float v = model.w_.to_vector()[0];
       core::Tensor(model.w_).set_grad(
           core::Tensor::from_vector(std::vector<float>{static_cast<float>(s(ctx.rank) * (v - c(ctx.rank)))}, {1}));
-      sync.step(*opt);
+      mt::testing::step(sync, *opt);
       opt->zero_grad();
       EXPECT_NEAR(model.w_.to_vector()[0], reference[t][ctx.rank], 1e-5) << "rank " << ctx.rank << " iteration " << t;
       // Every rank's count of this step, gathered: the ranks of each rack that crossed.

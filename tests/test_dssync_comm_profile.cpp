@@ -216,7 +216,7 @@ TEST(DsSyncCommProfile, ModelUsesTheMeasuredGroupTimesWhereTheyApply) {
   const std::string layers = write_layers(dir);
   const std::string flat = write_profile(dir + "/flat.json", 0);
   const std::vector<std::string> base = {kMlpConfig, "--layer-times", layers, "--workers", "1,4,8",
-                                         "--set", "dist.dssync_group_size=2"};
+                                         "--set", "dist.dssync.group_size=2"};
   auto model = [&](const std::string& profile, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = base;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -239,13 +239,13 @@ TEST(DsSyncCommProfile, ModelUsesTheMeasuredGroupTimesWhereTheyApply) {
       {"partition": "", "crosses_racks": true, "bytes": [1000, 4000], "seconds": [1, 2]}])");
   EXPECT_NE(dssync_ms(model(plain), 4), dssync_ms(out, 4));
   EXPECT_NEAR(dssync_ms(model(plain), 8), dssync_ms(out, 8), 1e-9);
-  const std::string groups4 = model(flat, {"--set", "dist.dssync_group_size=4"});
+  const std::string groups4 = model(flat, {"--set", "dist.dssync.group_size=4"});
   EXPECT_TRUE(contains(groups4, "not used, the model's DS-Sync has groups of 4, one rack"));
-  EXPECT_NEAR(dssync_ms(groups4, 4), dssync_ms(model(plain, {"--set", "dist.dssync_group_size=4"}), 4), 1e-9);
+  EXPECT_NEAR(dssync_ms(groups4, 4), dssync_ms(model(plain, {"--set", "dist.dssync.group_size=4"}), 4), 1e-9);
 
   // Two racks of 2, crossing every 2nd iteration: (6 + 30) / 2 = 18 ms of averaging.
-  const std::vector<std::string> racks = {"--set", "dist.dssync_ranks_per_rack=2", "--set",
-                                          "dist.dssync_cross_period=2", "--bandwidth-gbps", "1",
+  const std::vector<std::string> racks = {"--set", "dist.dssync.ranks_per_rack=2", "--set",
+                                          "dist.dssync.cross_period=2", "--bandwidth-gbps", "1",
                                           "--ranks-per-rack", "2", "--inter-bandwidth-gbps", "0.1"};
   const std::string two_racks = model(write_profile(dir + "/racks.json", 2), racks);
   EXPECT_NEAR(dssync_ms(two_racks, 4), 5.5 + 18.0, 1e-3) << two_racks;

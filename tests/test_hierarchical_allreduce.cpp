@@ -187,11 +187,11 @@ std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
   return mt::testing::synthetic_batch(step, rows, kImage, kClasses);
 }
 
-std::unique_ptr<optim::Optimizer> sgd(const layers::Module& m) {
+std::unique_ptr<optim::StepGuard> sgd(const layers::Module& m) {
   optim::OptimizerOptions o;
   o.lr = 0.1;
   o.momentum = 0.9;
-  return optim::build_optimizer("sgd", m.parameters(), o);
+  return mt::testing::guarded(optim::build_optimizer("sgd", m.parameters(), o));
 }
 
 }  // namespace
@@ -244,7 +244,7 @@ TEST(HierarchicalAllreduce, SsgdOnNRanksMatchesOneRankWithNTimesTheBatch) {
           Tensor x = batch.first.narrow(0, c.rank * per_rank, per_rank).contiguous();
           Tensor y = batch.second.narrow(0, c.rank * per_rank, per_rank).contiguous();
           core::cross_entropy(model->forward(x), y).backward();
-          sync->step(*opt);
+          mt::testing::step(*sync, *opt);
           opt->zero_grad();
         }
         const auto got = mt::testing::weights_of(*model);

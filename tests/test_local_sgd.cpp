@@ -77,10 +77,10 @@ std::vector<double> bsp_reference(int n, int steps) {
   return w;
 }
 
-std::unique_ptr<optim::Optimizer> plain_sgd(const layers::Module& m) {
+std::unique_ptr<optim::StepGuard> plain_sgd(const layers::Module& m) {
   optim::OptimizerOptions o;
   o.lr = kLr;
-  return optim::build_optimizer("sgd", m.parameters(), o);
+  return mt::testing::guarded(optim::build_optimizer("sgd", m.parameters(), o));
 }
 
 // Built through the registry, as the trainer builds it.
@@ -105,7 +105,7 @@ TEST(LocalSgd, Gloo_EveryRankMatchesTheReferenceComputedHere) {
       for (int t = 0; t < 8; ++t) {
         sync->begin_iteration(t);
         set_grad(model.w_, ctx.rank);
-        sync->step(*opt);
+        mt::testing::step(*sync, *opt);
         opt->zero_grad();
         const auto expected = local_sgd_reference(n, kPeriod, t + 1)[ctx.rank];
         const auto got = model.w_.to_vector();
@@ -133,7 +133,7 @@ TEST(LocalSgd, Gloo_IsNotPlainBsp) {
     for (int t = 0; t < kSteps; ++t) {
       sync->begin_iteration(t);
       set_grad(model.w_, ctx.rank);
-      sync->step(*opt);
+      mt::testing::step(*sync, *opt);
       opt->zero_grad();
     }
     const auto got = model.w_.to_vector();
@@ -153,7 +153,7 @@ TEST(LocalSgd, Gloo_EvaluationShowsTheAverageAndTrainingGoesOnLocally) {
     sync->setup(model, *opt);
     sync->begin_iteration(0);
     set_grad(model.w_, ctx.rank);
-    sync->step(*opt);
+    mt::testing::step(*sync, *opt);
     opt->zero_grad();
     const auto mine = model.w_.to_vector();
     const auto ranks = local_sgd_reference(2, 4, 1);

@@ -96,7 +96,7 @@ std::vector<std::vector<float>> run_steps(std::shared_ptr<dist::ProcessGroup> gr
     sync->begin_iteration(s);
     auto [x, y] = mt::testing::synthetic_batch(s, kRows, kImage, kClasses);
     core::cross_entropy(model->forward(x.to(device)), y.to(device)).backward();
-    sync->step(*optimizer);
+    mt::testing::step(*sync, *optimizer);
     optimizer->zero_grad();
   }
   sync->prepare_eval(*model);

@@ -286,7 +286,7 @@ TEST_F(PsTest, BspWfbpAndStaggeredWithOneTwoThreeServersMatchSsgdAndOneRank) {
             } else if (schedule == "bsp") {
               EXPECT_EQ(early, 0) << what << " step " << s;
             }
-            sync->step(*opt);
+            mt::testing::step(*sync, *opt);
             opt->zero_grad();
           }
           EXPECT_GT(ps.plan().size(), opt->params().size()) << "the first layer is cut into several partitions";
@@ -310,7 +310,7 @@ TEST_F(PsTest, BspWfbpAndStaggeredWithOneTwoThreeServersMatchSsgdAndOneRank) {
             ssgd.begin_iteration(s);
             auto [x, y] = shard(s, kWorkers, c.rank);
             core::cross_entropy(ref_model->forward(x), y).backward();
-            ssgd.step(*ref_opt);
+            mt::testing::step(ssgd, *ref_opt);
             ref_opt->zero_grad();
           }
           expect_close(ps_weights, mt::testing::weights_of(*ref_model), what + ", worker " + std::to_string(c.rank) + " vs S-SGD");
@@ -340,7 +340,7 @@ TEST_F(PsTest, ThreeWorkersAndWholeParametersMatchOneRank) {
       sync->begin_iteration(s);
       auto [x, y] = shard(s, kWorkers, c.rank);
       core::cross_entropy(model->forward(x), y).backward();
-      sync->step(*opt);
+      mt::testing::step(*sync, *opt);
       opt->zero_grad();
     }
     expect_close(mt::testing::weights_of(*model), single, "3 workers, worker " + std::to_string(c.rank));
@@ -377,7 +377,7 @@ TEST_F(PsTest, StaggeredPushesFinishedGroupsDuringBackward) {
       core::cross_entropy(model->forward(x), y).backward();
       EXPECT_GE(ps.pushes_during_backward() - before, static_cast<int64_t>(first.size())) << "step " << s;
       EXPECT_LT(ps.pushes_during_backward() - before, static_cast<int64_t>(ps.plan().size())) << "step " << s;
-      sync->step(*opt);
+      mt::testing::step(*sync, *opt);
       opt->zero_grad();
     }
     expect_close(mt::testing::weights_of(*model), single, "staggered, worker " + std::to_string(c.rank));
@@ -486,7 +486,7 @@ TEST_F(PsTest, TiedParameterIsExchangedInTwoPartsAndMatchesOneRank) {
             } else {
               EXPECT_EQ(early, 0) << what << " step " << s;
             }
-            sync->step(*opt);
+            mt::testing::step(*sync, *opt);
             opt->zero_grad();
             if (s == 0) {
               EXPECT_EQ(ps.split_parameters(), (std::vector<bool>{split, false, false})) << what;
@@ -534,7 +534,7 @@ TEST_F(PsTest, TiedLookupPartRidesWithPartitionsNotPushedYet) {
       auto [x, y] = tied_batch(s, kWorkers, c.rank);
       core::cross_entropy(model.forward(x), y).backward();
       if (s > 0) rows += distinct(x, 22);
-      sync->step(*opt);
+      mt::testing::step(*sync, *opt);
       opt->zero_grad();
     }
     ASSERT_EQ(ps.plan().size(), 6u);  // the table in 3 (64, 64, 16 floats), hidden, bias, unused

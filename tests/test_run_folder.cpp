@@ -271,7 +271,7 @@ TEST(JobShape, TwoRanksResumedOnOneProcessContinueTheSchedule) {
 TEST(JobShape, PerRankStateRefusesAnotherWorldSizeNamingBoth) {
   const fs::path out = temp_dir("per_rank");
   const std::vector<std::string> cdsgd = {"data.batch_size=16", "epochs=2", "dist.algorithm=cdsgd",
-                                          "dist.compression=two_bit", "dist.cdsgd_warmup_iters=2"};
+                                          "dist.compressor.type=two_bit", "dist.cdsgd.warmup_iters=2"};
   ASSERT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
                 TrainerOptions o;
                 o.group = ctx.group;
@@ -372,15 +372,15 @@ TEST(FineTuning, WeightsCopyWhatMatchesAndSayWhatDidNot) {
 TEST(ConfigValidation, EveryFloatMustBeFiniteAndDistIsCheckedInOneProcess) {
   RunConfig c = load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
   for (const std::string bad : {"optimizer.lr=inf", "optimizer.lr=nan", "model.dropout=nan",
-                                "data.train_transform.mean=[inf]", "dist.bucket_cap_mb=inf"}) {
+                                "data.train_transform.mean=[inf]", "dist.ssgd.bucket_cap_mb=inf"}) {
     SCOPED_TRACE(bad);
     RunConfig x = c;
     apply_override(x, bad);
     const std::string field = bad.substr(0, bad.find('='));
     EXPECT_TRUE(th::contains(th::error_of([&] { validate_config(x); }), field)) << bad;
   }
-  for (const std::string bad : {"dist.algorithm=foo", "dist.schedule=bsq", "dist.compression=zip",
-                                "dist.timeout_seconds=0", "dist.topk_ratio=2"}) {
+  for (const std::string bad : {"dist.algorithm=foo", "dist.ssgd.schedule=bsq", "dist.compressor.type=zip",
+                                "dist.timeout_seconds=0", "dist.compressor.topk_ratio=2"}) {
     SCOPED_TRACE(bad);
     RunConfig x = c;
     apply_override(x, bad);
@@ -400,13 +400,13 @@ TEST(ConfigValidation, TheIbverbsTransportIsRefusedAtOnceWithTheWayOut) {
 
 TEST(ConfigValidation, NamesAreMatchedInAnyCase) {
   RunConfig c = load_config(std::string(MT_SOURCE_DIR) + "/configs/mlp_synthetic.prototxt");
-  apply_override(c, "dist.schedule=MGWFBP");
-  apply_override(c, "dist.compression=Two_Bit");
+  apply_override(c, "dist.ssgd.schedule=MGWFBP");
+  apply_override(c, "dist.compressor.type=Two_Bit");
   apply_override(c, "optimizer.name=SGD");
   EXPECT_NO_THROW(validate_config(c));
   normalize_names(c);
-  EXPECT_EQ(c.dist().schedule(), "mgwfbp");
-  EXPECT_EQ(c.dist().compression(), "two_bit");
+  EXPECT_EQ(c.dist().ssgd().schedule(), "mgwfbp");
+  EXPECT_EQ(c.dist().compressor().type(), "two_bit");
   EXPECT_EQ(c.optimizer().name(), "sgd");
 }
 

@@ -283,7 +283,7 @@ std::vector<std::vector<float>> train_ranks(int n, dist::SsgdOptions o, int step
         const Tensor loss = core::cross_entropy(model->forward(x), y);
         loss.backward(Tensor::full(loss.shape(), 1.0 / micro));
       }
-      sync.step(*opt);
+      mt::testing::step(sync, *opt);
       opt->zero_grad();
     }
     result[r] = mt::testing::weights_of(*model);
@@ -331,7 +331,7 @@ TEST_F(SsgdTest, WfbpAndFusionStartCommunicatingBeforeBackwardEnds) {
         core::cross_entropy(model->forward(x), y).backward();
         ASSERT_EQ(launched_at_hook->size(), opt->params().size());
         early[r].push_back((*launched_at_hook)[launched_at_hook->size() - 2]);
-        sync.step(*opt);
+        mt::testing::step(sync, *opt);
         opt->zero_grad();
       }
     });
@@ -388,7 +388,7 @@ TEST_F(SsgdTest, SchedulesBuildTheExpectedMessages) {
         sync.begin_iteration(it);
         auto [x, y] = global_batch(it, 8);
         core::cross_entropy(model->forward(x), y).backward();
-        sync.step(*opt);
+        mt::testing::step(sync, *opt);
         opt->zero_grad();
       }
       if (r == 0) {
@@ -420,7 +420,7 @@ TEST_F(SsgdTest, MgwfbpMeasuresTheNetworkAndProfilesBackward) {
       sync.begin_iteration(it);
       auto [x, y] = global_batch(it, 8);
       core::cross_entropy(model->forward(x), y).backward();
-      sync.step(*opt);
+      mt::testing::step(sync, *opt);
       opt->zero_grad();
     }
     EXPECT_EQ(sync.profiled_backward().size(), 6u);
@@ -513,7 +513,7 @@ TEST_F(SsgdTest, GradientAccumulationMatchesTheBigBatchAndCommunicatesOnce) {
         EXPECT_EQ(dynamic_cast<FakeGroup&>(*g).allreduces_issued, before);
       }
     }
-    sync.step(*opt);
+    mt::testing::step(sync, *opt);
     count[r] = dynamic_cast<FakeGroup&>(*g).allreduces_issued - before;
   });
   EXPECT_EQ(count, (std::vector<int64_t>{6, 6}));
@@ -533,7 +533,7 @@ TEST_F(SsgdTest, TimelineRecordsComputeAndCommunication) {
       sync.begin_iteration(it);
       auto [x, y] = global_batch(it, 8);
       core::cross_entropy(model->forward(x), y).backward();
-      sync.step(*opt);
+      mt::testing::step(sync, *opt, o.timeline.get());
     }
     o.timeline->write();
   });
@@ -558,7 +558,7 @@ TEST_F(SsgdTest, TrainerLearnsOnFourRanks) {
   run_ranks(4, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
     acc[r] = mt::testing::train_synthetic_mlp(
         g, r, dir.string(),
-        {"dist.schedule=MGWFBP", "dist.profile_iters=2", "dist.timeline_file=trace-{rank}.json"}, log0);
+        {"dist.ssgd.schedule=MGWFBP", "dist.ssgd.profile_iters=2", "dist.timeline_file=trace-{rank}.json"}, log0);
   });
   for (int r = 1; r < 4; ++r) EXPECT_EQ(acc[r], acc[0]);
   EXPECT_GT(acc[0], 60.0) << log0.str();  // chance is 1/classes
@@ -624,7 +624,7 @@ TEST_F(SsgdTest, Gloo_EverySchedule_NRanksMatchOneRankWithNTimesTheBatch) {
           sync.begin_iteration(it);
           auto [x, y] = slice(global_batch(it, kRows), c.rank * per_rank, per_rank);
           core::cross_entropy(model->forward(x), y).backward();
-          sync.step(*opt);
+          mt::testing::step(sync, *opt);
           opt->zero_grad();
         }
         expect_close(mt::testing::weights_of(*model), reference, "gloo " + dist::schedule_name(s));

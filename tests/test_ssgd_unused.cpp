@@ -17,6 +17,7 @@
 #include "dist/ssgd/ssgd_synchronizer.h"
 #include "layers/module.h"
 #include "optim/registry.h"
+#include "support/dist_training.h"
 #include "support/multiprocess.h"
 
 namespace mt {
@@ -60,7 +61,7 @@ void check_world(int n) {
                 auto model = std::make_shared<TwoBranches>(7 + ctx.rank);  // the broadcast makes them rank 0's
                 optim::OptimizerOptions oo;
                 oo.lr = 1.0;
-                auto opt = optim::build_optimizer("sgd", model->parameters(), oo);
+                auto opt = mt::testing::guarded(optim::build_optimizer("sgd", model->parameters(), oo));
                 dist::SsgdOptions so;
                 so.schedule = dist::Schedule::WFBP;  // a message per parameter: the order is visible
                 so.config_text = "same";
@@ -87,7 +88,7 @@ void check_world(int n) {
                 for (int step = 0; step < 2; ++step) {
                   sync.begin_iteration(step);
                   model->loss(input_of(ctx.rank), ctx.rank % 2 == 1).backward();
-                  sync.step(*opt);
+                  mt::testing::step(sync, *opt);
                   if (step == 0) {
                     // lr 1, plain SGD: the step moved each weight by exactly the averaged gradient.
                     const std::vector<std::vector<float>> now = {model->a_.to_vector(), model->b_.to_vector()};

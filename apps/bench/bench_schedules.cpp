@@ -135,7 +135,7 @@ int rank_main(const Args& args) {
       warmup += 2;  // the first delayed steps too: timed iterations are all compressed and delayed
     }
     if (sync->takes_over_momentum()) oo.momentum = 0.0;  // momentum correction: as the trainer
-    auto opt = optim::build_optimizer("sgd", model->parameters(), oo);
+    auto opt = std::make_unique<optim::StepGuard>(optim::build_optimizer("sgd", model->parameters(), oo), 0.0);
     sync->setup(*model, *opt);
     model->train();
     for (int it = 0; it < warmup + args.iters; ++it) {
@@ -150,7 +150,7 @@ int rank_main(const Args& args) {
       const auto t1 = Clock::now();
       loss.backward();
       const auto t2 = Clock::now();
-      sync->step(*opt);
+      if (!sync->end_iteration(*opt)) opt->step();
       opt->zero_grad();
       const auto t3 = Clock::now();
       if (it >= warmup) {

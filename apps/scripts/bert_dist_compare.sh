@@ -38,13 +38,13 @@ mkdir -p "$out"
 for r in $runs; do
   case "$r" in
     single) run_one single ;;
-    mgwfbp) run_one mgwfbp --set dist.schedule=MGWFBP ;;
+    mgwfbp) run_one mgwfbp --set dist.ssgd.schedule=MGWFBP ;;
     # Two-bit quantization at a threshold that suits BERT's small gradients (after clipping to
     # norm 1 the mean |g| is ~1e-3), plain S-SGD for the first 20 iterations, a full-precision
     # exchange every 5th.
-    cdsgd) run_one cdsgd --set dist.algorithm=cdsgd --set dist.compression=TWO_BIT \
-             --set dist.compression_tau=0.002 --set dist.cdsgd_warmup_iters=20 --set dist.cdsgd_k=5 ;;
-    dssync) run_one dssync --set dist.algorithm=dssync --set dist.dssync_group_size=2 ;;
+    cdsgd) run_one cdsgd --set dist.algorithm=cdsgd --set dist.compressor.type=TWO_BIT \
+             --set dist.compressor.tau=0.002 --set dist.cdsgd.warmup_iters=20 --set dist.cdsgd.k=5 ;;
+    dssync) run_one dssync --set dist.algorithm=dssync --set dist.dssync.group_size=2 ;;
     *) echo "unknown run '$r' (single, mgwfbp, cdsgd, dssync)" >&2; exit 2 ;;
   esac
 done

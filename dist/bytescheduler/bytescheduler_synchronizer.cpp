@@ -12,6 +12,7 @@
 #include "dist/registry.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_protocol.h"
+#include "dist/ps/ps_server.h"
 #include "dist/replicas.h"
 #include "optim/step_guard.h"
 
@@ -194,9 +195,30 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
                                                       std::to_string(options_.search_iters) + " iterations each")
                   << std::endl;
   }
-  Synchronizer::setup(model, optimizer);  // grad-ready hooks, forward gates
+  Synchronizer::setup(model, optimizer);  // grad-ready hooks
+  gate_forward(model);
   engine_ = std::thread([this] { engine_loop(); });
   set_up_ = true;
+}
+
+void ByteSchedulerSynchronizer::gate_forward(layers::Module& model) {
+  // Every module that owns parameters asks, before its forward, for each of them by its index
+  // among the optimizer's parameters (tied weights are found where they are registered).
+  std::vector<layers::Module*> modules = {&model};
+  for (size_t m = 0; m < modules.size(); ++m)
+    for (const auto& [name, child] : modules[m]->named_children()) modules.push_back(child.get());
+  std::weak_ptr<bool> alive = alive_;
+  for (layers::Module* module : modules) {
+    std::vector<size_t> indices;
+    for (const auto& [name, tensor] : module->own_parameters())
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (params_[i].same(tensor)) indices.push_back(i);
+    if (indices.empty()) continue;
+    module->register_forward_pre_hook([this, alive, indices](layers::Module&) {
+      if (alive.expired()) return;
+      for (size_t i : indices) before_forward_use(i);
+    });
+  }
 }
 
 void ByteSchedulerSynchronizer::begin_iteration(int64_t iteration) {
@@ -279,7 +301,7 @@ void ByteSchedulerSynchronizer::on_gradient_ready(size_t param_index, core::Tens
   if (!staged) stage(param_index);
 }
 
-void ByteSchedulerSynchronizer::step(optim::Optimizer& optimizer) {
+bool ByteSchedulerSynchronizer::end_iteration(optim::StepGuard& optimizer) {
   micro_batches_.check_step("worker", workers_->rank());
   optimizer_ = &optimizer;
   if (!exchange_open_) start_exchange();
@@ -330,7 +352,8 @@ void ByteSchedulerSynchronizer::step(optim::Optimizer& optimizer) {
   norm_sq_ = 0;
   ++exchanges_;
   ++summary_steps_;
-  if (auto* guard = dynamic_cast<optim::StepGuard*>(&optimizer)) guard->record_step(pending_skipped_, last_norm_);
+  optimizer.record_step(pending_skipped_, last_norm_);
+  return true;
 }
 
 void ByteSchedulerSynchronizer::choose_credit_after(double seconds) {
@@ -358,7 +381,7 @@ void ByteSchedulerSynchronizer::choose_credit_after(double seconds) {
   }
 }
 
-void ByteSchedulerSynchronizer::before_forward_use(size_t param_index, core::Tensor& param) {
+void ByteSchedulerSynchronizer::before_forward_use(size_t param_index) {
   if (!pending_ || applied_[param_index]) return;
   const auto gate_start = Clock::now();
   {
@@ -679,7 +702,6 @@ namespace {
 
 void validate_bytescheduler(const mintrain::DistConfig& d) {
   const mintrain::ByteSchedulerConfig& b = d.bytescheduler();
-  check_name("dist.bytescheduler.architecture", b.architecture(), {"a2a", "ps"});
   check_at_least("dist.bytescheduler.partition_bytes", static_cast<double>(b.partition_bytes()), 8);
   check_at_least("dist.bytescheduler.credit_bytes", static_cast<double>(b.credit_bytes()), 0);
   check_at_least("dist.bytescheduler.search_iters", b.search_iters(), 2);
@@ -710,7 +732,16 @@ std::unique_ptr<Synchronizer> make_bytescheduler(const AlgorithmContext& c) {
   return std::make_unique<ByteSchedulerSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
 
+// Architecture "ps": the parameter server's, with ByteScheduler's partitions.
+void serve_bytescheduler(const ServerContext& c) {
+  ParameterServer(c.world, {c.workers, c.servers, c.dist.bytescheduler().partition_bytes()}).run(c.log);
+}
+
 }  // namespace
 }  // namespace mt::dist
 
-MT_REGISTER_ALGORITHM(bytescheduler, mt::dist::validate_bytescheduler, mt::dist::make_bytescheduler)
+MT_REGISTER_ALGORITHM(bytescheduler, {.validate = mt::dist::validate_bytescheduler,
+                                      .make = mt::dist::make_bytescheduler,
+                                      .names = {{"bytescheduler.architecture", {"a2a", "ps"}}},
+                                      .serve = mt::dist::serve_bytescheduler,
+                                      .servers_if = {"bytescheduler.architecture", {"ps"}}})

@@ -79,9 +79,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
-  void step(optim::Optimizer& optimizer) override;
-  bool gates_forward() const override { return true; }
-  void before_forward_use(size_t param_index, core::Tensor& param) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;  // every update applied, worker 0's batch-norm statistics
   bool keeps_state_per_rank() const override { return false; }
   std::string epoch_summary() override;
@@ -112,6 +110,10 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
     double seconds = 0;
     int samples = 0;
   };
+  // The next forward waits, parameter by parameter, for the pending update: a forward pre-hook
+  // on every module that owns parameters calls before_forward_use for each of them.
+  void gate_forward(layers::Module& model);
+  void before_forward_use(size_t param_index);
   void start_exchange();
   void stage(size_t param);           // main thread: gradient to the send buffers, marked ready
   void finish_pending();              // main thread: every partition arrived, every update applied
@@ -176,6 +178,8 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   double summary_wait_s_ = 0, summary_gate_s_ = 0;
   std::vector<std::shared_ptr<Work>> command_work_;  // "ps", worker 0
   std::vector<Tensor> commands_;
+  // The model's forward pre-hooks outlive nothing: they check this token, which dies with us.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace mt::dist

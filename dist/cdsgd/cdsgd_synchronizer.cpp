@@ -241,23 +241,19 @@ void CdsgdSynchronizer::step_global(const Tensor& average, double lr) {
   for (auto& p : params_) Tensor(p).zero_grad();
 }
 
-void CdsgdSynchronizer::step_local(optim::Optimizer& optimizer, const Tensor& local_direction) {
+void CdsgdSynchronizer::step_local(optim::StepGuard& optimizer, const Tensor& local_direction) {
   // The parameters hold W; a skipped step (NaN/Inf) leaves them there. The gradients are views
   // of the direction, made for this step only.
   view_as_grads(local_direction, params_);
   local_sgd_->set_lr(optimizer.lr() * options_.local_lr_factor);
-  if (auto* guard = dynamic_cast<optim::StepGuard*>(&optimizer)) {
-    guard->step_with(*local_sgd_);
-  } else {
-    local_sgd_->step();
-  }
+  optimizer.step_with(*local_sgd_);
 }
 
-void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
-  MT_CHECK(pipeline_ != nullptr, "rank ", rank(), ": step() before setup()");
-  MT_CHECK(&optimizer == optimizer_, "rank ", rank(), ": CD-SGD step() got another optimizer than "
+bool CdsgdSynchronizer::end_iteration(optim::StepGuard& optimizer) {
+  MT_CHECK(pipeline_ != nullptr, "rank ", rank(), ": end_iteration() before setup()");
+  MT_CHECK(&optimizer == optimizer_, "rank ", rank(), ": CD-SGD end_iteration() got another optimizer than "
            "setup(); it steps the global weights with the one given to setup");
-  MT_CHECK(!showing_global_, "rank ", rank(), ": CD-SGD step() after prepare_eval() without "
+  MT_CHECK(!showing_global_, "rank ", rank(), ": CD-SGD end_iteration() after prepare_eval() without "
            "begin_iteration(); call begin_iteration before each iteration's forward");
   // 1. Whatever backward did not hand over yet (no hooks, unused parameters: their gradients,
   //    or zeros) goes now, in bucket order.
@@ -290,7 +286,7 @@ void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
     pending_lr_ = optimizer.lr();
     apply_pending();  // leaves W in the parameters: the local weights
     ++steps_;
-    return;
+    return true;
   }
   // Every pass over the whole model here runs on the training thread, between this backward
   // and the next forward: the gradient g, the launched direction d and the local weights w are
@@ -320,6 +316,7 @@ void CdsgdSynchronizer::step(optim::Optimizer& optimizer) {
   for (auto& p : params_) Tensor(p).zero_grad();
   ++steps_;
   if (!pipeline_->encoding_done(*launched)) ++steps_before_encoding_done_;
+  return true;
 }
 
 void CdsgdSynchronizer::prepare_eval(layers::Module& model) {
@@ -528,4 +525,6 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
 }  // namespace
 }  // namespace mt::dist
 
-MT_REGISTER_ALGORITHM(cdsgd, mt::dist::validate_cdsgd, mt::dist::make_cdsgd)
+MT_REGISTER_ALGORITHM(cdsgd, {.validate = mt::dist::validate_cdsgd,
+                               .make = mt::dist::make_cdsgd,
+                               .names = {{"compressor.type", mt::dist::compressor_names()}}})

@@ -94,7 +94,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   // Copies the gradient into its bucket; a complete bucket (and the complete ones after it, in
   // bucket order) goes to the communication side at once.
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
-  void step(optim::Optimizer& optimizer) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;
   // prepare_eval, then every rank's local weights, residual and velocity to rank 0 (they differ
   // between ranks; replicas.h), stored by state_dict as "cdsgd.rank<r>.*".
@@ -147,7 +147,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   // W <- update(W, averaged decoded gradients) at learning rate lr.
   void step_global(const Tensor& average, double lr);
   // w <- W - lr_local * local_direction, through the step guard when the optimizer is one.
-  void step_local(optim::Optimizer& optimizer, const Tensor& local_direction);
+  void step_local(optim::StepGuard& optimizer, const Tensor& local_direction);
   core::StateDict own_state() const;  // what differs between ranks
   void append_velocity(core::StateDict& state) const;
   void load_velocity(const core::StateDict& state);

@@ -4,7 +4,6 @@
 #include <map>
 
 #include "core/error.h"
-#include "dist/dssync/dssync_schedule.h"
 
 namespace mt::dist {
 namespace {
@@ -28,16 +27,6 @@ void run_level(const std::shared_ptr<Work>& work, const std::string& level, cons
 }
 
 }  // namespace
-
-std::vector<int> racks_from_config(const std::vector<int>& rack, int ranks_per_rack, int world_size,
-                                   const std::string& field) {
-  MT_CHECK(rack.empty() || ranks_per_rack == 0, "set ", field, ".rack (one id per rank) or ", field,
-           ".ranks_per_rack, not both");
-  if (ranks_per_rack > 0) return racks_of_consecutive(world_size, ranks_per_rack);
-  MT_CHECK(rack.empty() || static_cast<int>(rack.size()) == world_size, field, ".rack has ", rack.size(),
-           " entries but the job has ", world_size, " ranks; give one rack id per rank");
-  return rack;
-}
 
 HierarchicalGroup::HierarchicalGroup(std::shared_ptr<ProcessGroup> world, std::vector<int> rack_of,
                                      std::chrono::milliseconds timeout)

@@ -35,6 +35,7 @@
 
 #include "dist/comm/comm_queue.h"
 #include "dist/comm/process_group.h"
+#include "dist/comm/topology.h"
 
 namespace mt::dist {
 
@@ -118,10 +119,5 @@ class HierarchicalGroup final : public ProcessGroup {
   CommQueue* levels_[3] = {};                  // level l's thread: one of queues_
   std::unique_ptr<CommQueue> queues_[3];       // last: destroyed first, before the groups
 };
-
-// Racks from a config: `rack` (one id per rank) when given, else `ranks_per_rack` consecutive
-// ranks per rack; `field` names the config message in errors ("dist.ssgd").
-std::vector<int> racks_from_config(const std::vector<int>& rack, int ranks_per_rack, int world_size,
-                                   const std::string& field);
 
 }  // namespace mt::dist

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "dist/replicas.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist {
 

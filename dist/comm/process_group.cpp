@@ -43,6 +43,14 @@ std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group) {
   return fresh;
 }
 
+void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    MT_FAIL("rank ", group.rank(), " of ", group.size(), ": ", what, " failed: ", e.what());
+  }
+}
+
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                    const ProcessGroupOptions& options) {
   // A peer that dies closes its sockets; Gloo's next write to one would raise SIGPIPE and kill

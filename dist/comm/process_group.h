@@ -73,6 +73,10 @@ class ProcessGroup {
   virtual void release_subgroup(const std::vector<int>& ranks) = 0;
 };
 
+// Waits for `work`; a failure (timeout, dead peer) is rethrown as an Error that also says what
+// this rank was doing, so the first line of the log is enough to find the problem.
+void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what);
+
 struct ProcessGroupOptions {
   std::string backend = "gloo";    // "gloo" (CPU tensors) or "nccl" (CUDA tensors)
   std::string transport = "tcp";   // gloo: "tcp" or "ibverbs"

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "dist/replicas.h"
+#include "dist/comm/process_group.h"
 
 namespace mt::dist {
 
@@ -83,6 +83,23 @@ std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe) 
     for (int j = 0; j < n; ++j)  // both ends timed the same pair: the faster view, as above
       seconds[i][j] = std::min(flat[static_cast<size_t>(i * n + j)], flat[static_cast<size_t>(j * n + i)]);
   return racks_from_times(seconds);
+}
+
+std::vector<int> racks_of_consecutive(int world, int ranks_per_rack) {
+  std::vector<int> rack_of;
+  if (ranks_per_rack > 0)
+    for (int r = 0; r < world; ++r) rack_of.push_back(r / ranks_per_rack);
+  return rack_of;
+}
+
+std::vector<int> racks_from_config(const std::vector<int>& rack, int ranks_per_rack, int world_size,
+                                   const std::string& field) {
+  MT_CHECK(rack.empty() || ranks_per_rack == 0, "set ", field, ".rack (one id per rank) or ", field,
+           ".ranks_per_rack, not both");
+  if (ranks_per_rack > 0) return racks_of_consecutive(world_size, ranks_per_rack);
+  MT_CHECK(rack.empty() || static_cast<int>(rack.size()) == world_size, field, ".rack has ", rack.size(),
+           " entries but the job has ", world_size, " ranks; give one rack id per rank");
+  return rack;
 }
 
 }  // namespace mt::dist

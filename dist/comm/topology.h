@@ -1,5 +1,5 @@
-// Which ranks share a rack (or host), measured at start-up for DS-Sync's bottleneck-aware
-// schedule when the config does not say. Every pair of ranks times a few allreduces of one
+// Which ranks share a rack (or host): as the config gives them, or measured at start-up for
+// DS-Sync's bottleneck-aware schedule when the config does not say. Every pair of ranks times a few allreduces of one
 // message on its own two-rank communicator; pairs run in the rounds of a round-robin tournament
 // (disjoint pairs at once, the same rounds on every rank, so creating the pair communicators
 // cannot deadlock). The times are allgathered, so every rank clusters the same matrix and
@@ -11,6 +11,7 @@
 // set is a rack. Loopback timings on a busy machine are noisy: prefer racks from the config.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dist/comm/process_group.h"
@@ -28,5 +29,13 @@ std::vector<int> racks_from_times(const std::vector<std::vector<double>>& second
 
 // Collective over `world`: every rank must call it. Returns the rack id of every rank.
 std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe = {});
+
+// The rack of each of `world` ranks for racks of `ranks_per_rack` consecutive ranks (0: one rack,
+// empty), as dist.dssync.ranks_per_rack and dist.ssgd.ranks_per_rack assign them.
+std::vector<int> racks_of_consecutive(int world, int ranks_per_rack);
+// Racks from a config: `rack` (one id per rank) when given, else `ranks_per_rack` consecutive
+// ranks per rack; `field` names the config message in errors ("dist.ssgd").
+std::vector<int> racks_from_config(const std::vector<int>& rack, int ranks_per_rack, int world_size,
+                                   const std::string& field);
 
 }  // namespace mt::dist

@@ -15,7 +15,6 @@ CompressionOptions compression_options(const mintrain::CompressorConfig& config)
 }
 
 void validate_compressor(const mintrain::CompressorConfig& config) {
-  check_name("dist.compressor.type", config.type(), compressor_names());
   check_above("dist.compressor.tau", config.tau(), 0.0);
   MT_CHECK(config.topk_ratio() > 0 && config.topk_ratio() <= 1, "dist.compressor.topk_ratio must be in (0, 1] (got ",
            config.topk_ratio(), ")");

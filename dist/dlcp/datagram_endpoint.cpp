@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <random>
 #include <sstream>
 
 #include "core/error.h"
@@ -171,6 +172,23 @@ bool DatagramEndpoint::send_now(int rank, int path, uint8_t priority, const std:
   sent_[local].packets += 1;
   sent_[local].bytes += bytes.size();
   return true;
+}
+
+std::shared_ptr<PacketFaults> random_loss(double fraction, uint64_t seed) {
+  class RandomLoss final : public PacketFaults {
+   public:
+    RandomLoss(double fraction, uint64_t seed) : fraction_(fraction), random_(seed) {}
+    FaultAction decide(const PacketHeader& h, int) override {
+      if (h.kind == PacketKind::Ack) return FaultAction::Deliver;
+      return std::uniform_real_distribution<double>(0.0, 1.0)(random_) < fraction_ ? FaultAction::Drop
+                                                                                      : FaultAction::Deliver;
+    }
+
+   private:
+    double fraction_;
+    std::mt19937_64 random_;
+  };
+  return std::make_shared<RandomLoss>(fraction, seed);
 }
 
 bool DatagramEndpoint::send(int rank, int path, const PacketHeader& header, const std::vector<uint8_t>& bytes) {

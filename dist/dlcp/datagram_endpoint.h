@@ -3,7 +3,7 @@
 // by the caller (spraying: order does not matter to the receiver), with its priority class in
 // the IP header's DSCP field (IP_TOS, set on the socket when the class changes). On loopback
 // 127.0.0.1, 127.0.0.2, ... are distinct paths; on a host with two interfaces, their addresses.
-// An optional fault injector drops, duplicates or reorders packets before they leave (tests).
+// Optional faults on purpose drop, duplicate or reorder packets before they leave.
 #pragma once
 #include <netinet/in.h>
 
@@ -14,10 +14,22 @@
 #include <string>
 #include <vector>
 
-#include "dist/dlcp/fault_injector.h"
 #include "dist/dlcp/packet.h"
 
 namespace mt::dist::dlcp {
+
+// What happens to a packet before it leaves.
+enum class FaultAction { Deliver, Drop, Duplicate, HoldBack };
+// Faults on purpose, asked about each packet before it leaves: dist.dlcp.inject_loss drops a
+// fraction of the data packets; the tests plant drops, duplicates and reordering.
+class PacketFaults {
+ public:
+  virtual ~PacketFaults() = default;
+  virtual FaultAction decide(const PacketHeader& header, int path) = 0;
+};
+// dist.dlcp.inject_loss: `fraction` of the data packets dropped, drawn from a stream seeded by
+// `seed`; acknowledgements pass.
+std::shared_ptr<PacketFaults> random_loss(double fraction, uint64_t seed);
 
 struct PathAddress {
   std::string host;  // IPv4, dotted
@@ -73,7 +85,7 @@ class DatagramEndpoint {
   // Sends the packets the fault injector held back (the sender calls it when it goes idle, so a
   // reordered packet is late, not lost).
   void flush_held();
-  void set_fault_injector(std::shared_ptr<FaultInjector> injector) { injector_ = std::move(injector); }
+  void set_fault_injector(std::shared_ptr<PacketFaults> injector) { injector_ = std::move(injector); }
   const std::vector<PathCounters>& sent_per_path() const { return sent_; }  // by local socket
 
  private:
@@ -87,7 +99,7 @@ class DatagramEndpoint {
   std::map<int, std::vector<PathAddress>> peer_text_;
   std::map<int, std::string> peer_name_;
   std::vector<PathCounters> sent_;
-  std::shared_ptr<FaultInjector> injector_;
+  std::shared_ptr<PacketFaults> injector_;
   struct Held {
     int rank, path;
     uint8_t priority;

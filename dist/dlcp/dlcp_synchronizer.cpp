@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "dist/dlcp/ps_server.h"
 #include "dist/dlcp/ps_worker.h"
 #include "dist/registry.h"
 #include "dist/flat.h"
@@ -20,14 +21,11 @@ void validate_dlcp_config(const mintrain::DistConfig& d) {
   MT_CHECK(c.loss_bound() >= 0 && c.loss_bound() <= 0.5, "dist.dlcp.loss_bound must be in [0, 0.5] (got ",
            c.loss_bound(), "): the fraction of a transfer's packets that may be lost");
   check_at_least("dist.dlcp.deadline_ms", c.deadline_ms(), 1);
-  check_name("dist.dlcp.priority_direction", c.priority_direction(), {"output_first", "input_first"});
-  check_name("dist.dlcp.spray", c.spray(), {"round_robin", "least_loaded"});
   MT_CHECK(c.packet_bytes() >= int(kHeaderBytes) + 4 && c.packet_bytes() <= int(kMaxDatagramBytes),
            "dist.dlcp.packet_bytes must be in ", kHeaderBytes + 4, "..", kMaxDatagramBytes, " (got ", c.packet_bytes(),
            "): the datagram holds a ", kHeaderBytes, "-byte header and at least one value");
   MT_CHECK(c.inject_loss() >= 0 && c.inject_loss() <= 0.5, "dist.dlcp.inject_loss must be in [0, 0.5] (got ",
            c.inject_loss(), "): the fraction of data packets dropped on purpose, for experiments");
-  check_name("dist.dlcp.architecture", c.architecture(), {"ring", "ps"});
   check_at_least("dist.dlcp.partition_bytes", static_cast<double>(c.partition_bytes()), 4);
   // Each architecture has its own lossless second half; the other's field would be ignored.
   MT_CHECK(!(c.architecture() == "ring" && c.has_lossless_pull()), "dist.dlcp.lossless_pull applies to "
@@ -70,12 +68,7 @@ DlcpOptions dlcp_options_from(const mintrain::DistConfig& d, int rank) {
   o.lossless_pull = c.lossless_pull();
   o.partition_bytes = c.partition_bytes();
   for (const auto& p : c.paths()) o.paths.push_back(p);
-  if (c.inject_loss() > 0) {
-    FaultPlan plan;
-    plan.drop_fraction = c.inject_loss();
-    plan.seed = 1 + static_cast<uint64_t>(rank);
-    o.injector = std::make_shared<FaultInjector>(plan);
-  }
+  if (c.inject_loss() > 0) o.injector = random_loss(c.inject_loss(), 1 + static_cast<uint64_t>(rank));
   return o;
 }
 
@@ -105,7 +98,7 @@ void DlcpSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   transport_ = connect_transport(*group_, options_.paths, options_.exchange, options_.injector);
 }
 
-void DlcpSynchronizer::step(optim::Optimizer& optimizer) {
+bool DlcpSynchronizer::end_iteration(optim::StepGuard&) {
   Tensor flat = flatten_grads(params_);
   float* g = flat.data<float>();
   const uint32_t n = static_cast<uint32_t>(flat.numel());
@@ -121,8 +114,8 @@ void DlcpSynchronizer::step(optim::Optimizer& optimizer) {
                                              static_cast<uint32_t>(iteration_), 0, ring);
   for (uint32_t i = 0; i < n; ++i) g[i] = counts_[i] > 0 ? g[i] / counts_[i] : 0.0f;
   unflatten_into_grads(flat, params_);
-  optimizer.step();
   record_.add(stats);
+  return false;  // the trainer steps on the average
 }
 
 std::string DlcpSynchronizer::epoch_summary() { return record_.epoch_summary(); }
@@ -130,8 +123,6 @@ std::string DlcpSynchronizer::epoch_summary() { return record_.epoch_summary(); 
 std::string DlcpSynchronizer::metrics_fields() { return record_.metrics_fields(); }
 
 namespace {
-
-void validate_dlcp(const mintrain::DistConfig& d) { validate_dlcp_config(d); }
 
 std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
   const bool ps = c.dist.dlcp().architecture() == "ps";
@@ -152,7 +143,22 @@ std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
   return std::make_unique<DlcpSynchronizer>(c.group, std::move(o));
 }
 
+// Architecture "ps": gradients as datagrams to and from the servers.
+void serve_dlcp(const ServerContext& c) {
+  DlcpServerOptions o;
+  o.workers = c.workers;
+  o.servers = c.servers;
+  o.dlcp = dlcp_options_from(c.dist, c.world->rank());
+  DlcpParameterServer(c.world, o).run(c.log);
+}
+
 }  // namespace
 }  // namespace mt::dist::dlcp
 
-MT_REGISTER_ALGORITHM(dlcp, mt::dist::dlcp::validate_dlcp, mt::dist::dlcp::make_dlcp)
+MT_REGISTER_ALGORITHM(dlcp, {.validate = mt::dist::dlcp::validate_dlcp_config,
+                             .make = mt::dist::dlcp::make_dlcp,
+                             .names = {{"dlcp.priority_direction", {"output_first", "input_first"}},
+                                       {"dlcp.spray", {"round_robin", "least_loaded"}},
+                                       {"dlcp.architecture", {"ring", "ps"}}},
+                             .serve = mt::dist::dlcp::serve_dlcp,
+                             .servers_if = {"dlcp.architecture", {"ps"}}})

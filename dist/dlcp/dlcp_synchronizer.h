@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "dist/dlcp/exchange_record.h"
-#include "dist/dlcp/fault_injector.h"
 #include "dist/dlcp/ring_allreduce.h"
 #include "dist/dlcp/transport.h"
 #include "dist/comm/process_group.h"
@@ -36,7 +35,7 @@ struct DlcpOptions {
   bool lossless_pull = true;       // the parameter-server form (ps_worker.h)
   int64_t partition_bytes = 4 << 20;
   std::string config_text;
-  std::shared_ptr<FaultInjector> injector;  // tests, and dist.dlcp.inject_loss
+  std::shared_ptr<PacketFaults> injector;  // tests, and dist.dlcp.inject_loss
   std::ostream* log = nullptr;              // start-up notes
 };
 
@@ -57,7 +56,7 @@ class DlcpSynchronizer final : public Synchronizer {
   std::string name() const override { return "dlcp"; }
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override { iteration_ = iteration; }
-  void step(optim::Optimizer& optimizer) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   bool steps_on_gradient_average() const override { return true; }
   // A checkpoint holds rank 0's model (every rank resumes from it, on any number of ranks); the
   // error-feedback residual is not kept: a resumed run starts it at zero.

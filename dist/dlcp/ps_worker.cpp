@@ -199,7 +199,7 @@ ExchangeStats DlcpPsSynchronizer::push_pull(float* flat, uint16_t* counts) {
   return stats;
 }
 
-void DlcpPsSynchronizer::step(optim::Optimizer& optimizer) {
+bool DlcpPsSynchronizer::end_iteration(optim::StepGuard&) {
   Tensor flat = flatten_grads(params_);
   float* g = flat.data<float>();
   if (!residual_.empty()) {
@@ -210,8 +210,8 @@ void DlcpPsSynchronizer::step(optim::Optimizer& optimizer) {
   // The average over the workers whose values arrived, element by element (0 where none did).
   for (size_t i = 0; i < counts_.size(); ++i) g[i] = counts_[i] > 0 ? g[i] / counts_[i] : 0.0f;
   unflatten_into_grads(flat, params_);
-  optimizer.step();
   record_.add(stats);
+  return false;  // the trainer steps on the average
 }
 
 void DlcpPsSynchronizer::prepare_eval(layers::Module& model) {

@@ -44,7 +44,7 @@ class DlcpPsSynchronizer final : public Synchronizer {
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
-  void step(optim::Optimizer& optimizer) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;
   bool steps_on_gradient_average() const override { return true; }
   bool keeps_state_per_rank() const override { return false; }  // the residual restarts at zero

@@ -31,7 +31,7 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 }  // namespace
 
 std::shared_ptr<Transport> connect_transport(ProcessGroup& group, const std::vector<std::string>& local_addresses,
-                                             const ExchangeOptions& options, std::shared_ptr<FaultInjector> injector,
+                                             const ExchangeOptions& options, std::shared_ptr<PacketFaults> injector,
                                              const std::string& agreement) {
   MT_CHECK(agreement.find(';') == std::string::npos, "internal: a DLCP agreement text holds no ';'");
   auto endpoint = std::make_shared<DatagramEndpoint>(local_addresses);

@@ -28,7 +28,7 @@ namespace mt::dist::dlcp {
 // deadline) all fail at once, naming the rank and both texts, instead of misreading packets.
 std::shared_ptr<Transport> connect_transport(ProcessGroup& group, const std::vector<std::string>& local_addresses,
                                              const ExchangeOptions& options,
-                                             std::shared_ptr<FaultInjector> injector = nullptr,
+                                             std::shared_ptr<PacketFaults> injector = nullptr,
                                              const std::string& agreement = "");
 
 // The chunk of the buffer each rank reduces: [chunk_begin(c), chunk_begin(c + 1)).

@@ -117,13 +117,6 @@ std::vector<Partition> butterfly_phases(int n, int g) {
   return phases;
 }
 
-std::vector<int> racks_of_consecutive(int world, int ranks_per_rack) {
-  std::vector<int> rack_of;
-  if (ranks_per_rack > 0)
-    for (int r = 0; r < world; ++r) rack_of.push_back(r / ranks_per_rack);
-  return rack_of;
-}
-
 std::vector<Partition> folded_butterfly_phases(int n, int g) {
   MT_CHECK(g >= 2, "dist.dssync.group_size must be >= 2, got ", g);
   MT_CHECK(n >= 1, "DS-Sync needs at least one rank, got ", n);

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm/topology.h"
+
 namespace mt::dist {
 
 using RankGroup = std::vector<int>;          // sorted ranks
@@ -50,9 +52,6 @@ struct DsSyncScheduleOptions {
 
 std::vector<std::string> dssync_schedule_types();  // "butterfly", "random"
 
-// The rack of each of `world` ranks for racks of `ranks_per_rack` consecutive ranks (0: one rack,
-// empty), as dist.dssync_ranks_per_rack assigns them.
-std::vector<int> racks_of_consecutive(int world, int ranks_per_rack);
 
 // The pure butterfly; n must be a power of g (Error otherwise). n = 1: no phase.
 std::vector<Partition> butterfly_phases(int n, int g);

@@ -85,7 +85,7 @@ void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
 
 void DsSyncSynchronizer::begin_iteration(int64_t iteration) { restore_local(); }
 
-void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
+bool DsSyncSynchronizer::end_iteration(optim::StepGuard& optimizer) {
   restore_local();  // in case a caller evaluated without a begin_iteration after it
   {
     TimelineSpan span(options_.timeline.get(), "optimizer");
@@ -129,6 +129,7 @@ void DsSyncSynchronizer::step(optim::Optimizer& optimizer) {
                     << spread << std::endl;
     }
   }
+  return true;
 }
 
 double DsSyncSynchronizer::measure_spread() {
@@ -238,7 +239,6 @@ namespace {
 void validate_dssync(const mintrain::DistConfig& d) {
   const mintrain::DssyncConfig& s = d.dssync();
   check_at_least("dist.dssync.group_size", s.group_size(), 2);
-  check_name("dist.dssync.schedule", s.schedule(), dssync_schedule_types());
   check_at_least("dist.dssync.cross_period", s.cross_period(), 1);
   check_at_least("dist.dssync.cross_ranks_per_rack", s.cross_ranks_per_rack(), 0);
   check_at_least("dist.dssync.ranks_per_rack", s.ranks_per_rack(), 0);
@@ -273,4 +273,6 @@ std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
 }  // namespace
 }  // namespace mt::dist
 
-MT_REGISTER_ALGORITHM(dssync, mt::dist::validate_dssync, mt::dist::make_dssync)
+MT_REGISTER_ALGORITHM(dssync, {.validate = mt::dist::validate_dssync,
+                                .make = mt::dist::make_dssync,
+                                .names = {{"dssync.schedule", mt::dist::dssync_schedule_types()}}})

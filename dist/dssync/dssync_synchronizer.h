@@ -66,7 +66,7 @@ class DsSyncSynchronizer final : public Synchronizer {
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
-  void step(optim::Optimizer& optimizer) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;
   void prepare_checkpoint(layers::Module& model) override;
 

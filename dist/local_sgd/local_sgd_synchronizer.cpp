@@ -19,11 +19,12 @@ void LocalSgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimi
   // No gradient-ready hooks: gradients never leave the rank.
 }
 
-void LocalSgdSynchronizer::step(optim::Optimizer& optimizer) {
+bool LocalSgdSynchronizer::end_iteration(optim::StepGuard& optimizer) {
   model_.show_local();
   optimizer.step();  // this rank's gradient, this rank's optimizer state
   if (++steps_ % options_.period == 0)
     model_.average_over(*group_, "local SGD: averaging the model after step " + std::to_string(steps_));
+  return true;
 }
 
 void LocalSgdSynchronizer::prepare_eval(layers::Module& model) {
@@ -64,4 +65,4 @@ std::unique_ptr<Synchronizer> make_local_sgd(const AlgorithmContext& c) {
 }  // namespace
 }  // namespace mt::dist
 
-MT_REGISTER_ALGORITHM(local_sgd, mt::dist::validate_local_sgd, mt::dist::make_local_sgd)
+MT_REGISTER_ALGORITHM(local_sgd, {.validate = mt::dist::validate_local_sgd, .make = mt::dist::make_local_sgd})

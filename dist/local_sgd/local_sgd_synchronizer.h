@@ -35,7 +35,7 @@ class LocalSgdSynchronizer final : public Synchronizer {
   std::string name() const override { return "local_sgd/every " + std::to_string(options_.period); }
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override { model_.show_local(); }
-  void step(optim::Optimizer& optimizer) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;
 
   core::StateDict state_dict() const override;

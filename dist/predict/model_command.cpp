@@ -632,7 +632,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   }
   MT_CHECK(!config_path.empty(), "model: missing CONFIG\n", kModelUsage);
   const RunConfig config = load_run_config(config_path, sets);
-  const mintrain::DistConfig dc = dist::resolve_dist_config(config.dist());  // flat fields mapped
+  const mintrain::DistConfig& dc = config.dist();
 
   const auto& nc = dc.network();
   const bool bandwidth_given = bandwidth || nc.has_bandwidth_gbps();

@@ -79,7 +79,7 @@
 #            than P% of this virtual machine's CPU time (steal in /proc/stat) ran on a slower
 #            machine than the others: it is run again, up to twice (default 5; 100: never). The
 #            report shows every run's steal.
-# --set KEY=VALUE    a config override for every run (and the model), e.g. dist.cdsgd_k=0
+# --set KEY=VALUE    a config override for every run (and the model), e.g. dist.cdsgd.k=0
 # --out-of-sample "2 4"  the cost model's out-of-sample check, on the flat preset: the network is
 #            also profiled on each of these smaller N (the model's sizes), and on --nproc ranks at
 #            powers of two that are none of the model's sizes; two more predictions of --nproc ranks
@@ -262,17 +262,17 @@ algo_sets() {
     ssgd_fusion) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion" ;;
     ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=mgwfbp" ;;
     ssgd_hierarchical) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion dist.ssgd.allreduce=hierarchical dist.ssgd.ranks_per_rack=$RACK" ;;
-    ssgd_two_bit) echo "dist.algorithm=ssgd dist.compression=TWO_BIT" ;;
+    ssgd_two_bit) echo "dist.algorithm=ssgd dist.compressor.type=TWO_BIT" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
-    cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compression=TWO_BIT dist.cdsgd_warmup_iters=20" ;;
+    cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compressor.type=TWO_BIT dist.cdsgd.warmup_iters=20" ;;
     ps_bsp) echo "dist.algorithm=ps dist.ps.schedule=bsp" ;;
     ps_wfbp) echo "dist.algorithm=ps dist.ps.schedule=wfbp" ;;
     ps_staggered) echo "dist.algorithm=ps dist.ps.schedule=staggered" ;;
     # ByteScheduler's allreduce form sums host copies on Gloo (the CPU's backend anyway).
     bytescheduler_a2a) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=a2a" ;;
     bytescheduler_ps) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=ps" ;;
-    dssync) echo "dist.algorithm=dssync dist.dssync_group_size=$DSSYNC_GROUP"
-            [[ $2 == two_racks ]] && echo "dist.dssync_ranks_per_rack=$RACK dist.dssync_cross_period=2" ;;
+    dssync) echo "dist.algorithm=dssync dist.dssync.group_size=$DSSYNC_GROUP"
+            [[ $2 == two_racks ]] && echo "dist.dssync.ranks_per_rack=$RACK dist.dssync.cross_period=2" ;;
   esac
 }
 
@@ -336,7 +336,7 @@ if "$bin" model --help >/dev/null 2>&1; then
   bash "$TESTBED" up "$NPROC" flat "$rate" 0ms >/dev/null
   prof_pids=()
   for ((r = 0; r < NPROC; r++)); do
-    bash "$TESTBED" run "$r" -- "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
+    bash "$TESTBED" run "$r" -- "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compressor.type=TWO_BIT --set "model.name=$model" \
         "${extra_sets[@]}" --workers 1 --profile-iters 40 --save-profile "$out/profile_rank$r.txt" \
         >"$out/profile_rank$r.log" 2>&1 &
     prof_pids+=($!)
@@ -630,7 +630,7 @@ if ((have_model)); then
     predict() {  # $1: output file; the rest: the communication profile arguments
       local file=$1
       shift
-      "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compression=TWO_BIT --set "model.name=$model" \
+      "$bin" model "$CONFIG" --set "data.batch_size=$BATCH" --set dist.compressor.type=TWO_BIT --set "model.name=$model" \
           "${dssync_sets[@]}" "${extra_sets[@]}" "${profile_args[@]}" "$@" \
           --workers "$NPROC" --at "$NPROC" --servers "$servers" "${net[@]}" >"$file" 2>&1
     }

@@ -10,6 +10,7 @@
 #include "dist/registry.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_protocol.h"
+#include "dist/ps/ps_server.h"
 #include "dist/replicas.h"
 
 namespace mt::dist {
@@ -269,7 +270,7 @@ void PsSynchronizer::push_staggered(bool finish) {
   ready_.assign(plan_.size(), false);
 }
 
-void PsSynchronizer::step(optim::Optimizer& optimizer) {
+bool PsSynchronizer::end_iteration(optim::StepGuard&) {
   micro_batches_.check_step("worker", workers_->rank());
   if (options_.schedule == PsSchedule::STAGGERED) {
     TimelineSpan span(options_.timeline.get(), "staggered pushes");
@@ -342,11 +343,8 @@ void PsSynchronizer::step(optim::Optimizer& optimizer) {
   summary_wait_s_ += secs(Clock::now() - wait_start);
   ++summary_steps_;
   if (options_.timeline) options_.timeline->add("wait", Timeline::kCompute, wait_start, Clock::now());
-  {
-    TimelineSpan span(options_.timeline.get(), "optimizer");
-    optimizer.step();
-  }
   ++steps_;
+  return false;  // the trainer steps on the average
 }
 
 void PsSynchronizer::prepare_eval(layers::Module& model) {
@@ -410,7 +408,6 @@ namespace {
 
 void validate_ps(const mintrain::DistConfig& d) {
   const mintrain::PsConfig& p = d.ps();
-  check_name("dist.ps.schedule", p.schedule(), {"bsp", "wfbp", "staggered"});
   check_at_least("dist.ps.partition_bytes", static_cast<double>(p.partition_bytes()), 4);
   check_at_least("dist.ps.rounds", p.rounds(), 1);
   check_at_least("dist.ps.servers", p.servers(), 0);
@@ -434,7 +431,18 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   return std::make_unique<PsSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
 
+void serve_ps(const ServerContext& c) {
+  MT_CHECK(c.dist.ps().servers() == 0 || c.dist.ps().servers() == c.servers, "parameter server ",
+           c.world->rank() - c.workers, " (rank ", c.world->rank(), "): dist.ps.servers is ", c.dist.ps().servers(),
+           " but the job started ", c.servers, " servers (MINTRAIN_NUM_SERVERS); make them agree, or set "
+           "dist.ps.servers 0");
+  ParameterServer(c.world, {c.workers, c.servers, c.dist.ps().partition_bytes()}).run(c.log);
+}
+
 }  // namespace
 }  // namespace mt::dist
 
-MT_REGISTER_ALGORITHM(ps, mt::dist::validate_ps, mt::dist::make_ps)
+MT_REGISTER_ALGORITHM(ps, {.validate = mt::dist::validate_ps,
+                           .make = mt::dist::make_ps,
+                           .names = {{"ps.schedule", {"bsp", "wfbp", "staggered"}}},
+                           .serve = mt::dist::serve_ps})

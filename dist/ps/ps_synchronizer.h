@@ -78,7 +78,7 @@ class PsSynchronizer final : public Synchronizer {
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
-  void step(optim::Optimizer& optimizer) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;
   bool steps_on_gradient_average() const override { return true; }
   bool keeps_state_per_rank() const override { return false; }

@@ -18,8 +18,7 @@ namespace {
 
 class AllreduceHook final : public CommHook {
  public:
-  explicit AllreduceHook(std::shared_ptr<ProcessGroup> group) : group_(std::move(group)) {}
-  std::string name() const override { return ""; }
+  explicit AllreduceHook(std::shared_ptr<ProcessGroup> group) : CommHook({}), group_(std::move(group)) {}
 
   std::shared_ptr<Work> send(const GradBucket& bucket) override {
     Tensor grad = bucket.grad;
@@ -41,10 +40,9 @@ class AllreduceHook final : public CommHook {
 
 class Fp16Hook final : public CommHook {
  public:
-  explicit Fp16Hook(std::shared_ptr<ProcessGroup> group) : group_(std::move(group)) {}
-  std::string name() const override { return "fp16"; }
-  // Each rank's value is rounded to float16 before the sum.
-  bool exact_average() const override { return false; }
+  // Each rank's value is rounded to float16 before the sum: not the exact average.
+  explicit Fp16Hook(std::shared_ptr<ProcessGroup> group)
+      : CommHook({.name = "fp16", .exact_average = false}), group_(std::move(group)) {}
 
   std::shared_ptr<Work> send(const GradBucket& bucket) override {
     core::NoGradGuard no_grad;

@@ -27,11 +27,22 @@ struct GradBucket {
   std::string describe() const;
 };
 
+// What a kind of hook makes the synchronizer answer the trainer (synchronizer.h).
+struct HookTraits {
+  std::string name;  // in the synchronizer's name ("ssgd/two_bit(tau=0.500000)"); "" for the default
+  bool exact_average = true;  // steps_on_gradient_average
+  bool takes_over_momentum = false;
+  bool keeps_state_per_rank = false;
+};
+
 class CommHook {
  public:
+  explicit CommHook(HookTraits traits) : traits_(std::move(traits)) {}
   virtual ~CommHook() = default;
-  // The synchronizer's name says it ("ssgd/two_bit(tau=0.500000)"); "" for the default.
-  virtual std::string name() const = 0;
+  const std::string& name() const { return traits_.name; }
+  bool exact_average() const { return traits_.exact_average; }
+  bool takes_over_momentum() const { return traits_.takes_over_momentum; }
+  bool keeps_state_per_rank() const { return traits_.keeps_state_per_rank; }
   // The buckets (parameter indices, in bucket order) over `params`: at setup and whenever the
   // synchronizer rebuilds them. Hooks with per-bucket state carry it over here.
   virtual void set_layout(const std::vector<std::vector<size_t>>& layout, const std::vector<Tensor>& params) {}
@@ -40,16 +51,15 @@ class CommHook {
   // After every bucket of the iteration has finished (before the optimizer step).
   virtual void end_iteration() {}
 
-  // What the synchronizer answers for the trainer (synchronizer.h).
-  virtual bool exact_average() const { return true; }  // steps_on_gradient_average
-  virtual bool takes_over_momentum() const { return false; }
-  virtual bool keeps_state_per_rank() const { return false; }
   virtual std::string epoch_summary() { return ""; }
   // Collective: every rank's state to rank 0 before a checkpoint (replicas.h).
   virtual void prepare_checkpoint() {}
   virtual void append_state(core::StateDict& state) const {}
   // After set_layout; entries the hook does not know are ignored.
   virtual void load_state(const core::StateDict& state) {}
+
+ private:
+  HookTraits traits_;
 };
 
 // sum over ranks / N, in place, float32: the default.

@@ -12,16 +12,15 @@ namespace {
 class CompressingHook final : public CommHook {
  public:
   CompressingHook(std::shared_ptr<ProcessGroup> group, CompressingHookOptions options)
-      : group_(std::move(group)), options_(std::move(options)) {
+      : CommHook({.name = make_compressor(options.compression)->name() +
+                          (options.momentum_correction ? "+momentum-correction" : ""),
+                  .exact_average = false,
+                  .takes_over_momentum = options.momentum_correction.has_value(),
+                  .keeps_state_per_rank = true}),
+        group_(std::move(group)),
+        options_(std::move(options)) {
     MT_CHECK(group_ != nullptr, "a communication hook needs a process group");
-    name_ = make_compressor(options_.compression)->name() +
-            (options_.momentum_correction ? "+momentum-correction" : "");
   }
-
-  std::string name() const override { return name_; }
-  bool exact_average() const override { return false; }
-  bool takes_over_momentum() const override { return options_.momentum_correction.has_value(); }
-  bool keeps_state_per_rank() const override { return true; }
 
   void set_layout(const std::vector<std::vector<size_t>>& layout, const std::vector<Tensor>& params) override {
     // The residuals and velocities so far, in parameter order, go over to the new buckets.
@@ -187,7 +186,6 @@ class CompressingHook final : public CommHook {
 
   std::shared_ptr<ProcessGroup> group_;
   CompressingHookOptions options_;
-  std::string name_;
   std::vector<std::vector<size_t>> layout_;
   std::vector<int64_t> param_numel_, param_offset_;  // parameter order
   int64_t total_numel_ = 0;

@@ -163,18 +163,18 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   const double saved_alpha = std::bit_cast<double>(settings[5]), saved_beta = std::bit_cast<double>(settings[6]);
   std::vector<std::string> differ;
   if (saved_schedule != options_.schedule) {
-    differ.push_back("dist.schedule " + schedule_name(saved_schedule));
+    differ.push_back("dist.ssgd.schedule " + schedule_name(saved_schedule));
   } else if (options_.schedule == Schedule::FUSION) {
-    if (saved_cap != options_.bucket_cap_mb) differ.push_back("dist.bucket_cap_mb " + text_of(saved_cap));
+    if (saved_cap != options_.bucket_cap_mb) differ.push_back("dist.ssgd.bucket_cap_mb " + text_of(saved_cap));
     if (saved_first_cap != options_.first_bucket_cap_mb)
-      differ.push_back("dist.first_bucket_cap_mb " + text_of(saved_first_cap));
+      differ.push_back("dist.ssgd.first_bucket_cap_mb " + text_of(saved_first_cap));
   } else if (options_.schedule == Schedule::MGWFBP) {
     // The plan comes from timings on that many ranks with that cost model.
     if (settings[1] != world_size()) differ.push_back(std::to_string(settings[1]) + " ranks");
-    if (settings[2] != options_.profile_iters) differ.push_back("dist.profile_iters " + std::to_string(settings[2]));
+    if (settings[2] != options_.profile_iters) differ.push_back("dist.ssgd.profile_iters " + std::to_string(settings[2]));
     auto given = [](double v) { return v >= 0 ? text_of(v) : std::string("measured"); };
-    if (saved_alpha != options_.alpha) differ.push_back("dist.alpha " + given(saved_alpha));
-    if (saved_beta != options_.beta) differ.push_back("dist.beta " + given(saved_beta));
+    if (saved_alpha != options_.alpha) differ.push_back("dist.ssgd.alpha " + given(saved_alpha));
+    if (saved_beta != options_.beta) differ.push_back("dist.ssgd.beta " + given(saved_beta));
   }
   if (!differ.empty()) {
     std::string what;

@@ -150,7 +150,7 @@ void SsgdSynchronizer::wait_all() {
   if (options_.timeline) trace_messages(wait_start);
 }
 
-void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
+bool SsgdSynchronizer::end_iteration(optim::StepGuard&) {
   micro_batches_.check_step("rank", rank());
   // Buckets not sent yet (BSP: all of them; otherwise those of parameters unused this
   // iteration and the ones after them) go now, in bucket order, the same on every rank. An
@@ -167,16 +167,12 @@ void SsgdSynchronizer::step(optim::Optimizer& optimizer) {
   hook_->end_iteration();
   ++communicated_iters_;
   update_layout();  // FUSION's and WFBP's rebuild after the first iteration, MG-WFBP's profile and plan
-
-  {
-    TimelineSpan span(options_.timeline.get(), "optimizer");
-    optimizer.step();
-  }
   for (auto& bucket : buckets_) bucket.reset();
   launch_order_.clear();
   next_launch_ = 0;
   arrivals_.clear();
   backward_marks_->clear();
+  return false;  // the trainer steps on the average
 }
 
 // Notes when messages finish (for the timeline): the group's Work has no callback, so the
@@ -221,7 +217,6 @@ namespace {
 
 void validate_ssgd(const mintrain::DistConfig& d) {
   const mintrain::SsgdConfig& s = d.ssgd();
-  check_name("dist.ssgd.schedule", s.schedule(), schedule_names());
   check_above("dist.ssgd.bucket_cap_mb", s.bucket_cap_mb(), 0.0);
   check_above("dist.ssgd.first_bucket_cap_mb", s.first_bucket_cap_mb(), 0.0);
   check_at_least("dist.ssgd.profile_iters", s.profile_iters(), 1);
@@ -232,7 +227,6 @@ void validate_ssgd(const mintrain::DistConfig& d) {
     check_at_least("dist.ssgd.beta", s.beta(), 0.0);
   }
   check_at_least("dist.ssgd.gamma", s.gamma(), 0.0);
-  check_name("dist.ssgd.allreduce", s.allreduce(), {"flat", "hierarchical"});
   check_at_least("dist.ssgd.ranks_per_rack", s.ranks_per_rack(), 0);
   for (int r : s.rack()) check_at_least("dist.ssgd.rack values", r, 0);
   MT_CHECK(s.rack().empty() || s.ranks_per_rack() == 0,
@@ -246,7 +240,6 @@ void validate_ssgd(const mintrain::DistConfig& d) {
              "set dist.ssgd.hook \"allreduce\" or dist.ssgd.allreduce \"flat\"");
   }
   validate_compressor(d.compressor());
-  check_name("dist.ssgd.hook", s.hook(), comm_hook_names());
   MT_CHECK(s.hook() == "allreduce" || d.compressor().type() == "none", "dist.ssgd.hook \"", s.hook(),
            "\" and dist.compressor.type \"", d.compressor().type(), "\" both say what travels; set one: "
            "the compressor brings its own hook (with error feedback)");
@@ -298,4 +291,9 @@ std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
 }  // namespace
 }  // namespace mt::dist
 
-MT_REGISTER_ALGORITHM(ssgd, mt::dist::validate_ssgd, mt::dist::make_ssgd)
+MT_REGISTER_ALGORITHM(ssgd, {.validate = mt::dist::validate_ssgd,
+                              .make = mt::dist::make_ssgd,
+                              .names = {{"ssgd.schedule", mt::dist::schedule_names()},
+                                        {"ssgd.allreduce", {"flat", "hierarchical"}},
+                                        {"ssgd.hook", mt::dist::comm_hook_names()},
+                                        {"compressor.type", mt::dist::compressor_names()}}})

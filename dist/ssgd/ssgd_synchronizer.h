@@ -68,7 +68,7 @@ class SsgdSynchronizer final : public Synchronizer {
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override;
   void on_gradient_ready(size_t param_index, core::Tensor& param) override;
-  void step(optim::Optimizer& optimizer) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;
   // prepare_eval, then the hook's per-rank state (residuals, velocities) to rank 0.
   void prepare_checkpoint(layers::Module& model) override;

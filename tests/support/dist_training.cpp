@@ -52,12 +52,22 @@ std::pair<core::Tensor, core::Tensor> synthetic_batch(int step, int64_t rows, in
   return {x, core::Tensor::from_vector(y, {rows})};
 }
 
-std::unique_ptr<optim::Optimizer> reference_sgd(const layers::Module& model) {
+std::unique_ptr<optim::StepGuard> reference_sgd(const layers::Module& model) {
   optim::OptimizerOptions o;
   o.lr = 0.1;
   o.momentum = 0.9;
   o.weight_decay = 1e-3;
-  return optim::build_optimizer("sgd", model.parameters(), o);
+  return guarded(optim::build_optimizer("sgd", model.parameters(), o));
+}
+
+std::unique_ptr<optim::StepGuard> guarded(std::unique_ptr<optim::Optimizer> inner) {
+  return std::make_unique<optim::StepGuard>(std::move(inner), /*max_grad_norm=*/0.0);
+}
+
+void step(dist::Synchronizer& sync, optim::StepGuard& optimizer, dist::Timeline* timeline) {
+  if (sync.end_iteration(optimizer)) return;
+  dist::TimelineSpan span(timeline, "optimizer");
+  optimizer.step();
 }
 
 std::vector<std::vector<float>> weights_of(const layers::Module& model) {
@@ -92,7 +102,7 @@ std::string train_until_error(const std::function<std::unique_ptr<dist::Synchron
       x = x.narrow(0, rank * rows_per_rank, rows_per_rank).contiguous();
       y = y.narrow(0, rank * rows_per_rank, rows_per_rank).contiguous();
       core::cross_entropy(model->forward(x), y).backward();
-      sync->step(*opt);
+      step(*sync, *opt);
       opt->zero_grad();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }

@@ -13,8 +13,9 @@
 #include "dist/comm/process_group.h"
 #include "dist/ssgd/ssgd_synchronizer.h"
 #include "dist/synchronizer.h"
+#include "dist/timeline.h"
 #include "layers/module.h"
-#include "optim/optimizer.h"
+#include "optim/step_guard.h"
 #include "support/multiprocess.h"
 
 namespace mt::testing {
@@ -34,7 +35,14 @@ double train_synthetic_mlp(std::shared_ptr<dist::ProcessGroup> group, int rank,
 // the reference optimizer they all step with (SGD, lr 0.1, momentum 0.9, weight decay 1e-3);
 // and a model's weights as plain vectors, to compare exactly.
 std::pair<core::Tensor, core::Tensor> synthetic_batch(int step, int64_t rows, int64_t image, int64_t classes);
-std::unique_ptr<optim::Optimizer> reference_sgd(const layers::Module& model);
+std::unique_ptr<optim::StepGuard> reference_sgd(const layers::Module& model);
+// A plain optimizer inside the trainer's StepGuard (no clipping, no loss scaling): what the
+// synchronizers get from the trainer.
+std::unique_ptr<optim::StepGuard> guarded(std::unique_ptr<optim::Optimizer> inner);
+// One step after backward, as the trainer takes it: the synchronizer ends the iteration, and the
+// optimizer steps where the algorithm leaves the step to the trainer (an "optimizer" span on
+// `timeline`, when given).
+void step(dist::Synchronizer& sync, optim::StepGuard& optimizer, dist::Timeline* timeline = nullptr);
 std::vector<std::vector<float>> weights_of(const layers::Module& model);
 
 // Fault tests: trains tiny_mlp(7, image, classes) with the synchronizer `make` builds, on this

@@ -1,4 +1,4 @@
-#include "dist/dlcp/fault_injector.h"
+#include "support/fault_injector.h"
 
 namespace mt::dist::dlcp {
 

@@ -1,5 +1,5 @@
-// Faults on purpose, for tests: the sending endpoint asks the injector about each packet before
-// it goes out. A known set (a predicate on the header: which transfer, which packet) or a
+// Faults on purpose, for the DLCP tests: the sending endpoint asks the injector about each packet
+// before it goes out (PacketFaults, dist/dlcp/datagram_endpoint.h). A known set (a predicate on the header: which transfer, which packet) or a
 // seeded random fraction is dropped, duplicated, or held back and sent after the next packet
 // (reordered). Acks are left alone unless `acks_too`.
 #pragma once
@@ -7,7 +7,7 @@
 #include <functional>
 #include <random>
 
-#include "dist/dlcp/packet.h"
+#include "dist/dlcp/datagram_endpoint.h"
 
 namespace mt::dist::dlcp {
 
@@ -21,12 +21,10 @@ struct FaultPlan {
   bool acks_too = false;
 };
 
-enum class FaultAction { Deliver, Drop, Duplicate, HoldBack };
-
-class FaultInjector {
+class FaultInjector : public PacketFaults {
  public:
   explicit FaultInjector(FaultPlan plan) : plan_(std::move(plan)), random_(plan_.seed) {}
-  FaultAction decide(const PacketHeader& header, int path);
+  FaultAction decide(const PacketHeader& header, int path) override;
 
   uint64_t dropped() const { return dropped_; }
   uint64_t duplicated() const { return duplicated_; }
