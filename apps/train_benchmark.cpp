@@ -118,7 +118,7 @@ std::string train_benchmark_usage() {
   return "usage: bench_train --model NAME [--batch N] [--device cpu|cuda|cuda:N]\n"
          "                   [--precision fp32|tf32|bf16|fp16] [--image-size N] [--seq-len N] [--vocab N]\n"
          "                   [--warmup N] [--iters N] [--repeats N] [--threads N] [--cudnn-benchmark 0|1]\n"
-         "                   [--profile N] [--conv fast|fast_direct|fast_nchw|reference]\n"
+         "                   [--profile N]\n"
          "  Times full training steps of one case on synthetic data already on the device and prints\n"
          "  one line: bench_train framework=mintrain model=... throughput=<median units/s> ...\n"
          "  models: " + joined(layers::model_names()) + "\n"
@@ -126,9 +126,6 @@ std::string train_benchmark_usage() {
          "            --warmup 5 --iters 20 --repeats 3 --threads 0 (all cores) --cudnn-benchmark 1\n"
          "  --profile N: then N more steps with per-op timing (self time per kernel, backward node and\n"
          "            step phase; one bench_train_op line each, ms per step), not part of the figure\n"
-         "  --conv: the CPU convolutions: fast (oneDNN where built, on channels-last activations, Winograd\n"
-         "            for wide 3x3 layers; the default), fast_direct (the same without Winograd), fast_nchw\n"
-         "            (oneDNN's direct kernels on NCHW activations, reordered each call) or reference (im2col)\n"
          "  apps/scripts/bench_train.sh runs a list of cases against PyTorch and prints a table.";
 }
 
@@ -152,15 +149,12 @@ TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>&
     else if (f.is("--threads")) o.threads = f.integer(0);
     else if (f.is("--cudnn-benchmark")) o.cudnn_benchmark = f.integer(0) != 0;
     else if (f.is("--profile")) o.profile = f.integer(0);
-    else if (f.is("--conv")) o.conv = f.value();
     else f.unknown();
   }
   const std::vector<std::string> models = layers::model_names();
   MT_CHECK(model_given, "--model is required; give one of: ", joined(models));
   MT_CHECK(std::find(models.begin(), models.end(), o.model) != models.end(), "--model: unknown model \"",
            o.model, "\"; give one of: ", joined(models));
-  MT_CHECK(o.conv == "fast" || o.conv == "fast_direct" || o.conv == "fast_nchw" || o.conv == "reference",
-           "--conv: \"", o.conv, "\" is not fast, fast_direct, fast_nchw or reference");
   MT_CHECK(std::find(kPrecisions.begin(), kPrecisions.end(), o.precision) != kPrecisions.end(),
            "--precision: \"", o.precision, "\" is not a precision; give one of: ", joined(kPrecisions));
   bool cpu = false;
@@ -180,7 +174,6 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
            ": not available here (", core::cuda_device_count(), " CUDA devices visible",
            core::cuda_device_count() == 0 && !built_with_cuda() ? ", and this build has no CUDA support" : "",
            "); give --device cpu, or run where nvidia-smi shows a GPU");
-  core::cpu::set_conv_impl(core::cpu::conv_impl_named(options.conv));
   TrainerOptions topts;
   topts.quiet = true;
   Trainer trainer(train_benchmark_config(options), topts);  // threads, precision, TF32, model, optimizer
@@ -261,7 +254,7 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
   setup << device.str();
   if (device.is_cpu()) {
     setup << "/" << core::num_threads() << "threads";
-    if (options.conv == "reference" || !core::cpu::conv_has_fast_impl()) setup << "/im2col-conv";
+    if (!core::cpu::conv_has_fast_impl()) setup << "/im2col-conv";
   }
   r.setup = setup.str();
   return r;

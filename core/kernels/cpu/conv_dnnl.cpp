@@ -203,12 +203,12 @@ std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride
 }
 
 // The plan of a shape, made on its first call; null when oneDNN has no kernel for it (also
-// remembered, so that it is asked once). Winograd where it pays and the implementation allows
-// it (ConvImpl::Fast), else, or when oneDNN has no Winograd kernel for a pass, direct.
+// remembered, so that it is asked once). Winograd where it pays, else, or when oneDNN has no
+// Winograd kernel for a pass, direct.
 const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
   static std::map<Key, std::unique_ptr<Plan>> plans;
   static std::mutex mu;
-  const bool winograd = conv_impl() == ConvImpl::Fast && winograd_pays(x, w, stride, pad);
+  const bool winograd = winograd_pays(x, w, stride, pad);
   std::lock_guard<std::mutex> lock(mu);
   const Key key = key_of(x, w, stride, pad, bias, f, winograd);
   if (auto it = plans.find(key); it != plans.end()) return it->second.get();
