@@ -1,4 +1,4 @@
-#include "dist/predict/profile_comm_command.h"
+#include "apps/profile_comm_command.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,35 +1,38 @@
-#include "dist/predict/model_command.h"
+#include "apps/model_command.h"
 
 #include <algorithm>
-#include <optional>
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
 #include "apps/flags.h"
-#include "apps/json_file.h"
 #include "apps/task.h"
 #include "apps/trainer.h"
 #include "core/error.h"
-#include "core/json_escape.h"
 #include "core/random.h"
-#include "dist/predict/comm_profile.h"
-#include "dist/predict/partition_cost_model.h"
 #include "dist/compression_config.h"
-#include "dist/dist_config.h"
 #include "dist/compressor.h"
+#include "dist/dist_config.h"
 #include "dist/error_feedback.h"
+#include "dist/predict/scaling.h"
 #include "dist/rendezvous.h"
 
 namespace mt::apps {
 namespace {
+
+using dist::AlgorithmSettings;
+using dist::CalibratedNetwork;
+using dist::LayerProfile;
+using dist::MeasuredComm;
+using dist::ModelProfile;
+using dist::ScalingRow;
 
 using Clock = std::chrono::steady_clock;
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -167,43 +170,7 @@ const char* kModelUsage =
     "    while a message is in flight, the during-compute curve), for ranks that share CPU cores. Off by\n"
     "    default: they were fitted where ranks share cores and do not carry over to other machines.";
 
-}  // namespace
-
-// ---- ModelProfile ----
-
-double ModelProfile::forward_total() const {
-  double s = 0;
-  for (const auto& l : layers) s += l.forward;
-  return s;
-}
-double ModelProfile::backward_total() const {
-  double s = 0;
-  for (const auto& l : layers) s += l.backward;
-  return s;
-}
-double ModelProfile::gradient_bytes() const {
-  double s = 0;
-  for (const auto& l : layers) s += l.bytes;
-  return s;
-}
-std::vector<dist::LayerCost> ModelProfile::layer_costs() const {
-  std::vector<dist::LayerCost> out;
-  for (const auto& l : layers) out.push_back({l.forward, l.backward, l.bytes});
-  return out;
-}
-
-std::vector<dist::LayerCost> ModelProfile::layer_costs_split() const {
-  std::vector<dist::LayerCost> out = layer_costs();
-  for (const EarlyPart& e : early_parts) {
-    MT_CHECK(e.layer < out.size() && e.from < out.size() && e.bytes >= 0 && e.bytes <= out[e.from].bytes,
-             "the profile's early part (layer ", e.layer, " from layer ", e.from, ", ", e.bytes,
-             " bytes) names a layer outside the ", out.size(), " or more bytes than its layer has");
-    out[e.from].bytes -= e.bytes;
-    out[e.layer].bytes += e.bytes;
-  }
-  return out;
-}
-
+// Builds a one-process Trainer from the config and times `iterations` iterations after `warmup`.
 ModelProfile profile_model(const RunConfig& config_in, int warmup, int iterations) {
   MT_CHECK(warmup >= 0 && iterations >= 1, "profiling needs >= 1 iteration and >= 0 warm-up, got ",
            iterations, " and ", warmup);
@@ -353,236 +320,7 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
   return prof;
 }
 
-void write_profile(const ModelProfile& p, const std::string& path) {
-  std::ofstream out(path);
-  MT_CHECK(out.good(), "cannot write the profile to \"", path, "\"");
-  out << "{\n  \"model\": \"" << core::json_escape(p.model) << "\", \"device\": \"" << core::json_escape(p.device)
-      << "\", \"batch_size\": " << p.batch_size << ", \"iterations\": " << p.iterations << ",\n"
-      << "  \"update_seconds\": " << fmt("%.9g", p.update_seconds)
-      << ", \"buffer_bytes\": " << fmt("%.0f", p.buffer_bytes);
-  if (p.compress_seconds >= 0) out << ", \"compress_seconds\": " << fmt("%.9g", p.compress_seconds);
-  if (p.decode_seconds >= 0) out << ", \"decode_seconds\": " << fmt("%.9g", p.decode_seconds);
-  out << ",\n  \"layers\": [\n";
-  for (size_t i = 0; i < p.layers.size(); ++i) {
-    const auto& l = p.layers[i];
-    out << "    {\"name\": \"" << core::json_escape(l.name) << "\", \"forward\": " << fmt("%.9g", l.forward)
-        << ", \"backward\": " << fmt("%.9g", l.backward) << ", \"bytes\": " << fmt("%.0f", l.bytes)
-        << "}" << (i + 1 < p.layers.size() ? "," : "") << "\n";
-  }
-  out << "  ]";
-  if (!p.early_parts.empty()) {
-    out << ",\n  \"early_parts\": [";
-    for (size_t i = 0; i < p.early_parts.size(); ++i)
-      out << (i ? ", " : "") << "{\"layer\": " << p.early_parts[i].layer << ", \"from\": " << p.early_parts[i].from
-          << ", \"bytes\": " << fmt("%.0f", p.early_parts[i].bytes) << "}";
-    out << "]";
-  }
-  out << "\n}\n";
-  MT_CHECK(out.good(), "writing the profile to \"", path, "\" failed");
-}
-
-ModelProfile read_profile(const std::string& path) {
-  using nlohmann::json;
-  const json root = read_json_file(path, "the layer times", "--layer-times");
-  MT_CHECK(root.is_object(), path, ": expected a JSON object with \"layers\"");
-  const auto layers = root.find("layers");
-  MT_CHECK(layers != root.end() && layers->is_array() && !layers->empty(), path,
-           ": \"layers\" must be a non-empty array of {\"forward\", \"backward\", \"bytes\"}");
-  ModelProfile p;
-  p.model = string_field(root, "model");
-  if (const std::string d = string_field(root, "device"); !d.empty()) p.device = d;
-  p.batch_size = static_cast<int64_t>(number_field(root, "batch_size", path, false));
-  p.iterations = static_cast<int>(number_field(root, "iterations", path, false));
-  p.update_seconds = number_field(root, "update_seconds", path, false);
-  p.buffer_bytes = number_field(root, "buffer_bytes", path, false);
-  p.compress_seconds = number_field(root, "compress_seconds", path, false, -1.0);
-  p.decode_seconds = number_field(root, "decode_seconds", path, false, -1.0);
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const json& l = (*layers)[i];
-    const std::string where = path + ": layers[" + std::to_string(i) + "]";
-    MT_CHECK(l.is_object(), where, " must be an object");
-    LayerProfile lp;
-    lp.name = string_field(l, "name");
-    if (lp.name.empty()) lp.name = "layer" + std::to_string(i);
-    lp.forward = number_field(l, "forward", where, true);
-    lp.backward = number_field(l, "backward", where, true);
-    lp.bytes = number_field(l, "bytes", where, true);
-    p.layers.push_back(lp);
-  }
-  if (const auto parts = root.find("early_parts"); parts != root.end()) {
-    MT_CHECK(parts->is_array(), path, ": \"early_parts\" must be an array of {\"layer\", \"from\", \"bytes\"}");
-    for (size_t i = 0; i < parts->size(); ++i) {
-      const std::string where = path + ": early_parts[" + std::to_string(i) + "]";
-      MT_CHECK((*parts)[i].is_object(), where, " must be an object");
-      EarlyPart e;
-      e.layer = static_cast<size_t>(number_field((*parts)[i], "layer", where, true));
-      e.from = static_cast<size_t>(number_field((*parts)[i], "from", where, true));
-      e.bytes = number_field((*parts)[i], "bytes", where, true);
-      p.early_parts.push_back(e);
-    }
-    p.layer_costs_split();  // checks the parts against the layers
-  }
-  return p;
-}
-
-CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
-                                    const MeasuredComm& measured) {
-  return calibrate_network(nominal, bandwidth_given, std::vector<MeasuredComm>{measured});
-}
-
-CalibratedNetwork calibrate_network(const dist::NetworkSpec& nominal, bool bandwidth_given,
-                                    const std::vector<MeasuredComm>& profiles) {
-  MT_CHECK(!profiles.empty(), "calibrate_network: no communication profile given");
-  CalibratedNetwork c;
-  c.spec = nominal;
-  double latency_us = 0.0, efficiency = 0.0, rate_gbps = 0.0;
-  for (const MeasuredComm& measured : profiles) {
-    const int n = measured.world;
-    MT_CHECK(n >= 2 && measured.cost.beta > 0, "calibrate_network: the profile needs world >= 2 and beta > 0");
-    // A ring allreduce on n ranks takes 2(n-1) steps; each pays one hop's start-up.
-    latency_us += measured.cost.alpha / (2.0 * (n - 1)) * 1e6;
-    if (bandwidth_given) {
-      // Gloo measured a ring, so the nominal side is the ring too, whatever --allreduce says.
-      efficiency += dist::NetworkModel(nominal).allreduce(n, dist::AllreduceAlgorithm::Ring).beta / measured.cost.beta;
-    } else {
-      rate_gbps += 2.0 * (n - 1) / n / measured.cost.beta * 8.0 / 1e9;
-    }
-  }
-  const double count = static_cast<double>(profiles.size());
-  c.latency_us = latency_us / count;
-  c.spec.latency_us = c.latency_us;
-  c.spec.inter_latency_us = c.latency_us;
-  if (bandwidth_given) {
-    // Above 1.5 the measurement contradicts the nominal spec (e.g. loopback measured, a slow
-    // network named): trusting it further would predict links faster than they are said to be.
-    c.unclamped_efficiency = efficiency / count;
-    c.efficiency = std::min(c.unclamped_efficiency, 1.5);
-    c.spec.bandwidth_gbps *= c.efficiency;
-    if (c.spec.ranks_per_rack > 0) c.spec.inter_bandwidth_gbps *= c.efficiency;
-  } else {
-    MT_CHECK(nominal.ranks_per_rack == 0, "--comm-profile without --bandwidth-gbps describes one level (the "
-             "measured ring's rate); for racks (--ranks-per-rack ", nominal.ranks_per_rack,
-             ") also give --bandwidth-gbps and --inter-bandwidth-gbps, which the profile then scales");
-    c.spec.bandwidth_gbps = rate_gbps / count;
-    c.spec.inter_bandwidth_gbps = 0.0;
-    c.spec.inter_latency_us = 0.0;
-  }
-  return c;
-}
-
-// ---- Prediction ----
-
-namespace {
-// The allreduce's cost at N: the network's line, gamma at N >= 2, and the measured curves (back
-// to back and after idling) at the N they were measured on. The curves timed Gloo's ring, so a
-// hierarchical allreduce across racks keeps the calibrated formula (its pieces included).
-dist::LinearCost ring_cost(const dist::NetworkModel& network, const AlgorithmSettings& s, int n) {
-  dist::LinearCost ring = network.allreduce(n);
-  if (n > 1) {
-    ring.gamma = s.measured.gamma;
-    ring.overlap_slowdown = s.measured.overlap_slowdown;
-  }
-  if (n > 1 && !ring.in_levels()) {
-    if (const auto at = s.curves_at.find(n); at != s.curves_at.end()) {
-      dist::copy_curves(at->second, ring);
-    } else if (n == s.measured_world) {
-      dist::copy_curves(s.measured, ring);
-    }
-  }
-  return ring;
-}
 }  // namespace
-
-bool dssync_measured_at(const AlgorithmSettings& s, int n, int ranks_per_rack) {
-  const dist::DsSyncCommProfile& m = s.dssync_measured;
-  const int rack = ranks_per_rack > 0 && ranks_per_rack < n ? ranks_per_rack : 0;
-  return m.group_size > 0 && n == s.measured_world && m.group_size == std::min(s.dssync_group_size, n) &&
-         m.ranks_per_rack == rack;
-}
-
-ScalingRow predict_row(const ModelProfile& profile, const dist::NetworkModel& network,
-                       const AlgorithmSettings& s, int n) {
-  MT_CHECK(n >= 1, "worker count must be >= 1, got ", n);
-  const std::vector<dist::LayerCost> layers = profile.layer_costs();
-  const double u = profile.update_seconds;
-  const double MiB = 1024.0 * 1024.0;
-  const dist::LinearCost ring = ring_cost(network, s, n);
-  ScalingRow row;
-  row.workers = n;
-  auto ssgd = [&](dist::Schedule schedule) {
-    return dist::predict_schedule(schedule, layers, ring, u, s.bucket_cap_mb * MiB,
-                                  s.first_bucket_cap_mb * MiB);
-  };
-  row.bsp = ssgd(dist::Schedule::BSP);
-  row.wfbp = ssgd(dist::Schedule::WFBP);
-  row.fusion = ssgd(dist::Schedule::FUSION);
-  row.mgwfbp = ssgd(dist::Schedule::MGWFBP);
-
-  // ByteScheduler on the ring, and the parameter server (one level only), from the same network.
-  const dist::PsLinks links =
-      network.two_level() ? dist::PsLinks{} : network.ps_links(n, std::max(1, s.ps_servers));
-  auto bytescheduler = [&](dist::Architecture architecture, double& credit) {
-    if (s.credit_bytes > 0) {
-      credit = s.credit_bytes;
-      return dist::predict_partitioned(layers, u, dist::bytescheduler(architecture, s.partition_bytes, credit), ring,
-                                       links);
-    }
-    const dist::CreditChoice choice = dist::best_credit(layers, u, architecture, s.partition_bytes, ring, links);
-    credit = choice.credit_bytes;
-    return choice.prediction;
-  };
-  row.bytescheduler_a2a = bytescheduler(dist::Architecture::AllReduce, row.credit_a2a);
-  row.ps_modelled = !network.two_level();
-  if (row.ps_modelled) {
-    row.bsp_ps = dist::predict_partitioned(layers, u, dist::bsp_ps(s.partition_bytes), ring, links);
-    // WFBP-PS (and staggered, which it predicts) with the split sends tied parameters' early parts early.
-    const std::vector<dist::LayerCost> wfbp_layers = s.ps_split_tied ? profile.layer_costs_split() : layers;
-    row.wfbp_ps = dist::predict_partitioned(wfbp_layers, u, dist::wfbp_ps(s.partition_bytes), ring, links);
-    row.bytescheduler_ps = bytescheduler(dist::Architecture::ParameterServer, row.credit_ps);
-  }
-
-  // CD-SGD: one flat exchange of the whole gradient per iteration.
-  dist::CdsgdCost c = s.cdsgd_per_exchange;
-  const double grad_bytes = profile.gradient_bytes();
-  if (n == 1) {
-    c.exchange = c.full_exchange = 0.0;
-  } else {
-    c.exchange = s.cdsgd_summable ? ring.time(s.cdsgd_payload_bytes)
-                                  : network.allgather(n).time(s.cdsgd_payload_bytes);
-    c.full_exchange = ring.time(grad_bytes);
-  }
-  // Allgathered payloads: every rank decodes all n; summed ones: one decode of the sum.
-  c.decompress = s.cdsgd_per_exchange.decompress * (s.cdsgd_summable ? 1 : n);
-  row.cdsgd = dist::predict_cdsgd(layers, u, c);
-
-  // DS-Sync: group allreduce of parameters and float32 buffers.
-  dist::DssyncCost d;
-  const double model_bytes = grad_bytes + profile.buffer_bytes;
-  const int g = std::min(s.dssync_group_size, n);
-  const int rack = network.spec().ranks_per_rack;
-  dist::LinearCost in_rack = network.group_allreduce(g, false);
-  // In a crossing phase every rank of a rack is in a crossing group: rack-many rings share the uplink.
-  dist::LinearCost cross_rack = network.group_allreduce(g, true, std::max(1, std::min(rack, n)));
-  if (dssync_measured_at(s, n, rack)) {
-    // Timed on this network as DS-Sync runs them: all groups at once (the lines stay the slope
-    // above the largest size measured).
-    std::vector<double> bytes, seconds;
-    if (dist::dssync_pattern_curve(s.dssync_measured, false, bytes, seconds))
-      dist::set_measured_curve(in_rack, bytes, seconds);
-    if (dist::dssync_pattern_curve(s.dssync_measured, true, bytes, seconds))
-      dist::set_measured_curve(cross_rack, bytes, seconds);
-  }
-  d.in_rack = in_rack.time(model_bytes);
-  d.cross_rack = cross_rack.time(model_bytes);
-  d.world = ring.time(model_bytes);
-  d.world_every = s.dssync_global_average_every;
-  d.cross_fraction = n == 1 ? 0.0
-                            : dist::dssync_cross_fraction(n, std::max(2, s.dssync_group_size), rack,
-                                                          s.dssync_rack_aware, s.dssync_cross_period);
-  if (n == 1) d = {};
-  row.dssync = dist::predict_dssync(layers, u, d);
-  return row;
-}
 
 // ---- The command ----
 
@@ -653,7 +391,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     for (std::string file; std::getline(files, file, ',');) {
       MT_CHECK(!file.empty(), "--comm-profile: an empty file name in \"", comm_profile,
                "\" (a comma-separated list of profile-comm files)");
-      MeasuredComm m = read_comm_profile(file);
+      MeasuredComm m = dist::read_comm_profile(file);
       if (!shared_cores) {
         // Cores of their own for communication: the core-sharing terms stay out of the model.
         m.cost.gamma = 0.0;
@@ -666,7 +404,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
       all_measured.push_back(m);
       if (!measured || m.world > measured->world) measured = m;
     }
-    const CalibratedNetwork c = calibrate_network(net, bandwidth_given, all_measured);
+    const CalibratedNetwork c = dist::calibrate_network(net, bandwidth_given, all_measured);
     net = c.spec;
     const int n = measured->world;
     std::string worlds;
@@ -710,7 +448,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
 
   ModelProfile profile;
   if (!layer_times.empty()) {
-    profile = read_profile(layer_times);
+    profile = dist::read_profile(layer_times);
   } else {
     profile = profile_model(config, warmup_iters, profile_iters);
   }
@@ -745,7 +483,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   s.partition_bytes = partition_bytes.value_or(dc.ps().partition_bytes());
   s.ps_split_tied = dc.ps().split_tied_gradients();
   s.credit_bytes = credit_bytes;
-  if (!save_profile.empty()) write_profile(profile, save_profile);
+  if (!save_profile.empty()) dist::write_profile(profile, save_profile);
 
   // ---- Report ----
   const double t1 = profile.forward_total() + profile.backward_total() + profile.update_seconds;
@@ -776,7 +514,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
         << (d.compute_seconds > 0 ? "in step after " + ms(d.compute_seconds) + " of compute each, beyond it ("
                                   : std::string("with all groups at once ("))
         << what << ")"
-        << (dssync_measured_at(s, s.measured_world, network.spec().ranks_per_rack)
+        << (dist::dssync_measured_at(s, s.measured_world, network.spec().ranks_per_rack)
                 ? ": at N = " + std::to_string(s.measured_world) + " a group average takes their measured time"
                 : ": not used, the model's DS-Sync has groups of " + std::to_string(s.dssync_group_size) +
                       (network.spec().ranks_per_rack > 0
@@ -816,7 +554,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     return std::string(c);
   };
   for (int n : workers) {
-    const ScalingRow r = predict_row(profile, network, s, n);
+    const ScalingRow r = dist::predict_row(profile, network, s, n);
     std::snprintf(line, sizeof(line), "%6d %17s %17s %17s %17s %17s %17s\n", n, cell(r.bsp).c_str(),
                   cell(r.wfbp).c_str(), cell(r.fusion).c_str(), cell(r.mgwfbp).c_str(),
                   cell(r.cdsgd).c_str(), cell(r.dssync).c_str());
@@ -837,7 +575,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   };
   auto credit_cell = [&](bool modelled, double credit) { return modelled ? mb(credit) : std::string("-"); };
   for (int n : workers) {
-    const ScalingRow row = predict_row(profile, network, s, n);
+    const ScalingRow row = dist::predict_row(profile, network, s, n);
     std::snprintf(line, sizeof(line), "%6d %17s %17s %17s %17s %17s %17s %17s %9s %9s\n", n, cell(row.bsp).c_str(),
                   cell(row.wfbp).c_str(), cell(row.mgwfbp).c_str(), cell(row.bytescheduler_a2a).c_str(),
                   ps_cell(row, row.bsp_ps).c_str(), ps_cell(row, row.wfbp_ps).c_str(),
@@ -846,11 +584,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     out << line;
   }
 
-  const ScalingRow r = predict_row(profile, network, s, at);
+  const ScalingRow r = dist::predict_row(profile, network, s, at);
   out << "\ncritical paths at N = " << at << " (forward/backward numbers are layers, allreduce numbers messages):\n";
   const auto layers = profile.layer_costs();
   const double MiB = 1024.0 * 1024.0;
-  const dist::LinearCost ring = ring_cost(network, s, at);  // MG-WFBP's plan depends on all of it
+  const dist::LinearCost ring = dist::ring_cost(network, s, at);  // MG-WFBP's plan depends on all of it
   auto print = [&](const std::string& name, const dist::Prediction& p, const std::string& extra) {
     out << "  " << name << " " << ms(p.iteration) << extra << ": " << compact_path(p.critical_path) << "\n";
   };
