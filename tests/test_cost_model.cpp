@@ -609,7 +609,7 @@ TEST(ModelCommand, ProfilesBertsTiedEmbeddingInTwoParts) {
 }
 
 TEST(ModelCommand, ProfileNamesWithQuotesAndControlCharactersRoundTrip) {
-  // core::json_escape writes them; the model's JSON reader reads them back unchanged.
+  // The profile's JSON writer escapes them; its reader reads them back unchanged.
   mt::dist::ModelProfile prof;
   prof.model = "say \"hi\"\\ there";
   prof.device = "cpu";

@@ -1,19 +1,11 @@
 #include "dist/predict/model_profile.h"
 
-#include <cstdio>
-#include <fstream>
-
+#include "core/atomic_write.h"
 #include "core/error.h"
-#include "core/json_escape.h"
 #include "dist/predict/json_file.h"
 
 namespace mt::dist {
 namespace {
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), format, v);
-  return buf;
-}
 double sum(const std::vector<LayerProfile>& layers, double LayerProfile::*field) {
   double s = 0;
   for (const auto& l : layers) s += l.*field;
@@ -43,31 +35,17 @@ std::vector<LayerCost> ModelProfile::layer_costs_split() const {
 }
 
 void write_profile(const ModelProfile& p, const std::string& path) {
-  std::ofstream out(path);
-  MT_CHECK(out.good(), "cannot write the profile to \"", path, "\"");
-  out << "{\n  \"model\": \"" << core::json_escape(p.model) << "\", \"device\": \"" << core::json_escape(p.device)
-      << "\", \"batch_size\": " << p.batch_size << ", \"iterations\": " << p.iterations << ",\n"
-      << "  \"update_seconds\": " << fmt("%.9g", p.update_seconds)
-      << ", \"buffer_bytes\": " << fmt("%.0f", p.buffer_bytes);
-  if (p.compress_seconds >= 0) out << ", \"compress_seconds\": " << fmt("%.9g", p.compress_seconds);
-  if (p.decode_seconds >= 0) out << ", \"decode_seconds\": " << fmt("%.9g", p.decode_seconds);
-  out << ",\n  \"layers\": [\n";
-  for (size_t i = 0; i < p.layers.size(); ++i) {
-    const auto& l = p.layers[i];
-    out << "    {\"name\": \"" << core::json_escape(l.name) << "\", \"forward\": " << fmt("%.9g", l.forward)
-        << ", \"backward\": " << fmt("%.9g", l.backward) << ", \"bytes\": " << fmt("%.0f", l.bytes)
-        << "}" << (i + 1 < p.layers.size() ? "," : "") << "\n";
-  }
-  out << "  ]";
-  if (!p.early_parts.empty()) {
-    out << ",\n  \"early_parts\": [";
-    for (size_t i = 0; i < p.early_parts.size(); ++i)
-      out << (i ? ", " : "") << "{\"layer\": " << p.early_parts[i].layer << ", \"from\": " << p.early_parts[i].from
-          << ", \"bytes\": " << fmt("%.0f", p.early_parts[i].bytes) << "}";
-    out << "]";
-  }
-  out << "\n}\n";
-  MT_CHECK(out.good(), "writing the profile to \"", path, "\" failed");
+  nlohmann::ordered_json j = {{"model", p.model}, {"device", p.device}, {"batch_size", p.batch_size},
+                              {"iterations", p.iterations}, {"update_seconds", p.update_seconds},
+                              {"buffer_bytes", p.buffer_bytes}};
+  if (p.compress_seconds >= 0) j["compress_seconds"] = p.compress_seconds;
+  if (p.decode_seconds >= 0) j["decode_seconds"] = p.decode_seconds;
+  j["layers"] = nlohmann::ordered_json::array();
+  for (const LayerProfile& l : p.layers)
+    j["layers"].push_back({{"name", l.name}, {"forward", l.forward}, {"backward", l.backward}, {"bytes", l.bytes}});
+  for (const EarlyPart& e : p.early_parts)
+    j["early_parts"].push_back({{"layer", e.layer}, {"from", e.from}, {"bytes", e.bytes}});
+  core::write_file_atomically(path, j.dump(2) + "\n");
 }
 
 ModelProfile read_profile(const std::string& path) {
