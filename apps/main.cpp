@@ -38,6 +38,7 @@
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/serialize.h"
+#include "core/strings.h"
 #include "data/registry.h"
 #include "dist/comm_hook.h"
 #include "dist/compressor.h"
@@ -246,12 +247,6 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
   return a;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
 // The config a command runs: the file, each --set, normalized and validated. Anything wrong
 // here is the user's to fix, and running again will not help: a ConfigError (exit 3).
 RunConfig run_config(const Args& a) {
@@ -343,29 +338,18 @@ int cmd_launch(const std::vector<std::string>& argv) {
   return mt::apps::run_launch(options, "/proc/self/exe");
 }
 
-int cmd_model(const std::vector<std::string>& argv) { return mt::apps::run_model_command(argv, std::cout); }
-int cmd_profile_comm(const std::vector<std::string>& argv) {
-  return mt::apps::run_profile_comm_command(argv, std::cout);
-}
-
-int cmd_plot(const std::vector<std::string>& argv) { return mt::apps::run_plot_command(argv, std::cout); }
-
-int cmd_tokenize(const std::vector<std::string>& argv) {
-  return mt::apps::run_tokenize_command(argv, std::cin, std::cout);
-}
-
 int cmd_help(const std::vector<std::string>&) {
   std::cout << usage() << "\n"
             << "Names in a config may be written in any case.\n"
-            << "models:            " << join(mt::layers::model_names()) << "\n"
-            << "optimizers:        " << join(mt::optim::optimizer_names()) << "\n"
-            << "lr schedules:      " << join(mt::optim::lr_schedule_types()) << "\n"
-            << "datasets:          " << join(mt::apps::data_types()) << "\n"
-            << "dist.algorithm:    " << join(mt::dist::algorithm_names()) << "\n"
-            << "dist.ssgd.schedule: " << join(mt::dist::schedule_names()) << "\n"
-            << "dist.ssgd.hook:    " << join(mt::dist::comm_hook_names()) << "\n"
-            << "dist.compressor.type: " << join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
-            << "dist.dssync.schedule: " << join(mt::dist::dssync_schedule_types()) << "\n";
+            << "models:            " << mt::core::join(mt::layers::model_names()) << "\n"
+            << "optimizers:        " << mt::core::join(mt::optim::optimizer_names()) << "\n"
+            << "lr schedules:      " << mt::core::join(mt::optim::lr_schedule_types()) << "\n"
+            << "datasets:          " << mt::core::join(mt::apps::data_types()) << "\n"
+            << "dist.algorithm:    " << mt::core::join(mt::dist::algorithm_names()) << "\n"
+            << "dist.ssgd.schedule: " << mt::core::join(mt::dist::schedule_names()) << "\n"
+            << "dist.ssgd.hook:    " << mt::core::join(mt::dist::comm_hook_names()) << "\n"
+            << "dist.compressor.type: " << mt::core::join(mt::dist::compressor_names()) << " (ssgd, cdsgd)\n"
+            << "dist.dssync.schedule: " << mt::core::join(mt::dist::dssync_schedule_types()) << "\n";
   return 0;
 }
 
@@ -386,10 +370,11 @@ const std::map<std::string, Command>& commands() {
       {"train", {cmd_train, kTrainUsage}},
       {"eval", {cmd_eval, kEvalUsage}},
       {"launch", {cmd_launch, kLaunchUsage}},
-      {"model", {cmd_model, ""}},
-      {"profile-comm", {cmd_profile_comm, kProfileCommUsage}},
-      {"tokenize", {cmd_tokenize, ""}},
-      {"plot", {cmd_plot, ""}},
+      {"model", {[](const auto& argv) { return mt::apps::run_model_command(argv, std::cout); }, ""}},
+      {"profile-comm",
+       {[](const auto& argv) { return mt::apps::run_profile_comm_command(argv, std::cout); }, kProfileCommUsage}},
+      {"tokenize", {[](const auto& argv) { return mt::apps::run_tokenize_command(argv, std::cin, std::cout); }, ""}},
+      {"plot", {[](const auto& argv) { return mt::apps::run_plot_command(argv, std::cout); }, ""}},
       {"help", {cmd_help, ""}},
       {"version", {cmd_version, ""}},
   };

@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -17,6 +16,7 @@
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/random.h"
+#include "core/strings.h"
 #include "dist/compression_config.h"
 #include "dist/compressor.h"
 #include "dist/dist_config.h"
@@ -29,19 +29,12 @@ namespace {
 
 using dist::AlgorithmSettings;
 using dist::CalibratedNetwork;
-using dist::LayerProfile;
 using dist::MeasuredComm;
 using dist::ModelProfile;
 using dist::ScalingRow;
 
 using Clock = std::chrono::steady_clock;
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), format, v);
-  return buf;
-}
 
 // ---- Measuring ----
 
@@ -122,23 +115,17 @@ std::string compact_path(const std::vector<std::string>& path) {
   return s;
 }
 
-std::string ms(double seconds) { return fmt("%.3f ms", seconds * 1e3); }
-std::string mb(double bytes) { return fmt("%.3g MB", bytes / (1024.0 * 1024.0)); }
-
-std::vector<int> parse_workers(const std::string& text) {
-  std::vector<int> workers;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long n = std::strtol(item.c_str(), &end, 10);
-    MT_CHECK(!item.empty() && *end == '\0' && n >= 1 && n <= (1 << 24), "--workers: \"", item,
-             "\" is not a worker count (a comma-separated list of integers >= 1, e.g. 1,2,4,8)");
-    workers.push_back(static_cast<int>(n));
-  }
-  MT_CHECK(!workers.empty(), "--workers: empty list");
-  return workers;
+// One line of a table: N 6 wide, then every cell 17 wide and every narrow one 9 wide.
+std::string table_line(const std::string& n, const std::vector<std::string>& cells,
+                       const std::vector<std::string>& narrow = {}) {
+  std::string line = core::formatted("%6s", n.c_str());
+  for (const std::string& c : cells) line += core::formatted(" %17s", c.c_str());
+  for (const std::string& c : narrow) line += core::formatted(" %9s", c.c_str());
+  return line + "\n";
 }
+
+std::string ms(double seconds) { return core::formatted("%.3f ms", seconds * 1e3); }
+std::string mb(double bytes) { return core::formatted("%.3g MB", bytes / (1024.0 * 1024.0)); }
 
 const char* kModelUsage =
     "usage: mintrain model CONFIG [--set k=v ...] [--workers 1,2,4,...] [--at N]\n"
@@ -148,27 +135,15 @@ const char* kModelUsage =
     "                      [--layer-times FILE.json] [--save-profile FILE.json]\n"
     "                      [--comm-profile FILE.json[,FILE.json...] [--shared-cores]]\n"
     "                      [--servers S] [--partition-bytes B] [--credit-bytes C]\n"
-    "  --comm-profile: the network as measured by `mintrain profile-comm` on n ranks (Gloo's ring\n"
-    "    allreduce, T(M) = alpha + beta * M, and gamma). Per-hop latency alpha / (2(n-1)) replaces\n"
-    "    --latency-us and --inter-latency-us. With --bandwidth-gbps, every link's bandwidth is scaled\n"
-    "    by the efficiency e = (the nominal ring's beta at n) / (measured beta), e in (0, 1.5];\n"
-    "    without, one level at the measured rate 2(n-1)/n / beta. gamma, the compute each message\n"
-    "    sent during backward costs, goes into WFBP, FUSION and MGWFBP at every N >= 2 (BSP sends\n"
-    "    after backward and never pays it). At N = n, an allreduce costs what the profile measured\n"
-    "    for that size (the mean, interpolated between the measured sizes), not the fitted line;\n"
-    "    when it was also timed after idling (profile-comm --idle-ms), a message that follows that\n"
-    "    much idle network or more takes the after-idle time, and less idle a share of the saving.\n"
-    "    Several files (measured at different n, e.g. 2 and 4): the latency per hop and the\n"
-    "    efficiency (or rate) are the means of what each implies, each file's measured times apply\n"
-    "    at its own n only, and gamma and the rest come from the one with the largest n. Predicting\n"
-    "    another N from them is the out-of-sample check (docs/PERF.md).\n"
-    "  --servers S: parameter servers for BSP-PS, WFBP-PS, ByteScheduler-PS (default dist.ps.servers,\n"
-    "    1 when that is 0); --partition-bytes B: the PS's and ByteScheduler's largest partition\n"
-    "    (default dist.ps.partition_bytes); --credit-bytes C: ByteScheduler's credit (default: the\n"
-    "    fastest of B x 1, 2, 4, ... by the model, per N).\n"
-    "  --shared-cores: also apply the profile's core-sharing terms (gamma, the share of compute lost\n"
-    "    while a message is in flight, the during-compute curve), for ranks that share CPU cores. Off by\n"
-    "    default: they were fitted where ranks share cores and do not carry over to other machines.";
+    "  --comm-profile: the network as `mintrain profile-comm` measured it on n ranks: its latency per\n"
+    "    hop replaces --latency-us, its efficiency scales --bandwidth-gbps (without: one level at the\n"
+    "    measured rate), and at N = n an allreduce takes its measured time; several files (other n)\n"
+    "    calibrate together, each one's times at its own n (apps/README.md, \"Measured networks\")\n"
+    "  --shared-cores: also the profile's core-sharing terms (gamma, the compute lost while a message\n"
+    "    is in flight, the during-compute curve), for ranks that share CPU cores\n"
+    "  --servers S: parameter servers of the PS methods (default dist.ps.servers, or 1);\n"
+    "  --partition-bytes B: their and ByteScheduler's largest partition (default dist.ps.partition_bytes);\n"
+    "  --credit-bytes C: ByteScheduler's credit (default: the fastest of B x 1, 2, 4, ..., per N)";
 
 // Builds a one-process Trainer from the config and times `iterations` iterations after `warmup`.
 ModelProfile profile_model(const RunConfig& config_in, int warmup, int iterations) {
@@ -265,41 +240,20 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
   // one message per tensor, FUSION and MG-WFBP merge tensors): grouping a module's weight and
   // bias would halve WFBP's messages in the prediction. Ordered by when their gradient
   // completed, latest first = forward order. Unused ones (no hook) go first.
-  std::vector<std::string> names;
-  std::map<std::string, size_t> index_of;
+  std::vector<size_t> order(params.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  auto completed = [&](size_t i) { return last_position[i] < 0 ? 1 << 30 : last_position[i]; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return completed(a) > completed(b); });
   ModelProfile prof;
-  std::vector<int> completes_at;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& owner = params[i].first;
-    auto [it, fresh] = index_of.emplace(owner, prof.layers.size());
-    if (fresh) {
-      prof.layers.push_back({owner, 0.0, 0.0, 0.0});
-      completes_at.push_back(-1);
-    }
-    LayerProfile& layer = prof.layers[it->second];
-    layer.backward += param_backward[i] / iterations;
-    layer.bytes += static_cast<double>(params[i].second.nbytes());
-    completes_at[it->second] = std::max(completes_at[it->second], last_position[i]);
-  }
-  std::vector<size_t> order(prof.layers.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const int ka = completes_at[a] < 0 ? 1 << 30 : completes_at[a];
-    const int kb = completes_at[b] < 0 ? 1 << 30 : completes_at[b];
-    return ka > kb;
-  });
-  std::vector<LayerProfile> sorted;
-  std::vector<size_t> sorted_index(order.size());
+  std::vector<size_t> layer_of(params.size());
   for (size_t i : order) {
-    sorted_index[i] = sorted.size();
-    sorted.push_back(prof.layers[i]);
+    layer_of[i] = prof.layers.size();
+    prof.layers.push_back({params[i].first, 0.0, param_backward[i] / iterations,
+                           static_cast<double>(params[i].second.nbytes())});
   }
-  prof.layers = std::move(sorted);
   for (size_t i = 0; i < params.size(); ++i) {
     if (early_with[i] == early) continue;
-    prof.early_parts.push_back({sorted_index[index_of.at(params[early_with[i]].first)],
-                                sorted_index[index_of.at(params[i].first)],
-                                static_cast<double>(params[i].second.nbytes())});
+    prof.early_parts.push_back({layer_of[early_with[i]], layer_of[i], static_cast<double>(params[i].second.nbytes())});
   }
 
   // Forward per layer is not observable (no forward hooks): split the measured total in
@@ -341,7 +295,10 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   Flags f("model", args, kModelUsage);
   while (f.next()) {
     if (f.is("--set")) sets.push_back(f.value());
-    else if (f.is("--workers")) workers = parse_workers(f.value());
+    else if (f.is("--workers")) {
+      workers.clear();
+      for (int64_t n : parse_int_list("--workers", f.value(), 1, 1 << 24, "a worker count")) workers.push_back(int(n));
+    }
     else if (f.is("--at")) at = f.integer(1);
     else if (f.is("--bandwidth-gbps")) bandwidth = f.number();
     else if (f.is("--latency-us")) latency = f.number();
@@ -409,63 +366,53 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     const int n = measured->world;
     std::string worlds;
     for (const MeasuredComm& m : all_measured) worlds += (worlds.empty() ? "" : ", ") + std::to_string(m.world);
-    measured_line = "comm profile: " + comm_profile + ", measured on n = " + worlds + " ranks" +
-                    (measured->group.empty() ? "" : " (" + measured->group + ")") + ": alpha " +
-                    fmt("%.1f", measured->cost.alpha * 1e6) + " us" +
-                    (all_measured.size() > 1 ? " at n = " + std::to_string(n) + ", the mean over the files" : "") +
-                    " -> " + fmt("%.2f", c.latency_us) +
-                    " us per hop (replaces --latency-us); beta " + fmt("%.4f", measured->cost.beta * 1e9) +
-                    " ms/MB -> " +
-                    (bandwidth_given ? "efficiency " + fmt("%.3f", c.efficiency) +
-                                           (c.unclamped_efficiency > c.efficiency
-                                                ? " (clamped from " + fmt("%.3g", c.unclamped_efficiency) + ")"
-                                                : std::string()) +
-                                           " of the nominal ring, links at " + fmt("%.4g", c.efficiency * 100) +
-                                           "% of their bandwidth"
-                                     : std::string("the measured ring's rate, one level")) +
-                    (measured->cost.overlap_slowdown > 0
-                         ? "; while a message is in flight during backward the compute loses " +
-                               fmt("%.1f", measured->cost.overlap_slowdown * 100) +
-                               "% (WFBP, FUSION, MGWFBP at N >= 2; MG-WFBP's merge rule takes gamma " +
-                               fmt("%.1f", measured->cost.gamma * 1e6) + " us)"
-                         : "; gamma " + fmt("%.1f", measured->cost.gamma * 1e6) +
-                               " us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)") +
-                    (measured->cost.measured_bytes.empty()
-                         ? std::string()
-                         : "; at N = " + worlds + " an allreduce takes the measured time of its size (" +
-                               std::to_string(measured->cost.measured_bytes.size()) + " sizes, interpolated" +
-                               (measured->cost.idle_measured_seconds.empty()
-                                    ? std::string(")")
-                                    : "; after " + fmt("%.1f", measured->cost.idle_measured * 1e3) +
-                                          " ms or more of idle network, the time measured after idling)") +
-                               (measured->cost.busy_measured_seconds.empty()
-                                    ? std::string()
-                                    : "; for the share of a message that overlaps backward, the time measured "
-                                      "while the ranks computed"));
+    const dist::LinearCost& mc = measured->cost;
+    std::string& l = measured_line;
+    l = "comm profile: " + comm_profile + ", measured on n = " + worlds + " ranks" +
+        (measured->group.empty() ? "" : " (" + measured->group + ")") + core::formatted(": alpha %.1f us", mc.alpha * 1e6) +
+        (all_measured.size() > 1 ? " at n = " + std::to_string(n) + ", the mean over the files" : "") +
+        core::formatted(" -> %.2f us per hop (replaces --latency-us); beta %.4f ms/MB -> ", c.latency_us, mc.beta * 1e9);
+    if (bandwidth_given) {
+      l += core::formatted("efficiency %.3f", c.efficiency);
+      if (c.unclamped_efficiency > c.efficiency) l += core::formatted(" (clamped from %.3g)", c.unclamped_efficiency);
+      l += core::formatted(" of the nominal ring, links at %.4g%% of their bandwidth", c.efficiency * 100);
+    } else {
+      l += "the measured ring's rate, one level";
+    }
+    l += mc.overlap_slowdown > 0
+             ? core::formatted("; while a message is in flight during backward the compute loses %.1f%% (WFBP, FUSION, "
+                               "MGWFBP at N >= 2; MG-WFBP's merge rule takes gamma %.1f us)",
+                               mc.overlap_slowdown * 100, mc.gamma * 1e6)
+             : core::formatted("; gamma %.1f us per message sent during backward (WFBP, FUSION, MGWFBP at N >= 2)",
+                               mc.gamma * 1e6);
+    if (!mc.measured_bytes.empty()) {
+      l += "; at N = " + worlds + " an allreduce takes the measured time of its size (" +
+           std::to_string(mc.measured_bytes.size()) + " sizes, interpolated";
+      l += mc.idle_measured_seconds.empty()
+               ? ")"
+               : core::formatted("; after %.1f ms or more of idle network, the time measured after idling)",
+                                 mc.idle_measured * 1e3);
+      if (!mc.busy_measured_seconds.empty())
+        l += "; for the share of a message that overlaps backward, the time measured while the ranks computed";
+    }
   }
   const dist::NetworkModel network(net);
   if (at < 0) at = *std::max_element(workers.begin(), workers.end());
 
-  ModelProfile profile;
-  if (!layer_times.empty()) {
-    profile = dist::read_profile(layer_times);
-  } else {
-    profile = profile_model(config, warmup_iters, profile_iters);
-  }
+  ModelProfile profile =
+      layer_times.empty() ? profile_model(config, warmup_iters, profile_iters) : dist::read_profile(layer_times);
   const int64_t grad_values = static_cast<int64_t>(profile.gradient_bytes() / 4.0);
 
   AlgorithmSettings s;
   s.bucket_cap_mb = dc.ssgd().bucket_cap_mb();
   s.first_bucket_cap_mb = dc.ssgd().first_bucket_cap_mb();
-  dist::CompressionOptions co;
-  co = dist::compression_options(dc.compressor());
+  const dist::CompressionOptions co = dist::compression_options(dc.compressor());
   const auto compressor = dist::make_compressor(co);
   s.compression = compressor->name();
   s.cdsgd_summable = compressor->summable();
   s.cdsgd_payload_bytes = static_cast<double>(compressor->payload_bytes(grad_values));
-  if (profile.compress_seconds < 0 || profile.decode_seconds < 0) {
+  if (profile.compress_seconds < 0 || profile.decode_seconds < 0)
     measure_compression(grad_values, co, profile.compress_seconds, profile.decode_seconds);
-  }
   s.cdsgd_per_exchange.compress = profile.compress_seconds;
   s.cdsgd_per_exchange.decompress = profile.decode_seconds;
   s.cdsgd_per_exchange.full_precision_every = dc.cdsgd().k();
@@ -489,21 +436,17 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   const double t1 = profile.forward_total() + profile.backward_total() + profile.update_seconds;
   out << "mintrain model: " << (profile.model.empty() ? "?" : profile.model) << " from " << config_path
       << ", batch " << profile.batch_size << " per worker, " << profile.device << "\n";
-  if (layer_times.empty()) {
-    out << "profile: " << profile.iterations << " iterations after " << warmup_iters << " warm-up";
-  } else {
-    out << "profile: " << layer_times;
-  }
+  out << "profile: "
+      << (layer_times.empty() ? core::formatted("%d iterations after %d warm-up", profile.iterations, warmup_iters)
+                              : layer_times);
   out << "; forward " << ms(profile.forward_total()) << ", backward " << ms(profile.backward_total())
       << ", update " << ms(profile.update_seconds) << "; gradients " << mb(profile.gradient_bytes())
       << " in " << profile.layers.size() << " layers\n";
   out << "  layer  forward ms  backward ms        bytes  name\n";
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const auto& L = profile.layers[l];
-    char line[256];
-    std::snprintf(line, sizeof(line), "  %5zu  %10.4f  %11.4f  %11.0f  %s\n", l, L.forward * 1e3,
-                  L.backward * 1e3, L.bytes, L.name.c_str());
-    out << line;
+    out << core::formatted("  %5zu  %10.4f  %11.4f  %11.0f  %s\n", l, L.forward * 1e3, L.backward * 1e3, L.bytes,
+                           L.name.c_str());
   }
   if (!measured_line.empty()) out << measured_line << "\n";
   if (measured && s.dssync_measured.group_size > 0) {
@@ -544,44 +487,31 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
 
   out << "milliseconds per iteration (scaling efficiency t1/tN; t1 = " << ms(t1)
       << " on one worker, batch per worker fixed; CD-SGD's N = 1 includes its own compute overhead)\n";
-  char line[512];
-  std::snprintf(line, sizeof(line), "%6s %17s %17s %17s %17s %17s %17s\n", "N", "BSP", "WFBP", "FUSION",
-                "MGWFBP", "CD-SGD", "DS-Sync");
-  out << line;
+  out << table_line("N", {"BSP", "WFBP", "FUSION", "MGWFBP", "CD-SGD", "DS-Sync"});
   auto cell = [&](const dist::Prediction& p) {
-    char c[64];
-    std::snprintf(c, sizeof(c), "%10.3f (%3.0f%%)", p.iteration * 1e3, p.iteration > 0 ? 100.0 * t1 / p.iteration : 100.0);
-    return std::string(c);
+    return core::formatted("%10.3f (%3.0f%%)", p.iteration * 1e3, p.iteration > 0 ? 100.0 * t1 / p.iteration : 100.0);
   };
-  for (int n : workers) {
-    const ScalingRow r = dist::predict_row(profile, network, s, n);
-    std::snprintf(line, sizeof(line), "%6d %17s %17s %17s %17s %17s %17s\n", n, cell(r.bsp).c_str(),
-                  cell(r.wfbp).c_str(), cell(r.fusion).c_str(), cell(r.mgwfbp).c_str(),
-                  cell(r.cdsgd).c_str(), cell(r.dssync).c_str());
-    out << line;
+  std::vector<ScalingRow> rows;
+  for (int n : workers) rows.push_back(dist::predict_row(profile, network, s, n));
+  for (const ScalingRow& r : rows) {
+    out << table_line(std::to_string(r.workers),
+                      {cell(r.bsp), cell(r.wfbp), cell(r.fusion), cell(r.mgwfbp), cell(r.cdsgd), cell(r.dssync)});
   }
 
-  // The survey's seven methods (issue 30): allreduce (A2A) and parameter server (PS).
+  // The survey's seven methods: allreduce (A2A) and parameter server (PS).
   out << "\nthe seven methods: milliseconds per iteration (efficiency); PS: " << s.ps_servers << " server"
       << (s.ps_servers == 1 ? "" : "s") << ", partitions of at most " << mb(static_cast<double>(s.partition_bytes))
       << " (ByteScheduler's too); ByteScheduler's credit "
       << (s.credit_bytes > 0 ? mb(s.credit_bytes) : std::string("the fastest by the model (last columns)"))
       << (network.two_level() ? "; PS not modelled on two levels" : "") << "\n";
-  std::snprintf(line, sizeof(line), "%6s %17s %17s %17s %17s %17s %17s %17s %9s %9s\n", "N", "BSP-A2A", "WFBP-A2A",
-                "MG-WFBP", "BytSched-A2A", "BSP-PS", "WFBP-PS", "BytSched-PS", "credit A", "credit P");
-  out << line;
-  auto ps_cell = [&](const ScalingRow& row, const dist::Prediction& p) {
-    return row.ps_modelled ? cell(p) : std::string("-");
-  };
-  auto credit_cell = [&](bool modelled, double credit) { return modelled ? mb(credit) : std::string("-"); };
-  for (int n : workers) {
-    const ScalingRow row = dist::predict_row(profile, network, s, n);
-    std::snprintf(line, sizeof(line), "%6d %17s %17s %17s %17s %17s %17s %17s %9s %9s\n", n, cell(row.bsp).c_str(),
-                  cell(row.wfbp).c_str(), cell(row.mgwfbp).c_str(), cell(row.bytescheduler_a2a).c_str(),
-                  ps_cell(row, row.bsp_ps).c_str(), ps_cell(row, row.wfbp_ps).c_str(),
-                  ps_cell(row, row.bytescheduler_ps).c_str(), credit_cell(true, row.credit_a2a).c_str(),
-                  credit_cell(row.ps_modelled, row.credit_ps).c_str());
-    out << line;
+  out << table_line("N", {"BSP-A2A", "WFBP-A2A", "MG-WFBP", "BytSched-A2A", "BSP-PS", "WFBP-PS", "BytSched-PS"},
+                    {"credit A", "credit P"});
+  auto ps = [&](const ScalingRow& r, const dist::Prediction& p) { return r.ps_modelled ? cell(p) : std::string("-"); };
+  for (const ScalingRow& r : rows) {
+    out << table_line(std::to_string(r.workers),
+                      {cell(r.bsp), cell(r.wfbp), cell(r.mgwfbp), cell(r.bytescheduler_a2a), ps(r, r.bsp_ps),
+                       ps(r, r.wfbp_ps), ps(r, r.bytescheduler_ps)},
+                      {mb(r.credit_a2a), r.ps_modelled ? mb(r.credit_ps) : std::string("-")});
   }
 
   const ScalingRow r = dist::predict_row(profile, network, s, at);

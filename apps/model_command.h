@@ -11,9 +11,9 @@
 //                  [--layer-times FILE.json] [--save-profile FILE.json] [--comm-profile FILE.json]
 //
 // Profiling. Layers are the model's parameter tensors (the unit S-SGD sends), in forward order
-// (the reverse of the order in which their gradients complete). Backward time of a parameter is the time since the previous grad-ready
-// hook (the first: since backward started), the way MG-WFBP profiles; a layer's is the sum over
-// its parameters. Per-layer forward times cannot be observed without forward hooks, so the
+// (the reverse of the order in which their gradients complete). A layer's backward time is the
+// time since the previous grad-ready hook (the first: since backward started), the way MG-WFBP
+// profiles. Per-layer forward times cannot be observed without forward hooks, so the
 // measured forward time (including the loss) is split across layers in proportion to their
 // backward time (evenly if backward time is zero). The update time is the optimizer step plus
 // zero_grad plus whatever backward does after the last gradient is final. Data loading is not
