@@ -28,7 +28,6 @@ namespace mt::apps {
 namespace {
 
 using dist::AlgorithmSettings;
-using dist::CalibratedNetwork;
 using dist::MeasuredComm;
 using dist::ModelProfile;
 using dist::ScalingRow;
@@ -361,7 +360,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
       all_measured.push_back(m);
       if (!measured || m.world > measured->world) measured = m;
     }
-    const CalibratedNetwork c = dist::calibrate_network(net, bandwidth_given, all_measured);
+    const dist::CalibratedNetwork c = dist::calibrate_network(net, bandwidth_given, all_measured);
     net = c.spec;
     const int n = measured->world;
     std::string worlds;

@@ -143,6 +143,13 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
   int dssync_group_size = 0, dssync_ranks_per_rack = 0, dssync_repeats = 0;
   std::vector<int64_t> dssync_sizes;
   Flags f("profile-comm", args, kProfileCommUsage);
+  // A duration flag in milliseconds, as seconds; 0 only where `zero_ok`.
+  auto seconds_from_ms = [&](bool zero_ok) {
+    const double ms = f.number();
+    MT_CHECK((zero_ok ? ms >= 0 : ms > 0) && ms <= 10000, "profile-comm: ", f.arg(), " must be in ",
+             zero_ok ? "[" : "(", "0, 10000], got ", ms);
+    return ms * 1e-3;
+  };
   while (f.next()) {
     const std::string& a = f.arg();
     if (a == "--out") out_path = f.value();
@@ -153,30 +160,17 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
       MT_CHECK(options.seconds_per_size >= 0 && options.seconds_per_size <= 600,
                "profile-comm: --seconds-per-size must be in [0, 600], got ", options.seconds_per_size);
     } else if (a == "--max-repeats") options.max_repeats = f.integer(1);
-    else if (a == "--idle-ms") {
-      const double idle_ms = f.number();
-      MT_CHECK(idle_ms >= 0 && idle_ms <= 10000, "profile-comm: --idle-ms must be in [0, 10000], got ", idle_ms);
-      options.idle_before_seconds = idle_ms * 1e-3;
-    }
+    else if (a == "--idle-ms") options.idle_before_seconds = seconds_from_ms(true);
     else if (a == "--no-gamma") options.measure_gamma = false;
     else if (a == "--gamma-rounds") options.gamma_rounds = f.integer(1);
     else if (a == "--gamma-messages") options.gamma_messages = f.integer(1);
     else if (a == "--gamma-message-floats") options.gamma_message_floats = f.integer(1);
-    else if (a == "--gamma-chunk-ms") {
-      const double chunk_ms = f.number();
-      MT_CHECK(chunk_ms > 0 && chunk_ms <= 10000, "profile-comm: --gamma-chunk-ms must be in (0, 10000], got ",
-               chunk_ms);
-      options.gamma_chunk_seconds = chunk_ms * 1e-3;
-    } else if (a == "--dssync-group-size") dssync_group_size = f.integer(2);
+    else if (a == "--gamma-chunk-ms") options.gamma_chunk_seconds = seconds_from_ms(false);
+    else if (a == "--dssync-group-size") dssync_group_size = f.integer(2);
     else if (a == "--dssync-ranks-per-rack") dssync_ranks_per_rack = f.integer(1);
     else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(a, f.value());
     else if (a == "--dssync-repeats") dssync_repeats = f.integer(1);
-    else if (a == "--dssync-compute-ms") {
-      const double compute_ms = f.number();
-      MT_CHECK(compute_ms > 0 && compute_ms <= 10000, "profile-comm: --dssync-compute-ms must be in (0, 10000], got ",
-               compute_ms);
-      options.dssync_compute_seconds = compute_ms * 1e-3;
-    }
+    else if (a == "--dssync-compute-ms") options.dssync_compute_seconds = seconds_from_ms(false);
     else if (a == "--interface") po.interface = f.value();
     else if (a == "--transport") {
       po.transport = f.value();
