@@ -1,15 +1,18 @@
 #include "apps/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <system_error>
+#include <type_traits>
 
 #include "apps/run_folder.h"
 #include "core/error.h"
 #include "core/serialize.h"
+#include "core/strings.h"
 
 namespace mt::apps {
 namespace {
@@ -21,11 +24,7 @@ constexpr const char* kFormat = "mintrain-checkpoint-1";
 constexpr const char* kPrefix = "iter-";
 constexpr const char* kSuffix = ".ckpt";
 
-std::string to_text(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);  // round-trips exactly
-  return buf;
-}
+std::string to_text(double v) { return core::formatted("%.17g", v); }  // round-trips exactly
 
 const std::string& meta(const core::Archive& a, const std::string& path, const std::string& key) {
   auto it = a.meta.find(key);
@@ -34,37 +33,18 @@ const std::string& meta(const core::Archive& a, const std::string& path, const s
   return it->second;
 }
 
-int64_t meta_int(const core::Archive& a, const std::string& path, const std::string& key) {
+// An entry as a number of type T, the whole entry (an unsigned one has no sign).
+template <typename T>
+T meta_number(const core::Archive& a, const std::string& path, const std::string& key) {
   const std::string& s = meta(a, path, key);
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(s, &used);
-    if (used == s.size()) return v;
-  } catch (const std::exception&) {
-  }
-  MT_FAIL("checkpoint \"", path, "\": entry \"", key, "\" is not an integer (\"", s, "\")");
-}
-
-uint64_t meta_uint(const core::Archive& a, const std::string& path, const std::string& key) {
-  const std::string& s = meta(a, path, key);
-  try {
-    size_t used = 0;
-    const unsigned long long v = std::stoull(s, &used);
-    if (used == s.size() && !s.empty() && s[0] != '-') return v;
-  } catch (const std::exception&) {
-  }
-  MT_FAIL("checkpoint \"", path, "\": entry \"", key, "\" is not an unsigned integer (\"", s, "\")");
-}
-
-double meta_double(const core::Archive& a, const std::string& path, const std::string& key) {
-  const std::string& s = meta(a, path, key);
-  try {
-    size_t used = 0;
-    const double v = std::stod(s, &used);
-    if (used == s.size()) return v;
-  } catch (const std::exception&) {  // not a number, or out of double's range
-  }
-  MT_FAIL("checkpoint \"", path, "\": entry \"", key, "\" is not a number (\"", s, "\")");
+  T v{};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  const char* what = std::is_floating_point_v<T> ? "a number"
+                     : std::is_signed_v<T>         ? "an integer"
+                                                   : "an unsigned integer";
+  MT_CHECK(!s.empty() && ec == std::errc() && end == s.data() + s.size(), "checkpoint \"", path, "\": entry \"", key,
+           "\" is not ", what, " (\"", s, "\")");
+  return v;
 }
 
 // The iteration number in "iter-000001876.ckpt", or -1 for any other name.
@@ -118,11 +98,11 @@ TrainingState read_training_state(const core::Archive& a, const std::string& pat
            "\"; this build reads \"", kFormat, "\"");
 
   TrainingState s;
-  s.epoch = meta_int(a, path, "epoch");
-  s.next_batch = meta_int(a, path, "next_batch");
-  s.global_iteration = meta_int(a, path, "global_iteration");
-  s.rng_seed = meta_uint(a, path, "rng_seed");
-  s.rng_offset = meta_uint(a, path, "rng_offset");
+  s.epoch = meta_number<int64_t>(a, path, "epoch");
+  s.next_batch = meta_number<int64_t>(a, path, "next_batch");
+  s.global_iteration = meta_number<int64_t>(a, path, "global_iteration");
+  s.rng_seed = meta_number<uint64_t>(a, path, "rng_seed");
+  s.rng_offset = meta_number<uint64_t>(a, path, "rng_offset");
   s.config_text = meta(a, path, "config");
   try {
     s.best_accuracy = std::stod(meta(a, path, "best_accuracy"));
@@ -132,10 +112,10 @@ TrainingState read_training_state(const core::Archive& a, const std::string& pat
   MT_CHECK(s.epoch >= 0 && s.next_batch >= 0 && s.global_iteration >= 0, "checkpoint \"", path,
            "\" has a negative epoch, batch or iteration");
   if (a.meta.count("world_size")) {  // the job's shape (absent in older checkpoints)
-    s.world_size = meta_int(a, path, "world_size");
-    s.batch_size = meta_int(a, path, "batch_size");
-    s.accumulation = meta_int(a, path, "accumulation");
-    s.elapsed_seconds = meta_double(a, path, "elapsed_seconds");
+    s.world_size = meta_number<int64_t>(a, path, "world_size");
+    s.batch_size = meta_number<int64_t>(a, path, "batch_size");
+    s.accumulation = meta_number<int64_t>(a, path, "accumulation");
+    s.elapsed_seconds = meta_number<double>(a, path, "elapsed_seconds");
     MT_CHECK(s.world_size >= 0 && s.batch_size >= 0 && s.accumulation >= 0 &&
                  std::isfinite(s.elapsed_seconds) && s.elapsed_seconds >= 0,
              "checkpoint \"", path, "\" has an invalid job shape (world size ", s.world_size, ", batch ",
@@ -143,9 +123,9 @@ TrainingState read_training_state(const core::Archive& a, const std::string& pat
   }
   if (a.meta.count("loss_scale")) {
     optim::LossScalerState ls;
-    ls.scale = meta_double(a, path, "loss_scale");
-    ls.good_steps = meta_int(a, path, "loss_scale_good_steps");
-    ls.overflow_steps = meta_int(a, path, "loss_scale_overflow_steps");
+    ls.scale = meta_number<double>(a, path, "loss_scale");
+    ls.good_steps = meta_number<int64_t>(a, path, "loss_scale_good_steps");
+    ls.overflow_steps = meta_number<int64_t>(a, path, "loss_scale_overflow_steps");
     MT_CHECK(std::isfinite(ls.scale) && ls.scale > 0 && ls.good_steps >= 0 && ls.overflow_steps >= 0,
              "checkpoint \"", path, "\" has an invalid loss scale ", ls.scale, " (good steps ",
              ls.good_steps, ", overflow steps ", ls.overflow_steps, ")");
@@ -231,10 +211,7 @@ CheckpointDir::CheckpointDir(std::string dir, int keep_last)
 }
 
 std::string CheckpointDir::file_name(int64_t global_iteration) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%09lld%s", kPrefix, static_cast<long long>(global_iteration),
-                kSuffix);
-  return buf;
+  return core::formatted("%s%09lld%s", kPrefix, static_cast<long long>(global_iteration), kSuffix);
 }
 
 std::vector<std::string> CheckpointDir::list(const std::string& dir) {

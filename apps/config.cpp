@@ -15,6 +15,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "apps/task.h"
+#include "core/strings.h"
 #include "data/registry.h"
 #include "dist/registry.h"
 #include "layers/models/registry.h"
@@ -44,28 +45,6 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
   std::string message;
 };
 
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::string cur;
-  std::istringstream is(s);
-  while (std::getline(is, cur, sep)) parts.push_back(cur);
-  if (!s.empty() && s.back() == sep) parts.emplace_back();
-  return parts;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
-
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -91,7 +70,7 @@ std::vector<std::string> field_names(const pb::Descriptor* d) {
 
 // The text-format value for one element of `field` given as the user typed it.
 std::string element_text(const pb::FieldDescriptor* field, const std::string& raw) {
-  const std::string v = trim(raw);
+  const std::string v = core::trim(raw);
   if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && !is_quoted(v)) return quote(v);
   return v;
 }
@@ -99,7 +78,7 @@ std::string element_text(const pb::FieldDescriptor* field, const std::string& ra
 void check_name(const std::string& field, const std::string& value,
                 const std::vector<std::string>& valid) {
   if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
-  MT_FAIL(field, ": unknown name \"", value, "\"; valid names are: ", join(valid));
+  MT_FAIL(field, ": unknown name \"", value, "\"; valid names are: ", core::join(valid));
 }
 
 template <typename T>
@@ -196,9 +175,9 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   const auto eq = assignment.find('=');
   MT_CHECK(eq != std::string::npos && eq > 0, "--set \"", assignment,
            "\": expected path.to.field=value, e.g. --set optimizer.lr=0.05");
-  const std::string path = trim(assignment.substr(0, eq));
-  const std::string value = trim(assignment.substr(eq + 1));
-  const std::vector<std::string> parts = split(path, '.');
+  const std::string path = core::trim(assignment.substr(0, eq));
+  const std::string value = core::trim(assignment.substr(eq + 1));
+  const std::vector<std::string> parts = core::split(path, '.');
 
   pb::Message* msg = &config;
   std::string walked;  // the path so far, for messages
@@ -208,7 +187,7 @@ void apply_override(RunConfig& config, const std::string& assignment) {
     if (field == nullptr) {
       if (walked == "dist" && !moved_field_note(parts[i]).empty()) MT_FAIL("--set ", path, ": ", moved_field_note(parts[i]));
       MT_FAIL("--set ", path, ": ", walked.empty() ? "the config" : "\"" + walked + "\"",
-              " has no field \"", parts[i], "\"; valid fields are: ", join(field_names(desc)));
+              " has no field \"", parts[i], "\"; valid fields are: ", core::join(field_names(desc)));
     }
     walked += (walked.empty() ? "" : ".") + parts[i];
     const pb::Reflection* refl = msg->GetReflection();
@@ -226,19 +205,19 @@ void apply_override(RunConfig& config, const std::string& assignment) {
     if (is_message) {
       MT_CHECK(value.size() >= 2 && value.front() == '{' && value.back() == '}', "--set ", path,
                ": \"", walked, "\" is a group of fields; set one of them (", walked, ".",
-               join(field_names(field->message_type()), ", " + walked + "."),
+               core::join(field_names(field->message_type()), ", " + walked + "."),
                ") or give its text in braces, e.g. ", walked, "={ ... }");
       text = field->name() + " " + value;
     } else if (field->is_repeated()) {
       std::string inner = value;
       if (inner.size() >= 2 && inner.front() == '[' && inner.back() == ']') {
-        inner = trim(inner.substr(1, inner.size() - 2));
+        inner = core::trim(inner.substr(1, inner.size() - 2));
       }
       std::vector<std::string> elems;
       if (!inner.empty()) {
-        for (const auto& e : split(inner, ',')) elems.push_back(element_text(field, e));
+        for (const auto& e : core::split(inner, ',')) elems.push_back(element_text(field, e));
       }
-      if (!elems.empty()) text = field->name() + ": [" + join(elems) + "]";
+      if (!elems.empty()) text = field->name() + ": [" + core::join(elems) + "]";
     } else {
       text = field->name() + ": " + element_text(field, value);
     }

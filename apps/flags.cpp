@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/strings.h"
+
 namespace mt::apps {
 
 double parse_number(const std::string& flag, const std::string& text) {
@@ -17,6 +19,21 @@ int parse_int(const std::string& flag, const std::string& text, int min) {
   if (v != std::floor(v) || v < min || v > 1e9)
     throw FlagError(flag + ": \"" + text + "\" must be an integer >= " + std::to_string(min));
   return static_cast<int>(v);
+}
+
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text, int64_t min, int64_t max,
+                                    const std::string& what) {
+  std::vector<int64_t> out;
+  for (const std::string& item : core::split(text, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < min || v > max)
+      throw FlagError(flag + ": \"" + item + "\" is not " + what + " (a comma-separated list of integers >= " +
+                      std::to_string(min) + ")");
+    out.push_back(v);
+  }
+  if (out.empty()) throw FlagError(flag + ": empty list");
+  return out;
 }
 
 Flags::Flags(std::string command, std::vector<std::string> args, std::string usage)

@@ -4,6 +4,7 @@
 // follows it). Errors are FlagErrors naming the command and the flag: a missing value, an
 // unknown option, a value that is not a number; `mintrain` exits 2 for them and prints its usage.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct FlagError : core::Error {
 double parse_number(const std::string& flag, const std::string& text);
 // An integer in [min, 1e9]; anything else is a FlagError naming the flag and the bound.
 int parse_int(const std::string& flag, const std::string& text, int min);
+// A comma-separated list of integers in [min, max] ("1,2,4"); anything else is a FlagError
+// naming the flag, the item and what one should be (`what`, e.g. "a worker count").
+std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text, int64_t min, int64_t max,
+                                    const std::string& what);
 
 class Flags {
  public:

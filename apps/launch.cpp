@@ -13,8 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <mutex>
 #include <random>
 #include <thread>
 

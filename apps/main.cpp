@@ -30,14 +30,15 @@
 #include "apps/config.h"
 #include "apps/flags.h"
 #include "apps/launch.h"
-#include "apps/plot_command.h"
+#include "apps/model_command.h"
 #include "apps/parameter_server_role.h"
-#include "dist/predict/model_command.h"
-#include "dist/predict/profile_comm_command.h"
+#include "apps/plot_command.h"
+#include "apps/profile_comm_command.h"
 #include "apps/tokenize_command.h"
 #include "apps/trainer.h"
 #include "core/error.h"
 #include "core/serialize.h"
+#include "core/strings.h"
 #include "data/registry.h"
 #include "dist/registry.h"
 #include "layers/models/registry.h"
@@ -242,12 +243,6 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
   return a;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
 // The config a command runs: the file, each --set, normalized and validated. Anything wrong
 // here is the user's to fix, and running again will not help: a ConfigError (exit 3).
 RunConfig run_config(const Args& a) {
@@ -339,28 +334,17 @@ int cmd_launch(const std::vector<std::string>& argv) {
   return mt::apps::run_launch(options, "/proc/self/exe");
 }
 
-int cmd_model(const std::vector<std::string>& argv) { return mt::apps::run_model_command(argv, std::cout); }
-int cmd_profile_comm(const std::vector<std::string>& argv) {
-  return mt::apps::run_profile_comm_command(argv, std::cout);
-}
-
-int cmd_plot(const std::vector<std::string>& argv) { return mt::apps::run_plot_command(argv, std::cout); }
-
-int cmd_tokenize(const std::vector<std::string>& argv) {
-  return mt::apps::run_tokenize_command(argv, std::cin, std::cout);
-}
-
 int cmd_help(const std::vector<std::string>&) {
   std::cout << usage() << "\n"
             << "Names in a config may be written in any case.\n"
-            << "models:            " << join(mt::layers::model_names()) << "\n"
-            << "optimizers:        " << join(mt::optim::optimizer_names()) << "\n"
-            << "lr schedules:      " << join(mt::optim::lr_schedule_types()) << "\n"
-            << "datasets:          " << join(mt::apps::data_types()) << "\n"
-            << "dist.algorithm:    " << join(mt::dist::algorithm_names()) << "\n";
+            << "models:            " << mt::core::join(mt::layers::model_names()) << "\n"
+            << "optimizers:        " << mt::core::join(mt::optim::optimizer_names()) << "\n"
+            << "lr schedules:      " << mt::core::join(mt::optim::lr_schedule_types()) << "\n"
+            << "datasets:          " << mt::core::join(mt::apps::data_types()) << "\n"
+            << "dist.algorithm:    " << mt::core::join(mt::dist::algorithm_names()) << "\n";
   for (const std::string& name : mt::dist::algorithm_names())
     for (const mt::dist::Option& o : mt::dist::find_algorithm(name).names)
-      std::cout << "dist." << o.field << " (" << name << "): " << join(o.names) << "\n";
+      std::cout << "dist." << o.field << " (" << name << "): " << mt::core::join(o.names) << "\n";
   return 0;
 }
 
@@ -381,10 +365,11 @@ const std::map<std::string, Command>& commands() {
       {"train", {cmd_train, kTrainUsage}},
       {"eval", {cmd_eval, kEvalUsage}},
       {"launch", {cmd_launch, kLaunchUsage}},
-      {"model", {cmd_model, ""}},
-      {"profile-comm", {cmd_profile_comm, kProfileCommUsage}},
-      {"tokenize", {cmd_tokenize, ""}},
-      {"plot", {cmd_plot, ""}},
+      {"model", {[](const auto& argv) { return mt::apps::run_model_command(argv, std::cout); }, ""}},
+      {"profile-comm",
+       {[](const auto& argv) { return mt::apps::run_profile_comm_command(argv, std::cout); }, kProfileCommUsage}},
+      {"tokenize", {[](const auto& argv) { return mt::apps::run_tokenize_command(argv, std::cin, std::cout); }, ""}},
+      {"plot", {[](const auto& argv) { return mt::apps::run_plot_command(argv, std::cout); }, ""}},
       {"help", {cmd_help, ""}},
       {"version", {cmd_version, ""}},
   };

@@ -1,11 +1,11 @@
 #include "apps/mlm_task.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "core/error.h"
 #include "core/ops/reduction.h"
 #include "core/ops/transformer.h"
+#include "core/strings.h"
 #include "layers/models/bert.h"
 #include "layers/models/registry.h"
 
@@ -66,11 +66,8 @@ MlmTask::MlmTask(const RunConfig& config, const TaskContext& context)
 
 std::string MlmTask::describe_train() const {
   std::string s = data_.describe_train + "; vocabulary " + data_.vocab_source;
-  if (data_.corpus_tokens > 0) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), ", %.2f%% [UNK]", 100.0 * data_.unknown_tokens / data_.corpus_tokens);
-    s += buf;
-  }
+  if (data_.corpus_tokens > 0)
+    s += core::formatted(", %.2f%% [UNK]", 100.0 * data_.unknown_tokens / data_.corpus_tokens);
   return s;
 }
 

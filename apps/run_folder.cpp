@@ -49,7 +49,7 @@ void move_aside(const std::string& path, std::vector<std::string>& moved) {
   moved.push_back(to);
 }
 
-// Interrupted checkpoint writes leave "<file>.tmp.<pid>" behind (core/serialize.cpp writes to
+// Interrupted checkpoint writes leave "<file>.tmp.<pid>" behind (core/atomic_write.h writes to
 // such a file, then renames it). With the folder locked no other run is writing one.
 void remove_stale_temporaries(const std::string& dir, std::ostream* log) {
   std::error_code ec;

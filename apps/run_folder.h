@@ -40,9 +40,6 @@ class RunFolder {
   RunFolder(const RunFolder&) = delete;
   RunFolder& operator=(const RunFolder&) = delete;
 
-  // Where an Overwrite claim moved the previous run ("" when nothing was moved).
-  const std::vector<std::string>& moved_aside() const { return moved_aside_; }
-
   // What of a finished or stopped run lies in these paths: checkpoint and metrics files, for
   // the messages ("" when none: the folder is free for a fresh run).
   static std::string previous_run(const RunFolderPaths& paths);

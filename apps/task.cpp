@@ -1,7 +1,5 @@
 #include "apps/task.h"
 
-#include <algorithm>
-
 #include "apps/image_classification_task.h"
 #include "apps/mlm_task.h"
 #include "core/error.h"

@@ -2,17 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdio>
 #include <sstream>
 
 #include "apps/config.h"
 #include "apps/flags.h"
 #include "apps/trainer.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/kernels/cpu/conv.h"
 #include "core/op_profile.h"
 #include "core/runtime.h"
+#include "core/strings.h"
 #include "core/synchronize.h"
 #include "layers/models/registry.h"
 #ifdef MT_CUDA_KERNELS
@@ -28,12 +28,6 @@ const std::vector<std::string> kPrecisions = {"fp32", "tf32", "bf16", "fp16"};
 
 bool is_bert(const std::string& model) { return model.rfind("bert", 0) == 0; }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 // The input images each image model is built for: [channels, side, side], and its classes.
 struct ImageCase {
   int64_t channels, side, classes;
@@ -46,24 +40,10 @@ ImageCase image_case(const TrainBenchmarkOptions& o) {
   return c;
 }
 
-constexpr bool built_with_cuda() {
-#ifdef MT_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
 }
 
 }  // namespace
@@ -118,17 +98,14 @@ std::string train_benchmark_usage() {
   return "usage: bench_train --model NAME [--batch N] [--device cpu|cuda|cuda:N]\n"
          "                   [--precision fp32|tf32|bf16|fp16] [--image-size N] [--seq-len N] [--vocab N]\n"
          "                   [--warmup N] [--iters N] [--repeats N] [--threads N] [--cudnn-benchmark 0|1]\n"
-         "                   [--profile N] [--conv fast|fast_direct|fast_nchw|reference]\n"
+         "                   [--profile N]\n"
          "  Times full training steps of one case on synthetic data already on the device and prints\n"
          "  one line: bench_train framework=mintrain model=... throughput=<median units/s> ...\n"
-         "  models: " + joined(layers::model_names()) + "\n"
+         "  models: " + core::join(layers::model_names()) + "\n"
          "  defaults: --batch 64 --device cpu --precision fp32 --seq-len 128 --vocab 30522\n"
          "            --warmup 5 --iters 20 --repeats 3 --threads 0 (all cores) --cudnn-benchmark 1\n"
          "  --profile N: then N more steps with per-op timing (self time per kernel, backward node and\n"
          "            step phase; one bench_train_op line each, ms per step), not part of the figure\n"
-         "  --conv: the CPU convolutions: fast (oneDNN where built, on channels-last activations, Winograd\n"
-         "            for wide 3x3 layers; the default), fast_direct (the same without Winograd), fast_nchw\n"
-         "            (oneDNN's direct kernels on NCHW activations, reordered each call) or reference (im2col)\n"
          "  apps/scripts/bench_train.sh runs a list of cases against PyTorch and prints a table.";
 }
 
@@ -152,17 +129,14 @@ TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>&
     else if (f.is("--threads")) o.threads = f.integer(0);
     else if (f.is("--cudnn-benchmark")) o.cudnn_benchmark = f.integer(0) != 0;
     else if (f.is("--profile")) o.profile = f.integer(0);
-    else if (f.is("--conv")) o.conv = f.value();
     else f.unknown();
   }
   const std::vector<std::string> models = layers::model_names();
-  MT_CHECK(model_given, "--model is required; give one of: ", joined(models));
+  MT_CHECK(model_given, "--model is required; give one of: ", core::join(models));
   MT_CHECK(std::find(models.begin(), models.end(), o.model) != models.end(), "--model: unknown model \"",
-           o.model, "\"; give one of: ", joined(models));
-  MT_CHECK(o.conv == "fast" || o.conv == "fast_direct" || o.conv == "fast_nchw" || o.conv == "reference",
-           "--conv: \"", o.conv, "\" is not fast, fast_direct, fast_nchw or reference");
+           o.model, "\"; give one of: ", core::join(models));
   MT_CHECK(std::find(kPrecisions.begin(), kPrecisions.end(), o.precision) != kPrecisions.end(),
-           "--precision: \"", o.precision, "\" is not a precision; give one of: ", joined(kPrecisions));
+           "--precision: \"", o.precision, "\" is not a precision; give one of: ", core::join(kPrecisions));
   bool cpu = false;
   try {
     cpu = core::Device::parse(o.device).is_cpu();
@@ -178,9 +152,8 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
   const core::Device device = core::Device::parse(options.device);
   MT_CHECK(device.is_cpu() || device.index < core::cuda_device_count(), "--device ", options.device,
            ": not available here (", core::cuda_device_count(), " CUDA devices visible",
-           core::cuda_device_count() == 0 && !built_with_cuda() ? ", and this build has no CUDA support" : "",
+           core::cuda_device_count() == 0 ? ": " + core::cuda_unavailable_reason() : std::string(),
            "); give --device cpu, or run where nvidia-smi shows a GPU");
-  core::cpu::set_conv_impl(core::cpu::conv_impl_named(options.conv));
   TrainerOptions topts;
   topts.quiet = true;
   Trainer trainer(train_benchmark_config(options), topts);  // threads, precision, TF32, model, optimizer
@@ -261,7 +234,7 @@ TrainBenchmarkResult run_train_benchmark(const TrainBenchmarkOptions& options) {
   setup << device.str();
   if (device.is_cpu()) {
     setup << "/" << core::num_threads() << "threads";
-    if (options.conv == "reference" || !core::cpu::conv_has_fast_impl()) setup << "/im2col-conv";
+    if (!core::cpu::conv_has_fast_impl()) setup << "/im2col-conv";
   }
   r.setup = setup.str();
   return r;
@@ -271,10 +244,10 @@ std::string train_benchmark_line(const TrainBenchmarkOptions& o, const TrainBenc
   std::ostringstream line;
   line << "bench_train framework=mintrain model=" << o.model << " device=" << o.device << " precision=" << o.precision
        << " batch=" << o.batch << " unit=" << r.unit << " params=" << r.parameters
-       << " throughput=" << fixed(r.median, 1) << " runs=";
-  for (size_t i = 0; i < r.runs.size(); ++i) line << (i ? "," : "") << fixed(r.runs[i], 1);
-  line << " iters=" << o.iters << " loss=" << fixed(r.last_loss, 4) << " overflow_steps=" << r.overflow_steps
-       << " setup=" << r.setup;
+       << " throughput=" << core::formatted("%.1f", r.median) << " runs=";
+  for (size_t i = 0; i < r.runs.size(); ++i) line << (i ? "," : "") << core::formatted("%.1f", r.runs[i]);
+  line << " iters=" << o.iters << " loss=" << core::formatted("%.4f", r.last_loss)
+       << " overflow_steps=" << r.overflow_steps << " setup=" << r.setup;
   return line.str();
 }
 
@@ -283,8 +256,9 @@ std::string train_benchmark_profile_lines(const TrainBenchmarkResult& r) {
   double inside = 0.0;
   auto line = [&](std::string name, double seconds) {
     std::replace(name.begin(), name.end(), ' ', '_');  // one token, as the line's other fields
-    out << "bench_train_op name=" << name << " ms_per_step=" << fixed(seconds * 1e3, 3)
-        << " share=" << fixed(r.profile_step_seconds > 0 ? seconds / r.profile_step_seconds : 0.0, 3) << "\n";
+    const double share = r.profile_step_seconds > 0 ? seconds / r.profile_step_seconds : 0.0;
+    out << "bench_train_op name=" << name << " ms_per_step=" << core::formatted("%.3f", seconds * 1e3)
+        << " share=" << core::formatted("%.3f", share) << "\n";
   };
   for (const auto& [name, seconds] : r.profile) {
     line(name, seconds);

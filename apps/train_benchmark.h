@@ -37,7 +37,6 @@ struct TrainBenchmarkOptions {
   int threads = 0;             // CPU threads; 0 = OMP_NUM_THREADS, else all cores
   bool cudnn_benchmark = true;  // time cuDNN's algorithms per shape, as PyTorch's cudnn.benchmark
   int profile = 0;              // steps to profile per op after the timed spans (0: none)
-  std::string conv = "fast";    // CPU convolutions: fast (oneDNN where built) | reference (im2col)
 };
 
 // Parses bench_train's flags ("--model resnet20 --batch 32 ..."). A bad flag or value is an

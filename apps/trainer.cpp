@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
@@ -17,6 +16,7 @@
 #ifdef MT_CUDA_KERNELS
 #include "core/kernels/cuda/math_mode.h"
 #endif
+#include "core/strings.h"
 #include "dist/registry.h"
 #include "dist/comm/rendezvous.h"
 #include "dist/replicas.h"
@@ -32,22 +32,16 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::string format(const char* fmt, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof(buf), fmt, args...);
-  return buf;
-}
-
 std::string hms(double seconds) {
   const long long s = seconds > 0 && std::isfinite(seconds) ? static_cast<long long>(seconds) : 0;
-  return format("%02lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  return core::formatted("%02lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
 }
 
 // Learning rates span orders of magnitude; fixed point would print 0.0000 for small ones.
-std::string lr_text(double lr) { return lr >= 1e-3 || lr == 0 ? format("%.4f", lr) : format("%.2e", lr); }
+std::string lr_text(double lr) { return core::formatted(lr >= 1e-3 || lr == 0 ? "%.4f" : "%.2e", lr); }
 
 // A JSON number (JSON has no NaN/Inf: write null).
-std::string num(double v) { return std::isfinite(v) ? format("%.6g", v) : "null"; }
+std::string num(double v) { return std::isfinite(v) ? core::formatted("%.6g", v) : "null"; }
 
 // loss_scale.mode as the run uses it: the config's when it sets one, else dynamic scaling for
 // float16 (whose gradients underflow without it) and none for the other precisions.
@@ -394,7 +388,7 @@ void Trainer::handle_nonfinite_step(double loss) {
   const bool skip = config_.on_nonfinite() == "skip";
   constexpr int64_t kMaxInARow = 10;
   // The step that failed is the next one counted (global_iteration counts completed steps).
-  const std::string what = format("iteration %lld: the gradient norm is %g (loss %g)",
+  const std::string what = core::formatted("iteration %lld: the gradient norm is %g (loss %g)",
                                   static_cast<long long>(state_.global_iteration + 1),
                                   optimizer_->last_grad_norm(), loss);
   if (skip && nonfinite_in_a_row_ < kMaxInARow) {
@@ -460,7 +454,7 @@ void Trainer::record_train(const std::string& fields) {
   const std::string algorithm = sync_ ? sync_->metrics_fields() : std::string();
   write_metrics("{\"type\":\"train\"," + fields + (algorithm.empty() ? "" : "," + algorithm) + ",\"time\":" +
                 num(state_.elapsed_seconds + seconds_since(train_start_)) + ",\"wall_time\":" +
-                format("%.3f", wall) + "}");
+                core::formatted("%.3f", wall) + "}");
 }
 
 EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
@@ -469,7 +463,7 @@ EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
   if (*is_best) state_.best_accuracy = r.accuracy;
   if (!options_.quiet && job_->rank() == 0) {
     const bool mid_epoch = state_.next_batch > 0;
-    log() << format("epoch %lld/%lld%s test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
+    log() << core::formatted("epoch %lld/%lld%s test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
                     mid_epoch ? (" step " + std::to_string(state_.global_iteration)).c_str() : "", r.loss, r.accuracy,
                     static_cast<long long>(r.examples), task_->predictions_name(), r.seconds, *is_best ? " best" : "")
@@ -481,7 +475,7 @@ EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
                 ",\"acc\":" + num(r.accuracy) + ",\"lr\":" + num(optimizer_->lr()) + ",\"" + task_->unit() +
                 "_s\":" + num(r.seconds > 0 ? r.units / r.seconds : 0.0) +
                 ",\"time\":" + num(state_.elapsed_seconds + seconds_since(train_start_)) +
-                ",\"wall_time\":" + format("%.3f", wall) + "}");
+                ",\"wall_time\":" + core::formatted("%.3f", wall) + "}");
   return r;
 }
 
@@ -633,14 +627,14 @@ TrainResult Trainer::train() {
         const double decode_s = busy > 0 ? data_now.threads * (data_now.images - window_data.images) / busy : 0.0;
         const std::string unit = task_->unit();
         if (print_now && chatty) {
-          log() << format("epoch %lld/%lld iter %lld/%lld step %lld/%lld loss %.4f acc %.1f%% lr %s "
+          log() << core::formatted("epoch %lld/%lld iter %lld/%lld step %lld/%lld loss %.4f acc %.1f%% lr %s "
                           "%.0f %s/s data-wait %.0f%%",
                           static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                           static_cast<long long>(state_.next_batch), static_cast<long long>(iters_per_epoch_),
                           static_cast<long long>(state_.global_iteration), static_cast<long long>(total_iters),
                           loss_avg, acc, lr_text(lr).c_str(), units_s, unit.c_str(),
                           secs > 0 ? 100.0 * wait / secs : 0.0)
-                << (unit == "img" ? format(" decode %.0f img/s", decode_s) : std::string())
+                << (unit == "img" ? core::formatted(" decode %.0f img/s", decode_s) : std::string())
                 << " eta " << hms(eta)
                 << (job_->world_size() > 1 ? " world " + std::to_string(job_->world_size()) : "")
                 << std::endl;
@@ -649,7 +643,7 @@ TrainResult Trainer::train() {
           const double ran = cpu.running - window_cpu.running, waited = cpu.waiting - window_cpu.waiting;
           if (!warned_contention && ran > 0.05 && waited > ran) {
             warned_contention = true;
-            log() << format("warning: this process's threads waited %.1f s for a CPU while running %.1f s in the "
+            log() << core::formatted("warning: this process's threads waited %.1f s for a CPU while running %.1f s in the "
                             "last %lld iterations: other processes are using these cores, and training runs at "
                             "half speed or less. Stop the other load, or lower `threads` (now %d; %d usable cores)",
                             waited, ran, static_cast<long long>(window_iters), core::num_threads(),

@@ -32,7 +32,6 @@
 #include <fstream>
 #include <iosfwd>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "apps/checkpoint.h"

@@ -1,7 +1,6 @@
 #include "core/allocator.h"
 
 #include <cstdlib>
-#include <new>
 
 #include "core/error.h"
 #include "core/storage.h"

@@ -24,8 +24,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <memory>
 #include <set>
 #include <unordered_map>
 #include <vector>

@@ -5,7 +5,6 @@
 // Each call is a ProfileScope named after the kernel (core/op_profile.h; one load when off):
 // the temporary lives to the end of the full expression, so it spans the kernel call.
 #pragma once
-#include <string>
 
 #include "core/error.h"
 #include "core/op_profile.h"

@@ -5,12 +5,7 @@
 
 namespace mt::core {
 
-// Both forward to philox.h, the one definition the CUDA kernels use too.
-std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
-  const PhiloxBlock b = philox4x32_10(c[0], c[1], c[2], c[3], k[0], k[1]);
-  return {b.w[0], b.w[1], b.w[2], b.w[3]};
-}
-
+// philox.h's block: the one definition the CUDA kernels use too.
 std::array<uint32_t, 4> Generator::block(uint64_t index) const {
   const PhiloxBlock b = philox_block(seed_, index);
   return {b.w[0], b.w[1], b.w[2], b.w[3]};
@@ -33,11 +28,6 @@ uint64_t Generator::below(uint64_t n) {
     uint64_t x = (uint64_t(next_u32()) << 32) | next_u32();
     if (x < limit) return x % n;
   }
-}
-
-Generator& default_generator() {
-  static Generator gen(0);
-  return gen;
 }
 
 Tensor rand_uniform(const Shape& shape, float low, float high, Generator& gen) {

@@ -12,8 +12,6 @@
 
 namespace mt::core {
 
-std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
-
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
@@ -43,9 +41,6 @@ class Generator {
 };
 
 // u32_to_unit (32 random bits -> [0, 1)) lives in philox.h, shared with the CUDA kernels.
-
-// The process-wide generator used when no other is given.
-Generator& default_generator();
 
 // Random tensors (CPU; move them afterwards). Each draws from `gen` and advances it.
 Tensor rand_uniform(const Shape& shape, float low, float high, Generator& gen);

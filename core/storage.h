@@ -2,7 +2,6 @@
 // tensors (a reshape, a transpose, a slice) may share one.
 #pragma once
 #include <cstddef>
-#include <memory>
 
 #include "core/device.h"
 

@@ -61,7 +61,6 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
-Tensor Tensor::empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 Tensor Tensor::zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {

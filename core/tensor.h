@@ -7,7 +7,6 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,7 +67,6 @@ class Tensor {
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
   static Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape);
   static Tensor scalar(float value);
-  static Tensor empty_like(const Tensor& t);
   static Tensor zeros_like(const Tensor& t);
 
   // ---- Metadata ----

@@ -14,7 +14,6 @@
 // in dataset order instead (index + 1, + 2, ... wrapping), so batches keep their size, every
 // rank still sees the same number of examples, and the substitute is deterministic.
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::data {
 
@@ -14,13 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && is_space(s[b])) ++b;
-  while (e > b && is_space(s[e - 1])) --e;
-  return s.substr(b, e - b);
-}
 }  // namespace
 
 ImageListDataset::ImageListDataset(const std::string& list_file, const std::string& root,
@@ -36,13 +30,13 @@ ImageListDataset::ImageListDataset(const std::string& list_file, const std::stri
   int64_t max_label = -1;
   std::string raw;
   for (int64_t line_no = 1; std::getline(in, raw); ++line_no) {
-    const std::string line = trim(raw);
+    const std::string line = core::trim(raw);
     if (line.empty() || line[0] == '#') continue;
     auto where = [&] { return core::detail::concat(list_file, ":", line_no, ": "); };
     size_t split = line.size();
     while (split > 0 && !is_space(line[split - 1])) --split;
     MT_CHECK(split > 0, where(), "expected \"<image path> <label>\", got \"", line, "\"");
-    const std::string path = trim(line.substr(0, split)), label_text = line.substr(split);
+    const std::string path = core::trim(line.substr(0, split)), label_text = line.substr(split);
     int64_t label = 0;
     const auto [end, err] = std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
     MT_CHECK(err == std::errc() && end == label_text.data() + label_text.size(), where(), "label \"",

@@ -10,22 +10,13 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::data {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string join(const std::vector<std::string>& parts) {
-  std::string s;
-  for (const std::string& p : parts) s += (s.empty() ? "" : " ") + p;
-  return s;
-}
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Binary: a NUL byte in the first 64 KiB (text in any ASCII-compatible encoding has none).
 bool looks_binary(const std::string& path) {
@@ -82,7 +73,7 @@ std::vector<std::string> expand_corpus_files(const std::vector<std::string>& pat
       }
     }
   }
-  MT_CHECK(!candidates.empty(), "data.text.corpus: no files match ", join(patterns),
+  MT_CHECK(!candidates.empty(), "data.text.corpus: no files match ", core::join(patterns, " "),
            "; install Debian's 'fortunes' package (apt-get install fortunes) for the default "
            "corpus, or set data.text.corpus to your text files");
   std::sort(candidates.begin(), candidates.end());
@@ -93,13 +84,13 @@ std::vector<std::string> expand_corpus_files(const std::vector<std::string>& pat
     std::error_code ec;
     const fs::path canonical = fs::weakly_canonical(path, ec);
     if (!seen.insert(ec ? path : canonical.string()).second) continue;
-    if (ends_with(path, ".dat") || looks_binary(path)) {
+    if (path.ends_with(".dat") || looks_binary(path)) {
       ++binary;
       continue;
     }
     files.push_back(path);
   }
-  MT_CHECK(!files.empty(), "data.text.corpus: the ", binary, " files matching ", join(patterns),
+  MT_CHECK(!files.empty(), "data.text.corpus: the ", binary, " files matching ", core::join(patterns, " "),
            " are all binary (*.dat or containing NUL bytes); point it at plain-text files");
   return files;
 }
@@ -198,7 +189,7 @@ PackedCorpus pack_corpus(const std::vector<std::string>& files, const WordPieceT
     packer.add_document(ids);
   });
   packer.finish();
-  MT_CHECK(!all.empty(), "the corpus (", files.size(), " files: ", join(files),
+  MT_CHECK(!all.empty(), "the corpus (", files.size(), " files: ", core::join(files, " "),
            ") holds no text; set data.text.corpus to plain-text files");
 
   const int64_t n = static_cast<int64_t>(all.size()) / seq_len;

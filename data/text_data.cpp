@@ -1,11 +1,10 @@
 #include "data/text_data.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "data/text_corpus.h"
 #include "data/wordpiece_trainer.h"
 
@@ -14,25 +13,6 @@ namespace mt::data {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string join(const std::vector<std::string>& parts, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < parts.size(); ++i) s += (i ? sep : "") + parts[i];
-  return s;
-}
-
-// Another process may read vocab.txt while rank 0 writes it (a second run on the same output
-// folder): write a temporary file and rename it, which replaces the old one atomically.
-void save_vocab_atomically(const WordPieceTokenizer& tokenizer, const std::string& output_dir) {
-  std::error_code ec;
-  fs::create_directories(output_dir, ec);
-  MT_CHECK(!ec, "cannot create the output folder ", output_dir, ": ", ec.message());
-  const fs::path final_path = fs::path(output_dir) / "vocab.txt";
-  const fs::path tmp = fs::path(output_dir) / ("vocab.txt.tmp." + std::to_string(::getpid()));
-  tokenizer.save(tmp.string());
-  fs::rename(tmp, final_path, ec);
-  MT_CHECK(!ec, "cannot move ", tmp.string(), " to ", final_path.string(), ": ", ec.message());
-}
 
 MlmLoaderOptions train_options(const TextLoaderSettings& s, int32_t pad_id) {
   MlmLoaderOptions o;
@@ -108,7 +88,7 @@ TextData build_text(const TextDataOptions& opt, const TextLoaderSettings& s,
     WordCounter counter(lowercase);
     for_each_document(files, [&](std::string_view doc) { counter.add_text(doc); });
     MT_CHECK(!counter.counts().empty(), "the corpus (", files.size(), " files matching ",
-             join(opt.corpus, " "), ") holds no words; set data.text.corpus to plain-text files");
+             core::join(opt.corpus, " "), ") holds no words; set data.text.corpus to plain-text files");
     WordPieceTrainerOptions to;
     to.vocab_size = opt.vocab_size;
     to.lowercase = lowercase;
@@ -117,7 +97,14 @@ TextData build_text(const TextDataOptions& opt, const TextLoaderSettings& s,
     data.vocab_source = "built from the corpus (" + std::to_string(data.tokenizer->vocab_size()) + " tokens)";
     if (!output_dir.empty()) {
       const std::string path = (fs::path(output_dir) / "vocab.txt").string();
-      if (s.rank == 0) save_vocab_atomically(*data.tokenizer, output_dir);
+      // Another process may read vocab.txt while rank 0 writes it (a second run on the same
+      // output folder): save() replaces the file atomically.
+      if (s.rank == 0) {
+        std::error_code ec;
+        fs::create_directories(output_dir, ec);
+        MT_CHECK(!ec, "cannot create the output folder ", output_dir, ": ", ec.message());
+        data.tokenizer->save(path);
+      }
       data.vocab_source += ", saved to " + path;
     }
   }
@@ -127,7 +114,7 @@ TextData build_text(const TextDataOptions& opt, const TextLoaderSettings& s,
   data.corpus_tokens = corpus.tokens;
   data.unknown_tokens = corpus.unknown_tokens;
   const std::string origin = " tokens from " + std::to_string(files.size()) + " files (" +
-                             join(opt.corpus, ", ") + ")";
+                             core::join(opt.corpus, ", ") + ")";
   const auto describe = [&](const char* name, int64_t n) {
     return std::string(name) + ": " + std::to_string(n) + " sequences of " +
            std::to_string(opt.seq_len) + origin;
@@ -161,7 +148,7 @@ TextData build_text_data(const TextDataOptions& options, const TextLoaderSetting
   if (options.type == "text") return build_text(options, loader, output_dir);
   if (options.type == "synthetic_tokens") return build_synthetic(options, loader);
   MT_FAIL("data.type \"", options.type, "\" is not a token dataset; valid: ",
-          join(text_data_types(), ", "));
+          core::join(text_data_types(), ", "));
 }
 
 }  // namespace mt::data

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "core/atomic_write.h"
 #include "core/error.h"
 #include "data/bert_unicode.h"
 
@@ -205,11 +206,9 @@ WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& path,
 }
 
 void WordPieceTokenizer::save(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  MT_CHECK(out.good(), "cannot write the vocabulary to ", path);
-  for (const std::string& t : tokens_) out << t << '\n';
-  out.flush();
-  MT_CHECK(out.good(), "writing the vocabulary to ", path, " failed (disk full?)");
+  std::string text;
+  for (const std::string& t : tokens_) text += t + '\n';
+  core::write_file_atomically(path, text);
 }
 
 const std::string& WordPieceTokenizer::token(int32_t id) const {

@@ -78,7 +78,8 @@ class WordPieceTokenizer {
   // `lowercase`, the case follows the vocabulary (vocabulary_is_cased).
   static WordPieceTokenizer from_file(const std::string& path,
                                       std::optional<bool> lowercase = std::nullopt);
-  // Writes one token per line; from_file(path) reads back the same ids.
+  // Writes one token per line, replacing the file atomically; from_file(path) reads back the
+  // same ids.
   void save(const std::string& path) const;
 
   // Token ids of `text`, without [CLS] / [SEP].

@@ -17,10 +17,6 @@ Conv2d::Conv2d(const Conv2dLayerOptions& opt, core::Generator& gen) : opt_(opt) 
   if (opt.bias) bias_ = register_parameter("bias", b);
 }
 
-int64_t Conv2d::output_size(int64_t size) const {
-  return (size + 2 * opt_.padding - opt_.kernel) / opt_.stride + 1;
-}
-
 Tensor Conv2d::forward(const Tensor& x) {
   run_forward_pre_hooks();
   MT_CHECK(x.dim() == 4 && x.size(1) == opt_.in_channels, "Conv2d(", opt_.in_channels, " -> ", opt_.out_channels,

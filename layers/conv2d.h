@@ -26,8 +26,6 @@ class Conv2d : public Module {
   const Tensor& weight() const { return weight_; }  // [out, in, k, k]
   const Tensor& bias() const { return bias_; }      // [out] or undefined
   const Conv2dLayerOptions& options() const { return opt_; }
-  // Spatial output size for an input of `size`: (size + 2 padding - kernel) / stride + 1.
-  int64_t output_size(int64_t size) const;
 
  private:
   Conv2dLayerOptions opt_;

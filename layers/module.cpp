@@ -6,16 +6,11 @@
 #include <sstream>
 
 #include "core/grad_mode.h"
+#include "core/strings.h"
 
 namespace mt::layers {
 
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
 
 // Tied weights (one tensor registered under two names) must reach the optimizer once, or it
 // would be updated twice per step.
@@ -138,12 +133,12 @@ void Module::load_state_dict(const core::StateDict& dict, bool strict) {
 
   // Check everything before copying anything: a failed load leaves the model as it was.
   MT_CHECK(mismatched.empty(), "load_state_dict into ", type_name(), ": shape mismatch for ",
-           join(mismatched), ". The state dict was saved from a differently configured model "
+           core::join(mismatched), ". The state dict was saved from a differently configured model "
            "(check model name, num_classes, in_channels, image_size)");
   if (strict) {
     std::string problems;
-    if (!missing.empty()) problems += "missing from the state dict: " + join(missing) + ". ";
-    if (!unexpected.empty()) problems += "unexpected in the state dict: " + join(unexpected) + ". ";
+    if (!missing.empty()) problems += "missing from the state dict: " + core::join(missing) + ". ";
+    if (!unexpected.empty()) problems += "unexpected in the state dict: " + core::join(unexpected) + ". ";
     MT_CHECK(problems.empty(), "load_state_dict into ", type_name(), " (strict): ", problems,
              "Was it saved from another model? Load with strict = false to take only the names that match");
   }

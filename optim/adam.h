@@ -17,7 +17,6 @@
 // get the same arithmetic in one kernel (core/kernels/cuda/adam_update.cu).
 #pragma once
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "optim/optimizer.h"

@@ -17,7 +17,6 @@
 // starts from the scale it had learned instead of overflowing its way down again.
 #pragma once
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "core/tensor.h"

@@ -64,8 +64,8 @@ void SGD::step() {
     if (!g.defined()) continue;  // frozen or unused this iteration: leave weight and buffer alone
     MT_CHECK(g.device() == p.device(), "SGD: parameter ", i, " is on ", p.device().str(),
              " but its gradient is on ", g.device().str());
-    // CPU and CUDA parameters get a fused one-pass update; the generic path composes the same
-    // update from in-place tensor ops (which dispatch by device) where no fused kernel exists.
+    // CPU and CUDA parameters get a fused one-pass update; a CUDA tensor exists only in builds
+    // with the CUDA kernels.
     if (p.device().is_cpu()) {
       step_cpu(i, p, g);
       continue;
@@ -80,7 +80,7 @@ void SGD::step() {
       continue;
     }
 #endif
-    step_generic(i, p, g);
+    MT_FAIL("SGD: parameter ", i, " is on ", p.device().str(), ", and this build has no SGD kernel for that device");
   }
 }
 
@@ -105,38 +105,6 @@ core::cuda::SgdUpdate SGD::update_constants() const {
   u.keep = 1.0f - static_cast<float>(opt_.dampening);
   u.nesterov = opt_.nesterov;
   return u;
-}
-
-void SGD::step_generic(size_t i, Tensor& param, const Tensor& grad_in) {
-  const float lr = static_cast<float>(lr_);
-  const float wd = static_cast<float>(opt_.weight_decay);
-  // d is the update direction; it is copied before any in-place change so the gradient itself
-  // is never modified.
-  Tensor d = grad_in.contiguous();
-  bool owned = false;
-  if (wd != 0.0f && !opt_.decoupled_weight_decay) {
-    d = d.clone();
-    owned = true;
-    d.add_(param, wd);
-  }
-  if (wd != 0.0f && opt_.decoupled_weight_decay) param.mul_(1.0f - lr * wd);
-  if (opt_.momentum != 0.0) {
-    const float mu = static_cast<float>(opt_.momentum);
-    Tensor& buf = momentum_[i];
-    if (!buf.defined()) {
-      buf = d.clone();
-    } else {
-      buf.mul_(mu);
-      buf.add_(d, 1.0f - static_cast<float>(opt_.dampening));
-    }
-    if (opt_.nesterov) {
-      if (!owned) d = d.clone();
-      d.add_(buf, mu);
-    } else {
-      d = buf;
-    }
-  }
-  param.add_(d, -lr);
 }
 
 core::StateDict SGD::state_dict() const {

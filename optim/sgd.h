@@ -48,7 +48,6 @@ class SGD : public Optimizer {
  private:
   void step_cpu(size_t i, Tensor& param, const Tensor& grad);
   core::cuda::SgdUpdate update_constants() const;  // this step's lr, decay, momentum
-  void step_generic(size_t i, Tensor& param, const Tensor& grad);
 
   SgdOptions opt_;
   std::vector<Tensor> momentum_;  // per parameter; undefined until its first update

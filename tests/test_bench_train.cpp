@@ -14,6 +14,7 @@
 
 #include "apps/train_benchmark.h"
 #include "apps/trainer.h"
+#include "core/kernels/cpu/conv.h"
 #include "support/test_helpers.h"
 
 using namespace mt;
@@ -117,14 +118,13 @@ TEST(BenchTrain, TimesATinyBertCaseInSequences) {
 }
 
 // --profile: entries for the convolution kernels and the step's phases, per step, that add up
-// to the profiled step (the last line is the time outside every scope); --conv reference runs
-// the im2col kernels and says so in the setup.
-TEST(BenchTrain, ProfilesPerOpAndRunsTheReferenceConvolutions) {
+// to the profiled step (the last line is the time outside every scope); a build without oneDNN
+// runs the im2col kernels and says so in the setup.
+TEST(BenchTrain, ProfilesPerOpAndNamesTheConvolutions) {
   TrainBenchmarkOptions o = tiny("lenet5");
   o.profile = 2;
-  o.conv = "reference";
   const apps::TrainBenchmarkResult r = apps::run_train_benchmark(o);
-  EXPECT_TRUE(contains(r.setup, "im2col-conv")) << r.setup;
+  EXPECT_EQ(contains(r.setup, "im2col-conv"), !mt::core::cpu::conv_has_fast_impl()) << r.setup;
   std::map<std::string, double> ms;
   double sum = 0.0;
   for (const auto& [name, seconds] : r.profile) {
@@ -140,7 +140,6 @@ TEST(BenchTrain, ProfilesPerOpAndRunsTheReferenceConvolutions) {
   EXPECT_TRUE(contains(lines, "bench_train_op name=conv2d_forward ms_per_step=")) << lines;
   EXPECT_TRUE(contains(lines, "bench_train_op name=(optimizer_step_and_NaN_check) ")) << lines;
   EXPECT_TRUE(contains(lines, "bench_train_op name=(outside_scopes) ")) << lines;
-  EXPECT_TRUE(contains(parse_error({"--model", "lenet5", "--conv", "winograd"}), "--conv: \"winograd\" is not"));
 }
 
 TEST(BenchTrain, RejectsBadInputNamingTheFlag) {

@@ -15,11 +15,12 @@
 
 #include <gtest/gtest.h>
 
-#include "dist/predict/model_command.h"
-#include "dist/predict/profile_comm_command.h"
+#include "apps/model_command.h"
+#include "apps/profile_comm_command.h"
 #include "core/tensor.h"
 #include "dist/predict/comm_profile.h"
 #include "dist/predict/network_model.h"
+#include "dist/predict/scaling.h"
 #include "support/comm_profile_commands.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"
@@ -134,7 +135,7 @@ TEST(CommProfile, MeasuresATwoRankGlooWorld) {
       // The JSON reads back through `mintrain model`'s reader.
       const std::string path = dir + "/measured.json";
       write_file(path, mt::dist::comm_profile_json(p));
-      const mt::apps::MeasuredComm m = mt::apps::read_comm_profile(path);
+      const mt::dist::MeasuredComm m = mt::dist::read_comm_profile(path);
       EXPECT_EQ(m.world, 2);
       EXPECT_NEAR(m.cost.alpha, p.cost.alpha, 1e-8 * std::max(1.0, p.cost.alpha));
       EXPECT_NEAR(m.cost.beta, p.cost.beta, 1e-8 * p.cost.beta);
@@ -302,7 +303,7 @@ TEST(CommProfile, CommandWritesAProfileTheModelReads) {
                   .ok_or_report());
   ASSERT_TRUE(std::filesystem::exists(path));
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
-  const mt::apps::MeasuredComm m = mt::apps::read_comm_profile(path);
+  const mt::dist::MeasuredComm m = mt::dist::read_comm_profile(path);
   EXPECT_EQ(m.world, 2);
   EXPECT_GT(m.cost.beta, 0.0);
   const std::string out = model_output({kMlpConfig, "--layer-times", write_small_layers(dir), "--workers", "1,2",
@@ -322,7 +323,7 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   mt::dist::NetworkSpec nominal;
   nominal.bandwidth_gbps = 1;
   nominal.latency_us = 50;
-  const mt::apps::CalibratedNetwork c = mt::apps::calibrate_network(nominal, true, mt::apps::read_comm_profile(no_gamma));
+  const mt::dist::CalibratedNetwork c = mt::dist::calibrate_network(nominal, true, {mt::dist::read_comm_profile(no_gamma)});
   EXPECT_NEAR(c.efficiency, 0.5, 1e-12);
   EXPECT_NEAR(c.latency_us, 100.0, 1e-9);
   EXPECT_NEAR(c.spec.bandwidth_gbps, 0.5, 1e-12);
@@ -337,17 +338,17 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   mt::dist::NetworkSpec racks = nominal;
   racks.ranks_per_rack = 2;
   racks.inter_bandwidth_gbps = 0.1;
-  const auto plain = mt::apps::calibrate_network(nominal, false, mt::apps::read_comm_profile(no_gamma));
+  const auto plain = mt::dist::calibrate_network(nominal, false, {mt::dist::read_comm_profile(no_gamma)});
   EXPECT_NEAR(plain.spec.bandwidth_gbps, 0.5, 1e-12);
   EXPECT_EQ(plain.efficiency, 0.0);
   // With racks, every level is scaled (the ring at 4 crosses the 0.1 Gbit/s uplink: nominal beta
   // 1.5 / 1.25e7 = 1.2e-7, e = 5, clamped to 1.5).
-  const auto scaled = mt::apps::calibrate_network(racks, true, mt::apps::read_comm_profile(no_gamma));
+  const auto scaled = mt::dist::calibrate_network(racks, true, {mt::dist::read_comm_profile(no_gamma)});
   EXPECT_DOUBLE_EQ(scaled.efficiency, 1.5);
   EXPECT_NEAR(scaled.unclamped_efficiency, 5.0, 1e-12);
   EXPECT_NEAR(scaled.spec.inter_bandwidth_gbps, 0.15, 1e-12);
   EXPECT_NEAR(scaled.spec.inter_latency_us, 100.0, 1e-9);
-  EXPECT_TRUE(contains(error_of([&] { mt::apps::calibrate_network(racks, false, mt::apps::read_comm_profile(no_gamma)); }),
+  EXPECT_TRUE(contains(error_of([&] { mt::dist::calibrate_network(racks, false, {mt::dist::read_comm_profile(no_gamma)}); }),
                        "--bandwidth-gbps"));
 
   // The command: at N = 4, T(M) = 600 us + 2.4e-8 M. BSP: 5 ms + T(2000) + 0.5 = 6.148 ms.
@@ -401,7 +402,7 @@ TEST(CommProfile, ModelTakesLatencyEfficiencyAndGammaFromTheProfile) {
   // Measured times off the line: at N = 4 the allreduces take them (BSP: 5 + 5 + 0.5 = 10.5 ms;
   // WFBP: b's message 3..6, a's 6..9, update: 9.5 ms), at N = 8 the line still decides.
   const std::string curved = write_comm_profile(dir + "/curve.json", 4, 600e-6, 2.4e-8, 0.0, {0.003, 0.005});
-  const mt::apps::MeasuredComm mc = mt::apps::read_comm_profile(curved);
+  const mt::dist::MeasuredComm mc = mt::dist::read_comm_profile(curved);
   ASSERT_EQ(mc.cost.measured_bytes, (std::vector<double>{1000, 2000}));  // sorted, one mean per size
   EXPECT_NEAR(mc.cost.measured_seconds[1], 0.005, 1e-12);
   std::vector<std::string> args = base;

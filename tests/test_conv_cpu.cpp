@@ -1,8 +1,9 @@
 // The CPU convolution implementations against each other: the fast one (oneDNN, where built)
 // against the im2col + GEMM reference on random shapes (odd sizes, padding, stride, batch 1,
 // rectangular kernels, with and without bias), forward and both backward passes, on 1 and 2
-// threads; and a whole ResNet-20 training step on the fast path against the same step on the
-// reference path. Builds without oneDNN have one implementation and skip these, visibly.
+// threads; and a whole ResNet-20 training step on the fast path against the same step with its
+// convolutions on the reference kernels (called directly, support/reference_conv.h). Builds
+// without oneDNN have one implementation and skip these, visibly.
 // (The reference itself is checked against a naive convolution and by gradient checks in
 // test_ops_nn.cpp, which run on the default, fast path.)
 #include <gtest/gtest.h>
@@ -18,9 +19,12 @@
 #include "core/ops/nn.h"
 #include "core/random.h"
 #include "core/runtime.h"
+#include "layers/batch_norm2d.h"
+#include "layers/conv2d.h"
 #include "layers/models/registry.h"
 #include "optim/sgd.h"
 #include "support/gradcheck.h"
+#include "support/reference_conv.h"
 
 using namespace mt::core;
 using mt::testing::all_close;
@@ -39,18 +43,14 @@ struct Shape4 {
   }
 };
 
-// Restores the process-wide implementation and thread count when a test ends.
-struct ImplGuard {
+// Restores the thread count when a test ends.
+struct ThreadsGuard {
   int threads = num_threads();
-  ~ImplGuard() {
-    cpu::set_conv_impl(cpu::ConvImpl::Fast);
-    set_num_threads(threads);
-  }
+  ~ThreadsGuard() { set_num_threads(threads); }
 };
 
 // Forward, and backward with every combination of wanted gradients, on the dispatching kernels
-// (the implementation set now) against the reference, with x (and dx) and y (and dy) in the
-// formats given.
+// against the reference, with x (and dx) and y (and dy) in the formats given.
 void expect_same(const Shape4& s, uint64_t seed, bool x_cl = false, bool y_cl = false, double tol = 2e-4) {
   SCOPED_TRACE(s.str() + (x_cl ? " x channels-last" : "") + (y_cl ? " y channels-last" : ""));
   const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
@@ -98,11 +98,39 @@ double relative_distance(const Tensor& a, const Tensor& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// ResNet-20's forward (layers/models/resnet.cpp, layers/basic_block.cpp) on the model's own
+// modules, with every convolution on the reference kernels.
+using mt::layers::Module;
+std::shared_ptr<Module> child(const Module& m, const std::string& name) {
+  for (const auto& [n, c] : m.named_children())
+    if (n == name) return c;
+  return nullptr;
+}
+Tensor conv_ref(const std::shared_ptr<Module>& m, const Tensor& x) {
+  const auto& c = dynamic_cast<const mt::layers::Conv2d&>(*m);
+  return mt::testing::reference_conv2d(x, c.weight(), c.bias(), c.options().stride, c.options().padding);
+}
+Tensor bn_relu(const std::shared_ptr<Module>& m, const Tensor& x) {
+  return dynamic_cast<mt::layers::BatchNorm2d&>(*m).forward_relu(x);
+}
+Tensor resnet_on_reference(const Module& model, const Tensor& x) {
+  Tensor h = bn_relu(child(model, "bn1"), conv_ref(child(model, "conv1"), x));
+  for (const char* stage : {"layer1", "layer2", "layer3"})
+    for (const auto& [name, block] : child(model, stage)->named_children()) {
+      Tensor out = bn_relu(child(*block, "bn1"), conv_ref(child(*block, "conv1"), h));
+      out = child(*block, "bn2")->forward(conv_ref(child(*block, "conv2"), out));
+      Tensor shortcut = h;
+      if (auto ds = child(*block, "downsample")) shortcut = child(*ds, "1")->forward(conv_ref(child(*ds, "0"), h));
+      h = add_relu(out, shortcut);
+    }
+  return child(model, "fc")->forward(global_avg_pool2d(h));
+}
+
 }  // namespace
 
 TEST(ConvCpu, FastMatchesReferenceOnRandomShapes) {
   if (!cpu::conv_has_fast_impl()) GTEST_SKIP() << "built without oneDNN: the reference is the only implementation";
-  ImplGuard guard;
+  ThreadsGuard guard;
   Generator gen(26);
   auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(gen.next_u32() % (hi - lo + 1)); };
   for (int threads : {1, 2}) {
@@ -128,7 +156,7 @@ TEST(ConvCpu, FastMatchesReferenceOnRandomShapes) {
 
 TEST(ConvCpu, FastMatchesReferenceOnResNetShapes) {
   if (!cpu::conv_has_fast_impl()) GTEST_SKIP() << "built without oneDNN: the reference is the only implementation";
-  ImplGuard guard;
+  ThreadsGuard guard;
   set_num_threads(2);
   // 3x3 and 1x1, stride 1 and 2, CIFAR and ImageNet stages (spatially reduced: the kernels'
   // blocking depends on the channels, not on the image size), the 7x7 stem.
@@ -150,12 +178,12 @@ TEST(ConvCpu, FastMatchesReferenceOnResNetShapes) {
 }
 
 // Wide 3x3 stride-1 layers (ResNet-50's) run oneDNN's Winograd kernels where the CPU has them
-// (AVX-512), narrow ones and fast_direct the direct kernels. Winograd agrees with the reference
+// (AVX-512), narrow ones the direct kernels. Winograd agrees with the reference
 // to about 1e-5 relative (its transforms add and subtract a tile's values before the products,
 // measured 7e-5 on outputs of size 5); the tolerance leaves room for other seeds.
 TEST(ConvCpu, WinogradOnWideThreeByThreeLayers) {
   if (!cpu::conv_has_fast_impl()) GTEST_SKIP() << "built without oneDNN: the reference is the only implementation";
-  ImplGuard guard;
+  ThreadsGuard guard;
   set_num_threads(2);
   const Shape4 wide = {4, 64, 24, 24, 64, 3, 3, 1, 1, false}, narrow = {4, 16, 24, 24, 16, 3, 3, 1, 1, false};
   const Shape4 few_tiles = {2, 64, 8, 8, 64, 3, 3, 1, 1, false};  // 8 output tiles of 4x4
@@ -177,16 +205,13 @@ TEST(ConvCpu, WinogradOnWideThreeByThreeLayers) {
   expect_same({4, 64, 24, 24, 64, 3, 3, 1, 1, true}, 404, true, true, 5e-4);  // with a bias
   expect_same(wide, 401, false, true, 5e-4);
   expect_same({8, 128, 14, 14, 128, 3, 3, 1, 1, false}, 402, true, true, 5e-4);
-  cpu::set_conv_impl(cpu::ConvImpl::FastDirect);
-  EXPECT_EQ(kernels(wide).find("wino"), std::string::npos) << kernels(wide);
-  expect_same(wide, 403, true, true);
 }
 
 // One SGD step of ResNet-20 (batch norm, residual adds, projections, stride-2 stages) on the
 // fast convolutions and on the reference: loss, every gradient and every parameter update.
 TEST(ConvCpu, ResNet20StepMatchesReference) {
   if (!cpu::conv_has_fast_impl()) GTEST_SKIP() << "built without oneDNN: the reference is the only implementation";
-  ImplGuard guard;
+  ThreadsGuard guard;
   set_num_threads(2);
   const Tensor x = random_tensor({4, 3, 32, 32}, 7);
   const Tensor labels = Tensor::from_vector(std::vector<int64_t>{1, 7, 3, 0}, {4});
@@ -195,8 +220,7 @@ TEST(ConvCpu, ResNet20StepMatchesReference) {
     double loss;
     mt::layers::NamedTensors grads, updates;  // updates: parameter after the step - before
   };
-  auto step = [&](cpu::ConvImpl impl) {
-    cpu::set_conv_impl(impl);
+  auto step = [&](bool reference) {
     mt::layers::ModelOptions o;
     o.in_channels = 3;
     o.image_size = 32;
@@ -209,7 +233,7 @@ TEST(ConvCpu, ResNet20StepMatchesReference) {
     so.momentum = 0.9;
     so.weight_decay = 1e-4;
     mt::optim::SGD sgd(model->parameters(), so);
-    Tensor loss = cross_entropy(model->forward(x), labels);
+    Tensor loss = cross_entropy(reference ? resnet_on_reference(*model, x) : model->forward(x), labels);
     loss.backward();
     Result r{loss.item(), {}, {}};
     for (const auto& [name, p] : model->named_parameters()) {
@@ -221,11 +245,9 @@ TEST(ConvCpu, ResNet20StepMatchesReference) {
     for (size_t i = 0; i < params.size(); ++i) r.updates[i].second = sub(params[i].second, r.updates[i].second);
     return r;
   };
-  const Result ref = step(cpu::ConvImpl::Reference);
-  // Fast runs the activations channels-last end to end, FastNchw in NCHW with reorders.
-  for (cpu::ConvImpl impl : {cpu::ConvImpl::Fast, cpu::ConvImpl::FastNchw}) {
-    SCOPED_TRACE(impl == cpu::ConvImpl::Fast ? "fast (channels-last)" : "fast_nchw");
-    const Result fast = step(impl);
+  const Result ref = step(true);
+  {  // the fast path runs the activations channels-last end to end
+    const Result fast = step(false);
     EXPECT_NEAR(fast.loss, ref.loss, 1e-5 * std::max(1.0, std::abs(ref.loss)));
     ASSERT_EQ(fast.grads.size(), ref.grads.size());
     // Element by element the gradients are not comparable: a pre-activation within rounding of
@@ -244,29 +266,13 @@ TEST(ConvCpu, ResNet20StepMatchesReference) {
   }
 }
 
-// The reference kernels know NCHW only: given channels-last operands (a shape oneDNN refuses,
-// or MT_CONV=reference after a channels-last forward) they go through NCHW copies.
-TEST(ConvCpu, ReferenceTakesChannelsLastOperands) {
-  ImplGuard guard;
-  cpu::set_conv_impl(cpu::ConvImpl::Reference);
+// The dispatching kernels take channels-last operands in every build: the reference kernels
+// know NCHW only and go through NCHW copies (builds without oneDNN, a shape oneDNN refuses).
+TEST(ConvCpu, TakesChannelsLastOperands) {
   const std::vector<Shape4> shapes = {{3, 5, 9, 7, 4, 3, 3, 1, 1, true}, {2, 16, 8, 8, 8, 3, 3, 2, 1, false},
                                       {1, 7, 5, 6, 3, 1, 1, 1, 0, true}};
   for (size_t i = 0; i < shapes.size(); ++i) {
     expect_same(shapes[i], 300 + i, true, true);
     expect_same(shapes[i], 300 + i, false, true);
-  }
-}
-
-TEST(ConvCpu, ImplementationsByName) {
-  EXPECT_EQ(cpu::conv_impl_named("fast"), cpu::ConvImpl::Fast);
-  EXPECT_EQ(cpu::conv_impl_named("fast_direct"), cpu::ConvImpl::FastDirect);
-  EXPECT_EQ(cpu::conv_impl_named("fast_nchw"), cpu::ConvImpl::FastNchw);
-  EXPECT_EQ(cpu::conv_impl_named("reference"), cpu::ConvImpl::Reference);
-  try {
-    cpu::conv_impl_named("winograd");
-    FAIL() << "an unknown implementation was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("\"winograd\" is not fast, fast_direct, fast_nchw or reference"), std::string::npos)
-        << e.what();
   }
 }

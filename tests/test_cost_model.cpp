@@ -8,10 +8,11 @@
 #include <sstream>
 
 #include "apps/config.h"
-#include "dist/predict/model_command.h"
+#include "apps/model_command.h"
 #include "core/error.h"
 #include "dist/predict/cost_model.h"
 #include "dist/predict/network_model.h"
+#include "dist/predict/scaling.h"
 #include "support/test_helpers.h"
 
 using namespace mt::dist;
@@ -461,7 +462,7 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 }  // namespace
 
 TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
-  const mt::apps::ModelProfile prof = mt::apps::read_profile(write_layer_times());
+  const mt::dist::ModelProfile prof = mt::dist::read_profile(write_layer_times());
   ASSERT_EQ(prof.layers.size(), 2u);
   EXPECT_EQ(prof.layers[1].name, "b");
   EXPECT_DOUBLE_EQ(prof.decode_seconds, 1e-4);
@@ -469,16 +470,16 @@ TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
   spec.bandwidth_gbps = 1;
   spec.latency_us = 50;
   const NetworkModel net(spec);
-  mt::apps::AlgorithmSettings s;
+  mt::dist::AlgorithmSettings s;
   s.cdsgd_per_exchange.compress = 2e-4;
   s.cdsgd_per_exchange.decompress = 1e-4;
   s.cdsgd_payload_bytes = 2e6;  // NONE: float32
   // One worker: every algorithm is the plain iteration, 5 ms + 0.5 ms update.
-  const auto one = mt::apps::predict_row(prof, net, s, 1);
+  const auto one = mt::dist::predict_row(prof, net, s, 1);
   for (const auto* p : {&one.bsp, &one.wfbp, &one.fusion, &one.mgwfbp, &one.dssync})
     EXPECT_NEAR(p->iteration, 0.0055, 1e-12);
   // N = 4: T(M) = 300 us + 1.2e-8 M. BSP: 5 ms + T(2e6) = 24.3 ms + 0.5 ms = 29.8 ms.
-  const auto four = mt::apps::predict_row(prof, net, s, 4);
+  const auto four = mt::dist::predict_row(prof, net, s, 4);
   EXPECT_NEAR(four.bsp.iteration, 0.0298, 1e-9);
   // WFBP: layer 1 ready at 3 ms, message 3..15.3 ms; layer 0 ready at 5 ms, waits: 27.6 ms; +0.5.
   EXPECT_NEAR(four.wfbp.iteration, 0.0281, 1e-9);
@@ -500,20 +501,20 @@ TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
 // The measured curves timed Gloo's flat ring: a hierarchical prediction across racks must not
 // take them, but its own formula, pieces included (network_model.h).
 TEST(ModelCommand, HierarchicalAcrossRacksKeepsItsFormulaWhereTheRingWasMeasured) {
-  const mt::apps::ModelProfile prof = mt::apps::read_profile(write_layer_times());
+  const mt::dist::ModelProfile prof = mt::dist::read_profile(write_layer_times());
   NetworkSpec spec;
   spec.bandwidth_gbps = 10;
   spec.latency_us = 10;
   spec.ranks_per_rack = 4;
   spec.inter_bandwidth_gbps = 1;
   spec.inter_latency_us = 100;
-  mt::apps::AlgorithmSettings s;
+  mt::dist::AlgorithmSettings s;
   s.measured_world = 8;
   set_measured_curve(s.measured, {1e3, 1e7}, {1.0, 1.0});  // a ring that takes a second
-  const auto ring = mt::apps::predict_row(prof, NetworkModel(spec), s, 8);
+  const auto ring = mt::dist::predict_row(prof, NetworkModel(spec), s, 8);
   EXPECT_GT(ring.bsp.iteration, 1.0);
   spec.algorithm = AllreduceAlgorithm::Hierarchical;
-  const auto hier = mt::apps::predict_row(prof, NetworkModel(spec), s, 8);
+  const auto hier = mt::dist::predict_row(prof, NetworkModel(spec), s, 8);
   // BSP: 5 ms of compute, then 2 MB in 7 pieces: 260 us + (2.4 + 16) ms / 7 + 6 x 16 ms / 7,
   // then the 0.5 ms update.
   EXPECT_NEAR(hier.bsp.iteration, 0.005 + 260e-6 + 0.0184 / 7 + 6 * 0.016 / 7 + 0.0005, 1e-9);
@@ -530,7 +531,7 @@ TEST(ModelCommand, ProfilesTheMlpForReal) {
   // each gradient completed: the first linear layer's (64x64 weight, 64 bias) before the
   // second's (64x10, 10); inside a layer the bias's hook fires first in backward, so it comes
   // after the weight.
-  const mt::apps::ModelProfile prof = mt::apps::read_profile(saved);
+  const mt::dist::ModelProfile prof = mt::dist::read_profile(saved);
   ASSERT_EQ(prof.layers.size(), 4u);
   double first = 0, second = 0;
   for (size_t l = 0; l < 2; ++l) first += prof.layers[l].bytes;
@@ -552,7 +553,7 @@ TEST(ModelCommand, ProfilesTheMlpForReal) {
 // backward finishes them; WFBP-PS's prediction sends those bytes with that layer when the split
 // is on, BSP-PS never; the parts survive a save and are checked against the layers.
 TEST(ModelCommand, TiedParametersEarlyPartsMoveWfbpPsBytes) {
-  mt::apps::ModelProfile prof = mt::apps::read_profile(write_layer_times());
+  mt::dist::ModelProfile prof = mt::dist::read_profile(write_layer_times());
   prof.layers[0].backward = 0.05;           // layer a's backward is long: b's pushes can overlap it
   prof.early_parts.push_back({1, 0, 9e5});  // 0.9 MB of layer a's gradient final with layer b
   const auto split = prof.layer_costs_split();
@@ -563,11 +564,11 @@ TEST(ModelCommand, TiedParametersEarlyPartsMoveWfbpPsBytes) {
   spec.bandwidth_gbps = 1;
   spec.latency_us = 50;
   const NetworkModel net(spec);
-  mt::apps::AlgorithmSettings s;
+  mt::dist::AlgorithmSettings s;
   s.partition_bytes = 1 << 18;
-  const auto on = mt::apps::predict_row(prof, net, s, 4);
+  const auto on = mt::dist::predict_row(prof, net, s, 4);
   s.ps_split_tied = false;
-  const auto off = mt::apps::predict_row(prof, net, s, 4);
+  const auto off = mt::dist::predict_row(prof, net, s, 4);
   EXPECT_LT(on.wfbp_ps.iteration, off.wfbp_ps.iteration - 0.01);
   EXPECT_DOUBLE_EQ(on.bsp_ps.iteration, off.bsp_ps.iteration);
   const PsLinks links = net.ps_links(4, 1);
@@ -575,16 +576,16 @@ TEST(ModelCommand, TiedParametersEarlyPartsMoveWfbpPsBytes) {
                    predict_partitioned(split, prof.update_seconds, wfbp_ps(s.partition_bytes), LinearCost{}, links).iteration);
 
   const std::string path = (temp_dir() / "early_parts.json").string();
-  mt::apps::write_profile(prof, path);
-  const mt::apps::ModelProfile back = mt::apps::read_profile(path);
+  mt::dist::write_profile(prof, path);
+  const mt::dist::ModelProfile back = mt::dist::read_profile(path);
   ASSERT_EQ(back.early_parts.size(), 1u);
   EXPECT_EQ(back.early_parts[0].layer, 1u);
   EXPECT_EQ(back.early_parts[0].from, 0u);
   EXPECT_DOUBLE_EQ(back.early_parts[0].bytes, 9e5);
   prof.early_parts[0].bytes = 2e6;  // more than layer a has
-  mt::apps::write_profile(prof, path);
+  mt::dist::write_profile(prof, path);
   try {
-    mt::apps::read_profile(path);
+    mt::dist::read_profile(path);
     ADD_FAILURE() << "an early part larger than its layer was accepted";
   } catch (const mt::core::Error& e) {
     EXPECT_TRUE(has(e.what(), "more bytes than its layer has")) << e.what();
@@ -598,9 +599,9 @@ TEST(ModelCommand, ProfilesBertsTiedEmbeddingInTwoParts) {
   run_model({std::string(MT_SOURCE_DIR) + "/configs/survey_bert_tiny_synthetic.prototxt", "--set",
              "data.batch_size=2", "--set", "data.text.seq_len=16", "--profile-iters", "2", "--warmup-iters",
              "1", "--workers", "1,4", "--save-profile", saved, "--bandwidth-gbps", "1", "--latency-us", "50"});
-  const mt::apps::ModelProfile prof = mt::apps::read_profile(saved);
+  const mt::dist::ModelProfile prof = mt::dist::read_profile(saved);
   ASSERT_EQ(prof.early_parts.size(), 1u);
-  const mt::apps::EarlyPart& e = prof.early_parts[0];
+  const mt::dist::EarlyPart& e = prof.early_parts[0];
   EXPECT_EQ(prof.layers[e.from].name, "bert.embeddings.word_embeddings.weight");
   EXPECT_DOUBLE_EQ(e.bytes, 30522.0 * 128 * 4);
   EXPECT_GT(e.layer, e.from + 10) << prof.layers[e.layer].name << ": the decoder part is final near the end of forward order";
@@ -608,17 +609,17 @@ TEST(ModelCommand, ProfilesBertsTiedEmbeddingInTwoParts) {
 }
 
 TEST(ModelCommand, ProfileNamesWithQuotesAndControlCharactersRoundTrip) {
-  // core::json_escape writes them; the model's JSON reader reads them back unchanged.
-  mt::apps::ModelProfile prof;
+  // The profile's JSON writer escapes them; its reader reads them back unchanged.
+  mt::dist::ModelProfile prof;
   prof.model = "say \"hi\"\\ there";
   prof.device = "cpu";
   prof.layers.push_back({"a\nb\tc\x01" "d", 1e-3, 2e-3, 64.0});  // \x01 then d
   const std::string path = (temp_dir() / "escaped_profile.json").string();
-  mt::apps::write_profile(prof, path);
+  mt::dist::write_profile(prof, path);
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(has(text, "a\\nb\\tc\\u0001d")) << text;  // no raw control character in the file
-  const mt::apps::ModelProfile back = mt::apps::read_profile(path);
+  const mt::dist::ModelProfile back = mt::dist::read_profile(path);
   EXPECT_EQ(back.model, prof.model);
   ASSERT_EQ(back.layers.size(), 1u);
   EXPECT_EQ(back.layers[0].name, prof.layers[0].name);

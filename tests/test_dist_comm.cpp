@@ -487,9 +487,8 @@ TEST(ProcessGroup, SubgroupsAreCachedAndCorrect) {
               }).ok_or_report());
 }
 
-// bench_collectives gives Gloo's old-style classes a second world group on the job's store
-// (they lock socket buffers on the mesh they run on): two world groups of one job must get
-// their own meshes and never mix up each other's messages, even with both busy at once.
+// Two world groups of one job on the same store (e.g. one for Gloo's own classes beside ours)
+// must get their own meshes and never mix up each other's messages, even with both busy at once.
 TEST(ProcessGroup, SecondWorldGroupOnTheSameStoreIsIndependent) {
   EXPECT_TRUE(run_ranks(4, [](RankContext& c) {
                 auto second = mt::dist::create_process_group(c.store, c.rank, c.size,

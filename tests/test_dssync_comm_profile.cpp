@@ -11,10 +11,11 @@
 
 #include <gtest/gtest.h>
 
-#include "dist/predict/model_command.h"
-#include "dist/predict/profile_comm_command.h"
+#include "apps/model_command.h"
+#include "apps/profile_comm_command.h"
 #include "core/tensor.h"
 #include "dist/predict/comm_profile.h"
+#include "dist/predict/comm_profile_file.h"
 #include "dist/predict/dssync_comm_profile.h"
 #include "support/comm_profile_commands.h"
 #include "support/multiprocess.h"
@@ -257,7 +258,7 @@ TEST(DsSyncCommProfile, BadGroupProfilesAreErrorsThatNameTheEntry) {
   const std::string dir = mt::testing::make_temp_dir("mt_dssync_comm_profile_bad");
   auto read_error = [&](const std::string& name, const std::string& patterns, int ranks_per_rack = 0) {
     const std::string path = write_profile(dir + "/" + name, ranks_per_rack, patterns);
-    return error_of([&] { mt::apps::read_comm_profile(path); });
+    return error_of([&] { mt::dist::read_comm_profile(path); });
   };
   std::string e = read_error("uneven.json", R"([{"crosses_racks": false, "bytes": [1000, 4000], "seconds": [0.1]}])");
   EXPECT_TRUE(contains(e, "\"dssync\".patterns[0]: \"bytes\" and \"seconds\" must be arrays of the same")) << e;
@@ -273,7 +274,7 @@ TEST(DsSyncCommProfile, BadGroupProfilesAreErrorsThatNameTheEntry) {
   const std::string one = dir + "/group1.json";
   write_file(one, R"({"world": 4, "alpha_s": 0.001, "beta_s_per_byte": 1e-6, "gamma_s": 0,
                       "dssync": {"group_size": 1, "ranks_per_rack": 0, "patterns": []}})");
-  EXPECT_TRUE(contains(error_of([&] { mt::apps::read_comm_profile(one); }), "\"group_size\" must be an integer >= 2"));
+  EXPECT_TRUE(contains(error_of([&] { mt::dist::read_comm_profile(one); }), "\"group_size\" must be an integer >= 2"));
 
   // profile-comm's flags.
   EXPECT_TRUE(contains(profile_comm_error({"--dssync-ranks-per-rack", "2"}), "give --dssync-group-size too"));

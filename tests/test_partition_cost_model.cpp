@@ -7,9 +7,9 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "dist/predict/model_command.h"
 #include "dist/predict/network_model.h"
 #include "dist/predict/partition_cost_model.h"
+#include "dist/predict/scaling.h"
 #include "support/test_helpers.h"
 
 using namespace mt::dist;
@@ -196,9 +196,9 @@ TEST(PartitionCostModel, NetworkModelPsLinks) {
 // that network back, so N = 8 is predicted from the network model alone.
 TEST(PartitionCostModel, CalibrationFromProfilesAtOtherN) {
   const NetworkModel truth({1.0, 50.0});
-  std::vector<mt::apps::MeasuredComm> profiles;
+  std::vector<mt::dist::MeasuredComm> profiles;
   for (int n : {2, 4}) {
-    mt::apps::MeasuredComm m;
+    mt::dist::MeasuredComm m;
     m.world = n;
     m.cost = truth.allreduce(n);
     profiles.push_back(m);
@@ -206,7 +206,7 @@ TEST(PartitionCostModel, CalibrationFromProfilesAtOtherN) {
   // The two disagree in this copy: 2 implies 40 us per hop, 4 implies 60; the mean is 50.
   profiles[0].cost.alpha = 2 * 1 * 40e-6;
   profiles[1].cost.alpha = 2 * 3 * 60e-6;
-  const mt::apps::CalibratedNetwork c = mt::apps::calibrate_network(NetworkSpec{}, false, profiles);
+  const mt::dist::CalibratedNetwork c = mt::dist::calibrate_network(NetworkSpec{}, false, profiles);
   EXPECT_NEAR(c.spec.latency_us, 50.0, 1e-9);
   EXPECT_NEAR(c.spec.bandwidth_gbps, 1.0, 1e-9);
   const LinearCost eight = NetworkModel(c.spec).allreduce(8);
@@ -215,20 +215,20 @@ TEST(PartitionCostModel, CalibrationFromProfilesAtOtherN) {
   // With a nominal bandwidth, the efficiency is the mean of the two (here both 0.5).
   NetworkSpec nominal;
   nominal.bandwidth_gbps = 2.0;
-  const mt::apps::CalibratedNetwork e = mt::apps::calibrate_network(nominal, true, profiles);
+  const mt::dist::CalibratedNetwork e = mt::dist::calibrate_network(nominal, true, profiles);
   EXPECT_NEAR(e.efficiency, 0.5, 1e-12);
   EXPECT_NEAR(e.spec.bandwidth_gbps, 1.0, 1e-12);
 }
 
 // `mintrain model`'s row fills the seven methods; the PS is left out on two levels.
 TEST(PartitionCostModel, PredictRowHasTheSevenMethods) {
-  mt::apps::ModelProfile prof;
+  mt::dist::ModelProfile prof;
   prof.layers = {{"a", 0.5, 1.0, 200.0}, {"b", 0.5, 1.0, 2000.0}};
-  mt::apps::AlgorithmSettings s;
+  mt::dist::AlgorithmSettings s;
   s.partition_bytes = 200;
   s.ps_servers = 2;
   const NetworkModel net({8e-6, 0.0});  // 1 ms per byte
-  const mt::apps::ScalingRow row = mt::apps::predict_row(prof, net, s, 4);
+  const mt::dist::ScalingRow row = mt::dist::predict_row(prof, net, s, 4);
   EXPECT_TRUE(row.ps_modelled);
   EXPECT_GT(row.bsp_ps.iteration, row.wfbp_ps.iteration);
   EXPECT_LE(row.bytescheduler_ps.iteration, row.wfbp_ps.iteration + 1e-12);  // its credit search includes "all"
@@ -236,9 +236,9 @@ TEST(PartitionCostModel, PredictRowHasTheSevenMethods) {
   EXPECT_GT(row.credit_ps, 0.0);
   EXPECT_LT(row.bytescheduler_a2a.iteration, row.bsp.iteration);
   s.credit_bytes = 400;
-  EXPECT_DOUBLE_EQ(mt::apps::predict_row(prof, net, s, 4).credit_a2a, 400.0);
+  EXPECT_DOUBLE_EQ(mt::dist::predict_row(prof, net, s, 4).credit_a2a, 400.0);
   NetworkSpec racks;
   racks.ranks_per_rack = 2;
   racks.inter_bandwidth_gbps = 1;
-  EXPECT_FALSE(mt::apps::predict_row(prof, NetworkModel(racks), s, 4).ps_modelled);
+  EXPECT_FALSE(mt::dist::predict_row(prof, NetworkModel(racks), s, 4).ps_modelled);
 }

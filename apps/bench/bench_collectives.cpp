@@ -12,18 +12,7 @@
 //   ours            ProcessGroup::allreduce (comm thread, tag, Work::wait)
 //   gloo ring       gloo::allreduce with Algorithm::RING called directly
 //   gloo bcube      the same with Algorithm::BCUBE (only with --rows ...,bcube)
-//   gloo chunked    the old gloo::AllreduceRingChunked class, on a mesh of its own (below)
 //   ours allgather  ProcessGroup::allgather (Gloo's ring allgather)
-//
-// Why "gloo chunked" gets its own mesh: Gloo's old-style algorithms create pre-registered
-// send buffers, and libgloo's tcp Pair::createSendBuffer then sets SO_SNDBUF on that pair's
-// socket to the buffer's size, for the rest of the context's life. AllreduceRingChunked sends
-// its data to the right neighbour but only 4-byte notifications to the left one, so the left
-// pair's socket is locked at the kernel's minimum (4608 bytes) - and the new-style ring sends
-// its data to the left. Every 64 KiB loopback segment then waits for a delayed ACK (40-200
-// ms): 1 MiB took ~570 ms on 4 ranks (2 ranks were fine: left == right there). Sharing the
-// mesh made "ours" and "gloo ring" look slow; --shared-chunked-context reproduces that. (A
-// mesh reused across sizes slows the chunked class itself the same way: 88 ms per 16 KiB.)
 // MPI_Allreduce is measured by bench_mpi_allreduce (run it with mpirun) when MPI is installed.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,16 +20,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include <gloo/allreduce.h>
-#include <gloo/allreduce_ring_chunked.h>
 #include <gloo/math.h>
 
+#include "apps/flags.h"
 #include "core/tensor.h"
 #include "dist/comm/gloo_process_group.h"
 #include "dist/comm/socket.h"
@@ -56,9 +44,8 @@ struct BenchOptions {
   size_t min_bytes = 4096;
   size_t max_bytes = size_t(64) << 20;
   int iters = 0;                  // 0: by size (iterations_for)
-  std::string rows = "ours,ring,chunked,allgather";
+  std::string rows = "ours,ring,allgather";
   size_t max_segment = 0;         // 0: Gloo's default for the direct "gloo ring" row
-  bool shared_chunked_context = false;  // reproduces the old, contaminated measurement
   bool wants(const char* row) const { return ("," + rows + ",").find(std::string(",") + row + ",") != std::string::npos; }
 };
 
@@ -147,15 +134,6 @@ void bench_rank(int rank, int n, int port, const BenchOptions& opt) {
             gloo::allreduce(o);
           }), ar_bus);
     }
-    if (opt.wants("chunked")) {
-      // A fresh world group on the same store for each size: sockets of its own, so neither
-      // the other rows nor the next size inherit the send buffers this class locks.
-      std::shared_ptr<mt::dist::GlooProcessGroup> chunked_group;
-      if (!opt.shared_chunked_context) chunked_group = mt::dist::GlooProcessGroup::create(store, rank, n, po);
-      const auto chunked_ctx = chunked_group ? chunked_group->gloo_context() : ctx;
-      gloo::AllreduceRingChunked<float> chunked(chunked_ctx, {p}, static_cast<int>(count));
-      row(rank, "gloo chunked", bytes, time_op(*group, iters, [&] { chunked.run(); }), ar_bus);
-    }
     if (opt.wants("allgather")) {
       Tensor in = Tensor::full({static_cast<int64_t>(count / n)}, 1.0);
       Tensor out = Tensor::zeros({static_cast<int64_t>(count / n) * n});
@@ -164,16 +142,6 @@ void bench_rank(int rank, int n, int port, const BenchOptions& opt) {
     }
   }
   group->barrier();
-}
-
-std::vector<int> parse_ints(const std::string& list) {
-  std::vector<int> out;
-  for (size_t pos = 0; pos < list.size();) {
-    const size_t comma = list.find(',', pos);
-    out.push_back(std::stoi(list.substr(pos, comma - pos)));
-    pos = comma == std::string::npos ? list.size() : comma + 1;
-  }
-  return out;
 }
 
 // "4096", "64K", "1M": bytes.
@@ -188,38 +156,31 @@ size_t parse_bytes(const std::string& text) {
 
 const char* kUsage =
     "usage: bench_collectives [--ranks 2,4] [--min 4K] [--max 64M] [--iters N]\n"
-    "                         [--rows ours,ring,bcube,chunked,allgather] [--max-segment BYTES]\n"
-    "                         [--shared-chunked-context]\n"
+    "                         [--rows ours,ring,bcube,allgather] [--max-segment BYTES]\n"
     "  Forks the local ranks itself (Gloo over TCP loopback) and prints one row per size\n"
     "  (x4 from --min to --max) and algorithm. --iters 0 (default) picks by size;\n"
-    "  --max-segment sets Gloo's maxSegmentSize for the direct \"ring\" row only.\n"
-    "  --shared-chunked-context runs \"chunked\" on the group's own mesh, as this benchmark\n"
-    "  did before: it shrinks the sockets' send buffers and slows every later row (4+ ranks).\n";
+    "  --max-segment sets Gloo's maxSegmentSize for the direct \"ring\" row only.\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   BenchOptions opt;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "--help" || a == "-h") {
+    mt::apps::Flags f("bench_collectives", {argv + 1, argv + argc});
+    while (f.next()) {
+      if (f.is("--help") || f.is("-h")) {
         std::fputs(kUsage, stdout);
         return 0;
       }
-      if (a == "--shared-chunked-context") {
-        opt.shared_chunked_context = true;
-        continue;
-      }
-      if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
-      const std::string v = argv[++i];
-      if (a == "--ranks") opt.ranks = parse_ints(v);
-      else if (a == "--min") opt.min_bytes = parse_bytes(v);
-      else if (a == "--max") opt.max_bytes = parse_bytes(v);
-      else if (a == "--iters") opt.iters = std::stoi(v);
-      else if (a == "--rows") opt.rows = v;
-      else if (a == "--max-segment") opt.max_segment = parse_bytes(v);
-      else throw std::invalid_argument("unknown option " + a);
+      if (f.is("--ranks")) {
+        opt.ranks.clear();
+        for (int64_t n : mt::apps::parse_int_list("--ranks", f.value(), 1, 64, "a rank count")) opt.ranks.push_back(int(n));
+      } else if (f.is("--min")) opt.min_bytes = parse_bytes(f.value());
+      else if (f.is("--max")) opt.max_bytes = parse_bytes(f.value());
+      else if (f.is("--iters")) opt.iters = f.integer(0);
+      else if (f.is("--rows")) opt.rows = f.value();
+      else if (f.is("--max-segment")) opt.max_segment = parse_bytes(f.value());
+      else f.unknown();
     }
     if (opt.min_bytes < 4096 || opt.min_bytes > opt.max_bytes) throw std::invalid_argument("need 4K <= --min <= --max");
   } catch (const std::exception& e) {

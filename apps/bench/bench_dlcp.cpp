@@ -10,13 +10,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/tensor.h"
 #include "dist/dlcp/ring_allreduce.h"
 #include "dist/comm/rendezvous.h"
@@ -25,15 +23,6 @@ using Clock = std::chrono::steady_clock;
 using mt::core::Tensor;
 
 namespace {
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -73,7 +62,7 @@ int main(int argc, char** argv) try {
   eo.deadline = std::chrono::milliseconds(deadline_ms);
   eo.timeout = std::chrono::seconds(60);
   eo.spray = mt::dist::dlcp::spray_from(spray);
-  std::vector<std::string> local = split(paths);
+  std::vector<std::string> local = mt::core::split(paths, ',');
   if (local.empty()) local.push_back(po.hostname);
   auto transport = mt::dist::dlcp::connect_transport(group, local, eo);
 

@@ -4,8 +4,8 @@
 One process per rank, started like a mintrain rank (torchrun's environment contract: RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT; GLOO_SOCKET_IFNAME picks the interface, e.g. eth0 inside
 an emulated host). The model, synthetic batch and optimizer are pytorch_train.py's, so a case
-here is the same case as bench_train's and bench_schedules' (ResNet-20 matches
-layers/models/resnet.cpp layer for layer). What travels is DDP's choice:
+here is the same case as bench_train's (ResNet-20 matches layers/models/resnet.cpp layer for
+layer). What travels is DDP's choice:
   --hook none       DDP's default: gradients in buckets of --bucket-cap-mb, allreduced as they fill
   --hook fp16       DDP's fp16_compress_hook (half the bytes)
   --hook powersgd   DDP's PowerSGD hook (low-rank, error feedback) of --powersgd-rank, as in

@@ -3,7 +3,7 @@
 
 A case is a model, batch, device and precision. Models are built to match mintrain's layer for
 layer (the parameter counts are printed so bench_train.sh can compare them):
-  lenet5, mlp            as apps/bench/pytorch_lenet.py and layers/models/mlp.cpp (1x28x28 inputs)
+  lenet5, mlp            as layers/models/lenet5.cpp and layers/models/mlp.cpp (1x28x28 inputs)
   resnet20/32/56         CIFAR ResNets with 1x1-conv + BN projection shortcuts (3x32x32 inputs)
   resnet18/50            torchvision's models, whose names and layout ours follow (3x224x224)
   bert_tiny ... bert_base  a post-LN BERT encoder as layers/models/bert.h (fused qkv, exact GELU,
@@ -77,13 +77,32 @@ def parse_args(argv):
 
 # ---------------------------------------------------------------------------- models
 
+def lenet5(torch, nn, F):
+    """layers/models/lenet5.cpp: two 5x5 convolutions with max pooling, three linear layers."""
+    class LeNet5(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
+            self.conv2 = nn.Conv2d(6, 16, 5)
+            self.fc1 = nn.Linear(16 * 5 * 5, 120)
+            self.fc2 = nn.Linear(120, 84)
+            self.fc3 = nn.Linear(84, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+            x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+            x = torch.flatten(x, 1)
+            return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+    return LeNet5()
+
+
 def build_model(name, args, torch, nn, F):
     """The model, its input shape ([C, H, W] for images, None for BERT) and its classes."""
     if name == "lenet5":
-        from pytorch_lenet import LeNet5  # the LeNet-5 of bench_lenet's peer (28x28 inputs)
         if args.image_size not in (0, 28):
             raise ValueError("the peer's LeNet-5 takes 28x28 inputs only; drop --image-size")
-        return LeNet5(), [1, 28, 28], 10
+        return lenet5(torch, nn, F), [1, 28, 28], 10
     if name == "mlp":
         side = args.image_size or 28
         layers, width = [nn.Flatten()], side * side

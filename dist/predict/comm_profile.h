@@ -102,7 +102,7 @@ void trimmed_mean_per_size(const std::vector<double>& bytes, const std::vector<d
 // A small JSON document: {"world": 4, "group": "...", "alpha_s": ..., "beta_s_per_byte": ...,
 // "gamma_s": ..., "chunk_alone_s": ..., "chunk_with_message_s": ..., "overlap_slowdown": ..., "bytes": [...], "seconds": [...]},
 // and "dssync": {...} (dssync_comm_profile_json) when the group patterns were measured.
-// (`mintrain model --comm-profile` reads it back with the JSON reader of apps/model_command.cpp.)
+// (`mintrain model --comm-profile` reads it back: comm_profile_file.h.)
 std::string comm_profile_json(const CommProfile& profile);
 
 }  // namespace mt::dist

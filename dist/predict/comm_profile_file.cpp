@@ -2,11 +2,11 @@
 
 #include <cmath>
 
-#include "apps/json_file.h"
 #include "core/error.h"
 #include "dist/predict/comm_profile.h"
+#include "dist/predict/json_file.h"
 
-namespace mt::apps {
+namespace mt::dist {
 namespace {
 
 using nlohmann::json;
@@ -23,11 +23,11 @@ void read_positive_pairs(const json& x, const json& y, const std::string& x_key,
   }
 }
 
-// profile-comm's "dssync" object (dist::dssync_comm_profile_json).
-dist::DsSyncCommProfile read_dssync_patterns(const json& d, const std::string& path) {
+// profile-comm's "dssync" object (dssync_comm_profile_json).
+DsSyncCommProfile read_dssync_patterns(const json& d, const std::string& path) {
   const std::string where = path + ": \"dssync\"";
   MT_CHECK(d.is_object(), where, " must be an object with \"group_size\", \"ranks_per_rack\" and \"patterns\"");
-  dist::DsSyncCommProfile p;
+  DsSyncCommProfile p;
   const double g = number_field(d, "group_size", where, true);
   const double rack = number_field(d, "ranks_per_rack", where, true);
   MT_CHECK(g == std::floor(g) && g >= 2 && rack == std::floor(rack), where, ": \"group_size\" must be an integer "
@@ -46,7 +46,7 @@ dist::DsSyncCommProfile read_dssync_patterns(const json& d, const std::string& p
     const json& e = (*patterns)[k];
     const std::string at = where + ".patterns[" + std::to_string(k) + "]";
     MT_CHECK(e.is_object(), at, " must be an object");
-    dist::GroupPatternTimes t;
+    GroupPatternTimes t;
     const auto crosses = e.find("crosses_racks");
     MT_CHECK(crosses != e.end() && crosses->is_boolean(), at, ": \"crosses_racks\" must be true or false");
     t.crosses_racks = crosses->get<bool>();
@@ -57,8 +57,8 @@ dist::DsSyncCommProfile read_dssync_patterns(const json& d, const std::string& p
              at, ": \"bytes\" and \"seconds\" must be arrays of the same non-zero length");
     read_positive_pairs(*bytes, *seconds, "bytes", "seconds", at, t.size_bytes, t.size_seconds);
     // The curves are checked as curves (distinct sizes) once, here, not at every N.
-    dist::LinearCost check;
-    dist::set_measured_curve(check, t.size_bytes, t.size_seconds);
+    LinearCost check;
+    set_measured_curve(check, t.size_bytes, t.size_seconds);
     p.patterns.push_back(std::move(t));
   }
   return p;
@@ -76,7 +76,7 @@ bool read_timed_sizes(const json& root, const std::string& bytes_key, const std:
            seconds_key, "\" ", seconds->size());
   std::vector<double> b, t;
   read_positive_pairs(*bytes, *seconds, bytes_key, seconds_key, path, b, t);
-  dist::trimmed_mean_per_size(b, t, sizes, means);
+  trimmed_mean_per_size(b, t, sizes, means);
   return true;
 }
 
@@ -108,12 +108,12 @@ MeasuredComm read_comm_profile(const std::string& path, const std::string& named
     // measured curve; the same sizes timed after idling (profile-comm --idle-ms), its after-idle one.
     std::vector<double> sizes, means;
     if (read_timed_sizes(root, "bytes", "seconds", path, sizes, means)) {
-      dist::set_measured_curve(m.cost, sizes, means);
+      set_measured_curve(m.cost, sizes, means);
       if (read_timed_sizes(root, "idle_bytes", "idle_seconds", path, sizes, means)) {
         const double idle = number_field(root, "idle_before_s", path, true);
         MT_CHECK(idle > 0, path, ": \"idle_bytes\" and \"idle_seconds\" need \"idle_before_s\" > 0, got ", idle);
         try {
-          dist::set_idle_curve(m.cost, sizes, means, idle);
+          set_idle_curve(m.cost, sizes, means, idle);
         } catch (const core::Error& e) {
           MT_FAIL(path, ": \"idle_bytes\" must time the sizes of \"bytes\" again: ", e.what());
         }
@@ -121,7 +121,7 @@ MeasuredComm read_comm_profile(const std::string& path, const std::string& named
       // And while every rank computed (profiles since the during-compute curve have it).
       if (read_timed_sizes(root, "busy_bytes", "busy_seconds", path, sizes, means)) {
         try {
-          dist::set_busy_curve(m.cost, sizes, means);
+          set_busy_curve(m.cost, sizes, means);
         } catch (const core::Error& e) {
           MT_FAIL(path, ": \"busy_bytes\" must time the sizes of \"bytes\" again: ", e.what());
         }
@@ -134,4 +134,4 @@ MeasuredComm read_comm_profile(const std::string& path, const std::string& named
   return m;
 }
 
-}  // namespace mt::apps
+}  // namespace mt::dist

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <numbers>
-#include <string_view>
 
 #include "core/grad_mode.h"
 #include "core/ops/elementwise.h"
@@ -35,10 +34,6 @@ void truncated_normal_(const Tensor& t, double stddev, core::Generator& gen) {
   }
   core::NoGradGuard no_grad;
   Tensor(t).copy_(draw);
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
 TransformerLayerOptions layer_options(const BertOptions& opt) {
@@ -186,7 +181,7 @@ BertForMaskedLM::BertForMaskedLM(const BertOptions& opt, core::Generator& gen) :
   // costs random numbers, not complexity in the layer constructors.
   for (const auto& [name, p] : named_parameters()) {
     if (p.dim() == 2) truncated_normal_(p, opt.init_std, gen);
-    else if (ends_with(name, "bias")) constant_(p, 0.0);
+    else if (name.ends_with("bias")) constant_(p, 0.0);
   }
 }
 

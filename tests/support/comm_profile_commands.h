@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "dist/predict/model_command.h"
-#include "dist/predict/profile_comm_command.h"
+#include "apps/model_command.h"
+#include "apps/profile_comm_command.h"
 #include "support/test_helpers.h"
 
 namespace mt::testing {

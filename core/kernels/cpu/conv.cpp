@@ -1,5 +1,5 @@
-// The reference convolution kernels, and the switch between them and oneDNN's (conv_dnnl.cpp,
-// in builds that have it; the switch is at the end of this file).
+// The reference convolution kernels, and the dispatch between them and oneDNN's (conv_dnnl.cpp,
+// in builds that have it; at the end of this file).
 //
 // Convolution as matrix products. For one sample, im2col unfolds the input into
 // col[C*kh*kw, Ho*Wo] (column j holds the receptive field of output pixel j), so that
@@ -22,8 +22,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -260,21 +258,6 @@ void conv2d_backward_reference(const Tensor& x, const Tensor& w, const Tensor& g
 
 namespace {
 
-// MT_CONV=reference in the environment starts a process on the im2col kernels: a fallback
-// should oneDNN misbehave on some machine, and the "before" of an end-to-end comparison;
-// MT_CONV=fast_direct without Winograd, MT_CONV=fast_nchw on oneDNN without channels-last
-// activations.
-ConvImpl initial_impl() {
-  const char* v = std::getenv("MT_CONV");
-  return v && *v ? conv_impl_named(v) : ConvImpl::Fast;
-}
-
-std::atomic<ConvImpl> g_impl{initial_impl()};
-
-#ifdef MT_WITH_DNNL
-bool use_fast() { return g_impl.load(std::memory_order_relaxed) != ConvImpl::Reference; }
-#endif
-
 // An NCHW copy of a channels-last operand (itself when contiguous), for the paths that know
 // only NCHW; an output so copied is copied back into its own format afterwards.
 Tensor nchw(const Tensor& t) {
@@ -308,7 +291,7 @@ void backward_nchw(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t s
 void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
                          int64_t padding, Tensor& y) {
 #ifdef MT_WITH_DNNL
-  if (use_fast() && dnnl_conv::forward(x, w, bias, stride, padding, y)) return;
+  if (dnnl_conv::forward(x, w, bias, stride, padding, y)) return;
 #endif
   forward_nchw(x, w, bias, stride, padding, y, conv2d_forward_reference);
 }
@@ -316,15 +299,13 @@ void conv2d_forward_fp32(const Tensor& x, const Tensor& w, const Tensor& bias, i
 void conv2d_backward_fp32(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
                           int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
 #ifdef MT_WITH_DNNL
-  if (use_fast() && dnnl_conv::backward(x, w, gy, stride, padding, gx, gw, gb)) return;
+  if (dnnl_conv::backward(x, w, gy, stride, padding, gx, gw, gb)) return;
 #endif
   backward_nchw(x, w, gy, stride, padding, gx, gw, gb, conv2d_backward_reference);
 }
 
 }  // namespace
 
-void set_conv_impl(ConvImpl impl) { g_impl.store(impl, std::memory_order_relaxed); }
-ConvImpl conv_impl() { return g_impl.load(std::memory_order_relaxed); }
 bool conv_has_fast_impl() {
 #ifdef MT_WITH_DNNL
   return true;
@@ -334,28 +315,16 @@ bool conv_has_fast_impl() {
 }
 
 bool conv2d_prefers_channels_last() {
-  const ConvImpl impl = conv_impl();
-  return conv_has_fast_impl() && (impl == ConvImpl::Fast || impl == ConvImpl::FastDirect) &&
-         compute_precision() == ComputePrecision::FP32;
+  return conv_has_fast_impl() && compute_precision() == ComputePrecision::FP32;
 }
 
 std::string conv2d_kernel_names(const Tensor& x, const Tensor& w, int64_t stride, int64_t padding) {
 #ifdef MT_WITH_DNNL
-  if (use_fast()) {
-    const bool y_cl = conv2d_prefers_channels_last();
-    const std::string names = dnnl_conv::kernel_names(x, w, stride, padding, is_channels_last(x), y_cl);
-    if (!names.empty()) return names;
-  }
+  const std::string names =
+      dnnl_conv::kernel_names(x, w, stride, padding, is_channels_last(x), conv2d_prefers_channels_last());
+  if (!names.empty()) return names;
 #endif
   return "im2col";
-}
-
-ConvImpl conv_impl_named(const std::string& name) {
-  if (name == "fast") return ConvImpl::Fast;
-  if (name == "fast_direct") return ConvImpl::FastDirect;
-  if (name == "fast_nchw") return ConvImpl::FastNchw;
-  if (name == "reference") return ConvImpl::Reference;
-  MT_FAIL("convolution implementation \"", name, "\" is not fast, fast_direct, fast_nchw or reference (MT_CONV, --conv)");
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,

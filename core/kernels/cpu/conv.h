@@ -3,9 +3,10 @@
 // share one format, y and gy another, each contiguous (NCHW) or channels-last (NHWC,
 // core/memory_format.h). oneDNN computes in channels-last without reordering it; the reference
 // kernels know NCHW only and take channels-last operands through NCHW copies.
-// Two implementations: oneDNN's (conv_dnnl.cpp) in builds that have it, the fast one; and
-// im2col + GEMM per sample with the samples in parallel (conv.cpp), the reference the tests
-// hold the fast one to and the path of builds without oneDNN.
+// Two implementations: oneDNN's (conv_dnnl.cpp) in builds that have it, the fast one, on
+// channels-last activations with Winograd for the wide 3x3 layers; and im2col + GEMM per sample
+// with the samples in parallel (conv.cpp), the reference the tests hold the fast one to (they
+// call conv2d_*_reference directly) and the path of builds without oneDNN.
 #pragma once
 #include <string>
 
@@ -19,17 +20,6 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
                      int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb);
 
-// Fast: oneDNN with channels-last activations, and its Winograd kernels for the wide 3x3
-// stride-1 layers (the default). FastDirect: the same without Winograd. FastNchw: oneDNN's
-// direct kernels on NCHW activations, reordered to its blocked layout around every call (what ran
-// before channels-last). The last two are kept to compare against. Reference: the im2col kernels.
-enum class ConvImpl { Fast, FastDirect, FastNchw, Reference };
-// Which implementation conv2d_forward/backward run (process-wide; Fast by default, or as the
-// environment's MT_CONV says: fast, fast_direct, fast_nchw, reference). Without oneDNN every one
-// is the reference.
-void set_conv_impl(ConvImpl impl);
-ConvImpl conv_impl();
-ConvImpl conv_impl_named(const std::string& name);  // "fast", "fast_direct", "fast_nchw", "reference"; else an error
 bool conv_has_fast_impl();  // built with oneDNN
 // The kernels conv2d_forward/backward run now on operands of these shapes and formats (float32):
 // oneDNN's names for its three passes ("forward backward-data backward-weights", e.g.

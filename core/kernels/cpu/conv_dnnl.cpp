@@ -49,17 +49,16 @@ dnnl::engine& engine() {
 }
 
 // The shape of one convolution: input, weight, stride, padding, whether it has a bias; the
-// formats of x (and dx) and of y (and dy), true for channels-last; whether Winograd may be used.
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool,
-                       bool, bool>;
+// formats of x (and dx) and of y (and dy), true for channels-last.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 
 struct Formats {
   bool src_cl, dst_cl;
 };
 
-Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f, bool winograd) {
+Key key_of(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
   return {x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[2], w.shape()[3],
-          stride, pad, bias, f.src_cl, f.dst_cl, winograd};
+          stride, pad, bias, f.src_cl, f.dst_cl};
 }
 
 // Whether oneDNN's Winograd kernels (F(4x4, 3x3): 6x6 input tiles give 4x4 outputs) beat its
@@ -203,15 +202,15 @@ std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride
 }
 
 // The plan of a shape, made on its first call; null when oneDNN has no kernel for it (also
-// remembered, so that it is asked once). Winograd where it pays and the implementation allows
-// it (ConvImpl::Fast), else, or when oneDNN has no Winograd kernel for a pass, direct.
+// remembered, so that it is asked once). Winograd where it pays, else, or when oneDNN has no
+// Winograd kernel for a pass, direct.
 const Plan* plan_for(const Tensor& x, const Tensor& w, int64_t stride, int64_t pad, bool bias, Formats f) {
   static std::map<Key, std::unique_ptr<Plan>> plans;
   static std::mutex mu;
-  const bool winograd = conv_impl() == ConvImpl::Fast && winograd_pays(x, w, stride, pad);
   std::lock_guard<std::mutex> lock(mu);
-  const Key key = key_of(x, w, stride, pad, bias, f, winograd);
+  const Key key = key_of(x, w, stride, pad, bias, f);
   if (auto it = plans.find(key); it != plans.end()) return it->second.get();
+  const bool winograd = winograd_pays(x, w, stride, pad);
   auto try_plan = [&](bool wino) -> std::unique_ptr<Plan> {
     try {
       return make_plan(x, w, stride, pad, bias, f, wino);

@@ -1,9 +1,7 @@
 #include "core/kernels/cpu/pooling.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "core/memory_format.h"
 

@@ -1,5 +1,6 @@
 // `mintrain profile-comm`: measures the communication side of the cost model on the machines
-// and network at hand (dist/comm_profile.h) and writes it for `mintrain model --comm-profile`.
+// and network at hand (dist/predict/comm_profile.h) and writes it for `mintrain model
+// --comm-profile`.
 //
 //   mintrain launch --nproc-per-node N -- profile-comm [--out FILE.json] [--sizes 256,2048,...]
 //                   [--repeats R] [--seconds-per-size S] [--max-repeats R] [--no-gamma]

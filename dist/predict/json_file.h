@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace mt::apps {
+namespace mt::dist {
 
 // The whole file parsed. `what` and `named_by` name it in errors, e.g. "the layer times" and
 // "--layer-times": "cannot read <what> \"<path>\" (<named_by>)" when it cannot be opened,
@@ -22,4 +22,4 @@ double number_field(const nlohmann::json& obj, const std::string& key, const std
 // obj[key] when it is a string, else "".
 std::string string_field(const nlohmann::json& obj, const std::string& key);
 
-}  // namespace mt::apps
+}  // namespace mt::dist

@@ -1,20 +1,18 @@
-#include "dist/predict/profile_comm_command.h"
+#include "apps/profile_comm_command.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <memory>
 #include <ostream>
 #include <sstream>
-#include <system_error>
 
 #include "apps/flags.h"
+#include "core/atomic_write.h"
 #include "core/error.h"
 #include "core/runtime.h"
+#include "core/strings.h"
 #include "dist/comm/rendezvous.h"
 
 namespace mt::apps {
@@ -31,85 +29,27 @@ const char* kProfileCommUsage =
     "           [--dssync-group-size G [--dssync-ranks-per-rack R] [--dssync-sizes 65536,...]\n"
     "            [--dssync-repeats R] [--dssync-compute-ms X]]\n"
     "           [--interface IF] [--transport tcp] [--timeout-seconds S] [--threads T]\n"
-    "  every rank runs it (at least 2; the environment of `mintrain launch`, torchrun, srun or\n"
-    "  mpirun, as for `train`); it times allreduces of each size (--sizes: float32 values per\n"
-    "  message, default 256,2048,16384,131072,524288,1048576), each at least --repeats times\n"
-    "  (default 4) and more until they add up to --seconds-per-size (default 0.3; 0: exactly\n"
-    "  --repeats) but at most --max-repeats (default 64), back to back; with --idle-ms X every size\n"
-    "  again, each allreduce after X ms of compute on an idle network (training computes between\n"
-    "  its messages, and a link can be faster after idling: give about an iteration's forward +\n"
-    "  backward; DS-Sync's groups are then timed only that way), fits T(M) = alpha + beta * M on rank 0's\n"
-    "  mean time per size, and measures gamma, the compute one message sent during computation\n"
-    "  costs (--gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms of compute,\n"
-    "  each followed by a message of --gamma-message-floats values, default 4096;\n"
-    "  --no-gamma skips it). --dssync-group-size also times DS-Sync's group averages as training\n"
-    "  runs them: every partition of its schedule for groups of G (with racks of R consecutive\n"
-    "  ranks: the in-rack and the crossing ones), all groups at once, at --dssync-sizes (default:\n"
-    "  --sizes; give sizes near the model's parameter count), each at least --dssync-repeats times\n"
-    "  (default: --repeats; a crossing average can take seconds with a heavy tail, too long for\n"
-    "  --seconds-per-size to add repeats). With --dssync-compute-ms X they are timed in step\n"
-    "  instead: every iteration X ms of compute (give the model's forward + backward + update),\n"
-    "  then the group average of the schedule's next partition, no barrier, --dssync-repeats\n"
-    "  cycles of the schedule; a partition's time is then what its iterations took beyond the\n"
-    "  compute (partners out of step on shared cores included). Rank 0 prints a table and writes the JSON to --out, which\n"
-    "  `mintrain model CONFIG --comm-profile FILE.json` reads. --interface: the network interface\n"
-    "  Gloo binds (as dist.interface for train, e.g. eth0 in a network namespace).";
+    "  every rank runs it (at least 2, started as for `train`); rank 0 prints a table and writes the\n"
+    "  JSON that `mintrain model CONFIG --comm-profile FILE.json` reads. Defaults: --sizes (float32\n"
+    "  values per message) 256,2048,16384,131072,524288,1048576, each size at least --repeats 4 times\n"
+    "  and more until --seconds-per-size 0.3 (0: exactly --repeats), at most --max-repeats 64;\n"
+    "  --idle-ms X: every size again after X ms of compute (about an iteration's forward + backward);\n"
+    "  gamma from --gamma-rounds rounds of --gamma-messages chunks of --gamma-chunk-ms of compute,\n"
+    "  each followed by a message of --gamma-message-floats 4096 (--no-gamma skips it);\n"
+    "  --dssync-group-size G: also DS-Sync's group averages, all groups at once (with\n"
+    "  --dssync-compute-ms X: in step after X ms of compute); --interface: the one Gloo binds.\n"
+    "  apps/README.md, \"Measured networks\", says what each measurement is for.";
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), format, v);
-  return buf;
-}
-
-std::vector<int64_t> parse_sizes(const std::string& text) {
-  std::vector<int64_t> sizes;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long n = std::strtoll(item.c_str(), &end, 10);
-    MT_CHECK(!item.empty() && *end == '\0' && n >= 1 && n <= (1LL << 30), "profile-comm: --sizes: \"", item,
-             "\" is not a message size (float32 values, a comma-separated list of integers >= 1, e.g. "
-             "256,65536,1048576)");
-    sizes.push_back(n);
-  }
+std::vector<int64_t> parse_sizes(const std::string& flag, const std::string& text) {
+  const std::vector<int64_t> sizes = parse_int_list(flag, text, 1, int64_t{1} << 30, "a message size (float32 values)");
   // The fit needs two distinct sizes; one size would give beta from nothing.
   std::vector<int64_t> distinct = sizes;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  MT_CHECK(distinct.size() >= 2, "profile-comm: --sizes needs at least two different sizes to fit alpha and beta, got \"",
-           text, "\"");
+  MT_CHECK(distinct.size() >= 2, "profile-comm: ", flag, " needs at least two different sizes to fit alpha and beta, "
+           "got \"", text, "\"");
   return sizes;
 }
-
-// Rank 0's file: written under a temporary name and renamed at the end, so a run that fails
-// leaves no half-written profile; opened before profiling, so a bad path fails at once.
-class ProfileFile {
- public:
-  explicit ProfileFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
-    out_.open(tmp_, std::ios::trunc);
-    MT_CHECK(out_.good(), "profile-comm: cannot write \"", path_, "\" (--out): does its folder exist?");
-  }
-  ~ProfileFile() {
-    if (out_.is_open()) {
-      out_.close();
-      std::error_code ignored;
-      fs::remove(tmp_, ignored);
-    }
-  }
-  void write(const std::string& text) {
-    out_ << text;
-    out_.close();
-    MT_CHECK(!out_.fail(), "profile-comm: writing \"", tmp_, "\" failed");
-    std::error_code ec;
-    fs::rename(tmp_, path_, ec);
-    MT_CHECK(!ec, "profile-comm: cannot rename \"", tmp_, "\" to \"", path_, "\": ", ec.message());
-  }
-
- private:
-  std::string path_, tmp_;
-  std::ofstream out_;
-};
 
 }  // namespace
 
@@ -123,15 +63,13 @@ std::string comm_profile_table(const dist::CommProfile& p) {
      << p.size_bytes.size() << " sizes back to back";
   const bool idle = !p.cost.idle_measured_seconds.empty();
   if (idle)
-    os << ", " << p.idle_bytes.size() << " more after " << fmt("%.1f", p.idle_before_seconds * 1e3) << " ms idle each";
+    os << ", " << p.idle_bytes.size() << " more after " << core::formatted("%.1f", p.idle_before_seconds * 1e3) << " ms idle each";
   const bool busy = !p.cost.busy_measured_seconds.empty();
   if (busy) os << ", " << p.busy_bytes.size() << " more while every rank computed";
   os << "\n";
-  char line[256];
-  std::snprintf(line, sizeof(line), "%12s %12s %7s %11s %11s %11s %13s %14s%s%s\n", "bytes", "floats", "runs",
-                "mean* ms", "min ms", "fit ms", "payload MB/s", "link Gbit/s", idle ? "  after idle ms" : "",
-                busy ? "  computing ms" : "");
-  os << line;
+  os << core::formatted("%12s %12s %7s %11s %11s %11s %13s %14s%s%s\n", "bytes", "floats", "runs", "mean* ms",
+                        "min ms", "fit ms", "payload MB/s", "link Gbit/s", idle ? "  after idle ms" : "",
+                        busy ? "  computing ms" : "");
   for (size_t s = 0; s < p.size_bytes.size(); ++s) {
     const double bytes = p.size_bytes[s], mean = p.size_mean_seconds[s];
     double fastest = mean;
@@ -140,14 +78,13 @@ std::string comm_profile_table(const dist::CommProfile& p) {
       if (p.bytes[i] == bytes) fastest = std::min(fastest, p.seconds[i]), ++runs;
     const double rate = mean > 0 ? bytes / mean : 0.0;
     const double line_seconds = p.cost.alpha + p.cost.beta * bytes;  // the fit, not the curve
-    std::snprintf(line, sizeof(line), "%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f", bytes, bytes / 4,
-                  runs, mean * 1e3, fastest * 1e3, line_seconds * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
-    os << line;
+    os << core::formatted("%12.0f %12.0f %7d %11.3f %11.3f %11.3f %13.1f %14.3f", bytes, bytes / 4, runs, mean * 1e3,
+                          fastest * 1e3, line_seconds * 1e3, rate / 1e6, rate * ring_share * 8 / 1e9);
     // Rank 0's after-idle and during-compute means of this size (the cost keeps the sizes sorted).
     const auto& sizes = p.cost.measured_bytes;
     const size_t k = static_cast<size_t>(std::find(sizes.begin(), sizes.end(), bytes) - sizes.begin());
-    if (idle && k < sizes.size()) os << fmt("%15.3f", p.cost.idle_measured_seconds[k] * 1e3);
-    if (busy && k < sizes.size()) os << fmt("%14.3f", p.cost.busy_measured_seconds[k] * 1e3);
+    if (idle && k < sizes.size()) os << core::formatted("%15.3f", p.cost.idle_measured_seconds[k] * 1e3);
+    if (busy && k < sizes.size()) os << core::formatted("%14.3f", p.cost.busy_measured_seconds[k] * 1e3);
     os << "\n";
   }
   const double payload_rate = p.cost.beta > 0 ? 1.0 / p.cost.beta : 0.0;
@@ -159,15 +96,15 @@ std::string comm_profile_table(const dist::CommProfile& p) {
   if (busy)
     os << "computing: the same mean* while a second thread on every rank computed; the model takes it for the\n"
           "share of a message that overlaps backward\n";
-  os << "fit T(M) = alpha + beta * M: alpha " << fmt("%.1f", p.cost.alpha * 1e6) << " us, beta "
-     << fmt("%.4f", p.cost.beta * 1e9) << " ms/MB (MB = 1e6 bytes): effective allreduce bandwidth "
-     << fmt("%.1f", payload_rate / 1e6) << " MB/s of payload, a ring link rate of "
-     << fmt("%.3f", payload_rate * ring_share * 8 / 1e9) << " Gbit/s on " << p.world << " ranks\n";
+  os << "fit T(M) = alpha + beta * M: alpha " << core::formatted("%.1f", p.cost.alpha * 1e6) << " us, beta "
+     << core::formatted("%.4f", p.cost.beta * 1e9) << " ms/MB (MB = 1e6 bytes): effective allreduce bandwidth "
+     << core::formatted("%.1f", payload_rate / 1e6) << " MB/s of payload, a ring link rate of "
+     << core::formatted("%.3f", payload_rate * ring_share * 8 / 1e9) << " Gbit/s on " << p.world << " ranks\n";
   if (p.chunk_alone_seconds > 0) {
-    os << "gamma " << fmt("%.1f", p.cost.gamma * 1e6) << " us of compute lost per message sent during "
-       << "computation (one compute chunk: " << fmt("%.3f", p.chunk_alone_seconds * 1e3) << " ms alone, "
-       << fmt("%.3f", p.chunk_with_message_seconds * 1e3) << " ms with a message after it); "
-       << fmt("%.1f", p.cost.overlap_slowdown * 100) << "% of the compute lost while the network is busy\n";
+    os << "gamma " << core::formatted("%.1f", p.cost.gamma * 1e6) << " us of compute lost per message sent during "
+       << "computation (one compute chunk: " << core::formatted("%.3f", p.chunk_alone_seconds * 1e3) << " ms alone, "
+       << core::formatted("%.3f", p.chunk_with_message_seconds * 1e3) << " ms with a message after it); "
+       << core::formatted("%.1f", p.cost.overlap_slowdown * 100) << "% of the compute lost while the network is busy\n";
   } else {
     os << "gamma not measured (--no-gamma): 0\n";
   }
@@ -176,22 +113,20 @@ std::string comm_profile_table(const dist::CommProfile& p) {
     os << "DS-Sync groups of " << d.group_size
        << (d.ranks_per_rack > 0 ? " in racks of " + std::to_string(d.ranks_per_rack) + " ranks" : std::string())
        << (d.compute_seconds > 0
-               ? ", in step after " + fmt("%.1f", d.compute_seconds * 1e3) + " ms of compute each (" +
-                     fmt("%.1f", d.compute_alone_seconds * 1e3) +
+               ? ", in step after " + core::formatted("%.1f", d.compute_seconds * 1e3) + " ms of compute each (" +
+                     core::formatted("%.1f", d.compute_alone_seconds * 1e3) +
                      " ms with every rank computing): the ranks' mean* iteration beyond that, ms\n"
                : ", all groups of a partition at once" +
-                     (p.idle_before_seconds > 0 ? ", each after " + fmt("%.1f", p.idle_before_seconds * 1e3) + " ms idle"
+                     (p.idle_before_seconds > 0 ? ", each after " + core::formatted("%.1f", p.idle_before_seconds * 1e3) + " ms idle"
                                                 : std::string()) +
                      ": the slowest group's mean* ms\n");
-    std::snprintf(line, sizeof(line), "%-40s %-8s", "partition", "racks");
-    os << line;
-    for (double b : d.patterns[0].size_bytes) os << fmt(" %12.0f", b);
+    os << core::formatted("%-40s %-8s", "partition", "racks");
+    for (double b : d.patterns[0].size_bytes) os << core::formatted(" %12.0f", b);
     os << "  (bytes)\n";
     for (const dist::GroupPatternTimes& g : d.patterns) {
-      std::snprintf(line, sizeof(line), "%-40s %-8s", dist::partition_str(g.partition).c_str(),
-                    g.crosses_racks ? "crosses" : "inside");
-      os << line;
-      for (double t : g.size_seconds) os << fmt(" %12.3f", t * 1e3);
+      os << core::formatted("%-40s %-8s", dist::partition_str(g.partition).c_str(),
+                            g.crosses_racks ? "crosses" : "inside");
+      for (double t : g.size_seconds) os << core::formatted(" %12.3f", t * 1e3);
       os << "\n";
     }
   }
@@ -208,40 +143,34 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
   int dssync_group_size = 0, dssync_ranks_per_rack = 0, dssync_repeats = 0;
   std::vector<int64_t> dssync_sizes;
   Flags f("profile-comm", args, kProfileCommUsage);
+  // A duration flag in milliseconds, as seconds; 0 only where `zero_ok`.
+  auto seconds_from_ms = [&](bool zero_ok) {
+    const double ms = f.number();
+    MT_CHECK((zero_ok ? ms >= 0 : ms > 0) && ms <= 10000, "profile-comm: ", f.arg(), " must be in ",
+             zero_ok ? "[" : "(", "0, 10000], got ", ms);
+    return ms * 1e-3;
+  };
   while (f.next()) {
     const std::string& a = f.arg();
     if (a == "--out") out_path = f.value();
-    else if (a == "--sizes") options.sizes_floats = parse_sizes(f.value());
+    else if (a == "--sizes") options.sizes_floats = parse_sizes(a, f.value());
     else if (a == "--repeats") options.repeats = f.integer(1);
     else if (a == "--seconds-per-size") {
       options.seconds_per_size = f.number();
       MT_CHECK(options.seconds_per_size >= 0 && options.seconds_per_size <= 600,
                "profile-comm: --seconds-per-size must be in [0, 600], got ", options.seconds_per_size);
     } else if (a == "--max-repeats") options.max_repeats = f.integer(1);
-    else if (a == "--idle-ms") {
-      const double idle_ms = f.number();
-      MT_CHECK(idle_ms >= 0 && idle_ms <= 10000, "profile-comm: --idle-ms must be in [0, 10000], got ", idle_ms);
-      options.idle_before_seconds = idle_ms * 1e-3;
-    }
+    else if (a == "--idle-ms") options.idle_before_seconds = seconds_from_ms(true);
     else if (a == "--no-gamma") options.measure_gamma = false;
     else if (a == "--gamma-rounds") options.gamma_rounds = f.integer(1);
     else if (a == "--gamma-messages") options.gamma_messages = f.integer(1);
     else if (a == "--gamma-message-floats") options.gamma_message_floats = f.integer(1);
-    else if (a == "--gamma-chunk-ms") {
-      const double chunk_ms = f.number();
-      MT_CHECK(chunk_ms > 0 && chunk_ms <= 10000, "profile-comm: --gamma-chunk-ms must be in (0, 10000], got ",
-               chunk_ms);
-      options.gamma_chunk_seconds = chunk_ms * 1e-3;
-    } else if (a == "--dssync-group-size") dssync_group_size = f.integer(2);
+    else if (a == "--gamma-chunk-ms") options.gamma_chunk_seconds = seconds_from_ms(false);
+    else if (a == "--dssync-group-size") dssync_group_size = f.integer(2);
     else if (a == "--dssync-ranks-per-rack") dssync_ranks_per_rack = f.integer(1);
-    else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(f.value());
+    else if (a == "--dssync-sizes") dssync_sizes = parse_sizes(a, f.value());
     else if (a == "--dssync-repeats") dssync_repeats = f.integer(1);
-    else if (a == "--dssync-compute-ms") {
-      const double compute_ms = f.number();
-      MT_CHECK(compute_ms > 0 && compute_ms <= 10000, "profile-comm: --dssync-compute-ms must be in (0, 10000], got ",
-               compute_ms);
-      options.dssync_compute_seconds = compute_ms * 1e-3;
-    }
+    else if (a == "--dssync-compute-ms") options.dssync_compute_seconds = seconds_from_ms(false);
     else if (a == "--interface") po.interface = f.value();
     else if (a == "--transport") {
       po.transport = f.value();
@@ -270,8 +199,10 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
            " is larger than the ", world.world_size, " ranks");
   MT_CHECK(dssync_ranks_per_rack < world.world_size, "profile-comm: --dssync-ranks-per-rack ", dssync_ranks_per_rack,
            " puts all ", world.world_size, " ranks in one rack; leave it out for one rack");
-  std::unique_ptr<ProfileFile> file;
-  if (world.rank == 0 && !out_path.empty()) file = std::make_unique<ProfileFile>(out_path);
+  // Rank 0 writes --out whole at the end (a run that fails leaves no half-written profile), and
+  // checks its folder first, so that a bad path fails at once.
+  MT_CHECK(world.rank != 0 || out_path.empty() || ::access(fs::absolute(out_path).parent_path().c_str(), W_OK) == 0,
+           "profile-comm: cannot write \"", out_path, "\" (--out): does its folder exist?");
 
   const dist::Rendezvous r = dist::rendezvous(world, po);
   dist::CommProfile profile = dist::profile_communication(*r.group, core::Device::cpu(), options);
@@ -289,8 +220,8 @@ int run_profile_comm_command(const std::vector<std::string>& args, std::ostream&
            "`mintrain model --comm-profile` will refuse this profile; run again with larger --sizes "
            "(e.g. up to 4194304) or more --repeats, on a quieter machine\n";
   }
-  if (file) {
-    file->write(dist::comm_profile_json(profile));
+  if (!out_path.empty()) {
+    core::write_file_atomically(out_path, dist::comm_profile_json(profile));
     out << "wrote " << out_path << " (use it with `mintrain model CONFIG --comm-profile " << out_path << "`)\n";
   }
   out.flush();

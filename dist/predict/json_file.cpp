@@ -1,4 +1,4 @@
-#include "apps/json_file.h"
+#include "dist/predict/json_file.h"
 
 #include <cmath>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace mt::apps {
+namespace mt::dist {
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what, const std::string& named_by) {
   std::ifstream in(path);
@@ -39,4 +39,4 @@ std::string string_field(const nlohmann::json& obj, const std::string& key) {
   return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-}  // namespace mt::apps
+}  // namespace mt::dist
