@@ -3,9 +3,7 @@
 // total), naming the folder and both numbers; apps/scripts/include_check.sh fails on an include
 // that runs upward, naming the file and line.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -15,23 +13,9 @@ namespace {
 
 using mt::testing::contains;
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout and stderr
-};
-
 // Runs apps/scripts/`script` on the tree at `root`.
-Result check(const std::string& script, const std::string& root) {
-  Result r;
-  const std::string cmd = "bash " + std::string(MT_SOURCE_DIR) + "/apps/scripts/" + script + " " + root + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+mt::testing::CommandResult check(const std::string& script, const std::string& root) {
+  return mt::testing::run_command("bash " + std::string(MT_SOURCE_DIR) + "/apps/scripts/" + script + " " + root);
 }
 
 // Writes root/path, making its folders.
@@ -62,7 +46,7 @@ TEST(LineBudgets, AFolderAtItsBudgetPassesAndOneLineOverFailsNamingItAndBothNumb
   plant(root, "apps/scripts/line_budgets.txt", kBudgets);
   plant(root, "core/tensor.h", code_lines(3));
   plant(root, "tests/test_core.cpp", code_lines(50));  // no budget
-  Result r = check("line_counts.sh", root);
+  auto r = check("line_counts.sh", root);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "dist/ps/")) << "a row whose folder is missing is shown";
   EXPECT_TRUE(contains(r.out, "absent"));
@@ -78,7 +62,7 @@ TEST(LineBudgets, ASubfolderWithARowCountsTowardItsOwnBudgetOnly) {
   plant(root, "apps/scripts/line_budgets.txt", kBudgets);
   plant(root, "dist/registry.h", code_lines(2));
   plant(root, "dist/comm/store.h", code_lines(2));
-  Result r = check("line_counts.sh", root);
+  auto r = check("line_counts.sh", root);
   ASSERT_EQ(r.rc, 0) << r.out;
 
   plant(root, "dist/comm/socket.h", code_lines(1));
@@ -95,7 +79,7 @@ TEST(LineBudgets, NonTestCodeOverTheTotalFails) {
   plant(root, "dist/registry.h", code_lines(2));
   plant(root, "dist/comm/store.h", code_lines(2));
   plant(root, "dist/ps/server.h", code_lines(3));
-  Result r = check("line_counts.sh", root);
+  auto r = check("line_counts.sh", root);
   ASSERT_EQ(r.rc, 0) << r.out;
 
   plant(root, "dist/ps/client.h", code_lines(1));
@@ -119,14 +103,14 @@ std::string downward_tree() {
 }
 
 TEST(IncludeCheck, DownwardIncludesPass) {
-  const Result r = check("include_check.sh", downward_tree());
+  const auto r = check("include_check.sh", downward_tree());
   EXPECT_EQ(r.rc, 0) << r.out;
 }
 
 TEST(IncludeCheck, APlantedUpwardIncludeFailsNamingTheFileAndLine) {
   const std::string root = downward_tree();
   plant(root, "core/tensor.h", "#pragma once\n#include <vector>\n#include \"layers/linear.h\"\n");
-  const Result r = check("include_check.sh", root);
+  const auto r = check("include_check.sh", root);
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "core/tensor.h:3 includes layers/linear.h"));
 }
@@ -134,7 +118,7 @@ TEST(IncludeCheck, APlantedUpwardIncludeFailsNamingTheFileAndLine) {
 TEST(IncludeCheck, SiblingsOnCoreDoNotIncludeEachOther) {
   const std::string root = downward_tree();
   plant(root, "optim/sgd.h", "#include \"core/tensor.h\"\n#include \"layers/linear.h\"\n");
-  const Result r = check("include_check.sh", root);
+  const auto r = check("include_check.sh", root);
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "optim/sgd.h:2 includes layers/linear.h"));
 }
@@ -143,7 +127,7 @@ TEST(IncludeCheck, DistIncludesNeitherAppsNorTheCostModel) {
   const std::string root = downward_tree();
   plant(root, "dist/ssgd/hook.cpp", "#include \"dist/synchronizer.h\"\n#include \"apps/trainer.h\"\n");
   plant(root, "dist/ps/server.cpp", "#include \"dist/predict/cost_model.h\"\n");
-  const Result r = check("include_check.sh", root);
+  const auto r = check("include_check.sh", root);
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "dist/ssgd/hook.cpp:2 includes apps/trainer.h"));
   EXPECT_TRUE(contains(r.out, "dist/ps/server.cpp:1 includes dist/predict/cost_model.h"));
