@@ -23,6 +23,7 @@ if [[ "${1:-}" != main ]]; then
     libopencv-dev                       # image decoding (image_folder / image_list datasets)
     gnuplot-nox                         # mintrain plot
     libgtest-dev libgmock-dev fortunes bc   # tests
+    clang libclang-rt-dev libomp-dev        # the sanitizer builds (asan, fuzz presets)
   )
 fi
 if [[ "${MT_WITH_MPI:-0}" == 1 ]]; then
