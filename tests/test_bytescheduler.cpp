@@ -430,12 +430,12 @@ TEST_F(ByteSchedulerTest, NanOnOneWorkerSkipsTheWholeStepEverywhere) {
 
 // A server killed mid-run stops every worker within the timeout, with an error naming it.
 TEST_F(ByteSchedulerTest, KilledServerStopsEveryWorkerNamingIt) {
-  constexpr int kWorkers = 2, kServers = 2;
+  constexpr int kWorkers = 2, kServers = 2, kTimeout = 3;
   const fs::path errors = fs::temp_directory_path() / ("mt_bytescheduler_kill_" + std::to_string(::getpid()));
   fs::remove_all(errors);
   fs::create_directories(errors);
   mt::testing::MultiprocessOptions o;
-  o.group.timeout = std::chrono::seconds(5);
+  o.group.timeout = std::chrono::seconds(kTimeout);
   o.timeout = std::chrono::seconds(60);
   const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
     core::set_num_threads(1);
@@ -477,7 +477,7 @@ TEST_F(ByteSchedulerTest, KilledServerStopsEveryWorkerNamingIt) {
     EXPECT_TRUE(has(error, "parameter server 1 (rank 3) is gone or silent") ||
                 has(error, "parameter server 0 (rank 2) is gone or silent"))
         << "worker " << c.rank << ": " << error;
-    EXPECT_LT(took, 0.7 + 2 * 5 + 3.0) << "worker " << c.rank << " took " << took << " s: " << error;
+    EXPECT_LT(took, 0.7 + 2 * kTimeout + 3.0) << "worker " << c.rank << " took " << took << " s: " << error;
     std::ofstream(errors / ("worker" + std::to_string(c.rank))) << error;
   }, o);
   ASSERT_EQ(result.ranks.size(), 4u);

@@ -613,7 +613,7 @@ std::string train_until_error(const std::shared_ptr<dist::ProcessGroup>& world, 
 using mt::testing::die_after;
 
 TEST_F(PsTest, KilledServerStopsEveryWorkerNamingIt) {
-  constexpr int kWorkers = 2, kServers = 2, kTimeout = 5;
+  constexpr int kWorkers = 2, kServers = 2, kTimeout = 3;
   const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
     core::set_num_threads(1);
     if (c.rank >= kWorkers) {
@@ -641,7 +641,7 @@ TEST_F(PsTest, KilledServerStopsEveryWorkerNamingIt) {
 // stops in turn, and names worker 0. So every server stops in time naming a worker, and at
 // least one names worker 1 (a server that never noticed, or noticed nothing, fails the test).
 TEST_F(PsTest, KilledWorkerStopsEveryServerNamingIt) {
-  constexpr int kWorkers = 2, kServers = 2, kTimeout = 5;
+  constexpr int kWorkers = 2, kServers = 2, kTimeout = 3;
   const auto result = mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& c) {
     core::set_num_threads(1);
     if (c.rank >= kWorkers) {

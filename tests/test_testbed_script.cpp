@@ -6,37 +6,26 @@
 // nothing behind. The tests use their own prefix (mt-test), so they never touch a testbed of a
 // benchmark running at the same time.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "support/test_helpers.h"
+
 namespace {
 
 const std::string kScript = std::string(MT_SOURCE_DIR) + "/apps/scripts/netns_testbed.sh";
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout and stderr
-};
+using Result = mt::testing::CommandResult;
 
 // ctest runs these tests in parallel: a test that brings a testbed up and one that tears down
 // must not share a prefix, or the teardown removes the other's namespaces mid-test.
 Result sh(const std::string& cmd, const std::string& prefix = "mt-test") {
-  Result r;
-  FILE* p = ::popen(("MT_TESTBED_PREFIX=" + prefix + " " + cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return mt::testing::run_command("MT_TESTBED_PREFIX=" + prefix + " " + cmd);
 }
 
 Result testbed(const std::string& args, const std::string& prefix = "mt-test") {

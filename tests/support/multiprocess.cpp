@@ -34,6 +34,18 @@ class FailureCollector : public ::testing::EmptyTestEventListener {
   std::string* out_;
 };
 
+// Where each rank leaves its pid, so that rank 0 can tell a rank that has exited from one that
+// still uses the store.
+std::string pid_key(int rank) { return "multiprocess/pid/" + std::to_string(rank); }
+
+// Whether rank r's process still runs (or has not said its pid yet). The parent reaps exited
+// ranks every few milliseconds, so an exited rank is not a zombie for long.
+bool is_running(dist::Store& store, int r) {
+  if (!store.check({pid_key(r)})) return true;
+  const std::vector<uint8_t> pid = store.get(pid_key(r));
+  return ::kill(static_cast<pid_t>(std::stol(std::string(pid.begin(), pid.end()))), 0) == 0;
+}
+
 [[noreturn]] void child_main(int rank, int n, int port, const RankFn& fn, const MultiprocessOptions& opt,
                              int report_fd) {
   std::string failures;
@@ -54,6 +66,8 @@ class FailureCollector : public ::testing::EmptyTestEventListener {
       so.rank = rank;
       store = std::make_shared<dist::TCPStore>(so);
       c.store = store;
+      const std::string pid = std::to_string(::getpid());
+      store->set(pid_key(rank), std::vector<uint8_t>(pid.begin(), pid.end()));
       if (opt.create_group) {
         dist::ProcessGroupOptions go = opt.group;
         if (go.hostname.empty() && go.interface.empty()) go.hostname = "127.0.0.1";
@@ -65,12 +79,13 @@ class FailureCollector : public ::testing::EmptyTestEventListener {
     if (store) {
       store->set("multiprocess/done/" + std::to_string(rank), {1});
       if (rank == 0) {
-        // One key at a time: a rank that exits on purpose never says done, and its timeout
-        // must not end the wait for the others (a slower survivor would then find the store
-        // gone: "connection closed by peer" under a loaded CI).
+        // Each rank until it says done or is gone: a slower survivor must not find the store
+        // gone ("connection closed by peer" under a loaded CI), and a rank that exits on purpose
+        // or is killed never says done. One that hangs is killed at the overall timeout.
         for (int r = 1; r < n; ++r) {
           try {
-            store->wait({"multiprocess/done/" + std::to_string(r)});
+            while (!store->check({"multiprocess/done/" + std::to_string(r)}) && is_running(*store, r))
+              std::this_thread::sleep_for(std::chrono::milliseconds(2));
           } catch (const std::exception&) {
           }
         }

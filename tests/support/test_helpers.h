@@ -1,9 +1,11 @@
-// Small helpers the data and tokenizer tests share: fresh temporary folders, text files, the
-// message of a thrown mt::core::Error, and a substring assertion that prints both strings on
-// failure.
+// Small helpers the tests share: fresh temporary folders, text files, the message of a thrown
+// mt::core::Error, a shell command's output and status, and a substring assertion that prints
+// both strings on failure.
 #pragma once
 #include <stdlib.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -40,6 +42,24 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "<no mt::core::Error thrown>";
+}
+
+// What a shell command printed (stdout and stderr together) and its exit status (-1 when a
+// signal ended it).
+struct CommandResult {
+  int rc = -1;
+  std::string out;
+};
+inline CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
