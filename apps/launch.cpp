@@ -202,11 +202,12 @@ bool is_permanent_failure(int status) {
 // (exiting 143): the job was stopped, not failed, and is not restarted.
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
-// The stop signal a worker's exit status reports, or 0.
+// The stop signal a worker's status reports (it exited 128 + it, or died of it), or 0.
 int stop_signal_of(int status) {
-  if (!WIFEXITED(status)) return 0;
   for (const int sig : kStopSignals) {
-    if (WEXITSTATUS(status) == 128 + sig) return sig;
+    if ((WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig) || (WIFSIGNALED(status) && WTERMSIG(status) == sig)) {
+      return sig;
+    }
   }
   return 0;
 }

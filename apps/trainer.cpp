@@ -119,10 +119,10 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   device_ = core::resolve_device(config_.device(), core::local_rank_from_env(),
                                  config_.device() == "cuda" ? core::cuda_device_count() : 0);
   check_config(device_.is_cpu() || core::cuda_device_count() > device_.index, "device \"", config_.device(),
-           "\" (", device_.str(), ") is not available: ",
-           core::cuda_device_count() == 0 ? core::cuda_unavailable_reason()
-                                          : std::to_string(core::cuda_device_count()) + " CUDA devices are visible",
-           "; set device: \"cpu\", or run where that GPU is");
+               "\" (", device_.str(), ") is not available: ",
+               core::cuda_device_count() == 0 ? core::cuda_unavailable_reason()
+                                              : std::to_string(core::cuda_device_count()) + " CUDA devices are visible",
+               "; set device: \"cpu\", or run where that GPU is");
   // Kernels, the loader's copies and NCCL's communicator go to this thread's current GPU.
   core::select_device(device_);
 
@@ -150,14 +150,14 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
     iters_per_epoch_ = train->batches_per_epoch();
     if (dc.limit_train_batches() > 0) iters_per_epoch_ = std::min(iters_per_epoch_, dc.limit_train_batches());
     check_config(iters_per_epoch_ > 0, "the training set (", task_->describe_train(),
-             ") gives no batch of data.batch_size=", dc.batch_size(),
-             "; lower the batch size or set data.drop_last: false");
+                 ") gives no batch of data.batch_size=", dc.batch_size(),
+                 "; lower the batch size or set data.drop_last: false");
   }
   accumulation_ = std::max(1, config_.dist().grad_accumulation_steps());
   if (task_->train_loader() && accumulation_ > 1) {
     iters_per_epoch_ /= accumulation_;  // optimizer steps, each of k loader batches
     check_config(iters_per_epoch_ > 0, "an epoch has fewer batches than dist.grad_accumulation_steps=",
-             accumulation_, "; lower it or the batch size");
+                 accumulation_, "; lower it or the batch size");
   }
   model_ = task_->build_model(*gen_);
   model_->to(device_);
@@ -190,9 +190,9 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
     // and momenta of scaled values across steps, and CD-SGD and DS-Sync step on local
     // gradients outside the guard (or per rank, so the ranks' scales would drift apart).
     check_config(sync_->steps_on_gradient_average(), "loss scaling (precision \"", config_.precision(),
-             "\", loss_scale.mode \"", loss_scale_mode(config_), "\") works where the optimizer steps on the "
-             "plain average of the step's gradients (dist.algorithm \"ssgd\" without compression), not with ",
-             sync_->name(), "; use precision \"bf16\", which needs no loss scaling, or plain S-SGD");
+                 "\", loss_scale.mode \"", loss_scale_mode(config_), "\") works where the optimizer steps on the "
+                 "plain average of the step's gradients (dist.algorithm \"ssgd\" without compression), not with ",
+                 sync_->name(), "; use precision \"bf16\", which needs no loss scaling, or plain S-SGD");
   }
   optimizer_ = std::make_unique<optim::StepGuard>(
       optim::build_optimizer(oc.name(), model_->parameters(), oopt), oc.max_grad_norm(),
@@ -235,18 +235,18 @@ void Trainer::connect() {
     const dist::WorldInfo world = dist::world_from_env();
     if (world.world_size > 1 || dc.force_distributed()) {
       check_config(world.servers == 0 || dist::uses_parameter_servers(dc), "rank ", world.rank, ": the job has ",
-               world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
-               "\" uses none; ", dist::kUseParameterServersHint);
+                   world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
+                   "\" uses none; ", dist::kUseParameterServersHint);
       check_config(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
-               "): run it with `mintrain train`, which serves instead of training");
+                   "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;
       po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
       // The servers are CPU processes on Gloo; device gradients are staged through host memory.
       if (world.servers > 0 && dc.backend().empty()) po.backend = "gloo";
       // Gloo moves host memory: GPU gradients in its buckets would fail at the first allreduce.
       check_config(!(device_.is_cuda() && po.backend == "gloo" && world.servers == 0), "rank ", world.rank,
-               ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
-               "; set dist.backend \"nccl\", or leave it empty (\"\": nccl on a GPU, gloo on the CPU)");
+                   ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
+                   "; set dist.backend \"nccl\", or leave it empty (\"\": nccl on a GPU, gloo on the CPU)");
       po.transport = dc.transport();
       po.interface = dc.interface();
       po.timeout = std::chrono::seconds(dc.timeout_seconds());
@@ -346,9 +346,9 @@ void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool 
   // and local models belong to the ranks that wrote them.
   const bool per_rank_state = world > 1 && sync_->keeps_state_per_rank();
   check_config(!(per_rank_state && s.world_size != world), "checkpoint \"", file, "\" was written by ",
-           s.world_size, " ranks, and this job has ", world, "; ", sync_->name(),
-           " keeps state per rank, so it resumes on ", s.world_size,
-           " ranks only (`mintrain launch --nproc-per-node ", s.world_size, "`)");
+               s.world_size, " ranks, and this job has ", world, "; ", sync_->name(),
+               " keeps state per rank, so it resumes on ", s.world_size,
+               " ranks only (`mintrain launch --nproc-per-node ", s.world_size, "`)");
   // Same samples seen, same point of the schedule: an iteration of theirs is g_theirs / g_ours
   // of ours (the data order from here on differs from an uninterrupted run's).
   const int64_t old_iteration = s.global_iteration, old_batch = s.next_batch;
