@@ -162,7 +162,7 @@ namespace {
 struct GroupOutcome {
   int interrupt = 0;        // the stop request: the signal launch got and forwarded, or the one a
                             // worker was sent directly (0: none)
-  std::string stopped_by;   // the worker that was sent it ("" when launch was)
+  std::string stopped_by;   // the first worker that stopped on it ("" when launch got it)
   int failed_rank = -1;     // the first worker that failed (-1: none)
   std::string failed_label; // "rank 1", "server 0 (rank 4)"
   int failed_status = 0;    // its waitpid status
@@ -366,8 +366,8 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
     int interrupt = g.interrupt;
     if (interrupt == 0) interrupt = g_signal.exchange(0);  // arrived after the last worker ended
     if (interrupt != 0 && !g.stopped_by.empty()) {
-      std::fprintf(stderr, "mintrain launch: %s was sent %s: the job stopped, no restart\n", g.stopped_by.c_str(),
-                   ::strsignal(interrupt));
+      std::fprintf(stderr, "mintrain launch: a stop request (%s) reached the workers, not launch (%s stopped "
+                   "first): the job stopped, no restart\n", ::strsignal(interrupt), g.stopped_by.c_str());
       return 128 + interrupt;
     }
     if (interrupt != 0) {
