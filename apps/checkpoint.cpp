@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <system_error>
 #include <type_traits>
 
@@ -243,22 +244,61 @@ std::string CheckpointDir::save(const layers::Module& model, const optim::Optimi
   return path;
 }
 
-std::string CheckpointDir::set_aside_newer_than(const std::string& dir, int64_t global_iteration) {
+int64_t CheckpointDir::iteration_in_name(const std::string& path) {
+  return iteration_of(fs::path(path).filename().string());
+}
+
+CheckpointDir::Intact CheckpointDir::newest_intact(const std::string& dir, std::ostream* warnings) {
+  Intact found;
+  const std::vector<std::string> files = list(dir);
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    try {
+      (void)core::load_archive(*it);
+      found.file = *it;
+      return found;
+    } catch (const core::Error& e) {
+      if (warnings) *warnings << "mintrain: warning: skipping damaged checkpoint: " << e.what() << std::endl;
+      found.damaged.push_back(*it);
+    }
+  }
+  MT_CHECK(files.empty(), "--resume auto: every checkpoint in \"", dir, "\" is damaged (see the ",
+           "warnings above); remove them to start over, or pass --resume FILE");
+  return found;
+}
+
+CheckpointDir::SetAside CheckpointDir::set_aside_newer_than(const std::string& dir, int64_t global_iteration) {
   std::vector<std::string> newer;
   for (const std::string& f : list(dir)) {
-    if (iteration_of(fs::path(f).filename().string()) > global_iteration) newer.push_back(f);
+    if (iteration_in_name(f) > global_iteration) newer.push_back(f);
   }
-  if (newer.empty()) return "";
-  const std::string to = RunFolder::unused_name((fs::path(dir) / "superseded-").string() + RunFolder::timestamp());
+  SetAside moved;
+  if (newer.empty()) return moved;
+  moved.folder = RunFolder::unused_name((fs::path(dir) / "superseded-").string() + RunFolder::timestamp());
   std::error_code ec;
-  fs::create_directories(to, ec);
-  MT_CHECK(!ec, "cannot create \"", to, "\" to set aside the checkpoints newer than the one resumed: ",
+  fs::create_directories(moved.folder, ec);
+  MT_CHECK(!ec, "cannot create \"", moved.folder, "\" to set aside the checkpoints newer than the one resumed: ",
            ec.message());
   for (const std::string& f : newer) {
-    fs::rename(f, fs::path(to) / fs::path(f).filename(), ec);
-    MT_CHECK(!ec, "cannot move \"", f, "\" into \"", to, "\": ", ec.message());
+    fs::rename(f, fs::path(moved.folder) / fs::path(f).filename(), ec);
+    MT_CHECK(!ec, "cannot move \"", f, "\" into \"", moved.folder, "\": ", ec.message());
+    moved.names.push_back(fs::path(f).filename().string());
   }
-  return to;
+  return moved;
+}
+
+std::string CheckpointDir::set_aside_damaged(const std::vector<std::string>& files) {
+  std::string note;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    if (!fs::exists(f, ec)) continue;  // another rank's --resume auto moved it already
+    const std::string to = RunFolder::unused_name(f + ".damaged");
+    fs::rename(f, to, ec);
+    MT_CHECK(!ec, "cannot move the damaged checkpoint \"", f, "\" aside to \"", to, "\": ", ec.message(),
+             "; move or remove it by hand");
+    note += std::string(note.empty() ? "the damaged checkpoint " : ", ") + f + " was moved to " + to;
+  }
+  if (!note.empty()) note += " (out of the rotation: it no longer counts toward checkpoint.keep_last)";
+  return note;
 }
 
 std::string CheckpointDir::save_best(const layers::Module& model, const optim::Optimizer& optimizer,

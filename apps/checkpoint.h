@@ -16,6 +16,7 @@
 // and keeps best.ckpt (highest test accuracy) apart from the rotation.
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,11 +88,32 @@ class CheckpointDir {
 
   // The rotating checkpoints in `dir`, oldest first (best.ckpt excluded).
   static std::vector<std::string> list(const std::string& dir);
-  // Resuming from an older checkpoint than the folder's newest abandons the newer ones: they
-  // are moved into "<dir>/superseded-<date>-<time>/" (kept, but out of the rotation and out of
-  // --resume auto's reach). Returns that folder, or "" when there was nothing newer.
-  static std::string set_aside_newer_than(const std::string& dir, int64_t global_iteration);
   static std::string file_name(int64_t global_iteration);
+
+  // --resume auto: the newest checkpoint in `dir` that reads back intact ("" when there is
+  // none), and the newer ones that did not (the disk filled up, a copy was cut short), each
+  // with a warning to `warnings` when it is not null. Every checkpoint damaged is an Error:
+  // starting over silently would throw the run's progress away.
+  struct Intact {
+    std::string file;
+    std::vector<std::string> damaged;
+  };
+  static Intact newest_intact(const std::string& dir, std::ostream* warnings);
+
+  // Resuming from an older checkpoint than the folder's newest abandons the newer ones: the
+  // files numbered above `global_iteration` are moved into "<dir>/superseded-<date>-<time>/"
+  // (kept, but out of the rotation and out of --resume auto's reach). Returns the names of the
+  // files moved and where they went (empty when nothing was newer).
+  struct SetAside {
+    std::vector<std::string> names;
+    std::string folder;
+  };
+  static SetAside set_aside_newer_than(const std::string& dir, int64_t global_iteration);
+  // Moves damaged checkpoints aside as "<file>.damaged" (out of the rotation: they no longer
+  // count toward keep_last). Returns a note naming them ("" when there were none).
+  static std::string set_aside_damaged(const std::vector<std::string>& files);
+  // The iteration in a checkpoint's file name ("iter-000001876.ckpt"), or -1 for another name.
+  static int64_t iteration_in_name(const std::string& path);
 
  private:
   std::string dir_;

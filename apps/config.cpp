@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "core/device.h"
@@ -292,7 +293,8 @@ void validate_config(const RunConfig& config) {
   const auto& o = c.optimizer();
   check_name("optimizer.name", o.name(), optim::optimizer_names());
   check_min("optimizer.lr", o.lr(), 0.0);
-  check_min("optimizer.momentum", o.momentum(), 0.0);
+  MT_CHECK(o.momentum() >= 0 && o.momentum() < 1, "optimizer.momentum must be in [0, 1) (got ", o.momentum(),
+           "): 1 or more keeps every past gradient forever and the weights diverge; 0.9 is usual");
   check_min("optimizer.weight_decay", o.weight_decay(), 0.0);
   check_min("optimizer.max_grad_norm", o.max_grad_norm(), 0.0);
   MT_CHECK(o.beta1() >= 0 && o.beta1() < 1 && o.beta2() >= 0 && o.beta2() < 1,
@@ -345,6 +347,38 @@ void validate_config(const RunConfig& config) {
   dist::validate_dist_config(c.dist());
 }
 
+std::string check_warmup_fits(const RunConfig& config, const optim::LrScheduleOptions& schedule,
+                              int64_t iterations_per_epoch) {
+  const double warmup = schedule.warmup_epochs, run = schedule.total_epochs;
+  if (warmup <= 0 || warmup < run || iterations_per_epoch <= 0) return "";
+  const bool by_steps = config.max_steps() > 0;
+  std::ostringstream what, fix;
+  what << "the learning-rate warm-up (lr_schedule.warmup_epochs " << warmup << " = "
+       << std::llround(warmup * iterations_per_epoch) << " steps) is not shorter than the run (";
+  if (by_steps) {
+    what << "max_steps " << config.max_steps() << ")";
+  } else {
+    what << "epochs " << config.epochs() << " = " << config.epochs() * iterations_per_epoch << " steps)";
+  }
+  fix << "shorten the warm-up (e.g. --set lr_schedule.warmup_epochs=" << std::setprecision(3) << run / 10
+      << ", a tenth of the run) or lengthen the run (raise " << (by_steps ? "max_steps" : "epochs") << ")";
+  if (schedule.type == "linear") {
+    throw core::ConfigError("lr_schedule.type \"linear\" decays from the end of the warm-up to the end of the run, "
+                            "but " + what.str() + "; " + fix.str());
+  }
+  // The highest rate the run reaches (warm-up and schedule together), over its steps.
+  const optim::LrSchedule lr(schedule);
+  const int64_t steps = std::max<int64_t>(1, std::llround(run * iterations_per_epoch));
+  double peak = lr.lr_at(static_cast<double>(steps - 1) / iterations_per_epoch);
+  for (int64_t i = 0, stride = std::max<int64_t>(1, steps / 1000); i < steps; i += stride) {
+    peak = std::max(peak, lr.lr_at(static_cast<double>(i) / iterations_per_epoch));
+  }
+  std::ostringstream warning;
+  warning << "warning: " << what.str() << ": the learning rate peaks at " << std::setprecision(3) << peak
+          << ", not optimizer.lr " << schedule.base_lr << "; " << fix.str();
+  return warning.str();
+}
+
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig config = load_config(path);
   for (const auto& o : overrides) apply_override(config, o);
@@ -359,12 +393,14 @@ std::string config_identity_text(const RunConfig& config) {
   return config_to_text(c);
 }
 
-std::string config_differences(const std::string& old_text, const std::string& new_text) {
+std::string config_differences(const std::string& old_text, const std::string& new_text, bool count_output_dir) {
   RunConfig before, after;
   if (!pb::TextFormat::ParseFromString(old_text, &before)) return "the stored config cannot be read by this build";
   if (!pb::TextFormat::ParseFromString(new_text, &after)) return "the new config cannot be read";
-  before.clear_output_dir();
-  after.clear_output_dir();
+  if (!count_output_dir) {
+    before.clear_output_dir();
+    after.clear_output_dir();
+  }
   std::string report;
   pb::util::MessageDifferencer differ;
   differ.ReportDifferencesToString(&report);

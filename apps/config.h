@@ -6,10 +6,12 @@
 //   apply_override(cfg, "optimizer.lr=0.02");    // each --set
 //   validate_config(cfg);                        // ranges, registry names, device
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "mintrain.pb.h"
+#include "optim/lr_schedule.h"
 
 namespace mt::apps {
 
@@ -35,6 +37,14 @@ void normalize_names(RunConfig& config);
 // registries, device syntax, the dist block's algorithm and its options).
 void validate_config(const RunConfig& config);
 
+// A learning-rate warm-up as long as the run or longer (lr_schedule.warmup_epochs against
+// max_steps, or epochs): type "linear", which decays from the warm-up's end to the run's, cannot
+// run and is a ConfigError naming both and the fix; any other type runs without ever reaching
+// optimizer.lr, and the returned warning says so ("" when the warm-up fits). `schedule` is what
+// the trainer built from the config, with the run's length in epochs.
+std::string check_warmup_fits(const RunConfig& config, const optim::LrScheduleOptions& schedule,
+                              int64_t iterations_per_epoch);
+
 // load + every override + normalize + validate: what `mintrain train/eval` do.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 
@@ -46,8 +56,10 @@ std::string config_to_text(const RunConfig& config);
 std::string config_identity_text(const RunConfig& config);
 
 // What differs between two configs in text format, one "field: old -> new" entry per field,
-// "; "-separated ("" when they agree). Where the output goes (output_dir) does not count: it
-// does not change the training. A text this build cannot parse is reported as such.
-std::string config_differences(const std::string& old_text, const std::string& new_text);
+// "; "-separated ("" when they agree). Where the output goes (output_dir) counts only when
+// asked (it does not change the training, but the ranks of one job must agree on it). A text
+// this build cannot parse is reported as such.
+std::string config_differences(const std::string& old_text, const std::string& new_text,
+                               bool count_output_dir = false);
 
 }  // namespace mt::apps

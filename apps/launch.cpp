@@ -158,7 +158,9 @@ namespace {
 
 // How one start of the worker group ended.
 struct GroupOutcome {
-  int interrupt = 0;        // the signal launch got and forwarded (0: none)
+  int interrupt = 0;        // the stop request: the signal launch got and forwarded, or the one a
+                            // worker was sent directly (0: none)
+  std::string stopped_by;   // the first worker that stopped on it ("" when launch got it)
   int failed_rank = -1;     // the first worker that failed (-1: none)
   std::string failed_label; // "rank 1", "server 0 (rank 4)"
   int failed_status = 0;    // its waitpid status
@@ -188,9 +190,24 @@ std::string running_workers(const std::vector<Worker>& workers) {
 }
 
 // Exit statuses that say a restart would fail the same way: 2 is a usage error, 3 a config
-// error (`mintrain train` exits 3 when the config cannot run).
+// error (`mintrain train` exits 3 when the config, the topology or the data cannot run).
 bool is_permanent_failure(int status) {
-  return WIFEXITED(status) && (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 3);
+  return WIFEXITED(status) && (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == core::kConfigErrorExit);
+}
+
+// The signals that ask a job to stop (with a checkpoint). A worker that was sent one itself (by
+// a scheduler, an admin, a dropped ssh session) exits 128 + it, and the other ranks stop with it
+// (exiting 143): the job was stopped, not failed, and is not restarted.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// The stop signal a worker's status reports (it exited 128 + it, or died of it), or 0.
+int stop_signal_of(int status) {
+  for (const int sig : kStopSignals) {
+    if ((WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig) || (WIFSIGNALED(status) && WTERMSIG(status) == sig)) {
+      return sig;
+    }
+  }
+  return 0;
 }
 
 GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int port,
@@ -222,8 +239,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
       // only (launch forwards it once), and launch signals the group, so whatever a worker
       // started itself is stopped with it.
       ::setpgid(0, group);
-      ::signal(SIGINT, SIG_DFL);
-      ::signal(SIGTERM, SIG_DFL);
+      for (const int sig : kStopSignals) ::signal(sig, SIG_DFL);
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -298,7 +314,15 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
       w.status = status;
       --alive;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      // After an interrupt the workers exit 128 + signal on purpose: not a failure.
+      if (const int sig = stop_signal_of(status); sig != 0 && outcome.failed_rank < 0 && outcome.interrupt == 0) {
+        // A worker was asked to stop: the others stop with it (their stop vote), checkpoint
+        // and exit; only stragglers are killed.
+        outcome.interrupt = sig;
+        outcome.stopped_by = w.label;
+        kill_after(o.stop_timeout_seconds);
+        continue;
+      }
+      // After a stop request the workers exit 128 + signal on purpose: not a failure.
       if (!ok && outcome.failed_rank < 0 && outcome.interrupt == 0) {
         outcome.failed_rank = w.rank;
         outcome.failed_label = w.label.rfind("server", 0) == 0 ? w.label + " (rank " + std::to_string(w.rank) + ")" : w.label;
@@ -328,8 +352,8 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
   struct sigaction sa {};
   sa.sa_handler = on_launch_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  // SIGHUP too: a dropped ssh session is a request to stop, and the workers checkpoint first.
+  for (const int sig : kStopSignals) sigaction(sig, &sa, nullptr);
 
   for (int restart = 0;; ++restart) {
     // A picked port is picked again for each start: the old one may still be in TIME_WAIT or,
@@ -339,6 +363,11 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
     const GroupOutcome g = run_group(o, program, port, token, restart);
     int interrupt = g.interrupt;
     if (interrupt == 0) interrupt = g_signal.exchange(0);  // arrived after the last worker ended
+    if (interrupt != 0 && !g.stopped_by.empty()) {
+      std::fprintf(stderr, "mintrain launch: a stop request (%s) reached the workers, not launch (%s stopped "
+                   "first): the job stopped, no restart\n", ::strsignal(interrupt), g.stopped_by.c_str());
+      return 128 + interrupt;
+    }
     if (interrupt != 0) {
       std::fprintf(stderr, "mintrain launch: interrupted (%s): forwarded to the workers, no restart\n",
                    ::strsignal(interrupt));
@@ -361,7 +390,7 @@ int run_launch(const LaunchOptions& o, const std::string& program) {
       std::fprintf(stderr, "mintrain launch: %s: a permanent error (a usage or config error, which "
                    "a restart cannot fix)%s; stopped the other workers\n", why.c_str(),
                    skipped.c_str());
-      return 1;
+      return WEXITSTATUS(g.failed_status);  // permanent for whoever runs launch, too
     }
     if (restart < o.max_restarts) {
       std::fprintf(stderr, "mintrain launch: restart %d/%d after %s\n", restart + 1,

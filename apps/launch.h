@@ -11,13 +11,16 @@
 // MINTRAIN_RESTART_COUNT one higher (`train` then resumes from the newest checkpoint) and a
 // fresh rendezvous port when the port was picked automatically; otherwise launch exits 1
 // naming the rank and its status. A worker exiting 2 (usage error) or 3 (config error) failed
-// for good: launch says the error is permanent and restarts nothing, whatever --max-restarts.
+// for good: launch says the error is permanent, restarts nothing, whatever --max-restarts, and
+// exits with that status.
 // When the failed worker was waiting for others (a collective timed out), the ranks still
 // running at that moment are named too ("1 (stopped)"), since they are the suspects.
-// Ctrl-C / SIGTERM to launch is forwarded to the workers (they share one process group apart
-// from the terminal's, so the terminal does not signal them twice): they checkpoint and exit;
-// after --stop-timeout seconds the stragglers get SIGKILL. launch then exits 128 + the signal
-// and restarts nothing. Workers die with launch however it ends: each has PR_SET_PDEATHSIG
+// Ctrl-C / SIGTERM / SIGHUP (a dropped ssh session) to launch is forwarded to the workers (they
+// share one process group apart from the terminal's, so the terminal does not signal them
+// twice): they checkpoint and exit; after --stop-timeout seconds the stragglers get SIGKILL.
+// launch then exits 128 + the signal and restarts nothing. A stop signal sent to one worker
+// directly stops the job the same way: that worker exits 128 + it, the others stop with it
+// (exit 143), and launch exits 128 + the signal the first of them reports, restarting nothing. Workers die with launch however it ends: each has PR_SET_PDEATHSIG
 // SIGKILL, so even a SIGKILLed launch leaves no worker behind.
 // --nservers S adds S parameter servers (dist.algorithm "ps") to the job, started by node 0 with
 // the same command: ranks N..N+S-1 of a world of N+S (N = nnodes x nproc-per-node workers), with
@@ -48,8 +51,9 @@ struct LaunchOptions {
 LaunchOptions parse_launch_args(const std::vector<std::string>& argv);
 
 // Runs the workers (executing `program`, normally /proc/self/exe) and returns launch's exit
-// status: 0 when every worker succeeded, 128 + signal after an interrupt (130 for SIGINT, 143
-// for SIGTERM), 1 when a worker failed and no restart was left.
+// status: 0 when every worker succeeded, 128 + signal after a stop request (130 for SIGINT, 143
+// for SIGTERM, 129 for SIGHUP), a worker's 2 or 3 after its permanent error, 1 when a worker
+// failed and no restart was left.
 int run_launch(const LaunchOptions& options, const std::string& program);
 
 }  // namespace mt::apps

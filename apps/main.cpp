@@ -5,9 +5,11 @@
 //   mintrain launch --nproc-per-node N [...] -- train CONFIG ...
 //   mintrain help | version
 //
-// Every user error ends as "mintrain: error: <message>" on stderr and exit status 1; bad
-// arguments print the usage and exit 2; a config error, which a restart cannot fix, exits 3;
-// an interrupted run (Ctrl-C, SIGTERM) saves a checkpoint and exits 128 + the signal (130, 143).
+// Every error ends as "mintrain: error: <message>" on stderr; main() alone turns errors into
+// exit statuses (exit_status below): 2 a malformed command line (one line, and where the usage
+// is), 3 a core::ConfigError (the config, the job's topology, the data: a rerun cannot fix it),
+// 1 any other error. A stopped run (Ctrl-C, SIGTERM, SIGHUP) saves a checkpoint and exits 128 +
+// the signal (130, 143, 129).
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@
 
 #include "apps/checkpoint.h"
 #include "apps/config.h"
+#include "apps/config_choices.h"
 #include "apps/flags.h"
 #include "apps/launch.h"
 #include "apps/model_command.h"
@@ -41,9 +44,6 @@
 #include "core/strings.h"
 #include "data/registry.h"
 #include "dist/registry.h"
-#include "layers/models/registry.h"
-#include "optim/lr_schedule.h"
-#include "optim/registry.h"
 
 namespace {
 
@@ -100,13 +100,15 @@ const char* kTail =
     "  --set epochs=1 --set optimizer.lr=0.02 --set lr_schedule.milestones=[80,120]\n"
     "Every --option takes its value as the next argument or as --option=value.\n"
     "\n"
-    "Exit status: 0 done; 1 an error; 2 a malformed command line; 3 an error in the config, the\n"
-    "command line's values or the output folder (running again unchanged cannot help: `launch`\n"
-    "does not restart it); 128 + signal after Ctrl-C (130) or SIGTERM (143).\n"
-    "Ctrl-C or SIGTERM (e.g. Slurm preemption): training stops after the current iteration, saves\n"
-    "a checkpoint and exits 130 (SIGINT) or 143 (SIGTERM); all ranks of a distributed run stop\n"
-    "together. The same signal again, later than half a second after the first, quits at once\n"
-    "without a checkpoint. To continue: the same command with --resume auto.\n"
+    "Exit status: 0 done; 1 an error; 2 a malformed command line; 3 an error that running again\n"
+    "unchanged cannot fix: in the config or the command line's values, the job's ranks and\n"
+    "servers, the data, or the output folder (`launch` does not restart it, and exits with it);\n"
+    "128 + signal after Ctrl-C (130), SIGTERM (143) or SIGHUP (129).\n"
+    "Ctrl-C, SIGTERM (e.g. Slurm preemption) or SIGHUP (a dropped ssh session): training stops\n"
+    "after the current iteration, saves a checkpoint and exits 128 + the signal; all ranks of a\n"
+    "distributed run stop together (a rank stopped by another's request exits 143), and `launch`\n"
+    "restarts nothing. The same signal again, later than half a second after the first, quits at\n"
+    "once without a checkpoint. To continue: the same command with --resume auto.\n"
     "Under `launch`, workers see MINTRAIN_RESTART_COUNT (0 on the first start); when it is above\n"
     "0, `train` without --resume behaves as --resume auto.\n";
 
@@ -120,10 +122,10 @@ std::string usage() {
 }
 
 // Thrown for malformed command lines (also by the flag parser of every subcommand,
-// apps/flags.h): main prints the usage after the message and exits 2.
+// apps/flags.h): main prints the message and where the usage is, and exits 2.
 using UsageError = mt::apps::FlagError;
 
-// Stopping on a signal. The first SIGINT or SIGTERM sets g_stop: the trainer finishes the
+// Stopping on a signal. The first SIGINT, SIGTERM or SIGHUP sets g_stop: the trainer finishes the
 // iteration, saves a checkpoint and returns, and every rank stops at the same iteration. The
 // same request again quits at once with 128 + signal. Repeats within kRepeatWindowNs of the
 // first are the same request, not a second one: a batch scheduler (Slurm) signals every process
@@ -154,10 +156,11 @@ extern "C" void on_stop_signal(int sig) {
   if (g_first_signal_ns.compare_exchange_strong(first, now)) {
     g_stop_signal.store(sig);
     g_stop.store(true);
-    write_stderr(sig == SIGTERM
-                     ? "mintrain: SIGTERM: stopping after this iteration to save a checkpoint\n"
-                     : "mintrain: interrupted: stopping after this iteration to save a checkpoint "
-                       "(Ctrl-C again to quit at once)\n");
+    write_stderr(sig == SIGTERM  ? "mintrain: SIGTERM: stopping after this iteration to save a checkpoint\n"
+                 : sig == SIGHUP ? "mintrain: SIGHUP (the terminal or ssh session hung up): stopping after this "
+                                   "iteration to save a checkpoint\n"
+                                 : "mintrain: interrupted: stopping after this iteration to save a checkpoint "
+                                   "(Ctrl-C again to quit at once)\n");
   } else if (now - first > kRepeatWindowNs) {
     write_stderr("mintrain: quitting at once, without a checkpoint\n");
     ::_exit(128 + sig);
@@ -170,38 +173,13 @@ void install_stop_handler() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
 // The restart number `mintrain launch --max-restarts` gives its workers; 0 outside launch.
 int restart_count() {
   const char* v = std::getenv("MINTRAIN_RESTART_COUNT");
   return v != nullptr ? std::atoi(v) : 0;
-}
-
-// --resume auto: the newest checkpoint in the run's checkpoint folder that reads back intact,
-// or "" when there is none (a fresh run). A damaged newest file (the disk filled up, a copy
-// was cut short) falls back to the one before it; if every file is damaged that is an error,
-// since silently starting over would throw the run's progress away.
-std::string newest_intact_checkpoint(const std::string& dir, bool chatty) {
-  if (dir.empty()) {
-    if (chatty) std::cout << "note: checkpoints are off (checkpoint.dir is empty); starting from scratch\n";
-    return "";
-  }
-  const std::vector<std::string> files = mt::apps::CheckpointDir::list(dir);
-  for (auto it = files.rbegin(); it != files.rend(); ++it) {
-    try {
-      (void)mt::core::load_archive(*it);
-      return *it;
-    } catch (const mt::core::Error& e) {
-      if (chatty) std::cerr << "mintrain: warning: skipping damaged checkpoint: " << e.what() << std::endl;
-    }
-  }
-  MT_CHECK(files.empty(), "--resume auto: every checkpoint in \"", dir, "\" is damaged (see the ",
-           "warnings above); remove them to start over, or pass --resume FILE");
-  if (chatty) std::cout << "no checkpoint in " << dir << " yet; starting from scratch" << std::endl;
-  return "";
 }
 
 // Arguments after the subcommand: one positional CONFIG, the options in `allowed` (each takes
@@ -278,12 +256,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   // A worker the launcher restarted continues where the group's checkpoints left off.
   if (resume.empty() && restart_count() > 0) resume = "auto";
   if (resume == "auto") {
-    const std::string& dir = config.checkpoint().dir();
-    const bool relative = !dir.empty() && dir.front() != '/';
-    resume = newest_intact_checkpoint(relative ? trainer.output_dir() + "/" + dir : dir,
-                                      trainer.rank() == 0);
+    trainer.resume_auto();
+  } else if (!resume.empty()) {
+    trainer.resume(resume);
   }
-  if (!resume.empty()) trainer.resume(resume);
   const mt::apps::TrainResult r = trainer.train();
   if (r.interrupted) {
     if (trainer.rank() == 0) {
@@ -294,9 +270,10 @@ int cmd_train(const std::vector<std::string>& argv) {
       }
       std::cerr << std::endl;
     }
-    // The ranks a signal did not reach stopped because another rank asked to.
+    // The ranks a signal did not reach stopped because another rank was asked to: SIGTERM's
+    // status, a stop request's, so that `launch` restarts nothing.
     const int sig = g_stop_signal.load();
-    return 128 + (sig != 0 ? sig : SIGINT);
+    return 128 + (sig != 0 ? sig : SIGTERM);
   }
   if (trainer.rank() != 0) return 0;  // rank 0 speaks for the job
   std::cout << "done: " << r.iterations << " iterations in " << static_cast<long long>(r.seconds)
@@ -317,7 +294,14 @@ int cmd_eval(const std::vector<std::string>& argv) {
   mt::apps::TrainerOptions opt;
   opt.eval_only = true;
   mt::apps::Trainer trainer(config, opt);
-  trainer.load_weights(it->second);
+  const std::string file = mt::apps::resolve_checkpoint(it->second);
+  trainer.load_weights(file);
+  const mt::apps::TrainingState& s = trainer.state();
+  const std::string where = s.next_batch == 0 ? "after epoch " + std::to_string(s.epoch)
+                                             : "epoch " + std::to_string(s.epoch + 1) + " batch " +
+                                                   std::to_string(s.next_batch);
+  std::printf("checkpoint %s: iteration %lld, %s\n", file.c_str(), static_cast<long long>(s.global_iteration),
+              where.c_str());
   const mt::apps::EvalResult r = trainer.evaluate();
   std::printf("test loss %.4f acc %.2f%% (%lld images, %.1f s)\n", r.loss, r.accuracy,
               static_cast<long long>(r.examples), r.seconds);
@@ -336,15 +320,8 @@ int cmd_launch(const std::vector<std::string>& argv) {
 
 int cmd_help(const std::vector<std::string>&) {
   std::cout << usage() << "\n"
-            << "Names in a config may be written in any case.\n"
-            << "models:            " << mt::core::join(mt::layers::model_names()) << "\n"
-            << "optimizers:        " << mt::core::join(mt::optim::optimizer_names()) << "\n"
-            << "lr schedules:      " << mt::core::join(mt::optim::lr_schedule_types()) << "\n"
-            << "datasets:          " << mt::core::join(mt::apps::data_types()) << "\n"
-            << "dist.algorithm:    " << mt::core::join(mt::dist::algorithm_names()) << "\n";
-  for (const std::string& name : mt::dist::algorithm_names())
-    for (const mt::dist::Option& o : mt::dist::find_algorithm(name).names)
-      std::cout << "dist." << o.field << " (" << name << "): " << mt::core::join(o.names) << "\n";
+            << "The values of every field that takes one of a list (names in any case):\n";
+  for (const auto& [field, choices] : mt::apps::enumerated_fields()) std::cout << "  " << field << ": " << choices << "\n";
   return 0;
 }
 
@@ -385,6 +362,13 @@ bool asks_for_help(const std::vector<std::string>& args) {
   return false;
 }
 
+// Where every error becomes an exit status (see the file's comment).
+int exit_status(const std::exception& e) {
+  if (dynamic_cast<const UsageError*>(&e) != nullptr) return 2;
+  if (dynamic_cast<const mt::core::ConfigError*>(&e) != nullptr) return mt::core::kConfigErrorExit;
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -405,17 +389,15 @@ int main(int argc, char** argv) {
       return 0;
     }
     return it->second.run(args);
-  } catch (const UsageError& e) {
-    std::cerr << "mintrain: error: " << e.what() << "\n\n" << usage();
-    return 2;
-  } catch (const mt::core::ConfigError& e) {
-    std::cerr << "mintrain: error: " << e.what() << std::endl;
-    return mt::core::kConfigErrorExit;
-  } catch (const mt::core::Error& e) {
-    std::cerr << "mintrain: error: " << e.what() << std::endl;
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "mintrain: error: " << e.what() << std::endl;
-    return 1;
+    const int status = exit_status(e);
+    std::string message = e.what();
+    if (status == 2) {
+      // One line, and where the usage is (not the whole of it).
+      message = message.substr(0, message.find('\n'));
+      message += commands().count(command) ? "; see `mintrain " + command + " --help`" : "; see `mintrain help`";
+    }
+    std::cerr << "mintrain: error: " << message << std::endl;
+    return status;
   }
 }

@@ -11,11 +11,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <sstream>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/flags.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -30,9 +32,16 @@ constexpr const char* kUsage =
     "  from each RUN_DIR's metrics.jsonl, several runs overlaid; DIR defaults to RUN_DIR/plots\n"
     "  for one run and ./plots for several. Needs gnuplot (apt-get install gnuplot-nox).\n";
 
-// Distinct colours, in the order the series take them (train and eval of a run differ too).
-const std::vector<std::string> kColours = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                           "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+// One colour family per run, in the order the runs come: its train curve in the colour, its
+// eval curve in a darker shade of it (and dashed, with points).
+struct Colours {
+  const char* train;
+  const char* eval;
+};
+const std::vector<Colours> kColours = {{"#1f77b4", "#114163"}, {"#ff7f0e", "#8c4608"}, {"#2ca02c", "#185818"},
+                                       {"#d62728", "#761516"}, {"#9467bd", "#513968"}, {"#8c564b", "#4d2f29"},
+                                       {"#e377c2", "#7d416b"}, {"#17becf", "#0d6972"}, {"#bcbd22", "#676813"},
+                                       {"#7f7f7f", "#464646"}};
 
 // A field of a record as a number; false when it is missing or null (a non-finite value).
 bool number_of(const nlohmann::json& record, const std::string& key, const std::string& where, double* v) {
@@ -103,7 +112,7 @@ void write_points(const fs::path& file, const std::vector<MetricsPoint>& points)
 
 }  // namespace
 
-RunCurves read_run_curves(const std::string& run) {
+RunCurves read_run_curves(const std::string& run, std::ostream* warnings) {
   const fs::path folder(run);
   MT_CHECK(fs::exists(folder), "plot: run folder \"", run, "\" does not exist");
   const fs::path file = fs::is_directory(folder) ? folder / "metrics.jsonl" : folder;
@@ -114,17 +123,24 @@ RunCurves read_run_curves(const std::string& run) {
   MT_CHECK(in.good(), "plot: cannot read \"", file.string(), "\"");
   RunCurves curves;
   curves.name = run_name(fs::is_directory(folder) ? folder : folder.parent_path());
-  std::string line;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  while (!lines.empty() && lines.back().find_first_not_of(" \t\r") == std::string::npos) lines.pop_back();
   int records = 0;
-  for (int number = 1; std::getline(in, line); ++number) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = file.string() + " line " + std::to_string(number);
+    const std::string where = file.string() + " line " + std::to_string(i + 1);
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
-      MT_FAIL("plot: ", where, ": not a JSON record (", e.what(), "); was the run cut off while "
-              "writing it? Remove that line to plot the rest");
+      // The last line of a run killed while writing it (or still writing it) is cut short.
+      if (i + 1 == lines.size()) {
+        if (warnings) *warnings << "plot: warning: " << where << " is cut short (the run was killed, or is writing it); skipped\n";
+        break;
+      }
+      MT_FAIL("plot: ", where, ": not a JSON record (", e.what(), "); remove that line to plot the rest");
     }
     MT_CHECK(record.is_object(), where, ": not a JSON object");
     const std::string type = record.value("type", "");
@@ -193,17 +209,18 @@ std::vector<std::string> plot_runs(const std::vector<RunCurves>& runs, const std
     for (size_t i = 0; i < runs.size(); ++i) {
       const RunCurves& run = runs[i];
       const bool two_kinds = chart.eval != nullptr;
-      auto add = [&](const std::vector<MetricsPoint>& points, const std::string& kind, size_t colour, bool eval) {
+      auto add = [&](const std::vector<MetricsPoint>& points, const std::string& kind, bool eval) {
         if (points.empty()) return;
+        const Colours& family = kColours[i % kColours.size()];
         const fs::path data = out / "data" / ("run" + std::to_string(i) + "-" + kind + "-" + chart.file + ".tsv");
         write_points(data, points);
         const std::string title = run.name + (two_kinds ? " " + kind : "");
         curves.push_back(quoted(data.string()) + " using X:3 with " +
                          (eval ? "linespoints dt 2 pt 7 ps 0.8" : "lines") + " lw 2 lc rgb '" +
-                         kColours[colour % kColours.size()] + "' title " + quoted(title));
+                         (eval ? family.eval : family.train) + "' title " + quoted(title));
       };
-      add(*chart.train(run), "train", 2 * i, false);  // a run's train curve: one colour everywhere
-      if (two_kinds) add(*chart.eval(run), "eval", 2 * i + 1, true);
+      add(*chart.train(run), "train", false);
+      if (two_kinds) add(*chart.eval(run), "eval", true);
     }
     if (curves.empty()) {
       log << "plot: no " << chart.title << " in the metrics; " << chart.file << "-iter.png and "
@@ -252,20 +269,20 @@ int run_plot_command(const std::vector<std::string>& args, std::ostream& out) {
       return 0;
     }
     if (a == "--out") {
-      MT_CHECK(i + 1 < args.size(), "plot: --out needs a folder");
+      if (i + 1 == args.size()) throw FlagError("plot: --out needs a folder");
       out_dir = args[++i];
     } else if (a.rfind("--out=", 0) == 0) {
       out_dir = a.substr(6);
     } else {
-      MT_CHECK(a.rfind("--", 0) != 0, "plot: unknown option \"", a, "\"\n", kUsage);
+      if (a.rfind("--", 0) == 0) throw FlagError("plot: unknown option \"" + a + "\"");
       runs.push_back(a);
     }
   }
-  MT_CHECK(!runs.empty(), "plot: no run folder given\n", kUsage);
+  if (runs.empty()) throw FlagError("plot: no run folder given (mintrain plot RUN_DIR... [--out DIR])");
   MT_CHECK(out_dir.empty() || !fs::exists(out_dir) || fs::is_directory(out_dir), "plot: --out \"", out_dir,
            "\" is a file, not a folder");
   std::vector<RunCurves> curves;
-  for (const auto& run : runs) curves.push_back(read_run_curves(run));
+  for (const auto& run : runs) curves.push_back(read_run_curves(run, &std::cerr));
   if (out_dir.empty()) out_dir = runs.size() == 1 && fs::is_directory(runs[0]) ? (fs::path(runs[0]) / "plots").string()
                                                                               : std::string("plots");
   const auto written = plot_runs(curves, out_dir, out);

@@ -7,13 +7,15 @@
 // several): loss, accuracy, learning rate and throughput (img_s or tok_s), each against the
 // iteration (<chart>-iter.png) and against the seconds since the run started (<chart>-time.png).
 // Every run is its own curve, named by its folder in the legend; loss and accuracy have a curve
-// for the train records and one for the eval records (dashed, with points). A chart with no
+// for the train records and one for the eval records (dashed, with points, in a darker shade of
+// the run's colour). A chart with no
 // values at all (e.g. no accuracy) is left out with a note. Next to the PNGs: plots.gp, the
 // gnuplot script, and data/, the columns it reads, so a figure can be restyled by hand.
 //
 // gnuplot (Debian's gnuplot-nox) draws them, with its pngcairo terminal where it has one, else
 // png. Errors name the input: a missing folder, a folder without metrics.jsonl, a line that is
-// not a JSON record (file and line number), gnuplot missing (and how to install it).
+// not a JSON record (file and line number; a cut last line is only a warning), gnuplot missing
+// (and how to install it). A malformed command line (no RUN_DIR) is a FlagError: exit 2.
 #pragma once
 #include <ostream>
 #include <string>
@@ -38,8 +40,9 @@ struct RunCurves {
 };
 
 // Reads RUN_DIR/metrics.jsonl (or RUN_DIR itself when it is a file). Throws core::Error naming
-// the folder, or the file and line of a record that does not parse.
-RunCurves read_run_curves(const std::string& run);
+// the folder, or the file and line of a record that does not parse; a last line cut short (a
+// run killed while writing it, or still running) is skipped with a warning to `warnings`.
+RunCurves read_run_curves(const std::string& run, std::ostream* warnings = nullptr);
 
 // Writes the PNGs, plots.gp and data/ into out_dir (created if needed) by running `gnuplot`
 // (found on PATH); returns the PNG paths written. Notes on skipped charts go to `log`.

@@ -4,10 +4,13 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <system_error>
 
@@ -44,9 +47,72 @@ void move_aside(const std::string& path, std::vector<std::string>& moved) {
   if (path.empty() || !fs::exists(path, ec)) return;
   const std::string to = aside_name(path);
   fs::rename(path, to, ec);
-  MT_CHECK(!ec, "--overwrite: cannot move \"", path, "\" aside to \"", to, "\": ", ec.message(),
+  MT_CHECK(!ec, "cannot move the previous run's \"", path, "\" aside to \"", to, "\": ", ec.message(),
            "; move or remove it by hand, or pick another folder with --output DIR");
   moved.push_back(to);
+}
+
+// The integer after "key": in a metrics record's text (where it starts and how long it is);
+// false when the record has none.
+bool int_field(const std::string& record, const std::string& key, size_t* at, size_t* length, int64_t* value) {
+  const std::string quoted = "\"" + key + "\":";
+  const size_t k = record.find(quoted);
+  if (k == std::string::npos) return false;
+  *at = k + quoted.size();
+  size_t end = *at;
+  while (end < record.size() && std::isdigit(static_cast<unsigned char>(record[end]))) ++end;
+  if (end == *at) return false;
+  *length = end - *at;
+  *value = std::stoll(record.substr(*at, *length));
+  return true;
+}
+
+// The metrics log of a resumed run keeps the records up to the resume point (see
+// RunFolder::continue_from); a line that is no whole record (cut by a kill) goes too.
+std::string rewind_metrics(const std::string& file, const ResumePoint& point) {
+  std::error_code ec;
+  if (file.empty() || !fs::is_regular_file(file, ec)) return "";
+  const bool recount = point.recounted();
+  std::ifstream in(file);
+  std::string kept, line;
+  int64_t dropped = 0, recounted = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    size_t at = 0, length = 0;
+    int64_t iter = 0;
+    const bool whole = line.front() == '{' && line.back() == '}';
+    if (!whole || (int_field(line, "iter", &at, &length, &iter) && iter > point.iteration)) {
+      ++dropped;
+      continue;
+    }
+    if (recount) {
+      for (const char* key : {"iter", "epoch_iter"}) {
+        if (!int_field(line, key, &at, &length, &iter)) continue;
+        line.replace(at, length, std::to_string(iter * point.batch_then / point.batch_now));
+      }
+      ++recounted;
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  if (dropped == 0 && recounted == 0) return "";
+  const std::string aside = RunFolder::unused_name(file + ".superseded-" + RunFolder::timestamp());
+  fs::rename(file, aside, ec);
+  MT_CHECK(!ec, "cannot move the metrics log \"", file, "\" aside to \"", aside, "\": ", ec.message());
+  std::ofstream out(file, std::ios::trunc);
+  out << kept;
+  out.flush();
+  MT_CHECK(out.good(), "cannot write the metrics log \"", file, "\" (disk full?); the previous one is \"",
+           aside, "\"");
+  std::string note = file + ": ";
+  if (dropped > 0) note += std::to_string(dropped) + " records after iteration " + std::to_string(point.iteration) +
+                           " dropped (this run writes them again)";
+  if (recounted > 0) {
+    note += std::string(dropped > 0 ? "; " : "") + "the iterations of the " + std::to_string(recounted) +
+            " records kept converted to this job's count (global batch " + std::to_string(point.batch_now) +
+            ", theirs " + std::to_string(point.batch_then) + ")";
+  }
+  return note + "; the previous log is kept as " + aside;
 }
 
 // Interrupted checkpoint writes leave "<file>.tmp.<pid>" behind (core/atomic_write.h writes to
@@ -116,7 +182,7 @@ RunFolder::RunFolder(RunFolderPaths paths, RunFolderMode mode, std::ostream* log
         "the old run aside to \"", paths_.output_dir, ".old-<date>-<time>\", deleting nothing); or train into "
         "another folder with --output DIR"));
   }
-  if (mode == RunFolderMode::Overwrite && !previous.empty()) {
+  if ((mode == RunFolderMode::Overwrite || mode == RunFolderMode::StartOver) && !previous.empty()) {
     // The pieces outside the output folder first, then the folder itself (with our lock file
     // in it), which is then made again, empty, and locked again.
     if (!inside(paths_.checkpoint_dir, paths_.output_dir)) move_aside(paths_.checkpoint_dir, moved_aside_);
@@ -124,11 +190,42 @@ RunFolder::RunFolder(RunFolderPaths paths, RunFolderMode mode, std::ostream* log
     move_aside(paths_.output_dir, moved_aside_);
     unlock();
     lock();
-    if (log) {
+    if (log && mode == RunFolderMode::StartOver) {
+      *log << "--resume auto: no checkpoint to continue from, but \"" << paths_.output_dir << "\" holds a run ("
+           << previous << ") that stopped before its first checkpoint: starting it over; its files were moved to";
+      for (size_t i = 0; i < moved_aside_.size(); ++i) *log << (i ? ", " : " ") << moved_aside_[i];
+      *log << " (nothing was deleted)\n";
+    } else if (log) {
       for (const auto& m : moved_aside_) *log << "--overwrite: the previous run was moved to " << m << "\n";
     }
   }
   remove_stale_temporaries(paths_.checkpoint_dir, log);
+}
+
+void RunFolder::continue_from(const ResumePoint& point) {
+  std::vector<std::string> notes;
+  if (!paths_.checkpoint_dir.empty()) {
+    notes.push_back(CheckpointDir::set_aside_damaged(point.damaged));
+    const int64_t past = point.recounted() ? std::min(point.iteration, point.continues_at) : point.iteration;
+    const CheckpointDir::SetAside moved = CheckpointDir::set_aside_newer_than(paths_.checkpoint_dir, past);
+    if (!moved.names.empty()) {
+      std::string names;
+      for (const auto& n : moved.names) names += (names.empty() ? "" : ", ") + n;
+      notes.push_back(
+          point.recounted()
+              ? "the checkpoints numbered past iteration " + std::to_string(past) + " (" + names + ") were moved to " +
+                    moved.folder + ": they count iterations of global batch " + std::to_string(point.batch_then) +
+                    ", and this run counts global batch " + std::to_string(point.batch_now) +
+                    " from iteration " + std::to_string(point.continues_at) + " on, so they would sort after its own"
+              : "the checkpoints newer than " + fs::path(point.checkpoint).filename().string() + " (" + names +
+                    ") were moved to " + moved.folder + " (this run replaces them)");
+    }
+  }
+  notes.push_back(rewind_metrics(paths_.metrics_file, point));
+  if (log_ == nullptr) return;
+  for (const auto& note : notes) {
+    if (!note.empty()) *log_ << "note: " << note << "\n";
+  }
 }
 
 RunFolder::~RunFolder() { unlock(); }

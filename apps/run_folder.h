@@ -8,18 +8,24 @@
 //              (--resume auto), start over (--overwrite) or pick another folder;
 //   Continue   the folder's run is being resumed: its files are kept;
 //   Overwrite  an existing run is moved aside to "<folder>.old-<date>-<time>" (never deleted)
-//              and the run starts in an empty folder.
+//              and the run starts in an empty folder;
+//   StartOver  the same, for `--resume auto` that found no checkpoint: the run there died
+//              before its first one (a restart after a crash in the first epoch), so it starts
+//              over, and the note says why.
+// A Continue claim then sets aside what the resumed run wrote after its checkpoint
+// (continue_from): this run writes it again.
 // A lock file (.mintrain.lock, with the owner's host, pid and start time) keeps two runs out of
 // one folder at once. It is held with flock(), so a run that died left no lock behind: its file
 // is only a note, and the next run takes it over and says so.
 #pragma once
+#include <cstdint>
 #include <iosfwd>
 #include <string>
 #include <vector>
 
 namespace mt::apps {
 
-enum class RunFolderMode { Fresh, Continue, Overwrite };
+enum class RunFolderMode { Fresh, Continue, Overwrite, StartOver };
 
 // Where a run keeps its files: the output folder, and the checkpoint folder and metrics file,
 // which may lie inside it or elsewhere (absolute paths in the config).
@@ -27,6 +33,19 @@ struct RunFolderPaths {
   std::string output_dir;
   std::string checkpoint_dir;  // "" = checkpoints off
   std::string metrics_file;    // "" = no metrics log
+};
+
+// Where a resumed run continues, for what a Continue claim sets aside.
+struct ResumePoint {
+  std::string checkpoint;    // the file resumed from
+  int64_t iteration = 0;     // where it stopped, as the job that wrote it counted
+  int64_t continues_at = 0;  // the same point in this job's count
+  // Samples an iteration of that job and of this one: another global batch (ranks, batch per
+  // rank, micro-batches) counts the same point as another iteration. 0 = unknown (the same).
+  int64_t batch_then = 0, batch_now = 0;
+  std::vector<std::string> damaged;  // newer checkpoints --resume auto skipped
+
+  bool recounted() const { return batch_then > 0 && batch_now > 0 && batch_then != batch_now; }
 };
 
 class RunFolder {
@@ -39,6 +58,18 @@ class RunFolder {
   ~RunFolder();  // releases the lock
   RunFolder(const RunFolder&) = delete;
   RunFolder& operator=(const RunFolder&) = delete;
+
+  // After a Continue claim: what the resumed run wrote after `point`, this run writes again.
+  // Moves aside (never deletes) the damaged checkpoints, the newer checkpoints, and the metrics
+  // records past that point (the whole previous log is kept as "<metrics>.superseded-<date>-
+  // <time>"). With another global batch, the iterations of the records kept are rewritten in
+  // this job's count, and the checkpoints numbered past its starting point are moved aside too
+  // (they would sort after its own); the trainer then saves the starting point in its count.
+  // Notes go to the log.
+  void continue_from(const ResumePoint& point);
+
+  // Where an Overwrite claim moved the previous run ("" when nothing was moved).
+  const std::vector<std::string>& moved_aside() const { return moved_aside_; }
 
   // What of a finished or stopped run lies in these paths: checkpoint and metrics files, for
   // the messages ("" when none: the folder is free for a fresh run).

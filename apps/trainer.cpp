@@ -50,6 +50,12 @@ std::string loss_scale_mode(const RunConfig& c) {
   return c.precision() == "fp16" ? "dynamic" : "none";
 }
 
+// A check whose failure is the config's or the job's to fix (a rerun cannot): exit status 3.
+template <typename... Parts>
+void check_config(bool ok, const Parts&... parts) {
+  if (!ok) throw core::ConfigError(core::detail::concat(parts...));
+}
+
 std::unique_ptr<optim::DynamicLossScaler> make_loss_scaler(const RunConfig& c) {
   const std::string mode = loss_scale_mode(c);
   if (mode == "none") return nullptr;
@@ -63,13 +69,37 @@ std::unique_ptr<optim::DynamicLossScaler> make_loss_scaler(const RunConfig& c) {
   return std::make_unique<optim::DynamicLossScaler>(o);
 }
 
+// Every rank runs rank 0's config (config_identity_text). The synchronizer's start-up check
+// compares hashes, so it can only say that one differs; through the rendezvous store rank 0
+// names what differs (the output folder too: --resume auto reads the checkpoints there), and
+// every rank stops with that verdict as a ConfigError, which no launcher restarts.
+void check_ranks_run_one_config(dist::Store& store, int rank, int ranks, const RunConfig& config) {
+  const auto bytes = [](const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+  const auto text = [](const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); };
+  const std::string mine = config_identity_text(config);
+  if (rank > 0) store.set("mintrain/config/" + std::to_string(rank), bytes(mine));
+  if (rank == 0) {
+    std::string verdict;
+    for (int r = 1, named = 0; r < ranks && named < 3; ++r) {
+      const std::string diff = config_differences(mine, text(store.get("mintrain/config/" + std::to_string(r))), true);
+      if (diff.empty()) continue;
+      verdict += (named++ ? "; rank " : "rank ") + std::to_string(r) + ": " + diff;
+    }
+    store.set("mintrain/config/verdict", bytes(verdict));
+  }
+  const std::string verdict = text(store.get("mintrain/config/verdict"));
+  check_config(verdict.empty(), "the ranks do not run one config (rank 0's value -> theirs): ", verdict,
+               "; start every rank with the same config file, --set overrides and --output");
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, TrainerOptions options)
     : config_(std::move(config)), options_(options) {
   normalize_names(config_);
   validate_config(config_);
-  core::set_num_threads(config_.threads());
+  // More threads than cores only wait for each other (train() says so in its first line).
+  core::set_num_threads(std::min(config_.threads(), core::usable_cores()));
   // Process-wide numeric settings: the compute precision of matmul/conv (core/precision.h),
   // and on the GPU TF32 and the cuDNN workspace limit (core/kernels/cuda/math_mode.h).
   core::set_compute_precision(core::parse_compute_precision(config_.precision()));
@@ -81,11 +111,11 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   // "cuda" is this rank's own GPU (its LOCAL_RANK among the node's visible devices).
   device_ = core::resolve_device(config_.device(), core::local_rank_from_env(),
                                  config_.device() == "cuda" ? core::cuda_device_count() : 0);
-  MT_CHECK(device_.is_cpu() || core::cuda_device_count() > device_.index, "device \"", config_.device(),
-           "\" (", device_.str(), ") is not available: ",
-           core::cuda_device_count() == 0 ? core::cuda_unavailable_reason()
-                                          : std::to_string(core::cuda_device_count()) + " CUDA devices are visible",
-           "; set device: \"cpu\", or run where that GPU is");
+  check_config(device_.is_cpu() || core::cuda_device_count() > device_.index, "device \"", config_.device(),
+               "\" (", device_.str(), ") is not available: ",
+               core::cuda_device_count() == 0 ? core::cuda_unavailable_reason()
+                                              : std::to_string(core::cuda_device_count()) + " CUDA devices are visible",
+               "; set device: \"cpu\", or run where that GPU is");
   // Kernels, the loader's copies and NCCL's communicator go to this thread's current GPU.
   core::select_device(device_);
 
@@ -100,20 +130,27 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   tctx.device = device_;
   tctx.output_dir = output_dir_;
   tctx.eval_only = options_.eval_only;
-  task_ = make_task(config_, tctx);
+  // The data is what the config names: missing or unusable, a rerun finds it the same.
+  try {
+    task_ = make_task(config_, tctx);
+  } catch (const core::ConfigError&) {
+    throw;
+  } catch (const core::Error& e) {
+    throw core::ConfigError(e.what());
+  }
   const auto& dc = config_.data();
   if (data::BatchLoader* train = task_->train_loader()) {
     iters_per_epoch_ = train->batches_per_epoch();
     if (dc.limit_train_batches() > 0) iters_per_epoch_ = std::min(iters_per_epoch_, dc.limit_train_batches());
-    MT_CHECK(iters_per_epoch_ > 0, "the training set (", task_->describe_train(),
-             ") gives no batch of data.batch_size=", dc.batch_size(),
-             "; lower the batch size or set data.drop_last: false");
+    check_config(iters_per_epoch_ > 0, "the training set (", task_->describe_train(),
+                 ") gives no batch of data.batch_size=", dc.batch_size(),
+                 "; lower the batch size or set data.drop_last: false");
   }
   accumulation_ = std::max(1, config_.dist().grad_accumulation_steps());
   if (task_->train_loader() && accumulation_ > 1) {
     iters_per_epoch_ /= accumulation_;  // optimizer steps, each of k loader batches
-    MT_CHECK(iters_per_epoch_ > 0, "an epoch has fewer batches than dist.grad_accumulation_steps=",
-             accumulation_, "; lower it or the batch size");
+    check_config(iters_per_epoch_ > 0, "an epoch has fewer batches than dist.grad_accumulation_steps=",
+                 accumulation_, "; lower it or the batch size");
   }
   model_ = task_->build_model(*gen_);
   model_->to(device_);
@@ -145,10 +182,10 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
     // only right where the exchange is a plain average: compressed exchanges keep residuals
     // and momenta of scaled values across steps, and CD-SGD and DS-Sync step on local
     // gradients outside the guard (or per rank, so the ranks' scales would drift apart).
-    MT_CHECK(sync_->steps_on_gradient_average(), "loss scaling (precision \"", config_.precision(),
-             "\", loss_scale.mode \"", loss_scale_mode(config_), "\") works where the optimizer steps on the "
-             "plain average of the step's gradients (dist.algorithm \"ssgd\" without compression), not with ",
-             sync_->name(), "; use precision \"bf16\", which needs no loss scaling, or plain S-SGD");
+    check_config(sync_->steps_on_gradient_average(), "loss scaling (precision \"", config_.precision(),
+                 "\", loss_scale.mode \"", loss_scale_mode(config_), "\") works where the optimizer steps on the "
+                 "plain average of the step's gradients (dist.algorithm \"ssgd\" without compression), not with ",
+                 sync_->name(), "; use precision \"bf16\", which needs no loss scaling, or plain S-SGD");
   }
   optimizer_ = std::make_unique<optim::StepGuard>(
       optim::build_optimizer(oc.name(), model_->parameters(), oopt), oc.max_grad_norm(),
@@ -168,7 +205,13 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   sopt.min_lr = sc.min_lr();
   sopt.warmup_epochs = sc.warmup_epochs();
   sopt.warmup_start_factor = sc.warmup_start_factor();
-  schedule_ = std::make_unique<optim::LrSchedule>(sopt);
+  const std::string warmup_warning = check_warmup_fits(config_, sopt, iters_per_epoch_);
+  if (!warmup_warning.empty() && !options_.quiet && job_->rank() == 0) log() << warmup_warning << std::endl;
+  try {
+    schedule_ = std::make_unique<optim::LrSchedule>(sopt);
+  } catch (const core::Error& e) {
+    throw core::ConfigError(e.what());  // every option comes from lr_schedule and optimizer.lr
+  }
 
   sync_->setup(*model_, *optimizer_);
   state_.config_text = config_to_text(config_);
@@ -184,25 +227,26 @@ void Trainer::connect() {
   if (!group_) {
     const dist::WorldInfo world = dist::world_from_env();
     if (world.world_size > 1 || dc.force_distributed()) {
-      MT_CHECK(world.servers == 0 || dist::uses_parameter_servers(dc), "rank ", world.rank, ": the job has ",
-               world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
-               "\" uses none; ", dist::parameter_servers_hint());
-      MT_CHECK(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
-               "): run it with `mintrain train`, which serves instead of training");
+      check_config(world.servers == 0 || dist::uses_parameter_servers(dc), "rank ", world.rank, ": the job has ",
+                   world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
+                   "\" uses none; ", dist::parameter_servers_hint());
+      check_config(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
+                   "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;
       po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
       // The servers are CPU processes on Gloo; device gradients are staged through host memory.
       if (world.servers > 0 && dc.backend().empty()) po.backend = "gloo";
       // Gloo moves host memory: GPU gradients in its buckets would fail at the first allreduce.
-      MT_CHECK(!(device_.is_cuda() && po.backend == "gloo" && world.servers == 0), "rank ", world.rank,
-               ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
-               "; set dist.backend \"nccl\", or leave it empty (\"\": nccl on a GPU, gloo on the CPU)");
+      check_config(!(device_.is_cuda() && po.backend == "gloo" && world.servers == 0), "rank ", world.rank,
+                   ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
+                   "; set dist.backend \"nccl\", or leave it empty (\"\": nccl on a GPU, gloo on the CPU)");
       po.transport = dc.transport();
       po.interface = dc.interface();
       po.timeout = std::chrono::seconds(dc.timeout_seconds());
       dist::Rendezvous r = dist::rendezvous(world, po);
       store_ = r.store;
       group_ = r.group;
+      check_ranks_run_one_config(*store_, world.rank, world.workers(), config_);
       if (world.servers > 0) {
         // Metric averages, stop votes and start-up broadcasts stay among the workers.
         world_with_servers_ = r.group;
@@ -236,6 +280,8 @@ void Trainer::resume(const std::string& path) {
   const core::Archive archive = core::load_archive(file);
   TrainingState s = read_training_state(archive, file);
   const bool chatty = !options_.quiet && job_->rank() == 0;
+  resumed_at_.checkpoint = file;
+  resumed_at_.iteration = s.global_iteration;
   convert_job_shape(s, file, chatty);
   restore_checkpoint(archive, file, model_.get(), optimizer_.get(), sync_.get());
   MT_CHECK(s.next_batch <= iters_per_epoch_ || iters_per_epoch_ == 0, "checkpoint \"", file,
@@ -250,7 +296,7 @@ void Trainer::resume(const std::string& path) {
   state_.config_text = config_text;
   gen_->set_state(s.rng_seed, s.rng_offset);
   resumed_ = true;
-  resumed_from_ = file;
+  resumed_at_.continues_at = s.global_iteration;
   if (optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) {
     if (s.loss_scale) {
       scaler->load_state_dict(*s.loss_scale);
@@ -259,10 +305,23 @@ void Trainer::resume(const std::string& path) {
             << scaler->scale() << "\n";
     }
   }
-  if (chatty) {
-    log() << "resumed from " << file << " at epoch " << s.epoch + 1 << " batch " << s.next_batch
-          << " (iteration " << s.global_iteration << ")\n";
+  // Said once train() holds the folder: another run may own it still.
+  resumed_note_ = "resumed from " + file + " at epoch " + std::to_string(s.epoch + 1) + " batch " +
+                  std::to_string(s.next_batch) + " (iteration " + std::to_string(s.global_iteration) + ")";
+}
+
+void Trainer::resume_auto() {
+  const bool chatty = !options_.quiet && job_->rank() == 0;
+  const std::string dir = resolve_in_output(config_.checkpoint().dir());
+  if (dir.empty()) {
+    if (chatty) log() << "note: checkpoints are off (checkpoint.dir is empty); starting from scratch\n";
+  } else {
+    const CheckpointDir::Intact found = CheckpointDir::newest_intact(dir, chatty ? &std::cerr : nullptr);
+    resumed_at_.damaged = found.damaged;
+    if (!found.file.empty()) return resume(found.file);
+    if (chatty) log() << "no checkpoint in " << dir << " yet; starting from scratch\n";
   }
+  start_over_ = true;
 }
 
 void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool chatty) {
@@ -272,15 +331,17 @@ void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool 
   const std::string theirs_text = std::to_string(s.global_batch()) + " (" + std::to_string(s.world_size) +
                                   " ranks x " + std::to_string(s.batch_size) + " x " +
                                   std::to_string(s.accumulation) + " micro-batches)";
+  resumed_at_.batch_then = s.global_batch();
+  resumed_at_.batch_now = ours;
   const std::string ours_text = std::to_string(ours) + " (" + std::to_string(world) + " ranks x " +
                                 std::to_string(batch) + " x " + std::to_string(accumulation_) + " micro-batches)";
   // Only plain S-SGD keeps no state of its own per rank: the others' residuals, velocities
   // and local models belong to the ranks that wrote them.
   const bool per_rank_state = world > 1 && sync_->keeps_state_per_rank();
-  MT_CHECK(!(per_rank_state && s.world_size != world), "checkpoint \"", file, "\" was written by ",
-           s.world_size, " ranks, and this job has ", world, "; ", sync_->name(),
-           " keeps state per rank, so it resumes on ", s.world_size,
-           " ranks only (`mintrain launch --nproc-per-node ", s.world_size, "`)");
+  check_config(!(per_rank_state && s.world_size != world), "checkpoint \"", file, "\" was written by ",
+               s.world_size, " ranks, and this job has ", world, "; ", sync_->name(),
+               " keeps state per rank, so it resumes on ", s.world_size,
+               " ranks only (`mintrain launch --nproc-per-node ", s.world_size, "`)");
   // Same samples seen, same point of the schedule: an iteration of theirs is g_theirs / g_ours
   // of ours (the data order from here on differs from an uninterrupted run's).
   const int64_t old_iteration = s.global_iteration, old_batch = s.next_batch;
@@ -298,6 +359,7 @@ void Trainer::load_weights(const std::string& path) {
   const std::string file = resolve_checkpoint(path);
   const TrainingState s = load_checkpoint(file, model_.get(), nullptr, nullptr);
   state_.epoch = s.epoch;
+  state_.next_batch = s.next_batch;
   state_.global_iteration = s.global_iteration;
   state_.best_accuracy = s.best_accuracy;
 }
@@ -399,8 +461,8 @@ void Trainer::handle_nonfinite_step(double loss) {
   }
   MT_FAIL(what, skip ? "; " + std::to_string(kMaxInARow) + " steps in a row were NaN/Inf" : std::string(),
           ". Training stopped without taking the step; the last checkpoint (if any) is intact. "
-          "Lower optimizer.lr, set optimizer.max_grad_norm, check the data, or set "
-          "on_nonfinite: \"skip\" to skip such steps");
+          "Lower optimizer.lr, set optimizer.max_grad_norm, ",
+          skip ? "or check the data" : "check the data, or set on_nonfinite: \"skip\" to skip such steps");
 }
 
 void Trainer::claim_output_folder() {
@@ -415,15 +477,11 @@ void Trainer::claim_output_folder() {
       paths.metrics_file = resolve_in_output(config_.logging().metrics_file());
       const RunFolderMode mode = resumed_             ? RunFolderMode::Continue
                                  : options_.overwrite ? RunFolderMode::Overwrite
+                                 : start_over_        ? RunFolderMode::StartOver
                                                       : RunFolderMode::Fresh;
       run_folder_ = std::make_unique<RunFolder>(paths, mode, options_.quiet ? nullptr : &log());
-      if (resumed_ && !paths.checkpoint_dir.empty()) {
-        const std::string aside = CheckpointDir::set_aside_newer_than(paths.checkpoint_dir, state_.global_iteration);
-        if (!aside.empty() && !options_.quiet) {
-          log() << "note: the checkpoints newer than " << resumed_from_ << " were moved to " << aside
-                << " (this run replaces them)\n";
-        }
-      }
+      if (!options_.quiet && !resumed_note_.empty()) log() << resumed_note_ << "\n";
+      if (resumed_) run_folder_->continue_from(resumed_at_);
       // The resolved config (what actually ran) and the metrics log; a resumed run appends to
       // the log instead of starting it over.
       std::ofstream(fs::path(output_dir_) / "config.prototxt") << state_.config_text;
@@ -511,6 +569,9 @@ TrainResult Trainer::train() {
   if (chatty) {
     log() << "model " << config_.model().name() << " (" << model_->num_parameters()
           << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads";
+    if (config_.threads() > core::num_threads()) {
+      log() << " (threads " << config_.threads() << " lowered to the " << core::num_threads() << " usable cores)";
+    }
     if (config_.precision() != "fp32") log() << ", precision " << config_.precision();
     if (const optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) {
       log() << ", " << (scaler->dynamic() ? "dynamic" : "static") << " loss scale " << scaler->scale();
@@ -528,10 +589,18 @@ TrainResult Trainer::train() {
       if (accumulation_ > 1) log() << " x " << accumulation_ << " micro-batches";
       log() << " = " << config_.data().batch_size() * job_->world_size() * accumulation_
             << " per step" << std::endl;
+    } else if (config_.dist().algorithm() != "ssgd") {
+      // One process exchanges nothing: S-SGD is plain SGD, every other algorithm is not run.
+      log() << "note: dist.algorithm \"" << config_.dist().algorithm() << "\" is not used: this is one process, "
+            << "which trains with plain SGD. Start several with `mintrain launch --nproc-per-node N -- train ...`, "
+            << "or set dist.force_distributed: true to run its code path in one process" << std::endl;
     }
   }
 
   TrainResult result;
+  // A resume into another global batch counts iterations anew: the starting point in this
+  // count stands for the checkpoints set aside (see RunFolder::continue_from).
+  if (resumed_at_.recounted()) result.last_checkpoint = save_checkpoint();
   auto stop_requested = [&] {
     const bool at_limit = options_.stop_at_iteration >= 0 && state_.global_iteration >= options_.stop_at_iteration;
     return at_limit || job_->stop_vote(options_.stop_flag && options_.stop_flag->load());
@@ -611,8 +680,9 @@ TrainResult Trainer::train() {
       ++window_iters;
 
       const bool last_of_epoch = state_.next_batch == iters_per_epoch_ || state_.global_iteration == total_iters;
-      const bool print_now = print_every > 0 && (state_.global_iteration % print_every == 0 || last_of_epoch);
-      const bool record_now = record_every > 0 && (state_.global_iteration % record_every == 0 || last_of_epoch);
+      // Every N iterations and at the end of each epoch; 0 = at the end of each epoch only.
+      const bool print_now = last_of_epoch || (print_every > 0 && state_.global_iteration % print_every == 0);
+      const bool record_now = last_of_epoch || (record_every > 0 && state_.global_iteration % record_every == 0);
       if (print_now || record_now) {
         const double secs = seconds_since(window_start);
         const double wait = train_loader->wait_seconds() - window_wait_start;
@@ -643,11 +713,16 @@ TrainResult Trainer::train() {
           const double ran = cpu.running - window_cpu.running, waited = cpu.waiting - window_cpu.waiting;
           if (!warned_contention && ran > 0.05 && waited > ran) {
             warned_contention = true;
+            // One thread a process already: only fewer processes on these cores helps.
+            const std::string advice =
+                core::num_threads() > 1
+                    ? core::formatted("lower `threads` (now %d; %d usable cores)", core::num_threads(), core::usable_cores())
+                    : core::formatted("run fewer ranks on this machine (`threads` is already 1; %d usable cores)",
+                             core::usable_cores());
             log() << core::formatted("warning: this process's threads waited %.1f s for a CPU while running %.1f s in the "
                             "last %lld iterations: other processes are using these cores, and training runs at "
-                            "half speed or less. Stop the other load, or lower `threads` (now %d; %d usable cores)",
-                            waited, ran, static_cast<long long>(window_iters), core::num_threads(),
-                            core::usable_cores())
+                            "half speed or less. Stop the other load, or %s",
+                            waited, ran, static_cast<long long>(window_iters), advice.c_str())
                   << std::endl;
           }
           window_cpu = cpu;

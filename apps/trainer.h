@@ -97,6 +97,11 @@ class Trainer {
 
   // Continues from a checkpoint (a file, or a folder: its newest checkpoint).
   void resume(const std::string& path);
+  // `--resume auto`: continues from the newest intact checkpoint of this run's checkpoint
+  // folder; the damaged newer ones are moved aside when train() claims the folder. With none,
+  // train() starts over, moving aside a run that died before its first checkpoint (as
+  // --overwrite would), so a restart after a crash in the first epoch runs.
+  void resume_auto();
   // Loads only the model weights (for evaluation).
   void load_weights(const std::string& path);
   // Fine-tuning (`train --weights`): a fresh run that starts from a checkpoint's weights where
@@ -166,7 +171,9 @@ class Trainer {
   int64_t epochs_ = 0;  // epochs this run spans (from max_steps when it is set)
   TrainingState state_;
   bool resumed_ = false;
-  std::string resumed_from_;  // the checkpoint file resume() read
+  ResumePoint resumed_at_;    // what resume() read, for what train() sets aside
+  std::string resumed_note_;  // "resumed from ...", said once the folder is claimed
+  bool start_over_ = false;   // resume_auto() found no checkpoint
   std::unique_ptr<RunFolder> run_folder_;  // rank 0: the output folder's lock
   bool training_ = false;                  // inside train(), since train_start_
   std::chrono::steady_clock::time_point train_start_;

@@ -1,6 +1,10 @@
 #include "data/text_data.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -70,6 +74,22 @@ TextData build_synthetic(const TextDataOptions& opt, const TextLoaderSettings& s
   return data;
 }
 
+// [UNK] is never predicted (data/mlm_masking.h): a corpus of mostly [UNK] leaves next to nothing
+// to learn (or nothing: a NaN loss, an evaluation of no examples). It means the vocabulary does
+// not fit the corpus, which a rerun finds the same: a ConfigError.
+void check_vocabulary_covers(const PackedCorpus& corpus, const TextDataOptions& opt, const std::string& vocab) {
+  const int64_t known = corpus.tokens - corpus.unknown_tokens;
+  if (known * 2 > corpus.tokens) return;
+  char share[32];
+  std::snprintf(share, sizeof(share), "%.1f%%", 100.0 * corpus.unknown_tokens / std::max<int64_t>(1, corpus.tokens));
+  throw core::ConfigError(core::detail::concat(
+      share, " of the corpus's ", corpus.tokens, " tokens are [UNK] (vocabulary ", vocab, "), which the model is never ",
+      "taught to predict: ", known == 0 ? "no token is left to mask" : "over half are",
+      ". The vocabulary does not fit the corpus (data.text.corpus ", join(opt.corpus, ", "), "): give a ",
+      "data.text.vocab_file of its language and case (data.text.lowercase), or leave vocab_file empty to build ",
+      "one from the corpus"));
+}
+
 TextData build_text(const TextDataOptions& opt, const TextLoaderSettings& s,
                     const std::string& output_dir) {
   MT_CHECK(opt.seq_len >= 8, "data.text.seq_len must be >= 8 ([CLS], [SEP] and some text), got ",
@@ -113,6 +133,7 @@ TextData build_text(const TextDataOptions& opt, const TextLoaderSettings& s,
   PackedCorpus corpus = pack_corpus(files, *data.tokenizer, opt.seq_len, opt.eval_fraction);
   data.corpus_tokens = corpus.tokens;
   data.unknown_tokens = corpus.unknown_tokens;
+  check_vocabulary_covers(corpus, opt, data.vocab_source);
   const std::string origin = " tokens from " + std::to_string(files.size()) + " files (" +
                              core::join(opt.corpus, ", ") + ")";
   const auto describe = [&](const char* name, int64_t n) {

@@ -65,7 +65,8 @@ struct TextData {
 
 // Throws mt::core::Error naming the problem: unknown type, no corpus files (with how to get
 // the default corpus), empty corpus, seq_len < 8, a bad vocabulary file, a batch larger than a
-// rank's share with drop_last.
+// rank's share with drop_last; a core::ConfigError for a corpus whose tokens are half [UNK] or
+// more (nothing, or next to nothing, to predict: the vocabulary does not fit it).
 TextData build_text_data(const TextDataOptions& options, const TextLoaderSettings& loader,
                          const std::string& output_dir);
 

@@ -1,10 +1,13 @@
 // The `mintrain` command as a user meets it: run the built binary and check exit status and
 // stderr. Every mistake must end as "mintrain: error: ..." with a non-zero status, never a
 // crash or a hang.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -66,15 +69,26 @@ TEST(Cli, HelpAndVersion) {
   EXPECT_TRUE(has(r.out, "mintrain ")) << r.out;
 }
 
-TEST(Cli, BadCommandLinesPrintUsage) {
-  for (const std::string& args : std::vector<std::string>{"", "fly", "train", "train a.prototxt b.prototxt",
-                                 "train " + kConfigs + "mlp_synthetic.prototxt --bogus",
-                                 "train " + kConfigs + "mlp_synthetic.prototxt --resume",
-                                 "eval " + kConfigs + "mlp_synthetic.prototxt"}) {
+TEST(Cli, BadCommandLinesAreOneLineThatSaysWhereTheUsageIs) {
+  const Result bare = run("");
+  EXPECT_EQ(bare.status, 2) << bare.err;
+  EXPECT_TRUE(has(bare.err, "usage: mintrain")) << bare.err;
+  for (const auto& [args, help] : std::vector<std::pair<std::string, std::string>>{
+           {"fly", "`mintrain help`"},
+           {"train", "`mintrain train --help`"},
+           {"train a.prototxt b.prototxt", "`mintrain train --help`"},
+           {"train " + kConfigs + "mlp_synthetic.prototxt --bogus", "`mintrain train --help`"},
+           {"train " + kConfigs + "mlp_synthetic.prototxt --resume", "`mintrain train --help`"},
+           {"eval " + kConfigs + "mlp_synthetic.prototxt", "`mintrain eval --help`"},
+           {"launch --nproc-per-node 2", "`mintrain launch --help`"},
+           {"launch --bogus 1 -- help", "`mintrain launch --help`"},
+           {"plot", "`mintrain plot --help`"}}) {
     SCOPED_TRACE(args);
     const Result r = run(args);
     EXPECT_EQ(r.status, 2) << r.err;
-    EXPECT_TRUE(has(r.err, "usage: mintrain")) << r.err;
+    EXPECT_TRUE(has(r.err, "mintrain: error: ")) << r.err;
+    EXPECT_TRUE(has(r.err, help)) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line, not the whole usage:\n" << r.err;
   }
 }
 
@@ -120,6 +134,20 @@ TEST(Cli, EverySubcommandHasHelp) {
   const Result r = run("launch --help -- train x.prototxt");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(has(r.out, "--nproc-per-node")) << r.out;
+}
+
+// Every field that takes one of a list, with the list, as the validator has it.
+TEST(Cli, HelpListsTheValuesOfEveryEnumeratedField) {
+  const Result r = run("help");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const std::string field : {"model.name: ", "data.type: ", "optimizer.name: ", "lr_schedule.type: ",
+                                  "on_nonfinite: ", "precision: ", "dist.algorithm: ", "dist.ssgd.schedule: ",
+                                  "dist.ssgd.allreduce: ", "dist.ps.schedule: ", "dist.bytescheduler.architecture: ",
+                                  "dist.dlcp.architecture: ", "dist.dlcp.spray: ", "dist.dlcp.priority_direction: ",
+                                  "dist.compressor.type: ", "dist.dssync.schedule: "}) {
+    EXPECT_TRUE(has(r.out, "\n  " + field)) << field << "\n" << r.out;
+  }
+  EXPECT_TRUE(has(r.out, "on_nonfinite: stop, skip")) << r.out;
 }
 
 TEST(Cli, HelpListsTheDistributedNamesInOneCase) {
@@ -186,9 +214,110 @@ TEST(Cli, TheTinyImageFolderConfigRunsAsItsCommentSays) {
 
 TEST(Cli, MissingDatasetFolder) {
   const Result r = run("train " + kConfigs + "lenet_fashion_mnist.prototxt --set data.path=/nonexistent");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 3);  // a data error: running again unchanged cannot help
   EXPECT_TRUE(has(r.err, "mintrain: error:")) << r.err;
   EXPECT_TRUE(has(r.err, "/nonexistent")) << r.err;
+}
+
+TEST(Cli, MomentumOutsideZeroToOneIsRefused) {
+  for (const std::string momentum : {"1", "1.5", "-0.1"}) {
+    const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.momentum=" + momentum);
+    EXPECT_EQ(r.status, 3) << r.err;
+    EXPECT_TRUE(has(r.err, "optimizer.momentum must be in [0, 1) (got ")) << r.err;
+  }
+}
+
+// 32 steps an epoch: a warm-up of one epoch is longer than a run of max_steps 10.
+TEST(Cli, AWarmupLongerThanTheRunWarnsOrIsRefusedNamingMaxSteps) {
+  const std::string base = "train " + kConfigs + "mlp_synthetic.prototxt --set max_steps=10 --set "
+                           "lr_schedule.warmup_epochs=1 --output " + (temp_dir() / "warmup").string();
+  Result r = run(base + " --set lr_schedule.type=cosine");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "warning: the learning-rate warm-up (lr_schedule.warmup_epochs 1 = 32 steps) is not "
+                         "shorter than the run (max_steps 10): the learning rate peaks at ")) << r.out;
+  EXPECT_TRUE(has(r.out, "--set lr_schedule.warmup_epochs=0.0312")) << r.out;
+  r = run(base + " --set lr_schedule.type=linear --overwrite");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_TRUE(has(r.err, "lr_schedule.type \"linear\" decays from the end of the warm-up")) << r.err;
+  EXPECT_TRUE(has(r.err, "(max_steps 10)")) << r.err;
+  EXPECT_TRUE(has(r.err, "raise max_steps")) << r.err;
+}
+
+TEST(Cli, ThreadsAboveTheUsableCoresAreLoweredWithANote) {
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set threads=1000 --set max_steps=2 --output " +
+                       (temp_dir() / "threads").string());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "threads (threads 1000 lowered to the ")) << r.out;
+}
+
+// The schema: "0 = only per-epoch lines".
+TEST(Cli, PrintEveryZeroPrintsTheTrainLineOfEachEpoch) {
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set epochs=2 --set logging.print_every_iters=0 "
+                       "--output " + (temp_dir() / "per_epoch").string());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "epoch 1/2 iter 32/32 ")) << r.out;
+  EXPECT_TRUE(has(r.out, "epoch 2/2 iter 32/32 ")) << r.out;
+  EXPECT_FALSE(has(r.out, "iter 16/32")) << r.out;
+  EXPECT_TRUE(has(slurp(temp_dir() / "per_epoch" / "metrics.jsonl"), "\"type\":\"train\""));
+}
+
+TEST(Cli, ADistributedAlgorithmInOneProcessIsNamed) {
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set dist.algorithm=cdsgd --set max_steps=2 "
+                       "--output " + (temp_dir() / "one_process").string());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "note: dist.algorithm \"cdsgd\" is not used: this is one process")) << r.out;
+  EXPECT_TRUE(has(r.out, "mintrain launch --nproc-per-node N")) << r.out;
+}
+
+// A run that died before its first checkpoint (a crash in the first epoch) left its metrics:
+// --resume auto, as `launch --max-restarts` gives a restarted worker, starts it over.
+TEST(Cli, ResumeAutoStartsOverARunThatHasNoCheckpoint) {
+  const fs::path out = temp_dir() / "died_early";
+  fs::create_directories(out);
+  std::ofstream(out / "metrics.jsonl") << "{\"type\":\"train\",\"epoch\":1,\"iter\":16,\"loss\":2.3,\"time\":1}\n";
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set max_steps=4 --resume auto --output " +
+                       out.string());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "no checkpoint to continue from")) << r.out;
+  EXPECT_TRUE(has(r.out, "starting it over; its files were moved to " + out.string() + ".old-")) << r.out;
+  EXPECT_FALSE(has(r.err + r.out, "with --resume auto")) << "advice to do what was done";
+  bool kept = false;
+  for (const auto& e : fs::directory_iterator(temp_dir())) {
+    if (e.path().filename().string().rfind("died_early.old-", 0) == 0 &&
+        has(slurp(e.path() / "metrics.jsonl"), "\"iter\":16")) {
+      kept = true;
+    }
+  }
+  EXPECT_TRUE(kept) << "the dead run's records were moved aside, not deleted";
+  EXPECT_FALSE(has(slurp(out / "metrics.jsonl"), "\"iter\":16,\"loss\":2.3"));
+}
+
+// Another run holds the folder: nothing may claim to have resumed before that refusal.
+TEST(Cli, ResumeAutoIntoALockedFolderDoesNotSayItResumed) {
+  const fs::path out = temp_dir() / "locked";
+  ASSERT_EQ(run("train " + kConfigs + "mlp_synthetic.prototxt --set epochs=1 --output " + out.string()).status, 0);
+  const int fd = ::open((out / ".mintrain.lock").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set epochs=2 --resume auto --output " +
+                       out.string());
+  ::close(fd);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "is in use by another run")) << r.err;
+  EXPECT_FALSE(has(r.out, "resumed from")) << r.out;
+}
+
+// The advice in an error never asks for what was given.
+TEST(Cli, TheNonfiniteErrorRecommendsSkipOnlyWhenSkipWasNotGiven) {
+  const std::string diverge = "train " + kConfigs + "mlp_synthetic.prototxt --set optimizer.lr=1e30 --set max_steps=40 "
+                              "--set checkpoint.dir= --output ";
+  Result r = run(diverge + (temp_dir() / "nan_stop").string());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "or set on_nonfinite: \"skip\"")) << r.err;
+  r = run(diverge + (temp_dir() / "nan_skip").string() + " --set on_nonfinite=skip");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "10 steps in a row were NaN/Inf")) << r.err;
+  EXPECT_FALSE(has(r.err, "on_nonfinite")) << r.err;
 }
 
 TEST(Cli, TrainEvalAndResumeATinyJob) {
@@ -204,6 +333,9 @@ TEST(Cli, TrainEvalAndResumeATinyJob) {
   r = run("eval " + cfg + " --checkpoint " + out);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(has(r.out, "test loss")) << r.out;
+  // It names what it evaluated: the file the folder resolved to, its iteration and epoch.
+  EXPECT_TRUE(has(r.out, "checkpoint " + out + "/checkpoints/iter-000000064.ckpt: iteration 64, after epoch 2\n"))
+      << r.out;
 
   // One more epoch from the finished run's checkpoint.
   r = run("train " + cfg + " --set epochs=3 --output " + out + " --resume " + out);

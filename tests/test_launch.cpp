@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "apps/launch.h"
+#include "apps/run_folder.h"
 #include "core/error.h"
 #include "support/multiprocess.h"
 
@@ -60,7 +62,7 @@ TEST(Launch, RunsWorkersAndPrefixesTheirOutput) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(has(r.out, "[rank 0] usage: mintrain")) << r.out;
   EXPECT_TRUE(has(r.out, "[rank 1] usage: mintrain")) << r.out;
-  EXPECT_TRUE(has(r.out, "[rank 1] models:")) << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 1]   model.name: ")) << r.out;
 }
 
 TEST(Launch, MultiNodeRanksAreOffsetByNodeRank) {
@@ -72,15 +74,30 @@ TEST(Launch, MultiNodeRanksAreOffsetByNodeRank) {
 }
 
 TEST(Launch, FailingWorkerStopsTheJobAndIsNamed) {
-  // A failure a restart might fix (the data is missing now); a config error is permanent and
-  // has its own test below.
-  const Result r = run("launch --nproc-per-node 2 -- train " + std::string(MT_SOURCE_DIR) +
-                       "/configs/lenet_fashion_mnist.prototxt --set data.path=/nonexistent/fmnist");
+  // A failure a restart might fix (another run holds the output folder now); a config error is
+  // permanent and has its own tests below.
+  const fs::path out = fs::temp_directory_path() / ("mt_test_launch_busy_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const mt::apps::RunFolder holder({out.string(), "", ""}, mt::apps::RunFolderMode::Fresh, nullptr);
+  const Result r = run("launch --nproc-per-node 2 -- train " + kConfigs + "mlp_synthetic.prototxt --output " +
+                       out.string());
   EXPECT_EQ(r.status, 1) << r.out << r.err;
   EXPECT_TRUE(has(r.err, "] mintrain: error: ")) << r.err;
-  EXPECT_TRUE(has(r.err, "/nonexistent/fmnist")) << r.err;
+  EXPECT_TRUE(has(r.err, "is in use by another run")) << r.err;
   EXPECT_TRUE(has(r.err, "mintrain launch: rank ")) << r.err;
   EXPECT_TRUE(has(r.err, "exited with exit status 1; stopped the other workers")) << r.err;
+  fs::remove_all(out);
+}
+
+// A missing dataset folder is no failure a restart fixes: launch stops at once with the
+// worker's 3, for whoever runs launch (a script, Slurm) to see it is permanent too.
+TEST(Launch, AMissingDatasetIsPermanent) {
+  const Result r = run("launch --nproc-per-node 2 --max-restarts 2 -- train " + kConfigs +
+                       "lenet_fashion_mnist.prototxt --set data.path=/nonexistent/fmnist");
+  EXPECT_EQ(r.status, 3) << r.out << r.err;
+  EXPECT_TRUE(has(r.err, "/nonexistent/fmnist")) << r.err;
+  EXPECT_TRUE(has(r.err, "exited with exit status 3: a permanent error")) << r.err;
+  EXPECT_FALSE(has(r.err, "restart 1/2")) << r.err;
 }
 
 TEST(Launch, BadArgumentsAreUsageErrors) {
@@ -209,7 +226,7 @@ TEST(Launch, SigkilledLauncherLeavesNoWorkerAlive) {
 
 TEST(Launch, UsageErrorOfAWorkerIsPermanentAndNotRestarted) {
   const Result r = run("launch --nproc-per-node 2 --max-restarts 3 -- train --bogus-option x");
-  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
   EXPECT_TRUE(has(r.err, "exited with exit status 2: a permanent error")) << r.err;
   EXPECT_TRUE(has(r.err, "so the 3 restart(s) left were skipped")) << r.err;
   EXPECT_FALSE(has(r.err, "restart 1/3")) << r.err;
@@ -241,7 +258,7 @@ TEST(Launch, ConfigErrorOfAWorkerStopsRestartsButOtherFailuresRestart) {
   ::testing::internal::CaptureStderr();
   int status = mt::apps::run_launch(o, write_worker_script(dir, 3).string());
   std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(status, 1) << err;
+  EXPECT_EQ(status, 3) << err;
   EXPECT_EQ(slurp(dir / "starts3"), "start 0\n") << err;
   EXPECT_TRUE(has(err, "rank 0 exited with exit status 3: a permanent error")) << err;
   EXPECT_TRUE(has(err, "so the 2 restart(s) left were skipped")) << err;
@@ -320,5 +337,58 @@ TEST(Launch, StoppedWorkerIsNamedNotTheRankThatTimedOut) {
   EXPECT_TRUE(has(err, "[rank 0] mintrain: error: ")) << err;
   EXPECT_TRUE(has(err, "timed out after 3 s waiting for a peer; rank(s) 1 did not answer")) << err;
   EXPECT_TRUE(has(err, "mintrain launch: rank(s) 1 (stopped) still ran when rank 0 failed")) << err;
+  fs::remove_all(dir);
+}
+
+// A stop signal sent to a worker itself (by a scheduler, an admin, a dropped session): that
+// worker exits 128 + it, the others stop with it, and the job stopped; it did not fail.
+TEST(Launch, AWorkerStoppedBySignalStopsTheJobWithoutARestart) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_test_launch_stop_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  mt::apps::LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.max_restarts = 2;
+  for (const int sig : {SIGTERM, SIGHUP}) {
+    SCOPED_TRACE(sig);
+    const fs::path starts = dir / ("starts" + std::to_string(sig));
+    o.command = {starts.string()};
+    ::testing::internal::CaptureStderr();
+    const int status = mt::apps::run_launch(o, write_worker_script(dir, 128 + sig).string());
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(status, 128 + sig) << err;
+    EXPECT_EQ(slurp(starts), "start 0\nstart 0\n") << err;
+    EXPECT_TRUE(has(err, "a stop request (" + std::string(::strsignal(sig)) + ") reached the workers, not launch (rank ")) << err;
+    EXPECT_TRUE(has(err, "the job stopped, no restart")) << err;
+    EXPECT_FALSE(has(err, "restart 1/2")) << err;
+  }
+  fs::remove_all(dir);
+}
+
+// Ranks started with different --output: the error names the field and the rank, and is a
+// config error (not restarted).
+TEST(Launch, RanksWithDifferentConfigsAreToldWhatDiffers) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_test_launch_differ_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path script = dir / "worker.sh";
+  std::ofstream(script) << "#!/bin/sh\nexec " << kBinary << " train " << kConfigs
+                        << "mlp_synthetic.prototxt --set max_steps=2 --output " << (dir / "out").string()
+                        << "$RANK\n";
+  fs::permissions(script, fs::perms::owner_all);
+  mt::apps::LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.max_restarts = 1;
+  o.grace_seconds = 1;
+  o.command = {};
+  ::testing::internal::CaptureStderr();
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  const int status = mt::apps::run_launch(o, script.string());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(status, 3) << err;
+  EXPECT_TRUE(has(err, "the ranks do not run one config")) << err;
+  EXPECT_TRUE(has(err, "rank 1: modified: output_dir: \"" + (dir / "out").string() + "0\" -> \"" +
+                           (dir / "out").string() + "1\"")) << err;
+  EXPECT_FALSE(has(err, "restart 1/1")) << err;
   fs::remove_all(dir);
 }

@@ -633,6 +633,38 @@ TEST(TextData, ErrorsNameTheField) {
   EXPECT_TRUE(contains(error_of([&] { build_text_data(opt, {}, ""); }), "synthetic_vocab"));
 }
 
+// A vocabulary that does not fit the corpus (another language, or only its special tokens):
+// [UNK] is never predicted, so nearly all [UNK] leaves nothing to learn. Refused before
+// training, as a config error (exit 3), naming the share and the way out.
+TEST(TextData, ACorpusOfMostlyUnknownTokensIsRefused) {
+  const std::string dir = make_temp_dir();
+  std::string text;
+  for (int d = 0; d < 200; ++d) text += "alpha beta gamma delta epsilon zeta eta theta iota kappa .\n\n";
+  write_file(dir + "/corpus", text);
+  TextDataOptions opt;
+  opt.corpus = {dir + "/corpus"};
+  opt.seq_len = 16;
+  TextLoaderSettings ls;
+  ls.batch_size = 4;
+  for (const auto& [words, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"", "no token is left to mask"}, {"alpha\nbeta\ngamma\n.\n", "over half are"}}) {
+    SCOPED_TRACE(expected);
+    write_file(dir + "/vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n" + words);
+    opt.vocab_file = dir + "/vocab.txt";
+    try {
+      build_text_data(opt, ls, "");
+      ADD_FAILURE() << "a corpus of mostly [UNK] was accepted";
+    } catch (const mt::core::ConfigError& e) {
+      EXPECT_TRUE(contains(e.what(), "of the corpus's 2200 tokens are [UNK]")) << e.what();
+      EXPECT_TRUE(contains(e.what(), expected)) << e.what();
+      EXPECT_TRUE(contains(e.what(), "data.text.vocab_file")) << e.what();
+    }
+  }
+  // Known words for more than half of it: it trains.
+  write_file(dir + "/vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nalpha\nbeta\ngamma\ndelta\nepsilon\nzeta\n");
+  EXPECT_GT(build_text_data(opt, ls, "").unknown_tokens, 0);
+}
+
 TEST(TextData, FortunesCorpus) {
   if (!fs::exists("/usr/share/games/fortunes"))
     GTEST_SKIP() << "/usr/share/games/fortunes is absent: apt-get install fortunes to run this test";

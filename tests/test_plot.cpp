@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,12 +23,13 @@ namespace {
 
 const std::string kBinary = std::string(MT_BINARY_DIR) + "/apps/mintrain";
 
-// The colours plot_command.cpp gives the curves: run 0 train, run 0 eval, run 1 train, run 1 eval,
-// and one no curve of two runs uses (the control: counting must not find what is not drawn).
+// The colours plot_command.cpp gives the curves: run 0 train, run 0 eval (a darker blue), run 1
+// train, run 1 eval (a darker orange), and one no curve of two runs uses (the control: counting
+// must not find what is not drawn).
 constexpr const char* kRun0Train = "#1f77b4";
-constexpr const char* kRun0Eval = "#d62728";
-constexpr const char* kRun1Train = "#2ca02c";
-constexpr const char* kRun1Eval = "#ff7f0e";
+constexpr const char* kRun0Eval = "#114163";
+constexpr const char* kRun1Train = "#ff7f0e";
+constexpr const char* kRun1Eval = "#8c4608";
 constexpr const char* kUnused = "#9467bd";
 
 struct Result {
@@ -188,6 +191,47 @@ TEST_F(Plot, OneRunPlotsIntoItsFolder) {
   EXPECT_TRUE(fs::exists(dir_ / "only" / "plots" / "loss-time.png")) << r.out;
 }
 
+// The last line of a run killed while writing it (kill -9), or of a run still writing it.
+TEST_F(Plot, ACutLastLineIsSkippedWithAWarning) {
+  if (!gnuplot_installed()) GTEST_SKIP() << "gnuplot is not installed (apt-get install gnuplot-nox)";
+  const fs::path cut = write_run("cut", 40, 2, 0.05);
+  std::ofstream(cut / "metrics.jsonl", std::ios::app) << "{\"type\":\"train\",\"iter\":44,\"loss\":1.0,\"ti";
+  const Result r = run("cut");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "plot: warning: cut/metrics.jsonl line 13 is cut short")) << r.err;
+  EXPECT_TRUE(fs::exists(cut / "plots" / "loss-iter.png")) << r.out;
+}
+
+// The hue of "#rrggbb", in degrees.
+double hue_of(const std::string& colour) {
+  const double r = std::stoi(colour.substr(1, 2), nullptr, 16) / 255.0, g = std::stoi(colour.substr(3, 2), nullptr, 16) / 255.0,
+               b = std::stoi(colour.substr(5, 2), nullptr, 16) / 255.0;
+  const double hi = std::max({r, g, b}), lo = std::min({r, g, b}), d = hi - lo;
+  if (d == 0) return 0;
+  const double h = hi == r ? std::fmod((g - b) / d, 6.0) : hi == g ? (b - r) / d + 2 : (r - g) / d + 4;
+  return std::fmod(60 * h + 360, 360);
+}
+
+// A run's train and eval curves are one colour family (the eval one darker, dashed), and runs
+// differ: the colour of a curve says whose it is.
+TEST_F(Plot, ARunsTrainAndEvalCurvesShareItsColour) {
+  if (!gnuplot_installed()) GTEST_SKIP() << "gnuplot is not installed (apt-get install gnuplot-nox)";
+  write_run("a", 40, 2, 0.05);
+  write_run("b", 40, 2, 0.01);
+  ASSERT_EQ(run("a b --out plots").status, 0);
+  const std::string script = slurp(dir_ / "plots" / "plots.gp");
+  auto colour_of = [&](const std::string& title) {
+    const auto at = script.find(title);
+    return at == std::string::npos ? std::string("#000000") : script.substr(script.rfind("lc rgb '", at) + 8, 7);
+  };
+  for (const std::string run : {"a", "b"}) {
+    const std::string train = colour_of("'" + run + " train'"), eval = colour_of("'" + run + " eval'");
+    EXPECT_NE(train, eval) << run;
+    EXPECT_NEAR(hue_of(train), hue_of(eval), 5.0) << run << ": train " << train << ", eval " << eval;
+  }
+  EXPECT_GT(std::abs(hue_of(colour_of("'a train'")) - hue_of(colour_of("'b train'"))), 30.0) << script;
+}
+
 TEST_F(Plot, BadInputsAreNamed) {
   Result r = run("nowhere");
   EXPECT_EQ(r.status, 1);
@@ -198,10 +242,12 @@ TEST_F(Plot, BadInputsAreNamed) {
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(has(r.err, "no metrics.jsonl in \"empty_run\"")) << r.err;
 
+  // A record cut short before the last line is damage, not a run still writing.
   const fs::path bad = write_run("bad", 40, 2, 0.05);
   {
     std::ofstream out(bad / "metrics.jsonl", std::ios::app);
     out << "{\"type\":\"train\",\"iter\":44,\"loss\":1.0,\"ti\n";
+    out << "{\"type\":\"train\",\"iter\":48,\"loss\":1.0,\"time\":3}\n";
   }
   const int lines = 12;  // 10 train records and 2 eval records before it
   r = run("bad");
@@ -209,7 +255,7 @@ TEST_F(Plot, BadInputsAreNamed) {
   EXPECT_TRUE(has(r.err, "bad/metrics.jsonl line " + std::to_string(lines + 1) + ": not a JSON record")) << r.err;
 
   r = run("", "");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);  // a malformed command line
   EXPECT_TRUE(has(r.err, "no run folder given")) << r.err;
 
   write_run("good", 40, 2, 0.05);

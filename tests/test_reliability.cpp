@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <regex>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@
 #include "dist/synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "support/multiprocess.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -61,9 +63,12 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 // A `mintrain` process started in the background, its output going to files in `dir`.
 class Process {
  public:
-  Process(const fs::path& dir, const std::vector<std::string>& args) : dir_(dir) {
+  // `env`: NAME=VALUE entries set for it besides (e.g. a rank's RANK and WORLD_SIZE).
+  Process(const fs::path& dir, const std::vector<std::string>& args, const std::vector<std::string>& env = {})
+      : dir_(dir) {
     pid_ = ::fork();
     if (pid_ == 0) {
+      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
       ::setenv("OMP_NUM_THREADS", "1", 1);
       ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
       ::unsetenv("MINTRAIN_RESTART_COUNT");  // in case ctest itself runs under launch
@@ -419,6 +424,107 @@ TEST(Reliability, LaunchForwardsSigtermAndDoesNotRestart) {
   EXPECT_TRUE(has(out, "[rank 0] stopped at epoch")) << out;  // both ranks stopped together, checkpointed
   EXPECT_TRUE(has(err, "mintrain launch: interrupted (Terminated): forwarded to the workers, no restart")) << err;
   EXPECT_FALSE(has(err, "restart 1/")) << err;
+  fs::remove_all(dir);
+}
+
+// A stop request to one worker (a scheduler or an admin signals one process): every rank stops
+// at the same iteration with a checkpoint and exits 143, the rank that was not signalled too.
+TEST(Reliability, SigtermToOneWorkerStopsEveryRankWith143) {
+  const fs::path dir = temp_dir("one_worker_sigterm");
+  const std::string port = std::to_string(mt::testing::free_port());
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (const std::string rank : {"0", "1"}) {
+    fs::create_directories(dir / rank);
+    ranks.push_back(std::make_unique<Process>(
+        dir / rank, std::vector<std::string>{"train", kTinyConfig, "--set", "epochs=100000", "--output", (dir / "run").string()},
+        std::vector<std::string>{"RANK=" + rank, "WORLD_SIZE=2", "LOCAL_RANK=" + rank, "LOCAL_WORLD_SIZE=2",
+                                 "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
+  }
+  ASSERT_TRUE(ranks[0]->wait_until([&] { return has(ranks[0]->out(), "epoch 1/100000 iter"); }, 60))
+      << ranks[0]->out() << ranks[0]->err() << ranks[1]->err();
+  ranks[1]->signal(SIGTERM);
+  EXPECT_EQ(ranks[1]->wait_exit(60), 143) << ranks[1]->err();
+  EXPECT_EQ(ranks[0]->wait_exit(60), 143) << ranks[0]->err();
+  EXPECT_TRUE(has(ranks[0]->out(), "stopped at epoch")) << ranks[0]->out();
+  EXPECT_TRUE(any_checkpoint(dir / "run" / "checkpoints"));
+  fs::remove_all(dir);
+}
+
+// The same through `mintrain launch`: the job stopped, it did not fail; nothing restarts.
+TEST(Reliability, LaunchStopsWhenOneWorkerIsSentSigterm) {
+  const fs::path dir = temp_dir("launch_worker_sigterm");
+  Process p(dir, launch_args(3));
+  ASSERT_TRUE(p.wait_until([&] { return any_checkpoint(dir / "run" / "checkpoints"); }, 60)) << p.err();
+  const pid_t rank1 = worker_of(p.pid(), 1);
+  ASSERT_GT(rank1, 0);
+  ::kill(rank1, SIGTERM);
+  const int status = p.wait_exit(60);
+  const std::string out = p.out(), err = p.err();
+  EXPECT_EQ(status, 143) << err;
+  EXPECT_TRUE(has(out, "[rank 0] stopped at epoch")) << out;
+  EXPECT_TRUE(has(err, "mintrain launch: a stop request (Terminated) reached the workers, not launch")) << err;
+  EXPECT_TRUE(has(err, "the job stopped, no restart")) << err;
+  EXPECT_FALSE(has(err, "restart 1/")) << err;
+  fs::remove_all(dir);
+}
+
+// A dropped ssh session hangs up the launcher: a stop with a checkpoint, as SIGTERM is.
+TEST(Reliability, SighupToLaunchStopsTheWorkersWithACheckpoint) {
+  const fs::path dir = temp_dir("launch_sighup");
+  Process p(dir, launch_args(3));
+  ASSERT_TRUE(p.wait_until([&] { return any_checkpoint(dir / "run" / "checkpoints"); }, 60)) << p.err();
+  p.signal(SIGHUP);
+  const int status = p.wait_exit(60);
+  const std::string out = p.out(), err = p.err();
+  EXPECT_EQ(status, 129) << err;
+  EXPECT_TRUE(has(err, "SIGHUP (the terminal or ssh session hung up): stopping after this iteration")) << err;
+  EXPECT_TRUE(has(out, "[rank 0] stopped at epoch")) << out;
+  EXPECT_FALSE(has(err, "restart 1/")) << err;
+  fs::remove_all(dir);
+}
+
+// A worker that dies in the first epoch, before any checkpoint: the restart starts the run over
+// instead of refusing the folder the dead run left.
+TEST(Reliability, LaunchRestartsAGroupThatDiedBeforeItsFirstCheckpoint) {
+  const fs::path dir = temp_dir("first_epoch");
+  Process p(dir, {"launch", "--nproc-per-node", "2", "--max-restarts", "1", "--", "train", kTinyConfig, "--set",
+                  "epochs=1", "--set", "data.synthetic.size=32768", "--set", "logging.print_every_iters=8",
+                  "--output", "run"});
+  ASSERT_TRUE(p.wait_until([&] { return has(p.out(), "[rank 0] epoch 1/1 iter 8/"); }, 60)) << p.out() << p.err();
+  ASSERT_FALSE(any_checkpoint(dir / "run" / "checkpoints"));
+  const pid_t rank1 = worker_of(p.pid(), 1);
+  ASSERT_GT(rank1, 0);
+  ::kill(rank1, SIGKILL);
+  const int status = p.wait_exit(120);
+  const std::string out = p.out(), err = p.err();
+  EXPECT_EQ(status, 0) << out << err;
+  EXPECT_TRUE(has(err, "mintrain launch: restart 1/1 after rank 1 exited with signal 9")) << err;
+  EXPECT_TRUE(has(out, "[rank 0] --resume auto: no checkpoint to continue from")) << out;
+  EXPECT_TRUE(has(out, "[rank 0] done: 512 iterations")) << out;
+  fs::remove_all(dir);
+}
+
+// A damaged checkpoint that --resume auto skipped is moved aside: it no longer counts toward
+// keep_last, so the rotation keeps good ones instead.
+TEST(Reliability, ADamagedCheckpointSkippedIsMovedAsideAndNotCounted) {
+  const fs::path dir = temp_dir("damaged_aside");
+  ASSERT_EQ(run_to_end(dir, {"train", kTinyConfig, "--set", "epochs=2", "--output", "run"}).status, 0);
+  const fs::path ckpts = dir / "run" / "checkpoints";
+  const auto files = mt::apps::CheckpointDir::list(ckpts.string());
+  ASSERT_EQ(files.size(), 2u);  // iterations 32 and 64 (keep_last 2)
+  fs::resize_file(files[1], fs::file_size(files[1]) / 2);
+  const Result r = run_to_end(dir, {"train", kTinyConfig, "--set", "max_steps=48", "--set", "checkpoint.every_iters=8",
+                                    "--output", "run", "--resume", "auto"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string damaged = "run/checkpoints/" + fs::path(files[1]).filename().string();
+  EXPECT_TRUE(has(r.out, "note: the damaged checkpoint " + damaged + " was moved to " + damaged + ".damaged")) << r.out;
+  EXPECT_TRUE(fs::exists(files[1] + ".damaged"));
+  std::vector<int64_t> kept;
+  for (const auto& f : mt::apps::CheckpointDir::list(ckpts.string())) {
+    kept.push_back(mt::apps::CheckpointDir::iteration_in_name(f));
+    EXPECT_NO_THROW((void)mt::core::load_archive(f)) << f;
+  }
+  EXPECT_EQ(kept, (std::vector<int64_t>{40, 48}));
   fs::remove_all(dir);
 }
 

@@ -290,7 +290,81 @@ TEST(JobShape, PerRankStateRefusesAnotherWorldSizeNamingBoth) {
                 const std::string msg = th::error_of([&] { t.resume(ckpt); });
                 EXPECT_TRUE(th::contains(msg, "written by 2 ranks, and this job has 4")) << msg;
                 EXPECT_TRUE(th::contains(msg, "--nproc-per-node 2")) << msg;
+                EXPECT_THROW(t.resume(ckpt), core::ConfigError) << "a restart cannot fix it: exit 3";
               }).ok_or_report());
+}
+
+// A resume on another global batch: what the earlier job wrote after the resumed checkpoint,
+// and what its count numbers past this job's start, is set aside (named, not deleted); the
+// metrics log keeps the records up to the resume point, in this job's count, so its
+// iterations never go back.
+TEST(JobShape, ResumingOnAnotherGlobalBatchSetsAsideWhatFollowsAndRecountsTheMetrics) {
+  const fs::path out = temp_dir("recount");
+  // Batch 16: 64 iterations an epoch; a checkpoint and a record every 8; stopped at 40.
+  const std::vector<std::string> every8 = {"epochs=2", "checkpoint.every_iters=8", "checkpoint.keep_last=0",
+                                           "logging.print_every_iters=8"};
+  std::vector<std::string> small = every8;
+  small.push_back("data.batch_size=16");
+  TrainerOptions stop;
+  stop.stop_at_iteration = 40;
+  ASSERT_TRUE(train(tiny(out, small), stop).interrupted);
+  const std::string ckpt = (out / "checkpoints" / CheckpointDir::file_name(24)).string();
+  ASSERT_TRUE(fs::exists(ckpt));
+
+  // Batch 32 from iteration 24 of batch 16: iteration 12 here.
+  std::vector<std::string> large = every8;
+  large.push_back("data.batch_size=32");
+  std::ostringstream log;
+  stop.stop_at_iteration = 20;
+  ASSERT_TRUE(train(tiny(out, large), stop, ckpt, &log).interrupted);
+  const std::string notes = log.str();
+  EXPECT_TRUE(th::contains(notes, "the checkpoints numbered past iteration 12 (iter-000000016.ckpt, "
+                                  "iter-000000024.ckpt, iter-000000032.ckpt, iter-000000040.ckpt) were moved to "))
+      << notes;
+  EXPECT_TRUE(th::contains(notes, "records after iteration 24 dropped")) << notes;
+  // This job's checkpoints: the start in its count, then its own; the older one of batch 16 sorts before.
+  std::vector<int64_t> kept;
+  for (const auto& f : CheckpointDir::list((out / "checkpoints").string())) kept.push_back(CheckpointDir::iteration_in_name(f));
+  EXPECT_EQ(kept, (std::vector<int64_t>{8, 12, 16, 20}));
+  EXPECT_EQ(load_checkpoint((out / "checkpoints" / CheckpointDir::file_name(12)).string(), nullptr, nullptr, nullptr)
+                .global_batch(),
+            32);
+  // The metrics' iterations go up, and the records of batch 16 up to 24 count 4, 8, 12 here.
+  std::ifstream metrics(out / "metrics.jsonl");
+  std::vector<int64_t> iters;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"type\":\"train\"") == std::string::npos) continue;
+    const auto at = line.find("\"iter\":") + 7;
+    iters.push_back(std::stoll(line.substr(at)));
+  }
+  EXPECT_EQ(iters, (std::vector<int64_t>{4, 8, 12, 16})) << slurp(out / "metrics.jsonl");
+  bool kept_whole = false;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().filename().string().rfind("metrics.jsonl.superseded-", 0) == 0) {
+      kept_whole = th::contains(slurp(e.path()), "\"iter\":40,");
+    }
+  }
+  EXPECT_TRUE(kept_whole) << "the previous log is kept whole";
+}
+
+// The same global batch: the checkpoints and records after the resumed one are set aside, and
+// the note names them.
+TEST(JobShape, ResumingAnOlderCheckpointDropsTheRecordsAfterIt) {
+  const fs::path out = temp_dir("rewind");
+  const std::vector<std::string> every8 = {"epochs=2", "checkpoint.every_iters=8", "checkpoint.keep_last=0",
+                                           "logging.print_every_iters=8"};
+  TrainerOptions stop;
+  stop.stop_at_iteration = 24;
+  ASSERT_TRUE(train(tiny(out, every8), stop).interrupted);
+  std::ostringstream log;
+  stop.stop_at_iteration = 20;
+  train(tiny(out, every8), stop, (out / "checkpoints" / CheckpointDir::file_name(8)).string(), &log);
+  EXPECT_TRUE(th::contains(log.str(), "the checkpoints newer than iter-000000008.ckpt (iter-000000016.ckpt, "
+                                      "iter-000000024.ckpt) were moved to ")) << log.str();
+  EXPECT_TRUE(th::contains(log.str(), "2 records after iteration 8 dropped")) << log.str();
+  const std::string metrics = slurp(out / "metrics.jsonl");
+  EXPECT_EQ(metrics.find("\"iter\":24,"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("\"iter\":16,"), metrics.rfind("\"iter\":16,")) << "one record of iteration 16\n" << metrics;
 }
 
 TEST(JobShape, TheConfigNoteNamesEachDifferingFieldAndIgnoresTheOutputFolder) {
@@ -443,5 +517,7 @@ TEST(CpuContention, ATrainingRunWhoseThreadsWaitForCoresSaysSo) {
   stop = true;
   for (auto& t : spinners) t.join();
   EXPECT_TRUE(th::contains(log.str(), "warning: this process's threads waited")) << log.str();
-  EXPECT_TRUE(th::contains(log.str(), "lower `threads`")) << log.str();
+  // One thread already: fewer processes on the cores is the advice that helps.
+  EXPECT_TRUE(th::contains(log.str(), "run fewer ranks on this machine (`threads` is already 1")) << log.str();
+  EXPECT_FALSE(th::contains(log.str(), "lower `threads`")) << log.str();
 }
