@@ -44,10 +44,28 @@ Matrix identity(int n) {
   return m;
 }
 
+// The NxN averaging matrix of a partition: W[i][j] = 1/|G| when i and j share group G.
+Matrix mixing_matrix(const dist::Partition& partition, int n) {
+  Matrix w(n, std::vector<double>(n, 0.0));
+  for (const auto& grp : partition)
+    for (int i : grp)
+      for (int j : grp) w[i][j] = 1.0 / static_cast<double>(grp.size());
+  return w;
+}
+
+Matrix matmul(const Matrix& a, const Matrix& b) {
+  const size_t n = a.size(), k = b.size(), m = b.empty() ? 0 : b[0].size();
+  Matrix c(n, std::vector<double>(m, 0.0));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t l = 0; l < k; ++l)
+      for (size_t j = 0; j < m; ++j) c[i][j] += a[i][l] * b[l][j];
+  return c;
+}
+
 // The mixing of iterations [t0, t0 + len): x_after = P x_before with P = W_{t0+len-1} ... W_t0.
 Matrix product(const dist::DsSyncSchedule& s, int64_t t0, int64_t len) {
   Matrix p = identity(s.world_size());
-  for (int64_t t = t0; t < t0 + len; ++t) p = dist::matmul(dist::mixing_matrix(s.at(t), s.world_size()), p);
+  for (int64_t t = t0; t < t0 + len; ++t) p = matmul(mixing_matrix(s.at(t), s.world_size()), p);
   return p;
 }
 

@@ -43,10 +43,6 @@ ByteSchedulerSynchronizer::ByteSchedulerSynchronizer(std::shared_ptr<ProcessGrou
                                                      std::shared_ptr<ProcessGroup> world, ByteSchedulerOptions options)
     : workers_(std::move(workers)), world_(std::move(world)), options_(std::move(options)) {
   MT_CHECK(workers_ != nullptr, "ByteScheduler needs the workers' process group");
-  check_at_least("dist.bytescheduler.partition_bytes", static_cast<double>(options_.partition_bytes), 8);
-  check_at_least("dist.bytescheduler.credit_bytes", static_cast<double>(options_.credit_bytes), 0);
-  check_at_least("dist.bytescheduler.search_iters", options_.search_iters, 2);
-  check_at_least("dist.grad_accumulation_steps", options_.grad_accumulation_steps, 1);
   workers_n_ = workers_->size();
   if (options_.architecture == BsArchitecture::PS) {
     check_worker_world(*workers_, world_.get(), "dist.bytescheduler.architecture \"ps\"");
@@ -76,20 +72,7 @@ ByteSchedulerSynchronizer::~ByteSchedulerSynchronizer() {
     }
     cv_.notify_all();
     if (engine_.joinable()) engine_.join();
-    if (healthy && options_.architecture == BsArchitecture::PS && workers_->rank() == 0) {
-      const int servers = world_->size() - workers_n_;
-      try {
-        for (int s = 0; s < servers; ++s) {
-          const size_t i = static_cast<size_t>(s);
-          if (command_work_[i]) command_work_[i]->wait();
-          commands_[i] = int64s({ps::kStop, exchanges_});
-          command_work_[i] = world_->send(commands_[i], workers_n_ + s, ps::kCommandTag);
-        }
-        for (auto& w : command_work_) w->wait();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "worker 0: could not tell the parameter servers to stop: %s\n", e.what());
-      }
-    }
+    if (healthy && options_.architecture == BsArchitecture::PS && workers_->rank() == 0) commands_.stop(exchanges_);
   }
 }
 
@@ -178,8 +161,7 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
     for (size_t k = 0; k < plan_.size(); ++k)
       tables[static_cast<size_t>(plan_[k].server)].emplace_back(static_cast<int64_t>(k + 1), plan_[k].numel);
     greet_parameter_servers(*workers_, *world_, tables, options_.partition_bytes);
-    command_work_.assign(static_cast<size_t>(servers), nullptr);
-    commands_.assign(static_cast<size_t>(servers), Tensor());
+    commands_ = ServerCommands(world_, workers_n_);
   } else {
     // A communicator of the engine's own: the trainer's metric averages on the workers' group
     // may run while the engine still sends, and collectives on one group must not interleave.
@@ -602,7 +584,6 @@ void ByteSchedulerSynchronizer::run_a2a(int64_t exchange) {
 
 void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
   CreditQueue queue = exchange_queue();
-  const int servers = world_->size() - workers_n_;
   auto guarded = [&](size_t item, const std::string& what, const std::function<void()>& f) {
     const int s = server_of_[item];
     try {
@@ -612,20 +593,7 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
               " of exchange ", exchange, "): ", e.what());
     }
   };
-  if (workers_->rank() == 0) {
-    // The servers serve one iteration per command.
-    for (int s = 0; s < servers; ++s) {
-      const size_t i = static_cast<size_t>(s);
-      try {
-        if (command_work_[i]) command_work_[i]->wait();
-        commands_[i] = int64s({ps::kStep, exchange});
-        command_work_[i] = world_->send(commands_[i], workers_n_ + s, ps::kCommandTag);
-      } catch (const std::exception& e) {
-        MT_FAIL(parameter_server_name(s, workers_n_), " is gone or silent (telling it exchange ", exchange,
-                " begins): ", e.what());
-      }
-    }
-  }
+  if (workers_->rank() == 0) commands_.send(ps::kStep, exchange);  // the servers serve one iteration per command
   struct Push {
     size_t item;
     std::shared_ptr<Work> data, note, receipt;
@@ -687,15 +655,7 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
     }
     cv_.notify_all();
   }
-  if (workers_->rank() == 0)
-    for (int s = 0; s < servers; ++s) {
-      try {
-        command_work_[static_cast<size_t>(s)]->wait();
-      } catch (const std::exception& e) {
-        MT_FAIL(parameter_server_name(s, workers_n_), " is gone or silent (telling it exchange ", exchange,
-                " begins): ", e.what());
-      }
-    }
+  if (workers_->rank() == 0) commands_.wait();
 }
 
 namespace {

@@ -46,6 +46,7 @@
 #include "dist/bytescheduler/bytescheduler_queue.h"
 #include "dist/synchronizer.h"
 #include "dist/comm/process_group.h"
+#include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
 #include "dist/timeline.h"
 
@@ -176,8 +177,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   int64_t exchanges_ = 0;
   int64_t summary_steps_ = 0, summary_probes_ = 0;
   double summary_wait_s_ = 0, summary_gate_s_ = 0;
-  std::vector<std::shared_ptr<Work>> command_work_;  // "ps", worker 0
-  std::vector<Tensor> commands_;
+  ServerCommands commands_;  // "ps", worker 0
   // The model's forward pre-hooks outlive nothing: they check this token, which dies with us.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -33,19 +33,6 @@ std::shared_ptr<const Compressor> cdsgd_compressor(const CdsgdOptions& o) {
 CdsgdSynchronizer::CdsgdSynchronizer(std::shared_ptr<ProcessGroup> group, CdsgdOptions options)
     : group_(std::move(group)), options_(std::move(options)), compressor_(cdsgd_compressor(options_)) {
   MT_CHECK(group_ != nullptr, "CD-SGD needs a process group");
-  MT_CHECK(options_.warmup_iters >= 0, "dist.cdsgd.warmup_iters must be >= 0 (plain S-SGD "
-           "iterations before CD-SGD starts), got ", options_.warmup_iters);
-  MT_CHECK(options_.k >= 0, "dist.cdsgd.k must be >= 0 (every k-th iteration is full "
-           "precision; 0 = never), got ", options_.k);
-  MT_CHECK(std::isfinite(options_.lambda) && options_.lambda >= 0, "dist.cdsgd.lambda must be "
-           ">= 0 (delay compensation; 0 = plain one-step delay), got ", options_.lambda);
-  MT_CHECK(std::isfinite(options_.local_lr_factor) && options_.local_lr_factor >= 0,
-           "dist.cdsgd.local_lr must be >= 0 (0 = the optimizer's rate), giving a local rate factor of ",
-           options_.local_lr_factor);
-  MT_CHECK(options_.bucket_cap_mb > 0, "dist.cdsgd.bucket_cap_mb must be > 0, got ", options_.bucket_cap_mb);
-  MT_CHECK(options_.exchange == "auto" || options_.exchange == "allgather" || options_.exchange == "reduce_scatter",
-           "dist.cdsgd.exchange must be \"auto\", \"allgather\" or \"reduce_scatter\", got \"",
-           options_.exchange, "\"");
 }
 
 std::string CdsgdSynchronizer::name() const {

@@ -132,15 +132,6 @@ const char* op_name(ReduceOp op) {
   return "?";
 }
 
-std::string join(const std::vector<int>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    out += std::to_string(v[i]);
-  }
-  return out;
-}
-
 std::shared_ptr<gloo::transport::Device> make_device(const ProcessGroupOptions& o, int rank) {
   if (o.transport == "tcp") {
     gloo::transport::tcp::attr attr;
@@ -284,7 +275,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Shared> shared, std::string p
   if (size_ == shared_->world_size) {
     description_ = "gloo/" + o.transport + " world of " + std::to_string(size_);
   } else {
-    description_ = "gloo/" + o.transport + " group {" + join(world_ranks_) + "} of world " +
+    description_ = "gloo/" + o.transport + " group {" + join_ranks(world_ranks_) + "} of world " +
                    std::to_string(shared_->world_size);
   }
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
@@ -495,37 +486,12 @@ std::shared_ptr<Work> GlooProcessGroup::point_to_point(const Tensor& tensor, int
 }
 
 std::shared_ptr<ProcessGroup> GlooProcessGroup::subgroup(const std::vector<int>& ranks) {
-  MT_CHECK(!ranks.empty(), who(), ": subgroup of no ranks");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    MT_CHECK(ranks[i] >= 0 && ranks[i] < size_, who(), ": subgroup({", join(ranks), "}): rank ", ranks[i],
-             " is outside this group of ", size_);
-    MT_CHECK(i == 0 || ranks[i] > ranks[i - 1], who(), ": subgroup({", join(ranks),
-             "}): ranks must be sorted and distinct");
-  }
-  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
-  MT_CHECK(me != ranks.end(), who(), ": subgroup({", join(ranks), "}) does not include this rank; "
-           "only the members call subgroup()");
-  std::lock_guard<std::mutex> lock(subgroups_mutex_);
-  if (auto it = subgroups_.find(ranks); it != subgroups_.end()) return it->second;
-  std::vector<int> world;
-  for (const int r : ranks) world.push_back(world_ranks_[static_cast<size_t>(r)]);
-  // Keyed by the member list, so disjoint subgroups ({0,1} and {2,3}) rendezvous apart and a
-  // subgroup is only ever connected once per parent.
-  const int generation = released_[ranks];
-  std::string prefix = prefix_ + "/sub/" + join(ranks);
-  if (generation > 0) {
-    prefix += '#';
-    prefix += std::to_string(generation);
-  }
-  auto group = std::shared_ptr<GlooProcessGroup>(
-      new GlooProcessGroup(shared_, prefix, static_cast<int>(me - ranks.begin()), world));
-  subgroups_[ranks] = group;
-  return group;
+  return subgroups_.get(ranks, rank_, world_ranks_, prefix_, who(), [this](const std::string& prefix, int rank,
+                                                                          std::vector<int> world) {
+    return std::shared_ptr<GlooProcessGroup>(new GlooProcessGroup(shared_, prefix, rank, std::move(world)));
+  });
 }
 
-void GlooProcessGroup::release_subgroup(const std::vector<int>& ranks) {
-  std::lock_guard<std::mutex> lock(subgroups_mutex_);
-  if (subgroups_.erase(ranks) > 0) ++released_[ranks];
-}
+void GlooProcessGroup::release_subgroup(const std::vector<int>& ranks) { subgroups_.release(ranks); }
 
 }  // namespace mt::dist

@@ -93,11 +93,7 @@ class GlooProcessGroup : public ProcessGroup,
   std::shared_ptr<gloo::Context> context_;
   std::mutex issue_mutex_;
   uint32_t tag_ = 0;  // the next operation's tag
-  std::mutex subgroups_mutex_;
-  std::map<std::vector<int>, std::shared_ptr<GlooProcessGroup>> subgroups_;
-  // Subgroups of these ranks released so far: a new one rendezvouses under a fresh prefix, apart
-  // from the released one's keys in the store.
-  std::map<std::vector<int>, int> released_;
+  Subgroups subgroups_;
   std::unique_ptr<CommQueue> queue_;  // last: destroyed first, before the context
 };
 

@@ -8,15 +8,6 @@
 namespace mt::dist {
 namespace {
 
-std::string join(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(r);
-  }
-  return s;
-}
-
 // Waits for one level's collective; its own Error (timeout, dead peer) names the subgroup.
 void run_level(const std::shared_ptr<Work>& work, const std::string& level, const std::string& who) {
   try {
@@ -71,8 +62,8 @@ HierarchicalGroup::HierarchicalGroup(std::shared_ptr<ProcessGroup> world, std::v
 }
 
 std::string HierarchicalGroup::describe() const {
-  return "hierarchical (rack {" + join(rack_members_) + "}, representatives {" + join(representatives_) + "}" +
-         (sharded_ ? ", sums in " + std::to_string(rack_members_.size()) + " shards" : "") + ") over " +
+  return "hierarchical (rack {" + join_ranks(rack_members_) + "}, representatives {" +
+         join_ranks(representatives_) + "}" + (sharded_ ? ", sums in " + std::to_string(rack_members_.size()) + " shards" : "") + ") over " +
          world_->describe();
 }
 

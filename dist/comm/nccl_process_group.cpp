@@ -22,15 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string join(const std::vector<int>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    out += std::to_string(v[i]);
-  }
-  return out;
-}
-
 ncclDataType_t nccl_type(core::DType t) {
   switch (t) {
     case core::DType::Float32: return ncclFloat32;
@@ -181,7 +172,7 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, const ProcessGr
       world_ranks_(std::move(world_ranks)),
       world_size_(world_size) {
   description_ = size_ == world_size_ ? "nccl world of " + std::to_string(size_)
-                                      : "nccl group {" + join(world_ranks_) + "} of world " +
+                                      : "nccl group {" + join_ranks(world_ranks_) + "} of world " +
                                             std::to_string(world_size_);
   comm_ = std::make_shared<Comm>();
   comm_->who = who();
@@ -319,32 +310,13 @@ void NcclProcessGroup::barrier() {
 }
 
 std::shared_ptr<ProcessGroup> NcclProcessGroup::subgroup(const std::vector<int>& ranks) {
-  MT_CHECK(!ranks.empty() && std::is_sorted(ranks.begin(), ranks.end()) &&
-               std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
-           who(), ": subgroup({", join(ranks), "}): ranks must be sorted and distinct");
-  MT_CHECK(ranks.front() >= 0 && ranks.back() < size_, who(), ": subgroup({", join(ranks),
-           "}): ranks outside this group of ", size_);
-  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
-  MT_CHECK(me != ranks.end(), who(), ": subgroup({", join(ranks), "}) does not include this rank");
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = subgroups_.find(ranks); it != subgroups_.end()) return it->second;
-  std::vector<int> world;
-  for (const int r : ranks) world.push_back(world_ranks_[static_cast<size_t>(r)]);
-  const int generation = released_[ranks];
-  std::string prefix = prefix_ + "/sub/" + join(ranks);
-  if (generation > 0) {
-    prefix += '#';
-    prefix += std::to_string(generation);
-  }
-  auto group = std::shared_ptr<NcclProcessGroup>(new NcclProcessGroup(
-      store_, options_, prefix, static_cast<int>(me - ranks.begin()), world, world_size_));
-  subgroups_[ranks] = group;
-  return group;
+  return subgroups_.get(ranks, rank_, world_ranks_, prefix_, who(), [this](const std::string& prefix, int rank,
+                                                                          std::vector<int> world) {
+    return std::shared_ptr<NcclProcessGroup>(
+        new NcclProcessGroup(store_, options_, prefix, rank, std::move(world), world_size_));
+  });
 }
 
-void NcclProcessGroup::release_subgroup(const std::vector<int>& ranks) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (subgroups_.erase(ranks) > 0) ++released_[ranks];
-}
+void NcclProcessGroup::release_subgroup(const std::vector<int>& ranks) { subgroups_.release(ranks); }
 
 }  // namespace mt::dist

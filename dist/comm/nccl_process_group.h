@@ -61,8 +61,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::string description_;
   std::shared_ptr<Comm> comm_;
   std::mutex mutex_;  // issue order = stream order
-  std::map<std::vector<int>, std::shared_ptr<NcclProcessGroup>> subgroups_;
-  std::map<std::vector<int>, int> released_;  // as in GlooProcessGroup: fresh store keys per connection
+  Subgroups subgroups_;
 };
 
 }  // namespace mt::dist

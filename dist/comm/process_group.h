@@ -9,7 +9,10 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -103,6 +106,27 @@ void check_collective_transport(const std::string& transport);
 // forgotten first (its holders keep it), a fresh one connected, and forgotten too, so that no
 // later subgroup(everyone) shares it. Collective: every rank calls it at the same point.
 std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group);
+
+// The subgroups a group has made, by member list (Gloo's and NCCL's groups keep theirs alike).
+class Subgroups {
+ public:
+  // Made by `make(prefix, rank in the subgroup, members as world ranks)` the first time, the
+  // same one after. `ranks`: sorted, distinct, this rank among them (else an Error naming
+  // `who`); `parent_world`: the parent's members as world ranks. Each connection gets store keys
+  // of its own (prefix "<parent>/sub/0,3", "#1" after a release, and so on).
+  using Make = std::function<std::shared_ptr<ProcessGroup>(const std::string&, int, std::vector<int>)>;
+  std::shared_ptr<ProcessGroup> get(const std::vector<int>& ranks, int rank, const std::vector<int>& parent_world,
+                                    const std::string& parent_prefix, const std::string& who, const Make& make);
+  void release(const std::vector<int>& ranks);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::vector<int>, std::shared_ptr<ProcessGroup>> groups_;
+  std::map<std::vector<int>, int> released_;  // subgroups of these ranks released so far
+};
+
+// "0,3,4"
+std::string join_ranks(const std::vector<int>& ranks);
 
 // Creates the world group; every rank calls it with the same store.
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,

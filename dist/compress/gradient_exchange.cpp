@@ -119,10 +119,4 @@ std::string describe_exchanges(const std::string& compressor, const ExchangeStat
   return buf;
 }
 
-std::string GradientExchange::take_summary(int64_t iterations) {
-  const std::string summary = describe_exchanges(compressor_->name(), stats_, iterations);
-  stats_ = {};
-  return summary;
-}
-
 }  // namespace mt::dist

@@ -90,8 +90,6 @@ class GradientExchange {
   ExchangeRoute route() const { return route_; }
   ErrorFeedback& error_feedback() { return feedback_; }
   ExchangeStats& stats() { return stats_; }
-  // describe_exchanges of this exchange's statistics; resets them.
-  std::string take_summary(int64_t iterations);
 
  private:
   std::shared_ptr<ProcessGroup> group_;

@@ -64,7 +64,6 @@ class DlcpSynchronizer final : public Synchronizer {
   std::string epoch_summary() override;
   std::string metrics_fields() override;
 
-  const ExchangeStats& last_step() const { return record_.last(); }
   const ExchangeStats& total() const { return record_.total(); }
   Transport& transport() { return *transport_; }
 

@@ -5,7 +5,6 @@
 namespace mt::dist::dlcp {
 
 void ExchangeRecord::add(const ExchangeStats& iteration) {
-  last_ = iteration;
   total_.add(iteration);
   since_epoch_.add(iteration);
   since_record_.add(iteration);

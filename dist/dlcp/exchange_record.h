@@ -16,7 +16,6 @@ class ExchangeRecord {
   ExchangeRecord(double loss_bound, std::string where) : loss_bound_(loss_bound), where_(std::move(where)) {}
 
   void add(const ExchangeStats& iteration);
-  const ExchangeStats& last() const { return last_; }
   const ExchangeStats& total() const { return total_; }
   // "" when no iteration ran since the last call; both restart their window.
   std::string epoch_summary();
@@ -25,7 +24,7 @@ class ExchangeRecord {
  private:
   double loss_bound_;
   std::string where_;
-  ExchangeStats last_, total_, since_epoch_, since_record_;
+  ExchangeStats total_, since_epoch_, since_record_;
   int64_t steps_since_epoch_ = 0, steps_since_record_ = 0;
 };
 

@@ -36,27 +36,10 @@ DlcpPsSynchronizer::DlcpPsSynchronizer(std::shared_ptr<ProcessGroup> workers, st
 
 DlcpPsSynchronizer::~DlcpPsSynchronizer() {
   // After a failed exchange the servers are gone or stop on their own (their waits time out).
-  if (!set_up_ || failed_ || workers_->rank() != 0) return;
-  try {
-    send_command(ps::kStop, iteration_ + 1);
-    for (const auto& work : command_work_)
-      if (work) work->wait();
-  } catch (const std::exception& e) {
-    std::cerr << "worker 0: could not tell the DLCP parameter servers to stop: " << e.what() << std::endl;
-  }
+  if (set_up_ && !failed_ && workers_->rank() == 0) commands_.stop(iteration_ + 1);
 }
 
 std::string DlcpPsSynchronizer::server(int s) const { return parameter_server_name(s, workers_->size()); }
-
-template <typename F>
-void DlcpPsSynchronizer::with_server(int s, const std::string& what, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    failed_ = true;
-    fail_server_gone(workers_->rank(), workers_->size(), s, what, e);
-  }
-}
 
 void DlcpPsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
@@ -96,8 +79,7 @@ void DlcpPsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
   ones_.assign(largest, 1);
   if (options_.error_feedback) residual_.assign(static_cast<size_t>(total_numel(params_)), 0.0f);
   counts_.assign(static_cast<size_t>(total_numel(params_)), 0);
-  commands_.assign(static_cast<size_t>(servers()), Tensor());
-  command_work_.assign(static_cast<size_t>(servers()), nullptr);
+  commands_ = ServerCommands(world_, workers_->size());
   if (workers_->rank() == 0 && options_.log) {
     *options_.log << "dlcp: parameter-server form, " << servers() << " servers, "
                   << describe_plan(plan_, servers(), options_.partition_bytes) << ", " << ps_agreement(options_)
@@ -106,21 +88,9 @@ void DlcpPsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
   set_up_ = true;
 }
 
-void DlcpPsSynchronizer::send_command(int64_t kind, int64_t value) {
-  for (int s = 0; s < servers(); ++s) {
-    const size_t i = static_cast<size_t>(s);
-    with_server(s, kind == ps::kStop ? "telling it to stop" : "telling it iteration " + std::to_string(value) + " begins",
-                [&] {
-                  if (command_work_[i]) command_work_[i]->wait();
-                  commands_[i] = Tensor::from_vector(std::vector<int64_t>{kind, value}, {2});
-                  command_work_[i] = world_->send(commands_[i], workers_->size() + s, ps::kCommandTag);
-                });
-  }
-}
-
 void DlcpPsSynchronizer::begin_iteration(int64_t iteration) {
   // Called once per micro-batch with the same number: the servers hear of each iteration once.
-  if (iteration != iteration_ && workers_->rank() == 0) send_command(ps::kStep, iteration);
+  if (iteration != iteration_ && workers_->rank() == 0) commands_.send(ps::kStep, iteration);
   iteration_ = iteration;
 }
 
@@ -191,11 +161,7 @@ ExchangeStats DlcpPsSynchronizer::push_pull(float* flat, uint16_t* counts) {
       std::copy(from, from + slice.numel, counts + slice.flat_begin);
     }
   }
-  if (workers_->rank() == 0)
-    for (int s = 0; s < servers(); ++s)
-      with_server(s, "telling it iteration " + std::to_string(iteration_) + " began", [&] {
-        if (command_work_[static_cast<size_t>(s)]) command_work_[static_cast<size_t>(s)]->wait();
-      });
+  if (workers_->rank() == 0) commands_.wait();
   return stats;
 }
 

@@ -25,6 +25,7 @@
 #include "dist/dlcp/dlcp_synchronizer.h"
 #include "dist/dlcp/exchange_record.h"
 #include "dist/dlcp/ps_layout.h"
+#include "dist/ps/ps_handshake.h"
 #include "dist/comm/process_group.h"
 #include "dist/synchronizer.h"
 
@@ -57,22 +58,16 @@ class DlcpPsSynchronizer final : public Synchronizer {
   // and the next; every worker calls it.
   ExchangeStats push_pull(float* flat, uint16_t* counts);
 
-  // One iteration's push and pull together: the pushed packets a server did not acknowledge
+  // Every iteration's push and pull together: the pushed packets a server did not acknowledge
   // count as missing (and each such push as a deadline ending), beside the pull's own.
-  const ExchangeStats& last_step() const { return record_.last(); }
   const ExchangeStats& total() const { return record_.total(); }
   const ExchangeStats& last_push() const { return last_push_; }
-  const ExchangeStats& last_pull() const { return last_pull_; }
   const std::vector<ServerBuffer>& buffers() const { return buffers_; }
   const std::vector<float>& residual() const { return residual_; }  // error feedback (flat), else empty
   Transport& transport() { return *transport_; }
 
  private:
-  void send_command(int64_t kind, int64_t value);
   std::string server(int s) const;
-  // Runs f; an error becomes one naming server s and `what`, and no stop is sent at the end.
-  template <typename F>
-  void with_server(int s, const std::string& what, F&& f);
 
   std::shared_ptr<ProcessGroup> workers_, world_;
   DlcpOptions options_;
@@ -85,8 +80,7 @@ class DlcpPsSynchronizer final : public Synchronizer {
   std::vector<uint16_t> ones_;                     // a push's contributors: this worker alone
   std::vector<float> residual_;                    // error feedback, flat
   std::vector<uint16_t> counts_;                   // contributions per element, flat
-  std::vector<Tensor> commands_;                   // worker 0: per server, kept while in flight
-  std::vector<std::shared_ptr<Work>> command_work_;
+  ServerCommands commands_;                        // worker 0's
   int64_t iteration_ = -1;  // from begin_iteration (once per micro-batch, the same number)
   bool set_up_ = false, failed_ = false;
   ExchangeRecord record_{options_.exchange.loss_bound, "in push and pull"};

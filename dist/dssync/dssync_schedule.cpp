@@ -138,24 +138,6 @@ std::vector<Partition> folded_butterfly_phases(int n, int g) {
   return phases;
 }
 
-std::vector<std::vector<double>> mixing_matrix(const Partition& partition, int n) {
-  std::vector<std::vector<double>> w(n, std::vector<double>(n, 0.0));
-  for (const auto& grp : partition)
-    for (int i : grp)
-      for (int j : grp) w[i][j] = 1.0 / static_cast<double>(grp.size());
-  return w;
-}
-
-std::vector<std::vector<double>> matmul(const std::vector<std::vector<double>>& a,
-                                        const std::vector<std::vector<double>>& b) {
-  const size_t n = a.size(), k = b.size(), m = b.empty() ? 0 : b[0].size();
-  std::vector<std::vector<double>> c(n, std::vector<double>(m, 0.0));
-  for (size_t i = 0; i < n; ++i)
-    for (size_t l = 0; l < k; ++l)
-      for (size_t j = 0; j < m; ++j) c[i][j] += a[i][l] * b[l][j];
-  return c;
-}
-
 void check_partition(const Partition& partition, int n) {
   std::vector<int> seen(static_cast<size_t>(n), 0);
   for (const auto& grp : partition) {

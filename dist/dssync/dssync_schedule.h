@@ -58,12 +58,6 @@ std::vector<Partition> butterfly_phases(int n, int g);
 // The folded butterfly for any n >= 1 (the pure butterfly when n is a power of g).
 std::vector<Partition> folded_butterfly_phases(int n, int g);
 
-// The NxN averaging matrix of a partition: W[i][j] = 1/|G| when i and j share group G.
-std::vector<std::vector<double>> mixing_matrix(const Partition& partition, int n);
-// C = A * B (small dense matrices, for tests and predictions).
-std::vector<std::vector<double>> matmul(const std::vector<std::vector<double>>& a,
-                                        const std::vector<std::vector<double>>& b);
-
 // Checks that groups are disjoint, sorted and cover 0..n-1; Error naming the problem otherwise.
 void check_partition(const Partition& partition, int n);
 std::string partition_str(const Partition& partition);  // "{0,1}{2,3}"

@@ -33,10 +33,6 @@ std::optional<int64_t> saved_step(const core::StateDict& state) {
 DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
     : group_(std::move(group)), options_(std::move(options)) {
   MT_CHECK(group_ != nullptr, "DS-Sync needs a process group");
-  MT_CHECK(options_.global_average_every >= 0, "dist.dssync.global_average_every must be >= 0 "
-           "(0 = never), got ", options_.global_average_every);
-  MT_CHECK(options_.spread_every >= 0, "dist.dssync.spread_every must be >= 0 (0 = never), got ",
-           options_.spread_every);
   options_.schedule.world_size = group_->size();
   MT_CHECK(!options_.measure_racks || options_.schedule.rack_of.empty(),
            "set the racks (dist.dssync.rack / dist.dssync.ranks_per_rack) or dist.dssync.measure_racks, "
@@ -155,8 +151,7 @@ double DsSyncSynchronizer::measure_spread() {
     d2 += d * d;
   }
   // Mean over ranks of the squared distance, in double precision on the host.
-  last_spread_ = std::sqrt(std::max(0.0, mean_over_ranks(*group_, d2)));
-  return last_spread_;
+  return std::sqrt(std::max(0.0, mean_over_ranks(*group_, d2)));
 }
 
 void DsSyncSynchronizer::prepare_eval(layers::Module& model) {

@@ -90,7 +90,6 @@ class DsSyncSynchronizer final : public Synchronizer {
   int64_t steps() const { return step_; }
   // Collective over the world: RMS over ranks of ||x_r - mean x||_2 (parameters only).
   double measure_spread();
-  double last_spread() const { return last_spread_; }
 
  private:
   void restore_local();
@@ -104,7 +103,6 @@ class DsSyncSynchronizer final : public Synchronizer {
   std::vector<Tensor> params_;
   ModelVector model_;            // parameters and float32 buffers (batch-norm statistics)
   int64_t step_ = 0;             // optimizer steps taken = the schedule position
-  double last_spread_ = 0.0;
   bool crossed_last_step_ = false;
   int64_t crossing_steps_ = 0;
   optim::Optimizer* optimizer_ = nullptr;  // setup's: per-rank optimizer state for checkpoints

@@ -9,7 +9,6 @@ namespace mt::dist {
 LocalSgdSynchronizer::LocalSgdSynchronizer(std::shared_ptr<ProcessGroup> group, LocalSgdOptions options)
     : group_(std::move(group)), options_(std::move(options)) {
   MT_CHECK(group_ != nullptr, "local SGD needs a process group");
-  check_at_least("dist.local_sgd.period", options_.period, 1);
 }
 
 void LocalSgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {

@@ -1,5 +1,6 @@
 #include "dist/ps/ps_handshake.h"
 
+#include <cstdio>
 #include <string>
 
 #include "core/error.h"
@@ -24,6 +25,52 @@ std::string parameter_server_name(int server, int workers) {
 
 std::string parameter_server_worker_name(int worker) {
   return "worker " + std::to_string(worker) + " (rank " + std::to_string(worker) + ")";
+}
+
+ServerCommands::ServerCommands(std::shared_ptr<ProcessGroup> world, int workers)
+    : world_(std::move(world)), workers_(workers) {
+  const size_t servers = static_cast<size_t>(world_->size() - workers_);
+  commands_.resize(servers);
+  work_.resize(servers);
+}
+
+template <typename F>
+void ServerCommands::with_server(int s, const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    failed_ = true;
+    fail_server_gone(0, workers_, s, what, e);
+  }
+}
+
+void ServerCommands::send(int64_t kind, int64_t value) {
+  if (kind == ps::kStep) last_ = value;
+  for (size_t s = 0; s < work_.size(); ++s) {
+    const std::string what = kind == ps::kStop ? "telling it to stop" : "telling it iteration " + std::to_string(value) + " begins";
+    with_server(static_cast<int>(s), what, [&] {
+      if (work_[s]) work_[s]->wait();
+      commands_[s] = int64s({kind, value});
+      work_[s] = world_->send(commands_[s], workers_ + static_cast<int>(s), ps::kCommandTag);
+    });
+  }
+}
+
+void ServerCommands::wait() {
+  for (size_t s = 0; s < work_.size(); ++s)
+    with_server(static_cast<int>(s), "telling it iteration " + std::to_string(last_) + " begins", [&] {
+      if (work_[s]) work_[s]->wait();
+    });
+}
+
+void ServerCommands::stop(int64_t iterations) noexcept {
+  if (failed_ || !world_) return;
+  try {
+    send(ps::kStop, iterations);
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "worker 0: could not tell the parameter servers to stop: %s\n", e.what());
+  }
 }
 
 void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, const std::string& setting) {

@@ -7,6 +7,8 @@
 // job stops at set-up.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,6 +39,29 @@ void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, 
 // On worker `worker` (of `workers`): server `server` failed while `what`; throws the Error that
 // names it (for the PS, ByteScheduler-PS and DLCP-PS workers alike).
 [[noreturn]] void fail_server_gone(int worker, int workers, int server, const std::string& what, const std::exception& e);
+
+// Worker 0's commands to the servers (ps_protocol.h: {kStep, iteration} before each iteration,
+// {kStop, iterations} at the end), one in flight per server. A server gone is an Error naming it
+// (fail_server_gone); after one, stop() sends nothing (the servers stop on their own).
+class ServerCommands {
+ public:
+  ServerCommands() = default;
+  ServerCommands(std::shared_ptr<ProcessGroup> world, int workers);  // world: workers then servers
+  void send(int64_t kind, int64_t value);  // waits for the last command first
+  void wait();                             // for the commands in flight
+  void stop(int64_t iterations) noexcept;  // for destructors: a failure is printed, not thrown
+
+ private:
+  template <typename F>
+  void with_server(int s, const std::string& what, F&& f);
+
+  std::shared_ptr<ProcessGroup> world_;
+  int workers_ = 0;
+  int64_t last_ = -1;  // the last iteration announced
+  bool failed_ = false;
+  std::vector<Tensor> commands_;  // kept while in flight
+  std::vector<std::shared_ptr<Work>> work_;
+};
 
 // "parameter server 1 (rank 5)"
 std::string parameter_server_name(int server, int workers);

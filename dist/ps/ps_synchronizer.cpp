@@ -43,22 +43,13 @@ PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::share
     : workers_(std::move(workers)), world_(std::move(world)), options_(std::move(options)) {
   MT_CHECK(workers_ != nullptr, "the parameter server's workers need a process group");
   check_worker_world(*workers_, world_.get(), "dist.algorithm \"ps\"");
-  check_at_least("dist.ps.partition_bytes", static_cast<double>(options_.partition_bytes), 4);
-  check_at_least("dist.ps.rounds", options_.rounds, 1);
-  check_at_least("dist.grad_accumulation_steps", options_.grad_accumulation_steps, 1);
   // The earlier uses' part alone exists only in the micro-batch that communicates.
   if (options_.grad_accumulation_steps > 1 || options_.schedule == PsSchedule::BSP) options_.split_tied = false;
 }
 
 PsSynchronizer::~PsSynchronizer() {
   // After a failed exchange the servers are gone or stopping on their own.
-  if (!set_up_ || failed_ || workers_->rank() != 0) return;
-  try {
-    send_command(ps::kStop, steps_);
-    for (int s = 0; s < servers(); ++s) command_work_[static_cast<size_t>(s)]->wait();
-  } catch (const std::exception& e) {
-    std::cerr << "worker 0: could not tell the parameter servers to stop: " << e.what() << std::endl;
-  }
+  if (set_up_ && !failed_ && workers_->rank() == 0) commands_.stop(steps_);
 }
 
 template <typename F>
@@ -110,8 +101,7 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   receipt_work_.assign(plan_.size(), nullptr);
   pushed_at_.assign(plan_.size(), Clock::time_point{});
   pushed_.assign(plan_.size(), false);
-  commands_.assign(static_cast<size_t>(servers()), Tensor());
-  command_work_.assign(static_cast<size_t>(servers()), nullptr);
+  commands_ = ServerCommands(world_, workers_->size());
   handshake();
   if (workers_->rank() == 0 && options_.log) {
     *options_.log << "parameter server: " << servers() << " servers, " << name() << ", "
@@ -136,20 +126,9 @@ void PsSynchronizer::handshake() {
   greet_parameter_servers(*workers_, *world_, tables, options_.partition_bytes);
 }
 
-void PsSynchronizer::send_command(int64_t kind, int64_t value) {
-  for (int s = 0; s < servers(); ++s) {
-    const size_t i = static_cast<size_t>(s);
-    with_server(s, kind == ps::kStop ? "telling it to stop" : "telling it iteration " + std::to_string(value) + " begins", [&] {
-      if (command_work_[i]) command_work_[i]->wait();
-      commands_[i] = int64s({kind, value});
-      command_work_[i] = world_->send(commands_[i], workers_->size() + s, ps::kCommandTag);
-    });
-  }
-}
-
 void PsSynchronizer::begin_iteration(int64_t iteration) {
   micro_batches_.begin(iteration);
-  if (micro_batches_.communicate() && workers_->rank() == 0) send_command(ps::kStep, iteration);
+  if (micro_batches_.communicate() && workers_->rank() == 0) commands_.send(ps::kStep, iteration);
 }
 
 void PsSynchronizer::push(size_t k) {
@@ -338,8 +317,7 @@ bool PsSynchronizer::end_iteration(optim::StepGuard&) {
     }
   }
   if (!tied_known_) learn_tied_parameters();
-  for (int s = 0; s < servers() && workers_->rank() == 0; ++s)
-    with_server(s, "telling it the iteration began", [&] { command_work_[static_cast<size_t>(s)]->wait(); });
+  if (workers_->rank() == 0) commands_.wait();
   summary_wait_s_ += secs(Clock::now() - wait_start);
   ++summary_steps_;
   if (options_.timeline) options_.timeline->add("wait", Timeline::kCompute, wait_start, Clock::now());

@@ -44,6 +44,7 @@
 
 #include "dist/synchronizer.h"
 #include "dist/comm/process_group.h"
+#include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
 #include "dist/ps/row_sparse_exchange.h"
 #include "dist/timeline.h"
@@ -99,7 +100,6 @@ class PsSynchronizer final : public Synchronizer {
   void handshake();
   void push(size_t k);
   void push_staggered(bool finish);  // from a hook (finish false) or from step()
-  void send_command(int64_t kind, int64_t value);
   void on_gradient_part(size_t param_index, const core::Tensor& part, int remaining);
   void add_last_part(size_t param_index, const core::Tensor& part);
   void stage(size_t k, const core::Tensor& flat_part);  // into outgoing_[k]: copied, or added to what is staged
@@ -124,8 +124,7 @@ class PsSynchronizer final : public Synchronizer {
   std::vector<std::shared_ptr<Work>> push_work_, note_work_, pull_work_, receipt_work_;
   std::vector<Clock::time_point> pushed_at_;
   std::vector<bool> pushed_;
-  std::vector<Tensor> commands_;                    // worker 0: per server, kept while in flight
-  std::vector<std::shared_ptr<Work>> command_work_;
+  ServerCommands commands_;                         // worker 0's
   // The split of tied parameters (learnt in the first communicating iteration).
   bool tied_known_ = false;
   bool split_ = false;                   // some parameter is tied: split from the second iteration

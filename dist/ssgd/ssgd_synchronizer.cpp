@@ -18,8 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
-
 }  // namespace
 
 SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options,
@@ -27,12 +25,6 @@ SsgdSynchronizer::SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOpti
     : group_(std::move(group)), options_(std::move(options)), hook_(std::move(hook)) {
   MT_CHECK(group_ != nullptr, "S-SGD needs a process group");
   if (!hook_) hook_ = make_allreduce_hook(group_);
-  MT_CHECK(options_.grad_accumulation_steps >= 1, "dist.grad_accumulation_steps must be >= 1, got ",
-           options_.grad_accumulation_steps);
-  MT_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_cap_mb > 0,
-           "dist.ssgd.bucket_cap_mb and dist.ssgd.first_bucket_cap_mb must be > 0");
-  MT_CHECK(options_.profile_iters >= 1, "dist.ssgd.profile_iters must be >= 1, got ", options_.profile_iters);
-  MT_CHECK(options_.gamma >= 0, "dist.ssgd.gamma must be >= 0 seconds per message, got ", options_.gamma);
   if (options_.alpha >= 0 && options_.beta >= 0) cost_ = {options_.alpha, options_.beta, options_.gamma};
 }
 
