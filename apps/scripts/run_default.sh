@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, from a fresh Debian 12 machine: install dependencies, build the `mintrain`
+# The main job, from a fresh Debian 12 machine: install what it needs, build the `mintrain`
 # command (and only what it links), and train the default config (LeNet-5 on Fashion-MNIST) on
 # the CPU as a data-parallel job of local processes (S-SGD over Gloo on loopback): MT_NPROC
 # ranks (default 2), each with a per-rank batch of 64 / MT_NPROC so that the global batch and
@@ -8,8 +8,9 @@
 # (--overwrite), never deleted. A second run reuses build/release and starts training at once.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash apps/scripts/install_deps.sh
-# CUDA code is most of a build's time: compile it only where a GPU can run it, or when asked.
+bash apps/scripts/install_deps.sh main
+# The CUDA kernels add half again to the build: compiled only where a GPU can run them, or when
+# asked.
 if [[ "${MT_CUDA:-0}" == 1 ]] || nvidia-smi -L >/dev/null 2>&1; then
   cuda=ON
 else
