@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check of the CUDA backend and the GPU benchmark, in two halves, because binaries are
-# built on a machine without a GPU and run on one that has no Debian libraries (see
-# ../shared/tools/gpu-bundle):
+# built on a machine without a GPU and run on one that has no Debian libraries:
 #
 #   apps/scripts/gpu_check.sh bundle [BUILD_DIR]   # here: build, then pack binaries (and the
 #                                                  # Fashion-MNIST files) into build/gpu-bundle/
@@ -11,9 +10,12 @@
 #                                                  # named (tests, bench, memcheck, train, and
 #                                                  # profile, which only runs when named)
 #   apps/scripts/gpu_check.sh bench                # on the GPU machine: step 2 alone
-#   apps/scripts/gpu_check.sh accept               # on the GPU machine: issue 31's acceptance
-#                                                  # runs (below), 70 s on an H200
+#   apps/scripts/gpu_check.sh accept               # on the GPU machine: the data-parallel
+#                                                  # acceptance runs (below), 70 s on an H200
 #
+# The bundle holds the binaries, every shared library they load but glibc's, the C++ runtime and
+# NVIDIA's (the GPU machine has its own), env.sh (the library path the steps use) and the
+# Fashion-MNIST files.
 # Carry build/gpu-bundle.tar.xz to the GPU machine (the device tool's carry: ["build/gpu-bundle.tar.xz"]):
 # unpacked, the bundle is over the 60 MiB carry budget (Debian's OpenBLAS alone, with kernels for
 # every CPU, is 36 MiB); `run` and `bench` unpack it when build/gpu-bundle/ is not there.
@@ -22,8 +24,8 @@
 # number of failed steps), each step under a time limit (all of them: 4 minutes on an H200):
 #   1. every bundled test binary (GPU tests included: there they run instead of skipping), each
 #      within MT_GPU_TEST_LIMIT seconds (240);
-#   2. the training benchmark against PyTorch (issues 3 and 8): apps/scripts/bench_train.sh
-#      --device cuda, the issues' matrix (ResNet-50 224x224 batch 128 fp32/tf32/bf16, ResNet-20
+#   2. the training benchmark against PyTorch: apps/scripts/bench_train.sh
+#      --device cuda, its GPU matrix (ResNet-50 224x224 batch 128 fp32/tf32/bf16, ResNet-20
 #      batch 128 fp32/bf16, LeNet-5 batch 64, BERT-base seq 128 batch 32 fp32/bf16), both sides
 #      of each case one after the other (3 min 10 s on an H200); it is cut at 5 minutes
 #      (`bench` alone: 9), later cases listed as skipped;
@@ -99,7 +101,7 @@ step() {
   fi
   return $rc
 }
-# The benchmark: bench_train.sh on the GPU (its defaults there are the issues' matrix) within
+# The benchmark: bench_train.sh on the GPU (its defaults there are the GPU matrix) within
 # BUDGET seconds (it stops a side that would run past it); each side of a case may take 150 s.
 bench() {
   local budget=$1
@@ -110,6 +112,37 @@ bench() {
   fi
   # The step's own log (progress lines) and the raw results go back as one file.
   cat "$out/bench_train.raw" >>"$out/bench_train.log" 2>/dev/null && rm -f "$out/bench_train.raw"
+}
+
+# What a bundle never ships: glibc's own libraries (the GPU machine's loader must find the glibc
+# it was built with), the C++ runtime (the GPU machine's is the one its CUDA libraries load) and
+# NVIDIA's libraries (it has its driver, the CUDA toolkit, cuDNN and NCCL).
+not_shipped='^(linux-vdso|ld-linux[-a-z0-9_]*|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl|libnss_[a-z]+|libthread_db|libstdc\+\+|libgcc_s|libcuda|libcudart|libcu(blas|dnn|rand|fft|sparse|solver)[A-Za-z_]*|libnccl|libnv[A-Za-z_-]*)\.so'
+# pack_binaries BINARY...: each binary into $BUNDLE/bin and every shared library it loads (as ldd
+# resolves them here) into $BUNDLE/lib, but not_shipped; and $BUNDLE/env.sh, which the steps
+# source to find them.
+pack_binaries() {
+  local b name path
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+  for b in "$@"; do
+    cp -L "$b" "$BUNDLE/bin/"
+    if ldd "$b" | grep -q "not found"; then
+      echo "gpu_check: $b needs libraries this machine lacks:" >&2
+      ldd "$b" | grep "not found" >&2
+      return 1
+    fi
+    while read -r name path; do
+      [[ $name =~ $not_shipped ]] || [ -e "$BUNDLE/lib/$name" ] || cp -L "$path" "$BUNDLE/lib/$name"
+    done < <(ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }')
+  done
+  # On the GPU machine: the bundle's libraries first, then CUDA's and the nvidia-* Python
+  # packages' (cuDNN, NCCL, cuBLAS).
+  cat >"$BUNDLE/env.sh" <<'ENV'
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+nv=$(python3 -c 'import glob, os, site
+print(":".join(sorted({d for p in site.getsitepackages() for d in glob.glob(os.path.join(p, "nvidia", "*", "lib"))})))' 2>/dev/null)
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${nv:+:$nv}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ENV
 }
 
 case "$mode" in
@@ -139,15 +172,21 @@ case "$mode" in
       for t in $sel; do tests+=("$build/tests/$t"); done
     fi
     rm -rf "$BUNDLE"
-    ../shared/tools/gpu-bundle -o "$BUNDLE" "$build/apps/mintrain" "$build/apps/bench/bench_train" "${tests[@]}"
+    pack_binaries "$build/apps/mintrain" "$build/apps/bench/bench_train" "${tests[@]}"
     strip --strip-unneeded "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true  # symbols: half the size
     git describe --always --dirty >"$BUNDLE/revision.txt" 2>/dev/null || true
-    # The Fashion-MNIST files (step 4 of `run`) add 30 MiB, already compressed: opt in with
-    # MT_GPU_DATA=1 (the tarball is then 54 MiB, close to the budget), or carry them separately
-    # and point MT_FASHION_MNIST at them. The benchmark needs no data.
-    if [ "${MT_GPU_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
+    # The Fashion-MNIST files, for `train` and `accept` (30 MiB, already compressed), from
+    # MT_FASHION_MNIST or Debian's place; MT_GPU_DATA=0 leaves them out (then carry them
+    # separately and point MT_FASHION_MNIST at them there). The benchmark needs no data.
+    if [ "${MT_GPU_DATA:-1}" = 1 ]; then
+      fmnist="${MT_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
+      [ -f "$fmnist/train-images-idx3-ubyte.gz" ] || {
+        echo "gpu_check: no Fashion-MNIST in $fmnist (train-images-idx3-ubyte.gz ...): point MT_FASHION_MNIST" \
+          "at its four .gz files, or give MT_GPU_DATA=0 to bundle without them" >&2
+        exit 1
+      }
       mkdir -p "$BUNDLE/data/fashion-mnist"
-      cp /usr/share/datasets/fashion-mnist/*.gz "$BUNDLE/data/fashion-mnist/"
+      cp "$fmnist"/*-ubyte.gz "$BUNDLE/data/fashion-mnist/"
     fi
     # What travels is the compressed bundle (a third of the size): it must fit the carry budget.
     # xz, not gzip: the libraries and data pack to 48 MiB instead of 62.
@@ -156,7 +195,7 @@ case "$mode" in
     echo "gpu_check: $BUNDLE is $(du -sm "$BUNDLE" | cut -f1) MiB, $BUNDLE.tar.xz $packed MiB"
     if [ "$packed" -ge 60 ]; then
       echo "gpu_check: $BUNDLE.tar.xz is over the 60 MiB carry budget; bundle fewer tests (MT_GPU_TESTS)" \
-        "or carry the data separately (no MT_GPU_DATA)" >&2
+        "or carry the data separately (MT_GPU_DATA=0)" >&2
       exit 1
     fi
     echo "now run, on the GPU machine (carry $BUNDLE.tar.xz): apps/scripts/gpu_check.sh run"
@@ -262,7 +301,7 @@ print(acc[-1] if acc else "")' "$BUNDLE/runs/$1/metrics.jsonl" 2>/dev/null
     exit "$failed"
     ;;
   *)
-    sed -n '2,47p' "$0"
+    sed -n '2,52p' "$0"
     exit 2
     ;;
 esac
