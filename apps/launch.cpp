@@ -300,10 +300,11 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
   };
   while (alive > 0) {
     // Every signal is forwarded, so a second Ctrl-C reaches the workers as a second one too
-    // (they then quit at once).
+    // (they then quit at once). A hang-up goes on as SIGTERM: the stop request that every
+    // process of the job handles (parameter servers ignore it and end when the workers do).
     if (const int sig = g_signal.exchange(0); sig != 0) {
       if (outcome.interrupt == 0) outcome.interrupt = sig;
-      signal_all(sig);
+      signal_all(sig == SIGHUP ? SIGTERM : sig);
       kill_after(o.stop_timeout_seconds);  // time to finish the iteration and checkpoint
     }
     for (auto& w : workers) {

@@ -15,12 +15,13 @@
 // exits with that status.
 // When the failed worker was waiting for others (a collective timed out), the ranks still
 // running at that moment are named too ("1 (stopped)"), since they are the suspects.
-// Ctrl-C / SIGTERM / SIGHUP (a dropped ssh session) to launch is forwarded to the workers (they
-// share one process group apart from the terminal's, so the terminal does not signal them
-// twice): they checkpoint and exit; after --stop-timeout seconds the stragglers get SIGKILL.
-// launch then exits 128 + the signal and restarts nothing. A stop signal sent to one worker
-// directly stops the job the same way: that worker exits 128 + it, the others stop with it
-// (exit 143), and launch exits 128 + the signal the first of them reports, restarting nothing. Workers die with launch however it ends: each has PR_SET_PDEATHSIG
+// Ctrl-C / SIGTERM / SIGHUP (a dropped ssh session; forwarded as SIGTERM) to launch is forwarded
+// to the workers (they share one process group apart from the terminal's, so the terminal does
+// not signal them twice): they checkpoint and exit; after --stop-timeout seconds the stragglers
+// get SIGKILL. launch then exits 128 + the signal it got and restarts nothing. A stop signal
+// sent to one worker directly stops the job the same way: that worker exits 128 + it, the
+// others stop with it (exit 143), and launch exits 128 + the signal the first of them reports,
+// restarting nothing. Workers die with launch however it ends: each has PR_SET_PDEATHSIG
 // SIGKILL, so even a SIGKILLed launch leaves no worker behind.
 // --nservers S adds S parameter servers (dist.algorithm "ps") to the job, started by node 0 with
 // the same command: ranks N..N+S-1 of a world of N+S (N = nnodes x nproc-per-node workers), with

@@ -56,7 +56,8 @@ const char* kTrainUsage =
     "  train CONFIG [--set k=v ...] [--resume PATH|auto] [--weights CKPT] [--overwrite] [--output DIR]\n"
     "                     train a model; --resume continues from a checkpoint file or folder;\n"
     "                     --resume auto: from the newest intact checkpoint of this run's\n"
-    "                     checkpoint folder if there is one, else from the start; --weights: a\n"
+    "                     checkpoint folder if there is one, else from the start (a run found\n"
+    "                     there without a checkpoint is moved aside and started over); --weights: a\n"
     "                     fresh run starting from a checkpoint's weights where names and shapes\n"
     "                     match (fine-tuning); a folder that holds another run is refused unless\n"
     "                     --resume or --overwrite (which moves the old run aside, deleting nothing)\n";
@@ -321,7 +322,9 @@ int cmd_launch(const std::vector<std::string>& argv) {
 int cmd_help(const std::vector<std::string>&) {
   std::cout << usage() << "\n"
             << "The values of every field that takes one of a list (names in any case):\n";
-  for (const auto& [field, choices] : mt::apps::enumerated_fields()) std::cout << "  " << field << ": " << choices << "\n";
+  for (const auto& [field, choices] : mt::apps::enumerated_fields()) {
+    std::cout << "  " << field << ": " << choices << "\n";
+  }
   return 0;
 }
 

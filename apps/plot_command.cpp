@@ -137,7 +137,9 @@ RunCurves read_run_curves(const std::string& run, std::ostream* warnings) {
     } catch (const nlohmann::json::parse_error& e) {
       // The last line of a run killed while writing it (or still writing it) is cut short.
       if (i + 1 == lines.size()) {
-        if (warnings) *warnings << "plot: warning: " << where << " is cut short (the run was killed, or is writing it); skipped\n";
+        if (warnings) {
+          *warnings << "plot: warning: " << where << " is cut short (the run was killed, or is writing it); skipped\n";
+        }
         break;
       }
       MT_FAIL("plot: ", where, ": not a JSON record (", e.what(), "); remove that line to plot the rest");

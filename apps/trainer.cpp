@@ -230,8 +230,8 @@ void Trainer::connect() {
       check_config(world.servers == 0 || dist::uses_parameter_servers(dc), "rank ", world.rank, ": the job has ",
                    world.servers, " parameter servers (MINTRAIN_NUM_SERVERS) but dist.algorithm \"", dc.algorithm(),
                    "\" uses none; ", dist::parameter_servers_hint());
-      check_config(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=", world.servers,
-                   "): run it with `mintrain train`, which serves instead of training");
+      check_config(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=",
+                   world.servers, "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;
       po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
       // The servers are CPU processes on Gloo; device gradients are staged through host memory.

@@ -358,7 +358,8 @@ TEST(Launch, AWorkerStoppedBySignalStopsTheJobWithoutARestart) {
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_EQ(status, 128 + sig) << err;
     EXPECT_EQ(slurp(starts), "start 0\nstart 0\n") << err;
-    EXPECT_TRUE(has(err, "a stop request (" + std::string(::strsignal(sig)) + ") reached the workers, not launch (rank ")) << err;
+    const std::string request = "a stop request (" + std::string(::strsignal(sig)) + ")";
+    EXPECT_TRUE(has(err, request + " reached the workers, not launch (rank ")) << err;
     EXPECT_TRUE(has(err, "the job stopped, no restart")) << err;
     EXPECT_FALSE(has(err, "restart 1/2")) << err;
   }

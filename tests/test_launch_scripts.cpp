@@ -42,7 +42,8 @@ void write_program(const fs::path& path, const std::string& text) {
 
 // A folder with the stand-ins in bin/ and the job's files beside.
 fs::path make_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("mt_test_launch_scripts_" + name + "_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("mt_test_launch_scripts_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "bin");
   write_program(dir / "bin" / "ssh",

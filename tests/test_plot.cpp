@@ -204,8 +204,8 @@ TEST_F(Plot, ACutLastLineIsSkippedWithAWarning) {
 
 // The hue of "#rrggbb", in degrees.
 double hue_of(const std::string& colour) {
-  const double r = std::stoi(colour.substr(1, 2), nullptr, 16) / 255.0, g = std::stoi(colour.substr(3, 2), nullptr, 16) / 255.0,
-               b = std::stoi(colour.substr(5, 2), nullptr, 16) / 255.0;
+  auto channel = [&](int at) { return std::stoi(colour.substr(at, 2), nullptr, 16) / 255.0; };
+  const double r = channel(1), g = channel(3), b = channel(5);
   const double hi = std::max({r, g, b}), lo = std::min({r, g, b}), d = hi - lo;
   if (d == 0) return 0;
   const double h = hi == r ? std::fmod((g - b) / d, 6.0) : hi == g ? (b - r) / d + 2 : (r - g) / d + 4;

@@ -436,7 +436,8 @@ TEST(Reliability, SigtermToOneWorkerStopsEveryRankWith143) {
   for (const std::string rank : {"0", "1"}) {
     fs::create_directories(dir / rank);
     ranks.push_back(std::make_unique<Process>(
-        dir / rank, std::vector<std::string>{"train", kTinyConfig, "--set", "epochs=100000", "--output", (dir / "run").string()},
+        dir / rank,
+        std::vector<std::string>{"train", kTinyConfig, "--set", "epochs=100000", "--output", (dir / "run").string()},
         std::vector<std::string>{"RANK=" + rank, "WORLD_SIZE=2", "LOCAL_RANK=" + rank, "LOCAL_WORLD_SIZE=2",
                                  "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}));
   }
@@ -468,18 +469,29 @@ TEST(Reliability, LaunchStopsWhenOneWorkerIsSentSigterm) {
   fs::remove_all(dir);
 }
 
-// A dropped ssh session hangs up the launcher: a stop with a checkpoint, as SIGTERM is.
-TEST(Reliability, SighupToLaunchStopsTheWorkersWithACheckpoint) {
-  const fs::path dir = temp_dir("launch_sighup");
+// A dropped ssh session hangs up the launcher (or `train` itself): a stop with a checkpoint,
+// as SIGTERM is. launch passes it on as SIGTERM, which parameter servers ignore too.
+TEST(Reliability, SighupStopsWithACheckpoint) {
+  const fs::path dir = temp_dir("sighup");
   Process p(dir, launch_args(3));
   ASSERT_TRUE(p.wait_until([&] { return any_checkpoint(dir / "run" / "checkpoints"); }, 60)) << p.err();
   p.signal(SIGHUP);
   const int status = p.wait_exit(60);
   const std::string out = p.out(), err = p.err();
   EXPECT_EQ(status, 129) << err;
-  EXPECT_TRUE(has(err, "SIGHUP (the terminal or ssh session hung up): stopping after this iteration")) << err;
+  EXPECT_TRUE(has(err, "mintrain launch: interrupted (Hangup): forwarded to the workers, no restart")) << err;
   EXPECT_TRUE(has(out, "[rank 0] stopped at epoch")) << out;
   EXPECT_FALSE(has(err, "restart 1/")) << err;
+
+  fs::create_directories(dir / "alone");
+  Process alone(dir / "alone", {"train", kTinyConfig, "--set", "epochs=100000", "--output", "run"});
+  ASSERT_TRUE(alone.wait_until([&] { return has(alone.out(), "epoch 1/100000 iter"); }, 60)) << alone.err();
+  alone.signal(SIGHUP);
+  EXPECT_EQ(alone.wait_exit(30), 129) << alone.err();
+  EXPECT_TRUE(has(alone.err(), "SIGHUP (the terminal or ssh session hung up): stopping after this iteration"))
+      << alone.err();
+  EXPECT_TRUE(has(alone.out(), "stopped at epoch")) << alone.out();
+  EXPECT_TRUE(any_checkpoint(dir / "alone" / "run" / "checkpoints"));
   fs::remove_all(dir);
 }
 

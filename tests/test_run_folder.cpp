@@ -324,7 +324,9 @@ TEST(JobShape, ResumingOnAnotherGlobalBatchSetsAsideWhatFollowsAndRecountsTheMet
   EXPECT_TRUE(th::contains(notes, "records after iteration 24 dropped")) << notes;
   // This job's checkpoints: the start in its count, then its own; the older one of batch 16 sorts before.
   std::vector<int64_t> kept;
-  for (const auto& f : CheckpointDir::list((out / "checkpoints").string())) kept.push_back(CheckpointDir::iteration_in_name(f));
+  for (const auto& f : CheckpointDir::list((out / "checkpoints").string())) {
+    kept.push_back(CheckpointDir::iteration_in_name(f));
+  }
   EXPECT_EQ(kept, (std::vector<int64_t>{8, 12, 16, 20}));
   EXPECT_EQ(load_checkpoint((out / "checkpoints" / CheckpointDir::file_name(12)).string(), nullptr, nullptr, nullptr)
                 .global_batch(),

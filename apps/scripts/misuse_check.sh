@@ -172,6 +172,11 @@ launcher=$!
 await sighup-launch.out "[rank 0] epoch 1/" && kill -HUP "$launcher"
 finish "$launcher" 60
 report sighup-launch 129 $? '[rank 0] stopped at epoch' 'restart 1/' "launch --nproc-per-node 2 -- train ...; kill -HUP <launch>"
+start sighup-train train "$CFG" --set epochs=100000 --output sighup_alone
+pid=$!
+await sighup-train.out "epoch 1/100000 iter" && kill -HUP "$pid"
+finish "$pid" 60
+report sighup-train 129 $? 'stopped at epoch' '' "train ... --set epochs=100000; kill -HUP <train>"
 start first-epoch-death launch --nproc-per-node 2 --max-restarts 1 -- train "$CFG" --set epochs=1 \
   --set data.synthetic.size=32768 --set logging.print_every_iters=8 --output first_epoch
 launcher=$!
