@@ -40,6 +40,7 @@
 #                  Fashion-MNIST's), one thread per rank, DDP's default 25 MB buckets; warm-up of one
 #                  progress window, then as many iterations as the mintrain runs minus one window;
 #                  its time per iteration is the median of the same windows' means (window_ms)
+#   pytorch_ddp_powersgd  the same with DDP's PowerSGD communication hook (rank 2, error feedback)
 #   one_worker     one process training alone (no synchronizer) in host 0: scaling efficiency's base
 #   compute_alone  N processes training alone at once, one per host, no synchronizer: what the
 #                  shared cores give each worker without any communication (the median process)
@@ -60,7 +61,7 @@
 #            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp ps_staggered (parameter server;
 #            ps_staggered predicted as WFBP-PS's DAG, on flat)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
-#            pytorch_ddp one_worker compute_alone (the rows above)
+#            pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone (the rows above)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
 # --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
 # --servers  parameter servers for the PS methods, each on a host of its own (default 1)
@@ -169,8 +170,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|one_worker|compute_alone) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps pytorch_ddp one_worker compute_alone)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|pytorch_ddp_powersgd|one_worker|compute_alone) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone)" >&2; exit 2 ;;
   esac
 done
 [[ -f $config ]] || { echo "report.sh: no config file '$config' (--config)" >&2; exit 2; }
@@ -182,7 +183,7 @@ config_field() { awk -v b="$1" -v f="$2" '$1 == b && $2 == "{" { inside = 1; nex
 [[ -n $model ]] || { echo "report.sh: $config names no model.name; pass --model" >&2; exit 2; }
 data_type=$(config_field data type)
 PYTHON=${PYTHON:-/usr/bin/python3}
-if [[ " $algorithm_list " == *" pytorch_ddp "* ]]; then
+if [[ " $algorithm_list " == *" pytorch_ddp"* ]]; then
   "$PYTHON" -c 'import torch' 2>/dev/null || {
     echo "report.sh: pytorch_ddp needs PyTorch, and $PYTHON cannot import torch; install it (Debian: apt-get install python3-torch) or set PYTHON" >&2
     exit 2; }
@@ -252,7 +253,8 @@ declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]=
                   [ssgd_two_bit]="compressed S-SGD TWO_BIT"
                   [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS" [ps_staggered]="Staggered-PS"
                   [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS"
-                  [pytorch_ddp]="PyTorch DDP (Gloo)" [one_worker]="1 worker alone"
+                  [pytorch_ddp]="PyTorch DDP (Gloo)" [pytorch_ddp_powersgd]="PyTorch DDP + PowerSGD hook (rank 2)"
+                  [one_worker]="1 worker alone"
                   [compute_alone]="N workers alone (no communication)")
 # The config overrides of each algorithm (and of DS-Sync on two racks, below).
 algo_sets() {
@@ -462,7 +464,7 @@ ddp_once() {
     bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC MASTER_ADDR=10.77.0.1 MASTER_PORT=$port \
         GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
         timeout 900 "$PYTHON" apps/bench/pytorch_ddp.py --model "$model" --batch "$BATCH" --threads 1 \
-        --warmup "$every" --iters "$ddp_iters" --window "$every" --timeout 120 >"$dir/rank$r.log" 2>&1 &
+        --hook "${DDP_HOOK:-none}" --warmup "$every" --iters "$ddp_iters" --window "$every" --timeout 120 >"$dir/rank$r.log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
@@ -564,6 +566,7 @@ for preset in $presets; do
     rc=0
     case $algo in
       pytorch_ddp) steady "$preset / ${label[$algo]}" ddp_once "$run_dir" || rc=$? ;;
+      pytorch_ddp_powersgd) DDP_HOOK=powersgd steady "$preset / ${label[$algo]}" ddp_once "$run_dir" || rc=$? ;;
       one_worker) COUNT=1 steady "$preset / ${label[$algo]}" alone_once "$run_dir" || rc=$? ;;
       compute_alone) COUNT=$NPROC steady "$preset / ${label[$algo]}" alone_once "$run_dir" || rc=$? ;;
       *) RACKS=$([[ $preset == two_racks ]] && echo 1 || echo 0) SERVERS=$ps_servers \
@@ -691,7 +694,7 @@ while IFS=$'\t' read -r preset algo rc wall steal drops; do
   [[ $algo == one_worker || $algo == compute_alone ]] && m=$dir/out0/metrics.jsonl
   acc_file=$out/acc_${preset}_${algo}.dat
   ms="?" ips="?" acc="?"
-  if [[ $algo == pytorch_ddp ]]; then
+  if [[ $algo == pytorch_ddp* ]]; then
     # Rank 0's line; samples/s from the time per iteration, all ranks (the peer prints no rate).
     ms=$(grep -ho '^pytorch_ddp .*window_ms=[0-9.]*' "$dir/rank0.log" 2>/dev/null | grep -o 'window_ms=[0-9.]*' | cut -d= -f2 || true)
     [[ -n $ms ]] && ips=$(awk -v ms="$ms" -v n="$NPROC" -v b="$BATCH" 'BEGIN { print n * b * 1000 / ms }') || ms="?"
