@@ -661,8 +661,7 @@ TrainResult Trainer::train() {
         window_predictions += r.predictions;
         window_units += r.units;
       }
-      // The algorithm ends the iteration's exchange; where it leaves the step to the trainer (the
-      // gradients hold the average), the optimizer steps here.
+      // The algorithm ends the exchange; where it leaves the step here, the gradients hold the average.
       if (!sync_->end_iteration(*optimizer_)) {
         dist::TimelineSpan span(timeline_.get(), "optimizer");
         optimizer_->step();

@@ -8,7 +8,8 @@
 //                 lr from the schedule at the fractional epoch
 //                 sync.begin_iteration -> forward + loss (the task) -> backward
 //                   (x dist.grad_accumulation_steps micro-batches, loss scaled by 1/k)
-//                 sync.step(optimizer) -> optimizer.zero_grad()
+//                 sync.end_iteration(optimizer), and optimizer.step() where the algorithm
+//                 leaves the step to the trainer -> optimizer.zero_grad()
 // The optimizer is wrapped in a StepGuard (optim/step_guard.h): NaN/Inf gradients skip the step
 // (then on_nonfinite decides: stop, or go on), and optimizer.max_grad_norm clips.
 // Mixed precision: config.precision sets the process-wide compute precision of matmul and

@@ -1,7 +1,5 @@
 // The Synchronizer: the one seam between training and communication (README.md's seam table).
-// The trainer calls it at fixed points of every iteration and autograd calls on_gradient_ready
-// the moment a parameter's gradient is final. Rank, world size, metric averages and the stop
-// vote belong to the job (job.h).
+// Rank, world size, metric averages and the stop vote belong to the job (job.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,38 +16,33 @@ class Synchronizer {
   virtual ~Synchronizer() = default;
   virtual std::string name() const = 0;
 
-  // Once: check the replicas agree, broadcast the initial weights; the base class routes every
-  // parameter's gradient-ready hook to on_gradient_ready.
-  virtual void setup(layers::Module& model, optim::Optimizer& optimizer);
-  virtual void begin_iteration(int64_t iteration) {}
+  // Once: check the replicas agree, make their weights identical; route every parameter's
+  // gradient-ready hook to on_gradient_ready.
+  virtual void setup(layers::Module& model, optim::Optimizer& optimizer) {
+    const auto& params = optimizer.params();
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].register_grad_ready_hook([this, i](core::Tensor& p) { on_gradient_ready(i, p); });
+  }
+  virtual void begin_iteration(int64_t iteration) {}  // before each micro-batch's forward
   virtual void on_gradient_ready(size_t param_index, core::Tensor& param) {}
-  // After the last micro-batch's backward: the end of the iteration's exchange. Algorithms that
-  // exchange gradients (S-SGD, the parameter server, DLCP) leave the average in every
-  // parameter's gradient and return false: the trainer steps its optimizer on it. Algorithms
-  // that own their update (CD-SGD, DS-Sync, local SGD, ByteScheduler) take it here, through
-  // `optimizer`, the trainer's StepGuard (whose NaN/Inf check, clipping and count of skipped
-  // steps then speak of their update), and return true.
+  // After the last micro-batch's backward. Algorithms that exchange gradients (S-SGD, the
+  // parameter server, DLCP) leave the average in the gradients and return false: the trainer
+  // steps its optimizer. Algorithms that own their update (CD-SGD, DS-Sync, local SGD,
+  // ByteScheduler) take it here through `optimizer`, the trainer's StepGuard (its NaN/Inf check,
+  // clipping and count of skipped steps then speak of their update), and return true.
   virtual bool end_iteration(optim::StepGuard& optimizer) { return false; }
   virtual void prepare_eval(layers::Module& model) {}
-  // Before the trainer saves a checkpoint (collective; only rank 0 writes the file): what
-  // prepare_eval does, and algorithms whose ranks hold different state (DS-Sync, CD-SGD,
-  // compressed exchanges) also collect every rank's on rank 0 for state_dict (replicas.h).
+  // Collective, before rank 0 writes a checkpoint: prepare_eval, and per-rank state to rank 0.
   virtual void prepare_checkpoint(layers::Module& model) { prepare_eval(model); }
-  // True when the synchronizer applies SGD's momentum (and L2 weight decay) itself, before its
-  // exchange (momentum correction, momentum_correction.h): the optimizer given to setup must
-  // then be plain SGD without them, which the trainer builds.
+  // Momentum correction: the trainer then builds its optimizer without momentum and L2 decay.
   virtual bool takes_over_momentum() const { return false; }
-  // True when the optimizer steps on the plain average of this step's gradients, the same on
-  // every rank: the step guard's loss-scale unscaling is then exact (loss scaling needs it).
+  // The optimizer steps on the plain average, the same on every rank (loss scaling needs it).
   virtual bool steps_on_gradient_average() const { return false; }
-  // True when ranks hold state of their own (local weights, residuals, velocities): such a
-  // checkpoint resumes on as many ranks only.
+  // Ranks hold state of their own: a checkpoint resumes on as many ranks only.
   virtual bool keeps_state_per_rank() const { return true; }
-  // Statistics since the last call (bytes per iteration, compression ratio, wait time); "" =
-  // nothing to report. Rank-local: the trainer prints rank 0's.
+  // Rank-local statistics since the last call: a line for the epoch's log, and JSON members
+  // (`"name":value,...`) for each train record of the metrics file; "" = none.
   virtual std::string epoch_summary() { return ""; }
-  // JSON members (`"name":value,...`, no braces) the trainer adds to each train record of the
-  // metrics file: the algorithm's statistics since the last call; "" = none. Rank-local.
   virtual std::string metrics_fields() { return ""; }
 
   virtual core::StateDict state_dict() const { return {}; }
@@ -64,15 +57,12 @@ class LocalSynchronizer final : public Synchronizer {
   bool keeps_state_per_rank() const override { return false; }
 };
 
-// Gradient accumulation as a synchronizer sees it: with grad_accumulation_steps = k the trainer
-// calls begin_iteration(it) once per micro-batch with the same `it`. Synchronizers that send from
-// the gradient hooks (S-SGD, the parameter server, ByteScheduler) send on the k-th micro-batch
-// only (the earlier ones just sum up locally), and step() belongs after it.
+// Gradient accumulation: begin_iteration(it) comes once per micro-batch with the same `it`; the
+// algorithms that send from the gradient hooks send on the last one only.
 class MicroBatches {
  public:
   explicit MicroBatches(int steps) : steps_(steps) {}
 
-  // From begin_iteration: a new iteration starts at micro-batch 0; the same one counts on.
   void begin(int64_t iteration) {
     micro_batch_ = iteration == iteration_ ? micro_batch_ + 1 : 0;
     iteration_ = iteration;
@@ -80,11 +70,11 @@ class MicroBatches {
   int64_t iteration() const { return iteration_; }
   // This backward is its iteration's last micro-batch (before any begin: every backward is).
   bool communicate() const { return iteration_ < 0 || micro_batch_ % steps_ == steps_ - 1; }
-  // step() before the last micro-batch is a caller error; `role` and `rank` name the process.
+  // end_iteration before the last micro-batch is a caller error.
   void check_step(const char* role, int rank) const {
-    MT_CHECK(communicate(), role, " ", rank, ": step() on micro-batch ", micro_batch_ + 1, " of ", steps_,
+    MT_CHECK(communicate(), role, " ", rank, ": end_iteration() on micro-batch ", micro_batch_ + 1, " of ", steps_,
              "; with dist.grad_accumulation_steps = k, call begin_iteration(it) before each of the k "
-             "micro-batches and step() once after the last");
+             "micro-batches and end_iteration() once after the last");
   }
 
  private:

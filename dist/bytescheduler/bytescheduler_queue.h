@@ -1,14 +1,7 @@
-// ByteScheduler's queue (Peng et al., SOSP'19; docs/algorithms.md): the part of the scheduler
-// that decides which partition goes to the communication engine next, apart from any engine so
-// that it can be tested alone.
-//
-// Items are numbered in priority order: item 0 first (ByteScheduler gives layers nearer the
-// input the higher priority, since the next forward needs them first). An item can be sent once
-// it is ready; it is handed to the engine only while the bytes in flight (handed over, not yet
-// finished) plus its own stay within the credit. Items wait in the queue rather than in the
-// engine, so an item of higher priority that becomes ready later overtakes lower ones still
-// waiting: the credit is the preemption granularity. With nothing in flight one item always
-// goes, even one larger than the credit, so the queue never stalls.
+// ByteScheduler's queue, apart from any engine so it can be tested alone. Items in priority order
+// (item 0 first): a ready item is handed over only while the bytes in flight plus its own stay
+// within the credit, so a higher-priority item ready later overtakes lower ones still waiting.
+// With nothing in flight one item always goes, even one larger than the credit.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "dist/comm/subgroups.h"
 #include "dist/registry.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_protocol.h"

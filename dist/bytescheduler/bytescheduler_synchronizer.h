@@ -1,36 +1,7 @@
-// ByteScheduler (Peng et al., SOSP'19; docs/algorithms.md section 7) on the all-to-all
-// (allreduce) and on the parameter-server architecture. S-SGD's math, scheduled differently:
-//
-//   - every gradient is cut into partitions of at most partition_bytes (ps_partition.h);
-//   - the partitions wait in a priority queue (bytescheduler_queue.h), layers nearer the input
-//     first, and go to the communication engine only while the bytes in flight stay within the
-//     credit: a partition of layer 0, ready last in backward, overtakes the later layers' that
-//     still wait;
-//   - step() returns once the step's NaN/Inf vote is back, not when every partition is: each
-//     parameter's update (the sum / N, the optimizer's step for that parameter) is applied when
-//     the next forward is about to read it (before_forward_use, from the modules' forward
-//     hooks), so layer 0's forward of iteration t+1 runs while later layers' partitions of
-//     iteration t are still travelling. Without this gate priorities would buy nothing.
-//
-// One engine thread per worker runs the queue. Architecture "ps": it pushes a partition to its
-// server (world ranks N..N+S-1, ps_server.h) and posts the pull; the credit counts pushes the
-// server has not yet taken (it sends a receipt for each), and each server answers its partitions
-// in the order their pushes arrive, so layer 0's overtake there too. Architecture "a2a": an
-// allreduce per partition on a communicator of its own; every rank must issue the same
-// allreduces in the same order, so a partition counts as ready only when it is ready on every
-// rank: each message carries one slot per rank with that rank's count of gradients ready (in
-// backward order), and every rank decides from the same sums (an empty engine sends a message of
-// slots alone, a probe).
-//
-// The step guard: each rank counts the NaN/Inf values of its own gradients, and the sum over
-// ranks travels first (the vote, the highest priority); a non-zero vote skips the whole step on
-// every rank, as StepGuard would. Clipping by the global norm and loss scaling need every
-// gradient before the first update: refused (make_bytescheduler names optimizer.max_grad_norm).
-// The gradient norm reported with step t is iteration t-1's (known once all of it arrived).
-//
-// The credit: dist.bytescheduler.credit_bytes, or 0 = a search at start: candidates of 1, 2, 4,
-// ... partitions up to the whole model, search_iters iterations each, timed on worker 0 (the
-// time rides in the vote, so every worker picks the same), the fastest kept and logged.
+// ByteScheduler (Peng et al., SOSP'19; docs/algorithms.md section 7; README.md): gradient
+// partitions by priority within a credit, on allreduce ("a2a") or parameter servers ("ps"), and
+// each parameter's update applied when the next forward is about to read it. The step's NaN/Inf
+// vote travels first; clipping and loss scaling are refused (they need every gradient first).
 #pragma once
 #include <chrono>
 #include <condition_variable>

@@ -10,6 +10,7 @@
 #include "dist/compress/compression_config.h"
 #include "dist/flat.h"
 #include "dist/replicas.h"
+#include "dist/comm/subgroups.h"
 #include "dist/registry.h"
 #include "optim/step_guard.h"
 

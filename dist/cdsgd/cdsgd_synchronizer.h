@@ -1,45 +1,6 @@
-// CD-SGD: compressed, one-step-delayed exchange with delay compensation (docs/algorithms.md
-// section 2; Yu et al. 2021). Every rank keeps two sets of weights:
-//
-//   w_i  local weights: the model's parameters, on which forward/backward run
-//   W    global weights: identical on every rank, updated with the average of all ranks'
-//        decoded gradients by the configured optimizer (the "server", run on every rank)
-//
-// Iteration t (after `warmup_iters` iterations of plain full-precision S-SGD):
-//   1. during backward, each bucket of g_t is handed to the communication side the moment its
-//      last gradient is ready (on_gradient_ready, backward order); error feedback, compression,
-//      the self-decode, the collective and the decoding of all ranks' payloads run there, on
-//      worker threads (exchange_pipeline.h), full precision every k-th iteration;
-//   2. step(): wait for exchange t-1 (it had all of iteration t to finish) and apply it:
-//      W <- optimizer(W, mean_i decode(Q(g_{t-1,i} + r_i)));
-//   3. the local step, from the newest W and this rank's own gradient, through the same step
-//      guard as the global one (NaN/Inf, clipping, weight decay), at the local rate:
-//      w_{t+1} = W - lr_local * (g_t + lambda * g_t (.) g_t (.) (W - w_t))
-//      (lambda = 0: plain one-step-delay SGD, OD-SGD).
-// So the training thread's iteration t+1 waits for nothing of iteration t but the local step:
-// exchange t (compression included) overlaps the forward/backward of t+1.
-//
-// The optimizer: the trainer's optimizer *is* the global one. Its parameter tensors are the
-// model's, so step 2 copies W into them, sets their gradients to the average, steps the
-// optimizer (momentum, weight decay: the global state, saved with checkpoints as usual), copies
-// the result back into W, and step 3 writes the new local weights with a plain SGD of its own
-// (the optimizer's weight decay, no momentum), stepped through the trainer's StepGuard.
-//
-// With momentum correction (momentum_correction.h, DGC; cdsgd.momentum_correction) each rank
-// exchanges its velocity u instead of g, the global step is plain SGD W <- W - lr * mean(decoded)
-// (the trainer builds the optimizer without momentum for it: takes_over_momentum), and the local
-// update uses u: w_{t+1} = W - lr_local * (u_t + lambda * g_t (.) g_t (.) (W - w_t)), the same
-// step W is about to take with this rank's share.
-//
-// TWO_BIT's threshold tau is read on the per-sample-sum scale (the reference quantises the
-// gradient summed over the batch): the compressor gets tau / samples_per_rank.
-//
-// Evaluation and checkpoints use W: prepare_eval waits for the exchange in flight, applies it
-// (with the lr of the iteration that produced it, so the result is the same as applying it in
-// the next step), and shows W in the model; the next begin_iteration puts the local weights
-// back. Checkpoints hold W (as the model), the iteration count and every rank's local weights,
-// residual and velocity (state_dict, after prepare_checkpoint), so a resumed run continues
-// exactly on every rank.
+// CD-SGD (docs/algorithms.md section 2; README.md): local weights w for forward and backward,
+// global weights W identical on every rank; iteration t's compressed exchange runs while t+1
+// computes, end_iteration applies exchange t-1 to W and takes the delay-compensated local step.
 #pragma once
 #include <chrono>
 #include <iosfwd>

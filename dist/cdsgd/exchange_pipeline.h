@@ -1,25 +1,8 @@
-// ExchangePipeline: CD-SGD's compressed exchanges, run off the training thread, bucket by bucket
-// as backward produces the gradients. The training thread only hands a bucket's values over
-// (launch) and, one iteration later, collects that iteration's average (wait). Everything in
-// between runs on two worker threads of its own:
-//
-//   encoder  error feedback, compression, the self-decode that updates the residual, TOPK
-//            warm-up, issuing the collective
-//   decoder  waiting for the collective, decoding the N payloads, summing, dividing by N
-//
-// Two threads, so that decoding bucket b never holds up encoding bucket b+1. Each runs its tasks
-// in the order they were given (a CommQueue: timeouts, errors that name the task), so the
-// collectives are issued in bucket order on every rank. They go on a communicator of their own
-// (the caller passes one: CD-SGD uses a subgroup of all ranks), so the training thread's own
-// collectives (broadcasts at evaluation, checkpoint gathers) can never interleave with them in a
-// different order on different ranks.
-//
-// One GradientExchange per bucket (its own residual); the buckets are contiguous ranges that
-// tile one flat vector (in any order), so residuals and averages are read and written flat. In a
-// lossy exchange a bucket whose values are not finite (NaN/Inf) goes as zeros: this rank's
-// residual stays finite, the others' global weights too, and the training thread's step guard
-// reports the bad gradient (nonfinite_buckets() counts them). A full-precision exchange carries
-// the NaN (its residual is cleared anyway): every rank's guard then skips the same global step.
+// ExchangePipeline: CD-SGD's compressed exchanges, bucket by bucket, off the training thread.
+// The training thread hands a bucket over (launch) and collects the average one iteration later
+// (wait); an encoder thread (error feedback, compression, the collective) and a decoder thread
+// (waiting, decoding, averaging) run the rest in bucket order, on a communicator of their own.
+// A lossy exchange sends a bucket whose values are not finite as zeros (nonfinite_buckets()).
 #pragma once
 #include <atomic>
 #include <chrono>

@@ -1,20 +1,21 @@
 #include "dist/comm/comm_queue.h"
 
 #include "core/error.h"
+#include "dist/comm/silent_ranks.h"
 
 namespace mt::dist {
 
 using Clock = std::chrono::steady_clock;
 
-// A gloo op that misses its own timeout by more than this is considered stuck. It covers the
-// roll call a timed-out op takes before failing (at most kMaxRollCall, silent_ranks.h).
+// An operation that misses its engine's timeout by more than this (which covers the roll call
+// of a timed-out one) is stuck.
 constexpr auto kGrace = std::chrono::seconds(2) + kMaxRollCall;
 
 class QueuedWork : public Work {
  public:
-  QueuedWork(std::string who, std::shared_ptr<CommHealth> health, std::string op,
-             std::function<void()> run)
-      : who_(std::move(who)), health_(std::move(health)), op_(std::move(op)), run_(std::move(run)) {}
+  QueuedWork(std::string who, std::shared_ptr<CommHealth> health, std::string op, std::function<void()> run,
+             std::chrono::milliseconds timeout)
+      : who_(std::move(who)), health_(std::move(health)), op_(std::move(op)), run_(std::move(run)), timeout_(timeout) {}
 
   void wait() override;
   bool is_completed() override {
@@ -51,14 +52,13 @@ class QueuedWork : public Work {
   const std::string& op() const { return op_; }
   const std::string& error() const { return error_; }  // valid once done
 
-  std::chrono::milliseconds timeout;
-
  private:
   enum State { kQueued, kRunning, kDone };
   std::string who_;
   std::shared_ptr<CommHealth> health_;
   std::string op_;
   std::function<void()> run_;
+  std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable cv_;
   State state_ = kQueued;
@@ -71,9 +71,9 @@ void QueuedWork::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (state_ != kDone) {
     const auto from = state_ == kRunning ? std::max(called, started_) : called;
-    const auto deadline = from + timeout + kGrace;
+    const auto deadline = from + timeout_ + kGrace;
     if (Clock::now() >= deadline) {
-      const std::string msg = who_ + ": " + op_ + " did not finish within " + seconds_number(timeout) + " s" +
+      const std::string msg = who_ + ": " + op_ + " did not finish within " + seconds_number(timeout_) + " s" +
                               (state_ == kRunning ? "" : " (still queued behind earlier operations)") +
                               ": a peer is probably dead or stuck; check the other ranks' output";
       lock.unlock();
@@ -105,8 +105,7 @@ CommQueue::~CommQueue() {
 }
 
 std::shared_ptr<Work> CommQueue::enqueue(std::string op, std::function<void()> run) {
-  auto work = std::make_shared<QueuedWork>(who_, health_, std::move(op), std::move(run));
-  work->timeout = timeout_;
+  auto work = std::make_shared<QueuedWork>(who_, health_, std::move(op), std::move(run), timeout_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     MT_CHECK(!stopping_, who_, ": ", work->op(), " issued on a process group being destroyed");

@@ -123,14 +123,7 @@ ReduceFn reduce_fn(core::DType dtype, ReduceOp op) {
   }
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
+const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Max ? "max" : "min"; }
 
 std::shared_ptr<gloo::transport::Device> make_device(const ProcessGroupOptions& o, int rank) {
   if (o.transport == "tcp") {

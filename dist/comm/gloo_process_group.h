@@ -1,21 +1,7 @@
-// GlooProcessGroup: the ProcessGroup for CPU tensors, on Gloo (Debian's libgloo, TCP or
-// ibverbs transport).
-//
-// Rendezvous: our Store is adapted to gloo::rendezvous::Store, and each group gets its own
-// gloo::rendezvous::PrefixStore ("gloo/world/<n>", "<that>/sub/0,3"), through which Gloo
-// exchanges the pair addresses of a full mesh. Every operation runs on the group's
-// communication thread (comm_queue.h) with its own tag: a tag is the per-group operation
-// counter, which is the same on every rank because operations are issued in the same order,
-// and which keeps two operations' messages apart (Gloo stalls when two collectives in flight
-// on one context share a tag).
-//
-// Algorithms: allreduce is Gloo's new-style ring (gloo::allreduce, Algorithm::RING);
-// broadcast, allgather, allgatherv and barrier are Gloo's. Gloo's 2022 snapshot has no
-// new-style reduce_scatter (only the old ReduceScatterHalvingDoubling class, which wants
-// pre-registered buffers per call), so reduce_scatter is our own ring over Gloo's unbound
-// buffers: N-1 steps, each sending one block to the right neighbour and reducing the block
-// received from the left, so every rank moves (N-1)/N of the input, the bandwidth optimum.
-// send and recv are Gloo's unbound-buffer messages, on slots of their own.
+// GlooProcessGroup: CPU tensors on Gloo (README.md). Pair addresses go through the store under
+// the group's prefix; every operation runs on the group's thread (comm_queue.h) with its own tag,
+// the per-group operation count (two collectives in flight on one context must not share one).
+// reduce_scatter is our own ring over unbound buffers: Gloo's snapshot has no new-style one.
 #pragma once
 #include <functional>
 #include <map>
@@ -26,6 +12,7 @@
 
 #include "dist/comm/comm_queue.h"
 #include "dist/comm/process_group.h"
+#include "dist/comm/subgroups.h"
 
 namespace gloo {
 class Context;

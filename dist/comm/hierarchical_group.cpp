@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "dist/comm/subgroups.h"
 
 namespace mt::dist {
 namespace {

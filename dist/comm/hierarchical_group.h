@@ -1,30 +1,8 @@
-// HierarchicalGroup: a ProcessGroup whose allreduce goes in three levels for ranks in racks
-// joined by a slower uplink (the baseline DS-Sync's paper compares against, docs/algorithms.md).
-// With racks of equal size r (a sum, the gradients' case) every rank carries a shard:
-//
-//   1. inside each rack: reduce-scatter, so rank j of the rack holds the rack's sum of shard j
-//      (1/r of the tensor; (r-1)/r M per rank over the fast links);
-//   2. across racks: rank j of every rack allreduces shard j with the others of index j, so
-//      the uplink carries M/r from each of r ranks: one tensor's worth, 2(R-1)/R M, as one
-//      representative's ring would, but in r parallel pieces that none has to forward;
-//   3. inside each rack: allgather of the shards.
-//
-// Racks of unequal size, and max/min, go through a representative (the rack's lowest rank):
-// allreduce in the rack, allreduce among the representatives, broadcast in the rack.
-//
-// Each level has its own thread (comm_queue.h; on GPUs one thread for all three, since NCCL
-// kernels of communicators launched in different orders on different ranks can deadlock) and its
-// own communicator, and takes the allreduces in issue order. So while one bucket crosses the
-// racks the next is reduced inside them, and every communicator sees its collectives in the same
-// order on all its members. A large sum goes through the levels in pieces (pieces_of), so that
-// one tensor pipelines too: piece k crosses while piece k+1 is reduce-scattered and piece k-1
-// allgathered. Issue order is the same on every rank (the caller's contract). The caller gets its
-// Work at once (the last level's) and overlaps as with the world.
-//
-// Every other operation (broadcast, allgather, send, subgroups, ...) is the world's, so a
-// synchronizer given this group in place of the world changes only how its allreduces travel.
-// The communicators are connected in the constructor (collectively: every rank of the world
-// constructs it with the same racks).
+// HierarchicalGroup (README.md): a ProcessGroup whose sum allreduce goes in three levels for
+// racks joined by a slower uplink: reduce-scatter inside each rack, each shard allreduced across
+// racks by the ranks holding it, allgather inside the rack (racks of unequal size, and max/min,
+// through one representative per rack). Each level has its own queue and communicator, so one
+// bucket crosses while the next is reduced; everything else is the world's. Collective to build.
 #pragma once
 #include <array>
 #include <chrono>

@@ -1,13 +1,6 @@
-// NcclProcessGroup: the ProcessGroup for CUDA tensors, on NCCL (built only with CUDA + NCCL:
-// MT_WITH_NCCL).
-//
-// Rank 0 of each group makes an NCCL unique id and publishes it in the store; the others read
-// it. Communicators are created non-blocking, so every NCCL call can be polled against the
-// group timeout and, when it passes, aborted with ncclCommAbort (a blocking communicator could
-// hang forever on a dead peer). Collectives run on one dedicated stream per group, after an
-// event recorded on the default stream (where our kernels run), so they see finished
-// gradients; each Work holds the event recorded after its collective and wait() polls it.
-// NCCL allows one rank per GPU in a communicator.
+// NcclProcessGroup: CUDA tensors on NCCL (built with CUDA and NCCL: MT_WITH_NCCL). Communicators
+// are non-blocking, so every call is polled against the timeout and aborted when it passes;
+// collectives run on the group's stream after an event on the default stream. One rank per GPU.
 #pragma once
 #include <map>
 #include <memory>
@@ -16,6 +9,7 @@
 #include <vector>
 
 #include "dist/comm/process_group.h"
+#include "dist/comm/subgroups.h"
 
 namespace mt::dist {
 

@@ -1,22 +1,17 @@
-// Process groups: collectives over a fixed set of ranks, on a real engine (Gloo for CPU
-// tensors over TCP or ibverbs; NCCL for CUDA tensors). Every operation is asynchronous and
-// returns a Work handle; wait() blocks until it is done and throws an Error naming the
-// operation, the group and the rank when a peer died or the timeout passed: nothing hangs.
-//
-// Collectives on one group run in the order they are issued, the same order on every rank
-// (the caller's job; the S-SGD schedules guarantee it). Tensors are contiguous and must not be
-// touched until wait() returns.
+// Process groups: collectives over a fixed set of ranks, on Gloo (CPU tensors) or NCCL (CUDA
+// tensors). Every operation is asynchronous and returns a Work; wait() throws an Error naming
+// the operation, the group and the rank when a peer died or the timeout passed. Collectives on
+// one group run in issue order, which must be the same on every rank (the caller's job).
+// Tensors are contiguous and untouched until wait() returns.
 #pragma once
 #include <chrono>
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "dist/comm/store.h"
 
@@ -40,9 +35,8 @@ class ProcessGroup {
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "gloo", "nccl"
   virtual std::string describe() const = 0; // e.g. "gloo/tcp world of 4" or "group {0,2} of world 4"
-  // Where this group's collectives take their tensors: the CPU for Gloo, the communicator's GPU
-  // for NCCL. What sends host values (the set-up check, metric averages, plans, votes) stages
-  // them there, so the same code runs on either backend.
+  // Where the collectives take their tensors (the CPU for Gloo, the GPU for NCCL): host values
+  // are staged there, so the same code runs on either backend.
   virtual core::Device device() const { return core::Device::cpu(); }
 
   // In place: every rank ends with op over all ranks' tensors.
@@ -57,76 +51,41 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> reduce_scatter(const Tensor& input, Tensor& output) = 0;
   virtual void barrier() = 0;
 
-  // Point to point (the parameter server's pushes and pulls): `tensor` goes to, or comes from,
-  // rank `peer` of this group. A send meets the peer's recv with the same tag; messages of one
-  // tag between two ranks arrive in the order sent. Unlike collectives they are posted at once,
-  // not queued behind other operations, so a pending recv never holds up a later send; wait()
-  // keeps the group's timeout. Backends without them (NCCL here) throw an Error saying so.
+  // Point to point (the parameter server's): a send meets the peer's recv of the same tag, in
+  // order. Posted at once, not queued behind collectives; NCCL's group has none (an Error).
   virtual std::shared_ptr<Work> send(const Tensor& tensor, int peer, uint32_t tag);
   virtual std::shared_ptr<Work> recv(Tensor& tensor, int peer, uint32_t tag);
 
-  // A group of some of this group's ranks (by rank in this group, sorted, including this
-  // rank). Created once and cached: asking again for the same ranks returns the same group.
-  // Every rank in `ranks` must ask for it (collectively with the others of `ranks`).
+  // A group of some of this group's ranks (sorted, this rank among them), made collectively by
+  // its members once and cached. Releasing forgets it (it closes with its last handle); asking
+  // again connects a new one.
   virtual std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& ranks) = 0;
-  // Forgets the cached subgroup of `ranks` (nothing if there is none): once the callers' own
-  // handles are gone, its connections and communication thread close. Every member releases it
-  // (in the same order as they made their subgroups); asking for the same ranks again connects a
-  // new one. For communicators needed only for a while (the rack probe's pairs).
   virtual void release_subgroup(const std::vector<int>& ranks) = 0;
 };
 
 // Waits for `work`; a failure (timeout, dead peer) is rethrown as an Error that also says what
 // this rank was doing, so the first line of the log is enough to find the problem.
-void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what);
+inline void finish(const std::shared_ptr<Work>& work, const ProcessGroup& group, const std::string& what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    MT_FAIL("rank ", group.rank(), " of ", group.size(), ": ", what, " failed: ", e.what());
+  }
+}
 
 struct ProcessGroupOptions {
   std::string backend = "gloo";    // "gloo" (CPU tensors) or "nccl" (CUDA tensors)
   std::string transport = "tcp";   // gloo: "tcp" or "ibverbs"
   std::string interface;           // network interface to bind (e.g. "eth0"); empty = by hostname/address
-  std::string hostname;            // gloo tcp: address/name to bind when no interface is given
-                                   // (empty = this host's name; rendezvous sets 127.0.0.1 for
-                                   // loopback jobs)
+  std::string hostname;            // gloo tcp, no interface: what to bind (empty = this host's name)
   std::string ib_device;           // ibverbs device name (empty = first)
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
-// Whether a job can run its collectives on this Gloo transport; throws a core::Error saying
-// why not and what to use instead. "ibverbs": Debian's Gloo runs only its bound-buffer
-// algorithms on it, and every collective of ours uses unbound buffers (they are what lets one
-// context carry many collectives in flight), so the transport is refused when the config is
-// read, never mid-run. On an InfiniBand cluster: "tcp" over IPoIB for CPU jobs, or CUDA tensors
-// with backend "nccl", whose IB transport uses rdma-core directly.
+// Whether a job can run its collectives on this Gloo transport; an Error says why not and what
+// to use instead ("ibverbs": Debian's Gloo runs only bound-buffer algorithms on it, ours use
+// unbound buffers; refused when the config is read, never mid-run).
 void check_collective_transport(const std::string& transport);
-
-// A fresh communicator over all of `group`'s ranks that nothing else shares: for exchanges run
-// from a thread of their own (CD-SGD's pipeline, ByteScheduler's engine), so that nothing the
-// training thread issues on the group, or on the job's stop-vote subgroup of everyone, can
-// interleave with them. Subgroups are cached by their ranks, so any cached one of everyone is
-// forgotten first (its holders keep it), a fresh one connected, and forgotten too, so that no
-// later subgroup(everyone) shares it. Collective: every rank calls it at the same point.
-std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group);
-
-// The subgroups a group has made, by member list (Gloo's and NCCL's groups keep theirs alike).
-class Subgroups {
- public:
-  // Made by `make(prefix, rank in the subgroup, members as world ranks)` the first time, the
-  // same one after. `ranks`: sorted, distinct, this rank among them (else an Error naming
-  // `who`); `parent_world`: the parent's members as world ranks. Each connection gets store keys
-  // of its own (prefix "<parent>/sub/0,3", "#1" after a release, and so on).
-  using Make = std::function<std::shared_ptr<ProcessGroup>(const std::string&, int, std::vector<int>)>;
-  std::shared_ptr<ProcessGroup> get(const std::vector<int>& ranks, int rank, const std::vector<int>& parent_world,
-                                    const std::string& parent_prefix, const std::string& who, const Make& make);
-  void release(const std::vector<int>& ranks);
-
- private:
-  std::mutex mutex_;
-  std::map<std::vector<int>, std::shared_ptr<ProcessGroup>> groups_;
-  std::map<std::vector<int>, int> released_;  // subgroups of these ranks released so far
-};
-
-// "0,3,4"
-std::string join_ranks(const std::vector<int>& ranks);
 
 // Creates the world group; every rank calls it with the same store.
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank, int size,

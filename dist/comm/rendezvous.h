@@ -1,15 +1,6 @@
-// Who am I in the job? Read from the environment of the launcher: torchrun's variables
-// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as set by
-// `mintrain launch` too), else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...), else
-// Open MPI's (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, ...).
-// No variables at all means a single process (rank 0 of 1).
-//
-// Parameter servers (dist.algorithm "ps") are ranks of the same world, after the workers:
-// MINTRAIN_NUM_SERVERS=S makes ranks 0..N-1 the workers and N..N+S-1 the servers of a world of
-// N+S (WORLD_SIZE counts both, so every launcher starts N+S processes with one command line).
-// MINTRAIN_ROLE=worker|server (BytePS's DMLC_ROLE), when set, must agree with the rank: it catches
-// a server placed at a worker's rank. The servers' rank order is their index: rank N+s is
-// server s.
+// Who am I in the job: torchrun's variables (also set by `mintrain launch`), else Slurm's, else
+// Open MPI's; none means one process. Parameter servers are the last ranks of the same world:
+// MINTRAIN_NUM_SERVERS=S makes ranks N..N+S-1 the servers (MINTRAIN_ROLE, when set, must agree).
 #pragma once
 #include <chrono>
 #include <memory>

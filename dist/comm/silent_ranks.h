@@ -12,6 +12,9 @@
 
 namespace mt::dist {
 
+// The longest a timed-out operation spends on the roll call (CommQueue's waits allow for it).
+inline constexpr std::chrono::milliseconds kMaxRollCall{5000};
+
 // Called by a member whose collective timed out. `members` are the group's members as world
 // ranks, `me` this rank's index among them, `prefix` the group's key prefix in the store. Waits
 // at most about `window` (its store calls give up after it too, as the store's host may be the

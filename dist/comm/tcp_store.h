@@ -1,13 +1,6 @@
-// TCPStore: the Store every rank of a job reaches over TCP. Rank 0 hosts it (a small server
-// thread that owns the key-value map); every rank, rank 0 included, talks to it as a client.
-//
-// Wire format (both directions): u32 length, then that many bytes of payload. A request's
-// payload is one op byte followed by its fields; strings and byte values are u32 length +
-// bytes, integers are little-endian. The server rejects (error reply, connection closed)
-// frames longer than kMaxValueBytes + 1 MiB, unknown ops and truncated fields, and keeps
-// serving everyone else. The first request on a connection must be HELLO with the job token
-// (MINTRAIN_JOB_TOKEN, empty when unset): a job's ranks share it, so a stray process or a
-// rank of another job on the same port is turned away instead of corrupting the rendezvous.
+// TCPStore: the Store every rank reaches over TCP; rank 0 hosts it (tcp_store_server.h), every
+// rank is a client. Frames are a u32 length and the payload (store_wire.h); the first request
+// is HELLO with the job token (MINTRAIN_JOB_TOKEN), so a stray process is turned away.
 #pragma once
 #include <atomic>
 #include <chrono>

@@ -1,14 +1,7 @@
-// Which ranks share a rack (or host): as the config gives them, or measured at start-up for
-// DS-Sync's bottleneck-aware schedule when the config does not say. Every pair of ranks times a few allreduces of one
-// message on its own two-rank communicator; pairs run in the rounds of a round-robin tournament
-// (disjoint pairs at once, the same rounds on every rank, so creating the pair communicators
-// cannot deadlock). The times are allgathered, so every rank clusters the same matrix and
-// reaches the same answer. Each pair's communicator is released as soon as its pair is timed,
-// so the probe leaves no connection or thread behind.
-//
-// Clustering: with lo and hi the fastest and slowest pair, a spread below `min_ratio` means one
-// rack; otherwise pairs faster than sqrt(lo * hi) are joined (union-find) and each connected
-// set is a rack. Loopback timings on a busy machine are noisy: prefer racks from the config.
+// Which ranks share a rack (or host): as the config gives them, or measured at start-up. Pairs
+// of ranks time allreduces on their own communicators in round-robin rounds (the same on every
+// rank, so nothing deadlocks), the times are allgathered, and every rank clusters the same
+// matrix: pairs faster than sqrt(fastest x slowest) share a rack, a spread under min_ratio is one.
 #pragma once
 #include <cstdint>
 #include <string>

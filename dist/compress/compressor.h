@@ -1,19 +1,6 @@
-// Gradient compressors (docs/algorithms.md section 1): one interface so every compressor works with
-// both compressed S-SGD and CD-SGD. A compressor maps a flat float32 vector to a payload (the
-// bytes that travel) and back; it keeps no memory of earlier calls. What a lossy compressor
-// drops is kept by the caller's error feedback (error_feedback.h) and added to the next input.
-//
-//   NONE     float32 as is                                     summable
-//   FP16     float16, round to nearest even                    summable
-//   TWO_BIT  +tau / -tau / 0 per value, 16 values per 32-bit word (threshold tau)
-//   TOPK     the ceil(ratio * n) largest |values| + their int32 indices (sampled threshold)
-//   SIGN     mean|v| * sign(v), 1 bit per value plus one float scale
-//
-// Summable payloads can be added element-wise by allreduce (decode(a) + decode(b) ==
-// decode(a + b)); the others are allgathered and every rank decodes and sums all of them.
-// Payload size depends only on n, so every rank's payload has the same length (allgather, not
-// allgatherv). Non-summable payloads are uint8 tensors of raw bytes: the tensor library has no
-// 32-bit integer type, and allgather moves bytes without looking at them.
+// Gradient compressors (README.md's table): a flat float32 vector to a payload and back, no
+// memory of earlier calls (error feedback is the caller's, error_feedback.h). Summable payloads
+// add up by allreduce; the others are uint8 bytes of a size fixed by n, allgathered.
 #pragma once
 #include <cstdint>
 #include <memory>

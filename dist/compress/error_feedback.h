@@ -1,16 +1,6 @@
-// Error feedback (EF-SGD, 1-bit SGD): what a lossy compressor drops this iteration is added
-// to the next iteration's gradient instead of being lost, so compression delays information
-// but does not discard it. One residual per exchanged buffer (here: one flat buffer holding
-// all parameters):
-//
-//   v = g + r;  send Q(v);  r <- v - decode(Q(v))
-//
-// so that, exactly, r_new + decode(Q(v)) == g + r_old. A full-precision step sends v itself
-// and clears r (docs/algorithms.md section 1).
-//
-// Only tensor ops, so it runs on the gradient's device. The residual starts on `device` and
-// follows the gradients: the first gradient from another device moves it there (values kept),
-// so a caller that never says where its gradients live still gets one device throughout.
+// Error feedback (EF-SGD, 1-bit SGD): v = g + r; send Q(v); r <- v - decode(Q(v)), so that
+// r_new + decode(Q(v)) == g + r_old exactly: compression delays information, never drops it.
+// Tensor ops only: the residual follows the gradients' device.
 #pragma once
 #include <cstdint>
 

@@ -1,17 +1,7 @@
-// One compressed exchange of a flat gradient vector, shared by compressed S-SGD (one per bucket,
-// compressing_hook.h) and CD-SGD (one per bucket, on its worker threads: exchange_pipeline.h).
-// launch() applies error feedback, compresses and enqueues the
-// collective (allreduce for summable payloads, allgather otherwise) and returns at once: the
-// process group runs it on its own thread. wait() blocks until it is done and returns the
-// average over ranks of the decoded gradients.
-//
-// A full-precision exchange sends g + r as float32 (allreduce) and clears r: CD-SGD's k-step
-// correction. Exchanges must be launched in the same order on every rank; several may be in
-// flight (CD-SGD launches iteration t's before waiting for t-1's).
-//
-// Device-agnostic: the residual, the payload, the allgather buffer and the average live on the
-// gradient's device (CPU tensors for a Gloo group, CUDA tensors for an NCCL group); `device`
-// only says where the residual starts (it follows the gradients, error_feedback.h).
+// One compressed exchange of a flat gradient vector (compressed S-SGD and CD-SGD, one per bucket):
+// launch() applies error feedback, compresses and enqueues the collective, returning at once;
+// wait() returns the average over ranks of the decoded gradients. A full-precision exchange sends
+// g + r as float32 and clears r. Buffers live on the gradient's device.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -1,31 +1,7 @@
-// Momentum correction (DGC, Lin et al. 2018) for lossy gradient compression with momentum SGD.
-//
-// Without it, each rank compresses its raw gradient (with error feedback) and the global step
-// applies momentum to the averaged decoded gradients. A lossy compressor releases an element's
-// accumulated residual in one burst (TWO_BIT: a whole +-tau); momentum then repeats that burst
-// over the next ~1/(1-m) steps, so the quantum of the weight update grows 10x at m = 0.9 and
-// the delayed, bursty updates destabilize training (measured: LeNet with TWO_BIT and momentum
-// 0.9 loses 4-6 points under compressed S-SGD and diverges under CD-SGD; dist/README.md).
-//
-// With it, each rank keeps its own velocity and exchanges that instead:
-//
-//   d = g + wd*w                 (L2 weight decay on this rank's weights; decoupled decay is
-//                                 applied by the global step instead)
-//   u <- m*u + (1-dampening)*d   (u = d on the first step, as optim::SGD)
-//   send EF(u), or EF(d + m*u) with Nesterov
-//
-// and the global step is plain SGD, W <- W - lr * mean_i decode(...): the momentum is already
-// inside what was sent. That step is the trainer's optimizer, built without momentum and L2
-// decay for such synchronizers (Synchronizer::takes_over_momentum), so its NaN/Inf guard and
-// clipping still apply; decoupled weight decay stays with it. Because the exchange is linear in u, NONE compression gives exactly
-// momentum SGD on the averaged gradient (up to float summation order). Compression now rounds
-// the velocity, which moves ~1/(1-m) times faster than the gradient, so the residual crosses a
-// threshold sooner and the quantum of an update is tau, not tau/(1-m).
-//
-// Momentum factor masking (DGC): where a sparse compressor (TOPK) sends a coordinate, its
-// velocity is cleared, since the accumulated value it carried has just been applied and would
-// otherwise keep pushing with stale momentum. It is off for dense compressors (TWO_BIT, SIGN,
-// FP16), which send most coordinates often: masking would switch momentum off for them.
+// Momentum correction (DGC, Lin et al. 2018; README.md): each rank keeps its velocity
+// u <- m·u + (1-dampening)·(g + wd·w) (u = d on the first step, as optim::SGD; Nesterov sends
+// d + m·u) and exchanges it instead of g, so the global step is plain SGD on the average and a
+// lossy compressor's bursts are not repeated by momentum. TOPK clears u where it sent.
 #pragma once
 #include <cstdint>
 

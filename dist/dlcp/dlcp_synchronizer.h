@@ -1,16 +1,6 @@
-// DLCP as a data-parallel algorithm (`dist.algorithm: "dlcp"`, configs/mintrain.proto
-// DlcpConfig), architecture "ring" (the parameter-server form is ps_worker.h; the registration
-// here builds either): S-SGD's BSP schedule, whose allreduce is DLCP's ring over UDP datagrams
-// (ring_allreduce.h) instead of Gloo's over TCP. After backward every rank flattens its
-// gradients, the ring sums them with per-element counts, and each element's gradient becomes
-// its sum over the ranks whose value arrived divided by their number; then the optimizer steps.
-// With loss_bound 0 this is S-SGD BSP (the tests compare it with Gloo's allreduce).
-//
-// A packet lost in the allgather leaves that range at zero on the ranks after the loss, so
-// replicas could drift apart by the updates they missed (the weights are only broadcast at
-// setup): lossless_allgather (the default) makes that half wait for every packet. Optional error
-// feedback keeps, on the sender, the values the next rank did not receive in reduce-scatter and
-// adds them to the next iteration.
+// DLCP as a data-parallel algorithm (README.md): S-SGD's BSP whose allreduce is DLCP's ring of
+// UDP datagrams (ring_allreduce.h); each element's average divides by the ranks whose value
+// arrived. The registration here builds the ring or the parameter-server form (ps_worker.h).
 #pragma once
 #include <iosfwd>
 #include <memory>

@@ -1,15 +1,6 @@
-// The sender's view of each path to one peer, kept across exchanges: how long a round trip on it
-// takes, how many of its recent packets were lost, and whether it is avoided for now. Spraying
-// packets blindly over the paths lets one congested path (a hotspot behind it) hold up every
-// transfer that puts packets on it; with this state a congested path gets no new packets while it
-// is bad, a packet lost on one path is resent on another, and the retransmission timeout comes
-// from the fastest working path instead of from the slowest one.
-//
-// A path is avoided when it was found silent (its overdue packets were still missing when the
-// peer answered a probe on another path, and nothing sent on it since had arrived) or when at least half of its last packets (8 or more)
-// were lost. Avoidance lasts kBaseAvoid, doubled each time the path is found bad again soon after
-// its last avoidance ended (it is still bad), up to kMaxAvoid: bounded, so a path whose hotspot
-// has passed gets packets again within kMaxAvoid.
+// The sender's view of each path to one peer, across exchanges: round-trip time, recent losses,
+// and avoidance of a path that lost half its recent packets or stayed silent while another
+// answered (kBaseAvoid, doubling while it stays bad, at most kMaxAvoid).
 #pragma once
 #include <algorithm>
 #include <chrono>

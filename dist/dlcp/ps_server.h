@@ -1,19 +1,6 @@
-// DLCP's parameter server (the worker side is ps_worker.h): a process started by `mintrain
-// launch --nservers S` that holds no model. At set-up it joins the workers' datagram endpoints
-// (connect_transport over the world of workers and servers, which also checks that everyone runs
-// the same packet size, p, deadline and lossless_pull) and answers worker 0's handshake
-// (ps_handshake.h) for its partition table. Then, for each {step, iteration} command from
-// worker 0 (over Gloo):
-//
-//   receive  one push from every worker at once (exchange_all), each under the bounded-loss rule
-//            on its own: all packets, or (1 - p) of them once the deadline has passed since its
-//            first packet; what is missing is 0 with count 0;
-//   sum      in worker order (the result does not depend on timing), values and counts;
-//   send     the sums to every worker at once, each packet with its count as `contributors` and
-//            the highest class the workers gave it; with lossless_pull every packet arrives.
-//
-// It stops at {stop}. A worker that falls silent for dist.timeout_seconds stops it with an
-// Error naming the worker.
+// DLCP's parameter server (README.md; the worker side is ps_worker.h): for each {step} command,
+// every worker's push at once under the loss rule (missing values 0 with count 0), the sums in
+// worker order with their counts, sent back to every worker; it stops at {stop}.
 #pragma once
 #include <cstdint>
 #include <iosfwd>

@@ -1,22 +1,7 @@
-// DLCP's parameter-server form, worker side (`dist.dlcp.architecture: "ps"`; the server is
-// ps_server.h). The bytes take the parameter server's road (dist/ps/ps_partition.h: gradients cut
-// into partitions spread over S servers by size) and DLCP's transport (transport.h): after
-// backward a worker packs each server's slices into one buffer (ps_layout.h) and pushes the S
-// buffers at once as datagrams, classed by layer and magnitude and sprayed over the paths; each
-// server sums what arrived from the N workers, with per-element counts, under the bounded-loss
-// rule; then the worker pulls the S sums, again as datagrams, divides each element by its count
-// (0 where nothing arrived) and steps. With loss_bound 0 this is BSP-PS, and S-SGD.
-//
-// The pull waits for every packet (lossless_pull, the default), so every worker applies the
-// same sums and the replicas stay identical: the ring's lossless_allgather, for the same reason.
-// With error_feedback the values of push packets a server did not acknowledge are added to the
-// next iteration's gradient.
-//
-// Control travels over Gloo, as in the Gloo parameter server: the handshake (ps_handshake.h),
-// then before each iteration worker 0 sends every server {step, iteration} and at the end
-// {stop}. Seams: setup (agree, broadcast, plan, transport over the world of workers and servers,
-// handshake), begin_iteration (the command), step (push, pull, average, optimizer), prepare_eval
-// (worker 0's batch-norm statistics), epoch_summary and metrics_fields (exchange_record.h).
+// DLCP's parameter-server form, worker side (README.md): the PS plan's slices of each server in
+// one buffer (ps_layout.h), pushed to the S servers at once as datagrams, the sums pulled back
+// (lossless by default, so the replicas stay equal) and divided by their counts. Control (the
+// handshake, the per-iteration commands) goes over Gloo as for the Gloo parameter server.
 #pragma once
 #include <memory>
 #include <string>

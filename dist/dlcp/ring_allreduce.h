@@ -1,14 +1,6 @@
-// Ring allreduce over DLCP's datagram transport: the same N-1 reduce-scatter steps and N-1
-// allgather steps as Gloo's ring, each step one bounded-loss exchange (send a chunk to the
-// next rank, receive one from the previous). Besides the sums it keeps, per element, how many
-// ranks' values they hold: a packet lost in reduce-scatter leaves its chunk without the
-// sender's partial sum (the count says so), one lost in allgather leaves 0 with count 0. The
-// caller divides by the counts (average over the contributions that arrived). Packet
-// boundaries are the same in every step (packets are cut from each chunk's start), so every
-// element of a packet has the same count, and a packet carries it in `contributors`.
-//
-// Peers are found through the process group (connect_transport): every rank allgathers its
-// endpoint's addresses, and rank 0's entry carries the job id that keeps other jobs' packets out.
+// Ring allreduce over DLCP's transport: Gloo's N-1 reduce-scatter and N-1 allgather steps, each a
+// bounded-loss exchange, keeping per element how many ranks' values it holds (a packet carries
+// it in `contributors`). connect_transport finds the peers through the process group.
 #pragma once
 #include <cstdint>
 #include <memory>

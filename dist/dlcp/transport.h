@@ -1,39 +1,10 @@
-// DLCP's bounded-loss exchange: during one exchange a rank sends one buffer to a peer and
-// receives one from another (a ring step), or only one of the two, over a DatagramEndpoint; or,
-// with exchange_all, several buffers to and from several peers at once (a parameter server
-// receives every worker's push together, a worker pushes to every server together). Each
-// transfer follows the rules below on its own; the exchange ends when all have.
-//
-// Receiving: every data packet is written at its offset as it comes (reassembly.h). The
-// receiver stops waiting once every packet has arrived, or once at least (1 - p) of them have
-// and the deadline has passed since the transfer's first packet arrived (a sender that starts
-// late is not cut short); what is missing then stays as it was (Add: the local values, counted
-// once) or becomes zero with count 0 (Overwrite). It
-// acknowledges every few packets, and at the end three times with the "done" flag.
-//
-// Sending: packets go out in priority order (class 3 first) within a congestion window
-// (congestion_window.h), sprayed over the paths to the peer that are not avoided (path_health.h:
-// a path that lost half its recent packets, or stayed silent while another answered, gets no
-// new packets for a while). A packet counts as lost when three packets sent after it were
-// acknowledged and it was not (reordering across paths stays below that), or when the receiver
-// answered a probe without having it: a probe on the packet's own path that was sent after it
-// (a path delivers in order), or a probe on another path sent when the packet had already waited
-// a retransmission timeout (its path is slower than the answering one by more than that: resent
-// elsewhere, it arrives sooner). The sender probes (an ack packet with kAckProbe and its number)
-// on every path at once when its oldest unacknowledged packet waited the retransmission timeout
-// of the fastest usable path, or when it is idle, backing off (at most 8x) while no answer comes;
-// the receiver answers each probe on the path it came on, after reading everything queued,
-// echoing its number. Silence alone never counts as loss: the receiver acknowledges only inside
-// its own exchange and may still be computing, finishing its previous exchange or descheduled
-// (TCP's receiver, the kernel, acknowledges whatever the application does, so TCP can take a
-// timeout for loss). A lost packet is sent again, on another path than the one that lost it,
-// only while the lost ones are more than the receiver may miss (p of the packets). Acks and
-// probes travel in the highest class (a switch serves them first: every sender waits on them),
-// and acks alternate over the paths, so that one congested path cannot silence a transfer.
-//
-// A rank that sends nothing for `timeout` (acks or data the exchange waits on) is an Error
-// naming it and its addresses. Packets of a later transfer are kept for it; packets of a
-// finished one are answered with its final ack.
+// DLCP's bounded-loss exchange (README.md): one buffer sent and one received per exchange (a ring
+// step), or several to and from several peers at once (exchange_all). A receiver stops at every
+// packet, or at (1 - p) of them once the deadline passed since the transfer's first packet; a
+// sender goes in priority order within a congestion window, sprays over the paths not avoided,
+// and takes a packet as lost only from three later acks or from a probe's answer (never from
+// silence alone: the receiver may still be computing). Lost packets are resent on another path,
+// and only beyond p. Silence for `timeout` is an Error naming the peer and its addresses.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -1,32 +1,11 @@
-// DS-Sync schedules (docs/algorithms.md section 3): for every iteration t, a partition of the N ranks
-// into disjoint groups; the ranks of a group average their models after that iteration's local
-// step. A schedule is a pure function of t (and of a seed shared by all ranks), so every rank
-// computes the same partition without talking, and a resumed run continues exactly where it
-// stopped from the iteration number alone.
-//
-//   butterfly  N = g^m: phase p = t mod m groups the ranks whose base-g digits agree everywhere
-//              except digit p. After the m phases every rank's information has reached every
-//              other (any m consecutive phases cover all digits).
-//              Other N ("folded butterfly"): M = g^m is the largest power <= N; the R = N - M
-//              extra ranks are folded onto the first ones by a phase F whose groups are
-//              {j, j+M, j+2M, ...} (size <= g since N < gM). The cycle is F, B_0 .. B_{m-1}
-//              (butterfly on ranks 0..M-1; extra ranks sit alone there). Any window of
-//              2(m+1) iterations holds F, all of B, then F again: the extras' information goes
-//              in, spreads over the butterfly and comes back out, so it reaches every rank.
-//   random     a pool of `pool_size` partitions (random permutations cut into blocks of g) is
-//              drawn at start from the shared seed; iteration t uses pool[hash(seed, t) mod
-//              pool_size]. Coverage holds with high probability, not by construction.
-//
-// Bottleneck awareness: given the rack of every rank and cross_period > 1, iterations
-// t with t mod cross_period == cross_period - 1 use the base schedule's phases that cross racks
-// (in turn); all other iterations use groups inside racks (the folded butterfly of each rack's
-// ranks, all racks at once). Slow inter-rack links are then used once per cross_period
-// iterations; tests check how long information takes to reach everyone.
-// In a crossing iteration at most cross_ranks_per_rack ranks of each rack cross (the uplink's
-// capacity in flows): the crossing groups of the base phase are taken in turn (a different one
-// first in each crossing iteration, so every rank gets to represent its rack), each cut to the
-// ranks its racks still have room for, and kept while it still spans two racks; every rank left
-// over averages in its group of the intra-rack phase, cut to the ranks left over.
+// DS-Sync's schedules (README.md's table; docs/algorithms.md section 3): for every iteration t a
+// partition of the N ranks into groups of at most g, a pure function of t and a shared seed, so
+// every rank computes the same partition without talking and a resume continues from t alone.
+// butterfly: phase t mod m groups the ranks whose base-g digits differ in digit p only; for
+// other N the extra ranks fold onto the first ones in a phase of their own. random: a pool of
+// partitions drawn from the seed. With racks and cross_period > 1, the phases that cross racks
+// come every cross_period iterations (at most cross_ranks_per_rack ranks of a rack crossing);
+// the other iterations average inside each rack.
 #pragma once
 #include <cstdint>
 #include <string>

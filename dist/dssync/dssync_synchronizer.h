@@ -1,32 +1,6 @@
-// DS-Sync, divide and shuffle (docs/algorithms.md section 3). Each iteration every rank takes a purely
-// local optimizer step on its own gradient (momentum and Adam moments stay local), then the ranks
-// of its current group (dssync_schedule.h) average their parameters and float32 buffers
-// (batch-norm running statistics) in one flattened allreduce on the group's communicator. No
-// gradient ever crosses the network; groups change every iteration, so information still
-// spreads to every rank within the schedule's period.
-//
-// Communicators: every distinct group of the schedule gets one at setup (subgroup() connects
-// once and caches). Creation is collective among a group's members only, so every rank walks
-// the same globally sorted list of groups and creates those it belongs to, in that order: the
-// smallest group not yet created always has all its members waiting on it, so nobody deadlocks.
-//
-// Evaluation and checkpoints use the average of all ranks' models (one world allreduce), as the
-// paper's SWA-like ensemble of the workers' trajectories. prepare_eval() keeps a copy of the
-// local weights and puts the average in the model; the next begin_iteration() (or step()) puts
-// the local weights back, so training continues from each rank's own trajectory and evaluating
-// does not change training. A checkpoint therefore holds the average as its model.
-//
-// Exact resume: the ranks' own weights and optimizer states differ from the average and from each
-// other, and the trainer writes rank 0's checkpoint only. So prepare_checkpoint() (which the
-// trainer calls before every checkpoint; evaluations call prepare_eval() and skip this) also
-// sends every rank's local weights (parameters and float32 buffers) and optimizer state to rank
-// 0, one broadcast per rank (replicas.h), and state_dict() stores them per rank; load_state_dict() gives each rank
-// its own back. A checkpoint from another world size, or without per-rank entries, resumes every
-// rank from the average and rank 0's optimizer state.
-//
-// Options: global averaging every K iterations (the whole world averages instead of the group,
-// bounding the spread); rank 0 logs the spread of the models (RMS distance of each rank's
-// parameters to their average) every `spread_every` iterations, so divergence is visible.
+// DS-Sync, divide and shuffle (docs/algorithms.md section 3; README.md): a local step on each
+// rank's own gradient, then an average of the models inside the rank's group of the iteration
+// (dssync_schedule.h), on that group's communicator. Evaluation shows the world average.
 #pragma once
 #include <iosfwd>
 #include <map>

@@ -1,15 +1,5 @@
-// Local SGD ("average every K steps"; docs/algorithms.md): every rank steps its own optimizer on
-// its own gradient, and every `period` steps the ranks replace their parameters and float32
-// buffers (batch-norm statistics) by the world's average, one flattened allreduce. Nothing
-// travels in between, so communication falls by a factor of K at the price of replicas that
-// drift apart for K-1 steps. With K = 1 and plain SGD it is S-SGD: the average of N steps from
-// the same weights is the step on the average gradient.
-//
-// Seams used: setup (agree, broadcast rank 0's weights), step (local step, then the average on
-// every K-th), prepare_eval (show the world average, keep the local weights; begin_iteration puts
-// them back, so evaluating does not change training). A checkpoint holds the average and the
-// step count: a run resumed from one taken at an averaging step, with a stateless optimizer,
-// continues exactly; elsewhere every rank continues from the average.
+// Local SGD (docs/algorithms.md section 4; README.md): every rank steps alone, and every
+// `period` steps the ranks replace their parameters and float32 buffers by the world's average.
 #pragma once
 #include <iosfwd>
 #include <memory>

@@ -1,16 +1,6 @@
-// A parameter server (docs/algorithms.md, as BytePS): it holds no model. Worker 0 tells it its
-// partitions at set-up (dist/ps/ps_protocol.h); then, each iteration, it receives every worker's
-// push of each partition, sums the N pushes (in worker order, so the result does not depend on
-// timing) and sends the sum back to every worker: synchronous, the same math as an allreduce.
-// A partition's pushes for the next iteration are received into its buffers as soon as its sum
-// is taken, so a fast worker is never held up by the server.
-//
-// Partitions are served in the order their pushes arrive: each push is followed by a note
-// naming it, the server takes the notes of all workers as they come (ps_arrivals.h), and the
-// partition whose N-th push arrives first is summed and answered first. So a partition pushed late
-// (ByteScheduler's layer 0) overtakes the ones still on their way. When the note asks for it,
-// the server sends the worker a receipt as it takes the push. Every wait has the world's
-// timeout; a worker that dies or falls silent stops the server with an Error naming the worker.
+// A parameter server (README.md): receives every worker's push of each partition, sums the N
+// pushes in worker order and sends the sum back to every worker, serving partitions in the order
+// their pushes arrive (ps_arrivals.h). A silent or dead worker stops it with an Error naming it.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -1,40 +1,8 @@
-// The parameter-server architecture, worker side (docs/algorithms.md, as BytePS): S server
-// processes beside the N workers (ps_server.h). Every gradient is cut into partitions of at most
-// partition_bytes, spread over the servers by size (ps_partition.h); a worker pushes each
-// partition to its server (and a note naming it, by which the server serves partitions in the
-// order their pushes arrive), the server sums the N pushes and every worker pulls the sum, divides
-// by N and steps its optimizer: S-SGD's math with a different road for the bytes. The schedule
-// decides when a partition is pushed:
-//
-//   BSP   after backward, every partition at once (all servers work in parallel);
-//   WFBP  from the gradient-ready hook, as soon as the parameter's gradient is final, so the
-//         last layers' partitions travel while backward computes the first layers'; the pull is
-//         posted at once and step() waits for it.
-//   STAGGERED  in rounds: each server's partitions are cut into `rounds` groups
-//         of about equal bytes, and a round pushes one group to every server, worker w starting
-//         at server w mod S, so at each step the workers push to different servers (no incast).
-//         Receipts pace it: a group leaves once the group two rounds before it was taken and,
-//         during backward (from the gradient hooks, never waiting), once its gradients are final.
-//         Pushed all at once, S flows share each worker's link and every partition completes
-//         at the end of the push phase, so no pull can start before it; in rounds, round c's
-//         sums travel back while round c+1 is pushed.
-//
-// A tied parameter (used twice in forward, as BERT's word embedding is by the lookup and by the
-// output layer) is final only when backward ends, yet its later use's part is ready when backward
-// starts. With split_tied_gradients the worker sees the uses' contributions one by one
-// (core::GradContributionHook): WFBP and STAGGERED push the earlier uses' part through the
-// servers as soon as it is final (the staggered groups then follow the order gradients became
-// ready in the first iteration). The last use's part, an embedding lookup's mostly zero rows,
-// joins the partitions not pushed yet; what falls in partitions already gone goes among the
-// workers as rows (row_sparse_exchange.h); step() adds the two averages. Which
-// parameters are tied is learnt in the first iteration and agreed by the workers.
-//
-// Seams used: setup (agree, broadcast rank 0's weights over the workers, handshake with every
-// server, register the hooks), begin_iteration (worker 0 tells the servers an iteration begins),
-// on_gradient_ready (WFBP's pushes), step (the rest of the pushes, the pulls, the average, the
-// optimizer), prepare_eval (rank 0's batch-norm statistics). Worker 0 tells the servers to stop
-// when the synchronizer is destroyed. Gradients on a device are staged through host memory (the
-// wire is Gloo's TCP); gradient accumulation communicates on the last micro-batch only.
+// The parameter server, worker side (docs/algorithms.md section 6; README.md): pushes every
+// gradient partition to its server with a note naming it, by schedule (bsp, wfbp, staggered),
+// pulls the sums and leaves the average to the trainer's step. A tied parameter (BERT's word
+// embedding) may go in two parts: the earlier uses' pushed as soon as final, the last use's rows
+// among the workers (row_sparse_exchange.h).
 #pragma once
 #include <chrono>
 #include <iosfwd>

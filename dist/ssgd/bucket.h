@@ -1,9 +1,6 @@
-// Bucket: the gradients of one or more parameters sent as one message. With several parameters
-// (tensor fusion, MG-WFBP merged layers), each gradient is copied into a persistent flat buffer
-// the moment it is ready, the communication hook (comm_hook.h) exchanges the buffer as one
-// message and leaves the average in it, and the averages are copied back; with one parameter
-// (WFBP) the gradient itself is the buffer. One message instead of many saves the per-message
-// start-up cost alpha of the network.
+// Bucket: the gradients of one or more parameters sent as one message (saving the network's
+// per-message cost), copied into one flat buffer as they arrive; with one parameter (WFBP) the
+// gradient itself is the buffer.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -26,19 +23,19 @@ class Bucket {
 
   // Starts a new iteration: every gradient pending again.
   void reset();
-  // Gradient of all_params[param] is final: copies it into the buffer (when fused). Returns
-  // true when it was the last one missing, i.e. the bucket is ready to send.
+  // Gradient of all_params[param] is final: into the buffer (when fused); true when it was the
+  // last one missing.
   bool add(size_t param, const Tensor& grad);
   size_t pending() const { return pending_; }
-  // Step time: parameters whose gradient never arrived (unused this iteration) contribute
-  // zeros, so every rank still sends the same messages. Returns those parameters.
+  // At the end of backward: the parameters whose gradient never arrived count as zeros (every
+  // rank sends the same messages); returns them.
   std::vector<size_t> add_missing(const std::vector<Tensor>& all_params);
   // The tensor the hook exchanges: the flat buffer, or the single gradient.
   Tensor payload(const std::vector<Tensor>& all_params) const;
   // After the hook left the average in the payload: every parameter's gradient = its part.
   void write_back(const std::vector<Tensor>& all_params);
 
-  // Communication state, owned by the synchronizer.
+  // The synchronizer's (the timeline's times too).
   std::shared_ptr<Work> work;
   bool launched = false;
   std::chrono::steady_clock::time_point launched_at, completed_at;

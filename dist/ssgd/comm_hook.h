@@ -1,10 +1,6 @@
-// Communication hooks: *what* travels for one bucket of gradients in S-SGD, after PyTorch DDP's
-// comm hooks. The synchronizer's schedule decides *when* a bucket goes; the hook sends it
-// (send: called the moment the bucket's last gradient is ready, returns the collective) and
-// writes the average over ranks back into it (finish: waits with the group's timeout). Dense,
-// float16 and compressed S-SGD are one synchronizer with three hooks, so every schedule overlaps
-// every kind of exchange with backward. Hooks with per-rank state (error-feedback residuals)
-// keep it per bucket and checkpoint it in parameter order, so a new bucket layout keeps it.
+// Communication hooks, after PyTorch DDP's: *what* travels for one bucket of S-SGD (the schedule
+// decides when). send starts the exchange and returns it; finish waits and leaves the average in
+// the bucket. Dense, float16 and compressed S-SGD are one synchronizer with three hooks.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,12 +15,10 @@ namespace mt::dist {
 
 // One bucket as a hook sees it.
 struct GradBucket {
-  size_t index = 0;             // the bucket's position in launch order, the same on every rank
-  Tensor grad;                  // flat float32: this rank's gradients in bucket order; finish
-                                // writes the average here (the hook may also use it as a buffer)
-  std::vector<Tensor> params;   // the bucket's parameters, in the same order
-  // "gradient bucket 2 (3 tensors, 1024 values)", for errors.
-  std::string describe() const;
+  size_t index = 0;            // the bucket's position in launch order, the same on every rank
+  Tensor grad;                 // flat float32, this rank's gradients; finish writes the average here
+  std::vector<Tensor> params;  // the bucket's parameters, in the same order
+  std::string describe() const;  // "gradient bucket 2 (3 tensors, 1024 values)", for errors
 };
 
 // What a kind of hook makes the synchronizer answer the trainer (synchronizer.h).
@@ -43,8 +37,7 @@ class CommHook {
   bool exact_average() const { return traits_.exact_average; }
   bool takes_over_momentum() const { return traits_.takes_over_momentum; }
   bool keeps_state_per_rank() const { return traits_.keeps_state_per_rank; }
-  // The buckets (parameter indices, in bucket order) over `params`: at setup and whenever the
-  // synchronizer rebuilds them. Hooks with per-bucket state carry it over here.
+  // The buckets (parameter indices) at setup and at every rebuild; per-bucket state carries over.
   virtual void set_layout(const std::vector<std::vector<size_t>>& layout, const std::vector<Tensor>& params) {}
   virtual std::shared_ptr<Work> send(const GradBucket& bucket) = 0;
   virtual void finish(const GradBucket& bucket) = 0;

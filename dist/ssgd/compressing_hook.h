@@ -1,18 +1,7 @@
-// Compressed S-SGD's communication hook (comm_hook.h): each bucket's gradient travels compressed
-// with error feedback, through one GradientExchange per bucket (allreduce when the compressor's
-// payloads are summable, else allgather and every rank decodes and sums them in rank order), so
-// all ranks get the same average and take the same step. Optionally DGC's momentum correction:
-// each rank exchanges its velocity per bucket instead of its gradient, and the optimizer is plain
-// SGD (takes_over_momentum). docs/algorithms.md section 1.
-//
-// Per bucket: v = g + r; send Q(v); r <- v - decode(Q(v)). Buckets on a CUDA device compress
-// with the device kernels (compressor.h); the velocity lives in host memory and such a bucket's
-// direction is staged through it.
-//
-// State: the residuals and velocities differ between ranks. A checkpoint holds rank 0's as
-// "residual" / "velocity" / "velocity_started" (one float32 vector each, in parameter order,
-// whatever the buckets), "steps" (TOPK warm-up), and after prepare_checkpoint every rank's as
-// "cssgd.rank<r>.*"; on resume each rank takes its own.
+// Compressed S-SGD's hook (comm_hook.h): each bucket through a GradientExchange of its own
+// (dist/compress/), optionally with momentum correction (the synchronizer then takes over the
+// momentum). Residuals and velocities differ between ranks: checkpointed in parameter order,
+// whatever the buckets, and every rank's after prepare_checkpoint ("cssgd.rank<r>.*").
 #pragma once
 #include <memory>
 #include <optional>

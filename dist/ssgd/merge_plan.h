@@ -20,6 +20,16 @@ std::string schedule_name(Schedule schedule);
 
 using MergePlan = std::vector<std::vector<int>>;
 
+// What a run learns of its backward pass: the order the gradient hooks fire (FUSION's rebuild),
+// and for MG-WFBP the backward time of every parameter, summed while profiling, then averaged.
+struct BackwardProfile {
+  std::vector<size_t> hook_order;
+  std::vector<double> sums;   // per parameter
+  int iterations = 0;         // profiled so far
+  std::vector<double> means;  // in hook order, once profiled
+  bool plan_ready = false;
+};
+
 MergePlan wfbp_plan(int layers);  // one message per layer, L-1 first
 MergePlan bsp_plan(int layers);   // one message with everything
 // Tensor fusion: layers packed in backward order into messages of at most cap_bytes (the first

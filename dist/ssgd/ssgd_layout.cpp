@@ -30,7 +30,7 @@ std::vector<std::vector<size_t>> SsgdSynchronizer::initial_groups() {
   if (options_.schedule == Schedule::BSP || options_.schedule == Schedule::MGWFBP) {
     groups.push_back(reverse);  // MGWFBP: until its plan exists
   } else if (options_.schedule == Schedule::FUSION) {
-    hook_order_ = reverse;
+    profile_.hook_order = reverse;
     groups = compute_groups();
   } else {  // WFBP
     for (size_t p : reverse) groups.push_back({p});
@@ -52,29 +52,29 @@ void SsgdSynchronizer::start_mgwfbp() {
 }
 
 void SsgdSynchronizer::update_layout() {
-  if (arrivals_.size() == params_.size()) hook_order_ = arrivals_;
+  if (arrivals_.size() == params_.size()) profile_.hook_order = arrivals_;
   if ((options_.schedule == Schedule::FUSION || options_.schedule == Schedule::WFBP) && communicated_iters_ == 1) {
     // The buckets, rebuilt in the order the hooks really fire (buckets go out in bucket
     // order, so a wrong guess of the first iteration would hold messages back).
     adopt_plan_from_rank0();
-  } else if (options_.schedule == Schedule::MGWFBP && !plan_ready_ && communicated_iters_ >= 2) {
+  } else if (options_.schedule == Schedule::MGWFBP && !profile_.plan_ready && communicated_iters_ >= 2) {
     // Profile (the first iteration is a warm-up: allocations, caches): the backward time of a
     // parameter is the time since the previous grad-ready hook.
-    if (tb_sum_.empty()) tb_sum_.assign(params_.size(), 0.0);
+    if (profile_.sums.empty()) profile_.sums.assign(params_.size(), 0.0);
     const std::vector<double> between = backward_marks_->intervals();  // one fewer than arrivals_
-    for (size_t k = 1; k < arrivals_.size() && k - 1 < between.size(); ++k) tb_sum_[arrivals_[k]] += between[k - 1];
-    if (++profiled_ == options_.profile_iters) {
-      profiled_tb_.clear();
-      for (size_t p : hook_order_) profiled_tb_.push_back(tb_sum_[p] / profiled_);
+    for (size_t k = 1; k < arrivals_.size() && k - 1 < between.size(); ++k) profile_.sums[arrivals_[k]] += between[k - 1];
+    if (++profile_.iterations == options_.profile_iters) {
+      profile_.means.clear();
+      for (size_t p : profile_.hook_order) profile_.means.push_back(profile_.sums[p] / profile_.iterations);
       adopt_plan_from_rank0();
-      plan_ready_ = true;
+      profile_.plan_ready = true;
     }
   }
 }
 
 std::vector<std::vector<size_t>> SsgdSynchronizer::compute_groups() const {
   // Positions in hook order; parameters that never fired (unused) go last.
-  std::vector<size_t> order = hook_order_;
+  std::vector<size_t> order = profile_.hook_order;
   std::vector<bool> seen(params_.size(), false);
   for (size_t p : order) seen[p] = true;
   for (size_t p = params_.size(); p-- > 0;)
@@ -85,7 +85,7 @@ std::vector<std::vector<size_t>> SsgdSynchronizer::compute_groups() const {
   std::vector<double> bytes(L), tb(L, 0.0);
   for (int pos = 0; pos < L; ++pos) {
     bytes[L - 1 - pos] = static_cast<double>(params_[order[pos]].numel()) * 4.0;
-    if (pos < static_cast<int>(profiled_tb_.size())) tb[L - 1 - pos] = profiled_tb_[pos];
+    if (pos < static_cast<int>(profile_.means.size())) tb[L - 1 - pos] = profile_.means[pos];
   }
   MergePlan plan;
   if (options_.schedule == Schedule::WFBP) {
@@ -138,12 +138,12 @@ void SsgdSynchronizer::adopt_plan_from_rank0() {
     std::vector<double> tb(P, 0.0), bytes(P, 0.0);
     double total_tb = 0;
     for (size_t pos = 0; pos < P; ++pos) {
-      tb[P - 1 - pos] = pos < profiled_tb_.size() ? profiled_tb_[pos] : 0.0;
-      bytes[P - 1 - pos] = static_cast<double>(params_[hook_order_.size() == P ? hook_order_[pos] : P - 1 - pos].numel()) * 4.0;
+      tb[P - 1 - pos] = pos < profile_.means.size() ? profile_.means[pos] : 0.0;
+      bytes[P - 1 - pos] = static_cast<double>(params_[profile_.hook_order.size() == P ? profile_.hook_order[pos] : P - 1 - pos].numel()) * 4.0;
       total_tb += tb[P - 1 - pos];
     }
     const int L = static_cast<int>(P);
-    *options_.log << "MG-WFBP plan after " << profiled_ << " profiled iterations: " << P
+    *options_.log << "MG-WFBP plan after " << profile_.iterations << " profiled iterations: " << P
                   << " gradients in " << groups.size() << " messages (sizes";
     for (const auto& b : buckets_) *options_.log << " " << mb(b.bytes());
     *options_.log << "); profiled backward " << total_tb * 1e3 << " ms; predicted backward+communication: WFBP "

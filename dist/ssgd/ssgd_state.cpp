@@ -103,13 +103,13 @@ core::StateDict SsgdSynchronizer::state_dict() const {
                      std::bit_cast<int64_t>(options_.alpha), std::bit_cast<int64_t>(options_.beta)})},
       {"ssgd.param_numel", int64_tensor(numel)},
       {"ssgd.buckets", int64_tensor(layout)},
-      {"ssgd.progress", int64_tensor({communicated_iters_, profiled_, plan_ready_ ? 1 : 0})},
+      {"ssgd.progress", int64_tensor({communicated_iters_, profile_.iterations, profile_.plan_ready ? 1 : 0})},
       {"ssgd.cost", float64_bits_tensor({cost_.alpha, cost_.beta, cost_.gamma})},
   };
-  if (!hook_order_.empty())
-    state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(hook_order_.begin(), hook_order_.end())));
-  if (!tb_sum_.empty()) state.emplace_back("ssgd.backward_sums", float64_bits_tensor(tb_sum_));
-  if (!profiled_tb_.empty()) state.emplace_back("ssgd.backward_means", float64_bits_tensor(profiled_tb_));
+  if (!profile_.hook_order.empty())
+    state.emplace_back("ssgd.hook_order", int64_tensor(std::vector<int64_t>(profile_.hook_order.begin(), profile_.hook_order.end())));
+  if (!profile_.sums.empty()) state.emplace_back("ssgd.backward_sums", float64_bits_tensor(profile_.sums));
+  if (!profile_.means.empty()) state.emplace_back("ssgd.backward_means", float64_bits_tensor(profile_.means));
   hook_->append_state(state);
   return state;
 }
@@ -227,12 +227,12 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
   // Everything checked: adopt it.
   build_buckets(groups);
   communicated_iters_ = progress[0];
-  profiled_ = static_cast<int>(progress[1]);
-  plan_ready_ = progress[2] == 1;
+  profile_.iterations = static_cast<int>(progress[1]);
+  profile_.plan_ready = progress[2] == 1;
   cost_ = restored;
-  hook_order_ = std::move(hook_order);
-  tb_sum_ = std::move(tb_sum);
-  profiled_tb_ = std::move(profiled_tb);
+  profile_.hook_order = std::move(hook_order);
+  profile_.sums = std::move(tb_sum);
+  profile_.means = std::move(profiled_tb);
 }
 
 }  // namespace mt::dist

@@ -103,7 +103,7 @@ void SsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param
   arrivals_.push_back(param_index);
   // MG-WFBP while it profiles: a mark in the device's queue (on a GPU the kernels' time, not
   // the launches'); BSP and the profiling iterations send everything after backward.
-  const bool profiling = options_.schedule == Schedule::MGWFBP && !plan_ready_;
+  const bool profiling = options_.schedule == Schedule::MGWFBP && !profile_.plan_ready;
   if (profiling) backward_marks_->mark();
   if (options_.schedule == Schedule::BSP || profiling) return;
   const int b = bucket_of_.at(param_index);
@@ -111,11 +111,9 @@ void SsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param
   if (options_.timeline) poll_completions();
 }
 
-// Buckets go out strictly in bucket order, as PyTorch DDP's reducer does: bucket b only after
-// buckets 0..b-1. Every rank then issues the same collectives in the same order, also when a
-// parameter gets no gradient on some ranks (its bucket, and the ones after it, wait for the
-// step instead of going out in a rank-dependent order: mismatched collectives hang or mix up
-// sums). The buckets follow the hook order, so normally nothing waits.
+// Buckets go out strictly in bucket order, as PyTorch DDP's reducer does, so every rank issues
+// the same collectives in the same order (mismatched ones hang or mix up sums), also when a
+// parameter got no gradient on some rank. The buckets follow the hook order: nothing waits.
 void SsgdSynchronizer::launch_ready_in_order() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending() == 0) launch(next_launch_++);
 }
@@ -153,7 +151,7 @@ bool SsgdSynchronizer::end_iteration(optim::StepGuard&) {
     unused.insert(unused.end(), missing.begin(), missing.end());
     launch(next_launch_);
   }
-  if (!unused.empty() && options_.schedule != Schedule::BSP && !(options_.schedule == Schedule::MGWFBP && !plan_ready_))
+  if (!unused.empty() && options_.schedule != Schedule::BSP && !(options_.schedule == Schedule::MGWFBP && !profile_.plan_ready))
     note_unused(unused);
   wait_all();
   hook_->end_iteration();

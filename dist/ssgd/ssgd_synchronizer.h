@@ -1,23 +1,6 @@
-// S-SGD (docs/algorithms.md section 1): every rank holds a full replica, computes gradients on its
-// shard, and the gradients are averaged before the same optimizer step everywhere. Gradients go
-// in buckets; the schedule decides *when* a bucket travels (BSP: one bucket after backward;
-// WFBP: one per parameter; FUSION: capped buckets; MG-WFBP: buckets from the merge plan of
-// profiled backward times, merge_plan.h), and the communication hook (comm_hook.h) *what*
-// travels: a dense allreduce / N by default, float16, or compressed with error feedback.
-//
-// A grad-ready hook copies the gradient into its bucket; a full bucket goes to the communication
-// hook, which enqueues its collective on the process group's own thread (CPU) or stream (GPU), so
-// backward goes on meanwhile. step() has the hook finish every message in launch order (each wait
-// has the group's timeout and fails naming this rank and the bucket), copies the averages back
-// and steps the optimizer. Collectives must be issued in the same order on every rank: the hooks
-// fire in an order fixed by the autograd graph, the same on every rank, and buckets go out
-// strictly in bucket order.
-//
-// The bucket layout (ssgd_layout.cpp) is rebuilt from rank 0's observed hook order after the
-// first iteration (FUSION, WFBP) or the profile (MG-WFBP). Exact resume (ssgd_state.cpp): with
-// 3+ ranks how gradients share a message shows in the summation order of the ring, so the state
-// holds the layout and MG-WFBP's progress. Gradient accumulation: with grad_accumulation_steps =
-// k the hooks communicate on the k-th micro-batch only.
+// S-SGD: every rank steps on the average of all ranks' gradients, exchanged in buckets while
+// backward runs. The schedule decides when a bucket travels, the communication hook
+// (comm_hook.h) what travels. The walk through one allreduce: README.md.
 #pragma once
 #include <chrono>
 #include <iosfwd>
@@ -45,19 +28,18 @@ struct SsgdOptions {
   double beta = -1.0;                 // MGWFBP: seconds per byte; < 0 = measure at start-up
   double gamma = 0.0;                 // MGWFBP, shared cores only: compute lost per message
   int grad_accumulation_steps = 1;
-  std::string config_text;            // must be the same on every rank (checked at setup)
-  std::shared_ptr<Timeline> timeline; // optional trace
-  std::ostream* log = nullptr;        // rank 0's start-up notes (fitted cost, merge plan)
+  std::string config_text;            // the same on every rank (checked at setup)
+  std::shared_ptr<Timeline> timeline; // optional
+  std::ostream* log = nullptr;        // rank 0's start-up notes
 };
 
 class SsgdSynchronizer final : public Synchronizer {
  public:
-  // hook: what travels for each bucket; null = dense allreduce (make_allreduce_hook).
+  // hook: null = dense allreduce (make_allreduce_hook).
   SsgdSynchronizer(std::shared_ptr<ProcessGroup> group, SsgdOptions options,
                    std::unique_ptr<CommHook> hook = nullptr);
 
-  // "ssgd/fusion" with the dense hook; else what travels, "ssgd/two_bit(tau=0.5)" (the schedule
-  // is in rank 0's start-up log).
+  // "ssgd/fusion" with the dense hook; else what travels, "ssgd/two_bit(tau=0.5)".
   std::string name() const override {
     const std::string what = hook_->name();
     return "ssgd/" + (what.empty() ? schedule_name(options_.schedule) : what);
@@ -77,18 +59,16 @@ class SsgdSynchronizer final : public Synchronizer {
   bool steps_on_gradient_average() const override { return hook_->exact_average(); }
   bool keeps_state_per_rank() const override { return hook_->keeps_state_per_rank(); }
 
-  // The bucket layout and what shaped it ("ssgd.*"), then the hook's entries; what a checkpoint
-  // of another config restores: ssgd_state.cpp.
+  // The bucket layout and what shaped it, then the hook's entries (ssgd_state.cpp).
   core::StateDict state_dict() const override;
   void load_state_dict(const core::StateDict& state) override;
 
-  // Introspection (tests, benchmarks, logs).
+  // For tests, benchmarks and logs.
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const LinkCost& cost() const { return cost_; }
-  bool plan_ready() const { return plan_ready_; }
-  // Mean profiled backward time per parameter, in hook order (MGWFBP, once profiled).
-  const std::vector<double>& profiled_backward() const { return profiled_tb_; }
-  const std::vector<size_t>& hook_order() const { return hook_order_; }
+  bool plan_ready() const { return profile_.plan_ready; }
+  const std::vector<double>& profiled_backward() const { return profile_.means; }
+  const std::vector<size_t>& hook_order() const { return profile_.hook_order; }
 
  private:
   void build_buckets(const std::vector<std::vector<size_t>>& groups);
@@ -99,8 +79,7 @@ class SsgdSynchronizer final : public Synchronizer {
   void poll_completions();  // the timeline's completion times
   void trace_messages(std::chrono::steady_clock::time_point wait_start);
   void wait_all();
-  // The bucket layout (ssgd_layout.cpp). Rank 0 computes groups of parameters (from its
-  // observed hook order) and broadcasts them; every rank rebuilds its buckets from the result.
+  // The bucket layout (ssgd_layout.cpp): rank 0 computes it and broadcasts it.
   std::vector<std::vector<size_t>> initial_groups();
   void start_mgwfbp();   // the link's cost (measured or the config's), logged
   void update_layout();  // after an iteration's exchange
@@ -123,14 +102,10 @@ class SsgdSynchronizer final : public Synchronizer {
   MicroBatches micro_batches_{options_.grad_accumulation_steps};
   int64_t communicated_iters_ = 0;
 
-  // Hook order and times of the current iteration, for FUSION's rebuild and MGWFBP's profile.
+  // FUSION's rebuild and MG-WFBP's profile: this iteration's hook order and times.
   std::vector<size_t> arrivals_;
   std::unique_ptr<core::DeviceMarks> backward_marks_;  // MG-WFBP's profile: a mark per gradient
-  std::vector<size_t> hook_order_;
-  std::vector<double> tb_sum_;
-  int profiled_ = 0;
-  std::vector<double> profiled_tb_;
-  bool plan_ready_ = false;
+  BackwardProfile profile_;
   LinkCost cost_;
 
   bool set_up_ = false;
