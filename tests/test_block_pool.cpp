@@ -23,6 +23,12 @@ struct FakeDevice {
   std::map<void*, size_t> segments;
   std::vector<size_t> sizes;  // of every segment asked for
 
+  // What blocks still live at the end hold, the pool keeps (as a process exiting leaves it to
+  // the driver); the fake device is that driver.
+  ~FakeDevice() {
+    for (const auto& segment : segments) std::free(segment.first);
+  }
+
   BlockPool pool() {
     return BlockPool(
         [this](size_t bytes) -> void* {

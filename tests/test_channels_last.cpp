@@ -149,7 +149,7 @@ TEST(ChannelsLast, ReluAddAndPoolingKeepTheFormat) {
     EXPECT_TRUE(is_channels_last(y_cl));
     EXPECT_EQ(y_cl.to_vector(), y.to_vector());
     const Tensor rm = random_tensor(y.shape(), 37);
-    auto mp = [&](const Tensor& t) { return max_pool2d(t, k, st, pad); };
+    auto mp = [k = k, st = st, pad = pad](const Tensor& t) { return max_pool2d(t, k, st, pad); };
     const Tensor gm = grad_of(mp, to_channels_last(x), rm);
     EXPECT_TRUE(is_channels_last(gm));
     EXPECT_EQ(gm.to_vector(), grad_of(mp, x, rm).to_vector());  // the same pixels chosen

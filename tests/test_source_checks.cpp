@@ -127,10 +127,12 @@ TEST(IncludeCheck, DistIncludesNeitherAppsNorTheCostModel) {
   const std::string root = downward_tree();
   plant(root, "dist/ssgd/hook.cpp", "#include \"dist/synchronizer.h\"\n#include \"apps/trainer.h\"\n");
   plant(root, "dist/ps/server.cpp", "#include \"dist/predict/cost_model.h\"\n");
+  plant(root, "dist/predict/model_command.cpp", "#include \"dist/synchronizer.h\"\n#include \"apps/config.h\"\n");
   const auto r = check("include_check.sh", root);
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "dist/ssgd/hook.cpp:2 includes apps/trainer.h"));
   EXPECT_TRUE(contains(r.out, "dist/ps/server.cpp:1 includes dist/predict/cost_model.h"));
+  EXPECT_TRUE(contains(r.out, "dist/predict/model_command.cpp:2 includes apps/config.h"));
 }
 
 }  // namespace

@@ -580,7 +580,7 @@ TEST_F(SsgdTest, TrainerPlansMgwfbpWithTheNetworkCostItsConfigGives) {
   fs::create_directories(dir);
   for (const auto& [alpha, messages] : {std::pair{"1", 1}, std::pair{"0", 4}}) {
     std::ostringstream log0;
-    run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    run_ranks(2, [&, alpha = alpha, messages = messages](int r, std::shared_ptr<dist::ProcessGroup> g) {
       mt::testing::train_synthetic_mlp(g, r, (dir / ("out" + std::to_string(messages))).string(),
                                        {"dist.ssgd.schedule=mgwfbp", "dist.ssgd.profile_iters=2",
                                         std::string("dist.ssgd.alpha=") + alpha, "dist.ssgd.beta=1e-12"},

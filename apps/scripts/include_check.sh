@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # No include runs upward: core at the bottom, layers, optim and data on core alone, dist on
 # those, apps on everything. dist/predict (the cost model) sits beside the algorithms: the rest
-# of dist/ includes nothing from it. A file belongs to the deepest folder listed below; tests/
+# of dist/ includes nothing from it, and it nothing from apps/. A file belongs to the deepest folder listed below; tests/
 # may include anything. Fails naming each file and line that breaks the order.
 # Usage: apps/scripts/include_check.sh [ROOT]   (a checkout; default: this one)
 set -euo pipefail
@@ -14,11 +14,9 @@ layers          core
 optim           core
 data            core
 dist            core layers optim data
-dist/predict    core layers optim data dist apps
+dist/predict    core layers optim data dist
 apps            core layers optim data dist dist/predict
 '
-# dist/predict still reads configs and flags through apps/ headers; `apps` leaves its row once
-# the cost model includes nothing from apps/.
 
 dirs=()
 for dir in core layers optim data dist apps; do [[ -d $dir ]] && dirs+=("$dir"); done
