@@ -23,8 +23,8 @@ class CpuAllocator final : public Allocator {
   }
   void deallocate(void* ptr, size_t) override { std::free(ptr); }
 };
-}  // namespace
 
+// The allocator for a device; throws when the device type is not built in.
 Allocator& allocator_for(Device device) {
   static CpuAllocator cpu;
   if (device.is_cpu()) return cpu;
@@ -35,6 +35,7 @@ Allocator& allocator_for(Device device) {
           "toolkit is installed");
 #endif
 }
+}  // namespace
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   data_ = allocator_for(device).allocate(nbytes);

@@ -16,7 +16,4 @@ class Allocator {
 
 constexpr size_t kCpuAlignment = 64;
 
-// The allocator for a device; throws when the device type is not built in.
-Allocator& allocator_for(Device device);
-
 }  // namespace mt::core

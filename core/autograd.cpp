@@ -1,5 +1,6 @@
 #include "core/autograd.h"
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 
@@ -9,7 +10,8 @@ namespace mt::core {
 
 namespace {
 std::atomic<uint64_t> next_sequence_nr{0};
-}
+bool wants_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
+}  // namespace
 
 Node::Node() : sequence_nr_(next_sequence_nr++) {}
 
@@ -49,17 +51,11 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>& grads) {
 }
 
 bool needs_grad(std::initializer_list<Tensor> inputs) {
-  if (!GradMode::enabled()) return false;
-  for (const auto& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
+  return GradMode::enabled() && std::any_of(inputs.begin(), inputs.end(), wants_grad);
 }
 
 bool needs_grad(const std::vector<Tensor>& inputs) {
-  if (!GradMode::enabled()) return false;
-  for (const auto& t : inputs)
-    if (t.defined() && t.requires_grad()) return true;
-  return false;
+  return GradMode::enabled() && std::any_of(inputs.begin(), inputs.end(), wants_grad);
 }
 
 Edge gradient_edge(const Tensor& t) {

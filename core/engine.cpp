@@ -2,6 +2,7 @@
 // sends it a gradient has run, and prefers later-created nodes among those ready.
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/autograd.h"
 #include "core/op_profile.h"
@@ -18,11 +19,8 @@ struct ByLatest {
 // Number of edges pointing at each node reachable from the roots.
 std::unordered_map<Node*, int> count_dependencies(const std::vector<Node*>& roots) {
   std::unordered_map<Node*, int> deps;
-  std::vector<Node*> stack;
-  std::unordered_map<Node*, bool> seen;
-  for (Node* r : roots) {
-    if (!seen[r]) { seen[r] = true; stack.push_back(r); }
-  }
+  std::unordered_set<Node*> seen(roots.begin(), roots.end());
+  std::vector<Node*> stack(seen.begin(), seen.end());
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
@@ -30,7 +28,7 @@ std::unordered_map<Node*, int> count_dependencies(const std::vector<Node*>& root
       if (!e.valid()) continue;
       Node* next = e.fn.get();
       deps[next] += 1;
-      if (!seen[next]) { seen[next] = true; stack.push_back(next); }
+      if (seen.insert(next).second) stack.push_back(next);
     }
   }
   return deps;
@@ -38,12 +36,8 @@ std::unordered_map<Node*, int> count_dependencies(const std::vector<Node*>& root
 
 void accumulate_into(std::vector<Tensor>& buffer, uint32_t slot, Tensor grad) {
   if (!grad.defined()) return;
-  if (!buffer[slot].defined()) {
-    buffer[slot] = std::move(grad);
-  } else {
-    // Out of place: the buffered gradient may be shared with another consumer.
-    buffer[slot] = add(buffer[slot], grad);
-  }
+  // Out of place: the buffered gradient may be shared with another consumer.
+  buffer[slot] = buffer[slot].defined() ? add(buffer[slot], grad) : std::move(grad);
 }
 
 }  // namespace

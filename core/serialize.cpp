@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -86,10 +87,8 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 const Tensor* Archive::find(const std::string& name) const {
-  for (const auto& [n, t] : tensors) {
-    if (n == name) return &t;
-  }
-  return nullptr;
+  const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& e) { return e.first == name; });
+  return it == tensors.end() ? nullptr : &it->second;
 }
 
 StateDict Archive::with_prefix(const std::string& prefix) const {
@@ -170,8 +169,7 @@ Archive decode_archive(const std::string& bytes, const std::string& what) {
            "); the write was interrupted or the file was damaged");
 
   const size_t crc_at = bytes.size() - 4;
-  uint32_t stored_crc;
-  std::memcpy(&stored_crc, bytes.data() + crc_at, 4);
+  const auto stored_crc = Reader(path, bytes.data() + crc_at, 4).get<uint32_t>("checksum");
   const uLong crc = ::crc32_z(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()),
                               crc_at);
   MT_CHECK(static_cast<uint32_t>(crc) == stored_crc, "archive \"", path,
@@ -185,7 +183,6 @@ Archive decode_archive(const std::string& bytes, const std::string& what) {
     std::string name = r.get_string32("record name");
     if (kind == kMetaRecord) {
       const auto n = r.get<uint64_t>("meta value length");
-      r.need(n, "meta value");
       archive.meta[name] = std::string(r.get_bytes(n, "meta value"), n);
     } else if (kind == kTensorRecord) {
       const auto dtype_code = r.get<uint8_t>("tensor dtype");

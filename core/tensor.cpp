@@ -25,11 +25,7 @@ std::string shape_str(const Shape& s) {
   return os.str();
 }
 
-int64_t shape_numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
+int64_t shape_numel(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()); }
 
 Shape contiguous_strides(const Shape& s) {
   Shape st(s.size());
@@ -124,8 +120,7 @@ void* Tensor::raw_data() const {
 
 float Tensor::item() const {
   MT_CHECK(numel() == 1, "item() of a tensor with ", numel(), " elements");
-  Tensor c = to(Device::cpu());
-  return c.dtype() == DType::Float32 ? c.data<float>()[0] : static_cast<float>(c.to(DType::Float32).data<float>()[0]);
+  return to(Device::cpu()).to(DType::Float32).data<float>()[0];
 }
 
 int64_t Tensor::item_int() const {
@@ -134,18 +129,14 @@ int64_t Tensor::item_int() const {
 }
 
 std::vector<float> Tensor::to_vector() const {
-  Tensor c = to(Device::cpu()).contiguous();
-  if (c.dtype() != DType::Float32) c = c.to(DType::Float32);
+  const Tensor c = to(Device::cpu()).contiguous().to(DType::Float32);
   const float* p = c.data<float>();
   return std::vector<float>(p, p + c.numel());
 }
 
 // ---------------------------------------------------------------- copies
 
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return clone();
-}
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), device());
@@ -180,10 +171,7 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
-Tensor Tensor::detach() const {
-  Tensor out = make_view(*this, shape(), strides(), offset());
-  return out;
-}
+Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
 
 // ---------------------------------------------------------------- views
 
@@ -230,9 +218,7 @@ Tensor Tensor::flatten(int64_t start_dim) const {
   if (start_dim < 0) start_dim += nd;
   MT_CHECK(start_dim >= 0 && start_dim <= nd, "flatten: start_dim out of range for ", str());
   Shape s(shape().begin(), shape().begin() + start_dim);
-  int64_t rest = 1;
-  for (int64_t d = start_dim; d < nd; ++d) rest *= shape()[d];
-  s.push_back(rest);
+  s.push_back(std::accumulate(shape().begin() + start_dim, shape().end(), int64_t{1}, std::multiplies<>()));
   return reshape(s);
 }
 
@@ -262,8 +248,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   Tensor out = make_view(*this, sh, strides(), offset() + start * strides()[d]);
   record("NarrowBackward", {*this}, {out}, [sx = shape(), d, start, length](const Grads& g, const Needs&) -> Grads {
     Tensor full = Tensor::zeros(sx, g[0].dtype(), g[0].device());
-    Tensor part = full.narrow(d, start, length);
-    part.copy_(g[0]);
+    full.narrow(d, start, length).copy_(g[0]);
     return {full};
   });
   return out;
@@ -280,8 +265,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Tensor out = make_view(*this, sh, st, offset() + index * strides()[d]);
   record("SelectBackward", {*this}, {out}, [sx = shape(), d, index](const Grads& g, const Needs&) -> Grads {
     Tensor full = Tensor::zeros(sx, g[0].dtype(), g[0].device());
-    Tensor part = full.select(d, index);
-    part.copy_(g[0]);
+    full.select(d, index).copy_(g[0]);
     return {full};
   });
   return out;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
 int64_t shape_numel(const Shape& s);
 Shape contiguous_strides(const Shape& s);
+// The elements before dimension `dim` and after it: a tensor seen as [outer, size(dim), inner].
+inline int64_t outer_size(const Shape& s, int64_t dim) {
+  return std::accumulate(s.begin(), s.begin() + dim, int64_t{1}, std::multiplies<>());
+}
+inline int64_t inner_size(const Shape& s, int64_t dim) {
+  return std::accumulate(s.begin() + dim + 1, s.end(), int64_t{1}, std::multiplies<>());
+}
 
 class Node;
 class Tensor;

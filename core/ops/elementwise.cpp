@@ -11,6 +11,8 @@
 
 namespace mt::core {
 
+namespace {
+
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
   const size_t nd = std::max(a.size(), b.size());
   Shape out(nd);
@@ -23,8 +25,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   }
   return out;
 }
-
-namespace {
 
 void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
   MT_CHECK(a.dtype() == DType::Float32 && b.dtype() == DType::Float32, op,

@@ -5,8 +5,6 @@
 
 namespace mt::core {
 
-Shape broadcast_shapes(const Shape& a, const Shape& b);
-
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
