@@ -108,10 +108,8 @@ MT_VECTOR_CLONES void forward_planes(const Tensor& x, const Tensor& weight, cons
       }
       var = sq / count;  // biased: what normalization uses
       if (prm) prm[ch] = static_cast<float>((1.0 - momentum) * prm[ch] + momentum * mean);
-      if (prv) {
-        const double unbiased = sq / (count - 1.0);  // the op ensures count > 1
-        prv[ch] = static_cast<float>((1.0 - momentum) * prv[ch] + momentum * unbiased);
-      }
+      // The unbiased variance (the op ensures count > 1).
+      if (prv) prv[ch] = static_cast<float>((1.0 - momentum) * prv[ch] + momentum * (sq / (count - 1.0)));
     } else {
       mean = prm[ch];
       var = prv[ch];
@@ -262,10 +260,8 @@ MT_VECTOR_CLONES void forward_rows(const Tensor& x, const Tensor& weight, const 
       if (prv) prv[ch] = static_cast<float>((1.0 - momentum) * prv[ch] + momentum * sq / (count - 1.0));
     }
   } else {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      mean[ch] = prm[ch];
-      var[ch] = prv[ch];
-    }
+    mean.assign(prm, prm + c);
+    var.assign(prv, prv + c);
   }
   for (int64_t ch = 0; ch < c; ++ch) {
     pmean[ch] = static_cast<float>(mean[ch]);

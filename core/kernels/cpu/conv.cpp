@@ -138,6 +138,15 @@ void col2im(const float* col, const Geometry& g, float* x) {
     }
 }
 
+// The GEMM's right operand for sample xn: xn itself for a pointwise convolution, else its
+// receptive fields unfolded into this thread's scratch.
+const float* columns(const float* xn, const Geometry& g) {
+  if (g.pointwise()) return xn;
+  float* col = scratch(kCol, g.patch() * g.pixels());
+  im2col(xn, g, col);
+  return col;
+}
+
 // Splitting the batch across threads pays when every thread gets a sample and the whole
 // convolution is big enough (~256K multiply-adds) to amortize waking the threads. With fewer
 // samples (inference on one image) each GEMM is split across the threads instead: gemm() does
@@ -160,14 +169,8 @@ void conv2d_forward_reference(const Tensor& x, const Tensor& w, const Tensor& bi
 
 #pragma omp parallel for schedule(static) if (parallel_over_batch(g))
   for (int64_t n = 0; n < g.n; ++n) {
-    const float* xn = px + n * in_size;
+    const float* col = columns(px + n * in_size, g);
     float* yn = py + n * out_size;
-    const float* col = xn;
-    if (!g.pointwise()) {
-      float* buf = scratch(kCol, g.patch() * g.pixels());
-      im2col(xn, g, buf);
-      col = buf;
-    }
     // Start from the bias and let the GEMM accumulate onto it (beta = 1): no second pass.
     if (pb) {
       for (int64_t o = 0; o < g.o; ++o) std::fill(yn + o * g.pixels(), yn + (o + 1) * g.pixels(), pb[o]);
@@ -201,15 +204,9 @@ void conv2d_backward_reference(const Tensor& x, const Tensor& w, const Tensor& g
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t lo = g.n * t / nt, hi = g.n * (t + 1) / nt;
     for (int64_t n = lo; n < hi; ++n) {
-      const float* xn = px + n * in_size;
       const float* gyn = pgy + n * out_size;
       if (want_gw) {
-        const float* col = xn;
-        if (!g.pointwise()) {
-          float* buf = scratch(kCol, g.patch() * g.pixels());
-          im2col(xn, g, buf);
-          col = buf;
-        }
+        const float* col = columns(px + n * in_size, g);
         gemm(false, true, g.o, g.patch(), g.pixels(), 1.0f, gyn, g.pixels(), col, g.pixels(),
              1.0f, gw_part.data() + t * w_size, g.patch());
       }
@@ -225,15 +222,10 @@ void conv2d_backward_reference(const Tensor& x, const Tensor& w, const Tensor& g
       }
       if (want_gx) {
         float* gxn = pgx + n * in_size;
-        if (g.pointwise()) {
-          gemm(true, false, g.patch(), g.pixels(), g.o, 1.0f, pw, g.patch(), gyn, g.pixels(),
-               0.0f, gxn, g.pixels());
-        } else {
-          float* dcol = scratch(kDcol, g.patch() * g.pixels());
-          gemm(true, false, g.patch(), g.pixels(), g.o, 1.0f, pw, g.patch(), gyn, g.pixels(),
-               0.0f, dcol, g.pixels());
-          col2im(dcol, g, gxn);
-        }
+        float* dcol = g.pointwise() ? gxn : scratch(kDcol, g.patch() * g.pixels());
+        gemm(true, false, g.patch(), g.pixels(), g.o, 1.0f, pw, g.patch(), gyn, g.pixels(),
+             0.0f, dcol, g.pixels());
+        if (!g.pointwise()) col2im(dcol, g, gxn);
       }
     }
   }

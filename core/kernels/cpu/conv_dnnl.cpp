@@ -173,31 +173,28 @@ std::unique_ptr<Plan> make_plan(const Tensor& x, const Tensor& w, int64_t stride
                              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, src_any, w_any,
                                                                dst_any, strides, padding, padding);
   const dnnl::primitive_attr attr = user_scratchpad();
-  const dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, engine());
-  p.fwd_pd = fwd_pd;
-  p.fwd = std::make_unique<dnnl::convolution_forward>(fwd_pd);
-  p.f_src = std::make_unique<Operand>(fwd_pd.src_desc(), src_plain);
-  p.f_w = std::make_unique<Operand>(fwd_pd.weights_desc(), w_plain);
-  p.f_dst = std::make_unique<Operand>(fwd_pd.dst_desc(), dst_plain);
+  p.fwd_pd = dnnl::convolution_forward::primitive_desc(fwd_desc, attr, engine());
+  p.fwd = std::make_unique<dnnl::convolution_forward>(p.fwd_pd);
+  p.f_src = std::make_unique<Operand>(p.fwd_pd.src_desc(), src_plain);
+  p.f_w = std::make_unique<Operand>(p.fwd_pd.weights_desc(), w_plain);
+  p.f_dst = std::make_unique<Operand>(p.fwd_pd.dst_desc(), dst_plain);
 
-  const dnnl::convolution_backward_data::primitive_desc data_pd(
+  p.data_pd = dnnl::convolution_backward_data::primitive_desc(
       dnnl::convolution_backward_data::desc(algo, src_any, w_any, dst_any, strides, padding, padding), attr, engine(),
-      fwd_pd);
-  p.data_pd = data_pd;
-  p.bwd_data = std::make_unique<dnnl::convolution_backward_data>(data_pd);
-  p.d_ddst = std::make_unique<Operand>(data_pd.diff_dst_desc(), dst_plain);
-  p.d_w = std::make_unique<Operand>(data_pd.weights_desc(), w_plain);
-  p.d_dsrc = std::make_unique<Operand>(data_pd.diff_src_desc(), src_plain);
+      p.fwd_pd);
+  p.bwd_data = std::make_unique<dnnl::convolution_backward_data>(p.data_pd);
+  p.d_ddst = std::make_unique<Operand>(p.data_pd.diff_dst_desc(), dst_plain);
+  p.d_w = std::make_unique<Operand>(p.data_pd.weights_desc(), w_plain);
+  p.d_dsrc = std::make_unique<Operand>(p.data_pd.diff_src_desc(), src_plain);
 
   const auto weights_desc =
       bias ? dnnl::convolution_backward_weights::desc(algo, src_any, w_any, bias_md, dst_any, strides, padding, padding)
            : dnnl::convolution_backward_weights::desc(algo, src_any, w_any, dst_any, strides, padding, padding);
-  const dnnl::convolution_backward_weights::primitive_desc weights_pd(weights_desc, attr, engine(), fwd_pd);
-  p.weights_pd = weights_pd;
-  p.bwd_weights = std::make_unique<dnnl::convolution_backward_weights>(weights_pd);
-  p.w_src = std::make_unique<Operand>(weights_pd.src_desc(), src_plain);
-  p.w_ddst = std::make_unique<Operand>(weights_pd.diff_dst_desc(), dst_plain);
-  p.w_dw = std::make_unique<Operand>(weights_pd.diff_weights_desc(), w_plain);
+  p.weights_pd = dnnl::convolution_backward_weights::primitive_desc(weights_desc, attr, engine(), p.fwd_pd);
+  p.bwd_weights = std::make_unique<dnnl::convolution_backward_weights>(p.weights_pd);
+  p.w_src = std::make_unique<Operand>(p.weights_pd.src_desc(), src_plain);
+  p.w_ddst = std::make_unique<Operand>(p.weights_pd.diff_dst_desc(), dst_plain);
+  p.w_dw = std::make_unique<Operand>(p.weights_pd.diff_weights_desc(), w_plain);
   return plan;
 }
 

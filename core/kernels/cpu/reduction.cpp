@@ -35,9 +35,7 @@ void argmax_dim(const Tensor& x, int64_t dim, Tensor& indices) {
   Tensor xc = x.contiguous();
   const float* p = xc.data<float>();
   int64_t* out = indices.data<int64_t>();
-  int64_t outer = 1, inner = 1, n = x.shape()[dim];
-  for (int64_t d = 0; d < dim; ++d) outer *= x.shape()[d];
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.shape()[d];
+  const int64_t outer = outer_size(x.shape(), dim), inner = inner_size(x.shape(), dim), n = x.shape()[dim];
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       const float* base = p + o * n * inner + i;

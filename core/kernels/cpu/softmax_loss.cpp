@@ -25,11 +25,7 @@ struct Lines {
 };
 
 Lines lines(const Tensor& x, int64_t dim) {
-  Lines L;
-  for (int64_t d = 0; d < dim; ++d) L.outer *= x.shape()[d];
-  L.n = x.shape()[dim];
-  for (int64_t d = dim + 1; d < x.dim(); ++d) L.inner *= x.shape()[d];
-  return L;
+  return {outer_size(x.shape(), dim), x.shape()[dim], inner_size(x.shape(), dim)};
 }
 
 }  // namespace
