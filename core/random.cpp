@@ -21,11 +21,13 @@ uint32_t Generator::next_u32() {
 
 float Generator::uniform() { return u32_to_unit(next_u32()); }
 
+uint64_t Generator::next_u64() { return (uint64_t(next_u32()) << 32) | next_u32(); }
+
 uint64_t Generator::below(uint64_t n) {
   // Rejection sampling on 64 bits: no modulo bias.
   const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
   for (;;) {
-    uint64_t x = (uint64_t(next_u32()) << 32) | next_u32();
+    const uint64_t x = next_u64();
     if (x < limit) return x % n;
   }
 }

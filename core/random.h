@@ -30,6 +30,9 @@ class Generator {
   std::array<uint32_t, 4> block(uint64_t index) const;
 
   uint32_t next_u32();
+  // 64 bits from two next_u32(); also the seed of a layer's own generator, drawn from the
+  // model's so that the model stays a function of one seed.
+  uint64_t next_u64();
   float uniform();             // [0, 1)
   uint64_t below(uint64_t n);  // uniform integer in [0, n)
 

@@ -11,11 +11,7 @@ AvgPool2d::AvgPool2d(int64_t kernel, int64_t stride, int64_t padding)
            padding, " for kernel ", kernel);
 }
 
-Tensor AvgPool2d::forward(const Tensor& x) {
-  MT_CHECK(x.dim() == 4, "AvgPool2d: expected input [N, C, H, W], got ", x.str());
-  MT_CHECK(x.size(2) + 2 * padding_ >= kernel_ && x.size(3) + 2 * padding_ >= kernel_, "AvgPool2d: input ",
-           x.str(), " is smaller than the ", kernel_, "x", kernel_, " window");
-  return core::avg_pool2d(x, kernel_, stride_, padding_);
-}
+// The op checks the input's shape against the window.
+Tensor AvgPool2d::forward(const Tensor& x) { return core::avg_pool2d(x, kernel_, stride_, padding_); }
 
 }  // namespace mt::layers

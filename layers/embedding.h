@@ -16,7 +16,6 @@ class Embedding : public Module {
   std::string type_name() const override { return "Embedding"; }
 
   const Tensor& weight() const { return weight_; }
-  int64_t num_embeddings() const { return num_; }
   int64_t dim() const { return dim_; }
 
  private:

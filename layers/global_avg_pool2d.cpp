@@ -4,9 +4,6 @@
 
 namespace mt::layers {
 
-Tensor GlobalAvgPool2d::forward(const Tensor& x) {
-  MT_CHECK(x.dim() == 4, "GlobalAvgPool2d: expected input [N, C, H, W], got ", x.str());
-  return core::global_avg_pool2d(x);
-}
+Tensor GlobalAvgPool2d::forward(const Tensor& x) { return core::global_avg_pool2d(x); }  // the op checks x
 
 }  // namespace mt::layers

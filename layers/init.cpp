@@ -11,8 +11,7 @@ using core::Tensor;
 Fans compute_fans(const core::Shape& s) {
   MT_CHECK(s.size() >= 2, "fan computation needs a weight with at least 2 dims ([out, in, ...]), got ",
            core::shape_str(s));
-  int64_t receptive = 1;
-  for (size_t i = 2; i < s.size(); ++i) receptive *= s[i];
+  const int64_t receptive = core::inner_size(s, 1);  // kh * kw for a convolution
   return {s[1] * receptive, s[0] * receptive};
 }
 

@@ -14,8 +14,6 @@ class Linear : public Module {
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }  // undefined without bias
-  int64_t in_features() const { return in_; }
-  int64_t out_features() const { return out_; }
 
  private:
   int64_t in_, out_;

@@ -11,11 +11,7 @@ MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)
            padding, " for kernel ", kernel);
 }
 
-Tensor MaxPool2d::forward(const Tensor& x) {
-  MT_CHECK(x.dim() == 4, "MaxPool2d: expected input [N, C, H, W], got ", x.str());
-  MT_CHECK(x.size(2) + 2 * padding_ >= kernel_ && x.size(3) + 2 * padding_ >= kernel_, "MaxPool2d: input ",
-           x.str(), " is smaller than the ", kernel_, "x", kernel_, " window");
-  return core::max_pool2d(x, kernel_, stride_, padding_);
-}
+// The op checks the input's shape against the window.
+Tensor MaxPool2d::forward(const Tensor& x) { return core::max_pool2d(x, kernel_, stride_, padding_); }
 
 }  // namespace mt::layers

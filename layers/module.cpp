@@ -1,5 +1,6 @@
 #include "layers/module.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <set>
@@ -43,9 +44,7 @@ void Module::check_new_name(const std::string& name, const char* what) const {
   MT_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(), ": ", what, " name '",
            name, "' is invalid; names must be non-empty and contain no '.'");
   auto taken = [&](const auto& list) {
-    for (const auto& entry : list)
-      if (entry.first == name) return true;
-    return false;
+    return std::any_of(list.begin(), list.end(), [&](const auto& entry) { return entry.first == name; });
   };
   MT_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name(), ": the name '", name,
            "' is already registered; give the ", what, " another name");

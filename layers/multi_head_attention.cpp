@@ -10,10 +10,6 @@ namespace mt::layers {
 
 namespace {
 
-uint64_t draw_seed(core::Generator& gen) {
-  return (static_cast<uint64_t>(gen.next_u32()) << 32) | gen.next_u32();
-}
-
 // The fused projection [B*S, 3*D] (columns: query heads, key heads, value heads) as three
 // contiguous [B, H, S, Dh] tensors, the layout the batched attention GEMMs read directly.
 // One node for all three: its backward writes each head gradient straight into its slot of a
@@ -58,7 +54,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t hidden, int64_t heads, float atte
            "MultiHeadAttention: attention_dropout must be in [0, 1), got ", attention_dropout);
   qkv_ = register_module("qkv", std::make_shared<Linear>(hidden, 3 * hidden, gen));
   dense_ = register_module("dense", std::make_shared<Linear>(hidden, hidden, gen));
-  dropout_gen_ = core::Generator(draw_seed(gen));
+  dropout_gen_ = core::Generator(gen.next_u64());
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const Tensor& key_mask) {

@@ -15,10 +15,6 @@ namespace {
 
 constexpr int64_t kIgnoreLabel = -100;
 
-uint64_t draw_seed(core::Generator& gen) {
-  return (static_cast<uint64_t>(gen.next_u32()) << 32) | gen.next_u32();
-}
-
 // N(0, stddev) with every draw beyond 2 stddev redrawn, BERT's weight init: no weight starts
 // far out in the tail. Drawn on the CPU, in element order, so a seed fixes the result.
 void truncated_normal_(const Tensor& t, double stddev, core::Generator& gen) {
@@ -54,6 +50,15 @@ void check_ids(const Tensor& ids, const BertOptions& opt, const char* who) {
            " is outside [1, max_position = ", opt.max_position, "]; shorten the sequences or raise max_position");
 }
 
+BertOptions preset(int64_t vocab_size, int64_t layers, int64_t hidden, int64_t heads) {
+  BertOptions o;
+  o.vocab_size = vocab_size;
+  o.layers = layers;
+  o.hidden = hidden;
+  o.heads = heads;
+  return o;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -74,17 +79,6 @@ void BertOptions::validate() const {
   MT_CHECK(layer_norm_eps > 0.0f, "BERT: layer_norm_eps must be > 0, got ", layer_norm_eps);
   MT_CHECK(init_std > 0.0f, "BERT: init_std must be > 0, got ", init_std);
 }
-
-namespace {
-BertOptions preset(int64_t vocab_size, int64_t layers, int64_t hidden, int64_t heads) {
-  BertOptions o;
-  o.vocab_size = vocab_size;
-  o.layers = layers;
-  o.hidden = hidden;
-  o.heads = heads;
-  return o;
-}
-}  // namespace
 
 BertOptions BertOptions::tiny(int64_t vocab_size) { return preset(vocab_size, 2, 128, 2); }
 BertOptions BertOptions::mini(int64_t vocab_size) { return preset(vocab_size, 4, 256, 4); }
@@ -115,15 +109,12 @@ BertEmbeddings::BertEmbeddings(const BertOptions& opt, core::Generator& gen) {
   token_type_ = register_module("token_type_embeddings",
                                 std::make_shared<Embedding>(opt.type_vocab, opt.hidden, opt.init_std, gen));
   norm_ = register_module("layer_norm", std::make_shared<LayerNorm>(opt.hidden, opt.layer_norm_eps));
-  dropout_ = register_module("dropout", std::make_shared<Dropout>(opt.hidden_dropout, draw_seed(gen)));
+  dropout_ = register_module("dropout", std::make_shared<Dropout>(opt.hidden_dropout, gen.next_u64()));
 }
 
+// BertEncoder::forward, the only caller, has checked the ids (check_ids).
 Tensor BertEmbeddings::forward(const Tensor& ids) {
-  MT_CHECK(ids.defined() && ids.dim() == 2, "BertEmbeddings: expected int64 ids [batch, seq], got ",
-           ids.defined() ? ids.str() : "an undefined tensor");
   const int64_t seq = ids.size(1);
-  MT_CHECK(seq <= position_->num_embeddings(), "BertEmbeddings: sequence length ", seq, " exceeds max_position ",
-           position_->num_embeddings());
   // Positions 0..S-1 and token type 0 are the same for every sequence: slices of the tables
   // (no gather), summed once into [S, hidden] and broadcast over the batch in one add.
   const Tensor position_and_type =

@@ -4,14 +4,6 @@
 
 namespace mt::layers {
 
-namespace {
-// A seed for a layer's own generator, drawn from the model's so the model stays a function
-// of one seed.
-uint64_t draw_seed(core::Generator& gen) {
-  return (static_cast<uint64_t>(gen.next_u32()) << 32) | gen.next_u32();
-}
-}  // namespace
-
 MLP::MLP(int64_t in_features, const std::vector<int64_t>& hidden, int64_t num_classes, float dropout,
          core::Generator& gen) {
   int64_t width = in_features;
@@ -20,7 +12,7 @@ MLP::MLP(int64_t in_features, const std::vector<int64_t>& hidden, int64_t num_cl
     MT_CHECK(next > 0, "MLP: layer sizes must be > 0, got hidden ", i, " = ", next);
     fcs_.push_back(register_module("fc" + std::to_string(i + 1), std::make_shared<Linear>(width, next, gen)));
     if (i < hidden.size() && dropout > 0.0f)
-      drops_.push_back(register_module("drop" + std::to_string(i + 1), std::make_shared<Dropout>(dropout, draw_seed(gen))));
+      drops_.push_back(register_module("drop" + std::to_string(i + 1), std::make_shared<Dropout>(dropout, gen.next_u64())));
     width = next;
   }
 }

@@ -1,5 +1,6 @@
 #include "layers/models/registry.h"
 
+#include "core/strings.h"
 #include "layers/models/bert.h"
 #include "layers/models/lenet5.h"
 #include "layers/models/mlp.h"
@@ -44,9 +45,7 @@ std::shared_ptr<Module> build_model(const std::string& name, const ModelOptions&
   // ImageNet-style (7x7/2 stem + max pool); for images of 224x224 or thereabouts.
   if (name == "resnet18") return std::make_shared<ResNetImageNet>(18, opt.in_channels, opt.num_classes, gen);
   if (name == "resnet50") return std::make_shared<ResNetImageNet>(50, opt.in_channels, opt.num_classes, gen);
-  std::string valid;
-  for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
-  MT_FAIL("unknown model '", name, "'; valid models: ", valid);
+  MT_FAIL("unknown model '", name, "'; valid models: ", core::join(model_names()));
 }
 
 }  // namespace mt::layers
