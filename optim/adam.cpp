@@ -23,19 +23,6 @@ void check_options(const AdamOptions& o, const char* name) {
   MT_CHECK(o.weight_decay >= 0, name, ": weight_decay must be >= 0, got ", o.weight_decay);
 }
 
-// Splits "exp_avg.12" into its prefix ("exp_avg.") and index; false for any other form.
-bool parse_entry(const std::string& name, std::string& prefix, size_t& index) {
-  for (const std::string* p : {&kExpAvg, &kExpAvgSq, &kStep}) {
-    if (name.rfind(*p, 0) != 0 || name.size() == p->size()) continue;
-    const std::string num = name.substr(p->size());
-    if (num.find_first_not_of("0123456789") != std::string::npos || num.size() > 18) continue;
-    prefix = *p;
-    index = std::stoul(num);
-    return true;
-  }
-  return false;
-}
-
 // The CPU update, one pass over the parameter. GCC vectorizes it only with -fno-math-errno
 // (sqrtf's errno for negative inputs, which v never is, counts as a side effect otherwise), and
 // with each thread's own copy of `u` (firstprivate: a float store could alias a shared one); the
@@ -130,7 +117,9 @@ void Adam::load_state_dict(const core::StateDict& state) {
   for (const auto& [entry, t] : state) {
     std::string prefix;
     size_t idx = 0;
-    MT_CHECK(parse_entry(entry, prefix, idx), name(), " state: unexpected entry '", entry, "'; ",
+    const bool known = split_state_entry(entry, prefix, idx) &&
+                       (prefix == kExpAvg || prefix == kExpAvgSq || prefix == kStep);
+    MT_CHECK(known, name(), " state: unexpected entry '", entry, "'; ",
              name(), " state holds only 'exp_avg.<index>', 'exp_avg_sq.<index>' and 'step.<index>' "
              "(was it saved by another optimizer?)");
     MT_CHECK(idx < n, name(), " state: '", entry, "' but this optimizer has only ", n,

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::optim {
 
@@ -14,11 +15,8 @@ std::vector<std::string> lr_schedule_types() {
 
 LrSchedule::LrSchedule(LrScheduleOptions opt) : opt_(std::move(opt)) {
   const auto types = lr_schedule_types();
-  if (std::find(types.begin(), types.end(), opt_.type) == types.end()) {
-    std::string valid;
-    for (const auto& t : types) valid += (valid.empty() ? "" : ", ") + t;
-    MT_FAIL("lr schedule: unknown type '", opt_.type, "'; valid types: ", valid);
-  }
+  MT_CHECK(std::find(types.begin(), types.end(), opt_.type) != types.end(), "lr schedule: unknown type '",
+           opt_.type, "'; valid types: ", core::join(types));
   MT_CHECK(opt_.base_lr >= 0, "lr schedule: base_lr must be >= 0, got ", opt_.base_lr);
   MT_CHECK(opt_.gamma > 0, "lr schedule: gamma must be > 0, got ", opt_.gamma);
   MT_CHECK(opt_.warmup_epochs >= 0, "lr schedule: warmup_epochs must be >= 0, got ", opt_.warmup_epochs);

@@ -10,6 +10,16 @@ void Optimizer::zero_grad() {
   for (auto& p : params_) p.zero_grad();
 }
 
+bool Optimizer::split_state_entry(const std::string& entry, std::string& prefix, size_t& index) {
+  const auto dot = entry.rfind('.');
+  if (dot == std::string::npos || dot + 1 == entry.size()) return false;
+  const std::string num = entry.substr(dot + 1);
+  if (num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos) return false;
+  prefix = entry.substr(0, dot + 1);
+  index = std::stoul(num);
+  return true;
+}
+
 void Optimizer::step_parameter(size_t i, const Tensor& grad) {
   MT_CHECK(i < params_.size(), "step_parameter: parameter ", i, " of ", params_.size());
   // Every optimizer leaves a parameter without a gradient alone, so hiding the others' makes

@@ -2,6 +2,7 @@
 // (momentum buffers, Adam moments) is kept by index in parameter order and saved by
 // state_dict() so a resumed run continues exactly.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "core/serialize.h"
@@ -28,6 +29,9 @@ class Optimizer {
 
   virtual core::StateDict state_dict() const = 0;
   virtual void load_state_dict(const core::StateDict& state) = 0;
+  // State entries are named "<prefix><parameter index>": splits "exp_avg.12" into "exp_avg." and
+  // 12; false when the name does not end in ".<digits>".
+  static bool split_state_entry(const std::string& entry, std::string& prefix, size_t& index);
 
  protected:
   std::vector<Tensor> params_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "core/strings.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 
@@ -38,17 +39,6 @@ std::unique_ptr<Optimizer> build_one(const std::string& name, std::vector<Tensor
   return std::make_unique<Adam>(std::move(params), o);
 }
 
-// Splits "exp_avg.12" into "exp_avg." and 12; false when the name does not end in ".<digits>".
-bool split_index(const std::string& entry, std::string& prefix, size_t& index) {
-  const auto dot = entry.rfind('.');
-  if (dot == std::string::npos || dot + 1 == entry.size()) return false;
-  const std::string num = entry.substr(dot + 1);
-  if (num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos) return false;
-  prefix = entry.substr(0, dot + 1);
-  index = std::stoul(num);
-  return true;
-}
-
 // Optimizers of one kind side by side, each over a subset of the parameters (here: those with
 // and those without weight decay, PyTorch's "parameter groups"). It acts as one optimizer over
 // the original list: step() hands the current learning rate to each, and state entries are
@@ -82,7 +72,7 @@ class ParamGroups : public Optimizer {
       for (auto& [entry, t] : g.opt->state_dict()) {
         std::string prefix;
         size_t local = 0;
-        MT_CHECK(split_index(entry, prefix, local) && local < g.index.size(),
+        MT_CHECK(split_state_entry(entry, prefix, local) && local < g.index.size(),
                  "internal: optimizer state entry '", entry, "' does not end in a parameter index");
         entries.emplace_back(g.index[local], entries.size(), prefix + std::to_string(g.index[local]), t);
       }
@@ -100,7 +90,7 @@ class ParamGroups : public Optimizer {
     for (const auto& [entry, t] : state) {
       std::string prefix;
       size_t idx = 0;
-      if (!split_index(entry, prefix, idx)) {
+      if (!split_state_entry(entry, prefix, idx)) {
         per_group[0].emplace_back(entry, t);  // rejected there, with the valid forms named
         continue;
       }
@@ -131,11 +121,8 @@ std::vector<std::string> optimizer_names() { return {"sgd", "adam", "adamw"}; }
 std::unique_ptr<Optimizer> build_optimizer(const std::string& name, std::vector<Tensor> params,
                                            const OptimizerOptions& opt) {
   const auto names = optimizer_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    std::string valid;
-    for (const auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
-    MT_FAIL("unknown optimizer '", name, "'; valid optimizers: ", valid);
-  }
+  MT_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "unknown optimizer '", name,
+           "'; valid optimizers: ", core::join(names));
   // Checked here too: with every parameter 1-d, no optimizer would see the value.
   MT_CHECK(opt.weight_decay >= 0, "optimizer '", name, "': weight_decay must be >= 0, got ", opt.weight_decay);
   if (!opt.no_decay_1d || opt.weight_decay == 0) return build_one(name, std::move(params), opt, opt.weight_decay);

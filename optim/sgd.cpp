@@ -117,14 +117,9 @@ core::StateDict SGD::state_dict() const {
 void SGD::load_state_dict(const core::StateDict& state) {
   std::vector<Tensor> loaded(params_.size());
   for (const auto& [name, t] : state) {
+    std::string prefix;
     size_t idx = 0;
-    bool ok = name.rfind(kMomentumPrefix, 0) == 0 && name.size() > kMomentumPrefix.size();
-    if (ok) {
-      const std::string num = name.substr(kMomentumPrefix.size());
-      ok = num.find_first_not_of("0123456789") == std::string::npos;
-      if (ok) idx = std::stoul(num);
-    }
-    MT_CHECK(ok, "SGD state: unexpected entry '", name, "'; SGD state holds only 'momentum.<index>'");
+    MT_CHECK(split_state_entry(name, prefix, idx) && prefix == kMomentumPrefix, "SGD state: unexpected entry '", name, "'; SGD state holds only 'momentum.<index>'");
     MT_CHECK(idx < params_.size(), "SGD state: '", name, "' but this optimizer has only ",
              params_.size(), " parameters; was it saved for another model?");
     MT_CHECK(t.shape() == params_[idx].shape(), "SGD state: '", name, "' has shape ",
