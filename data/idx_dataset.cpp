@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::data {
 
@@ -53,10 +53,17 @@ uint32_t big_endian_u32(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
 }
 
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08X", v);
-  return buf;
+// The path of `name` or `name`.gz in `folder`, whichever exists; throws an Error that says how
+// to get the files when neither does.
+std::string find_idx_file(const std::string& folder, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path plain = fs::path(folder) / name;
+  std::error_code ec;
+  if (fs::is_regular_file(plain, ec)) return plain.string();
+  const fs::path gz = fs::path(folder) / (name + ".gz");
+  if (fs::is_regular_file(gz, ec)) return gz.string();
+  MT_FAIL("IDX dataset: missing file ", plain.string(), " (or ", gz.filename().string(), ")",
+          fs::is_directory(folder, ec) ? "" : " (the folder does not exist)", "; ", kHowToGet);
 }
 
 }  // namespace
@@ -69,9 +76,9 @@ IdxArray read_idx_file(const std::string& path, uint32_t expected_magic) {
   int64_t got = read_some(f.get(), path, head, 4);
   MT_CHECK(got == 4, path, ": truncated IDX file: expected at least 4 header bytes, file has ", got);
   const uint32_t magic = big_endian_u32(head);
-  MT_CHECK(magic == expected_magic, path, ": wrong IDX magic ", hex32(magic), ", expected ",
-           hex32(expected_magic), " (", expected_magic == kImagesMagic ? "uint8 images, 3 dims" : "uint8 labels, 1 dim",
-           "); is this the right file?");
+  MT_CHECK(magic == expected_magic, path, ": wrong IDX magic ", core::formatted("0x%08X", magic), ", expected ",
+           core::formatted("0x%08X", expected_magic), " (",
+           expected_magic == kImagesMagic ? "uint8 images, 3 dims" : "uint8 labels, 1 dim", "); is this the right file?");
 
   IdxArray out;
   const int ndims = static_cast<int>(magic & 0xFF);
@@ -99,10 +106,8 @@ IdxArray read_idx_file(const std::string& path, uint32_t expected_magic) {
     out.values.resize(static_cast<size_t>(have + want));
     got = read_some(f.get(), path, out.values.data() + have, want);
     have += got;
-    if (got < want) {
-      MT_FAIL(path, ": truncated IDX file: the header promises ", header + payload, " bytes",
-              " (uncompressed), the file has ", header + have, "; re-download or reinstall it");
-    }
+    MT_CHECK(got == want, path, ": truncated IDX file: the header promises ", header + payload, " bytes",
+             " (uncompressed), the file has ", header + have, "; re-download or reinstall it");
   }
   // Count what follows, so the message can say how long the file really is.
   int64_t extra = 0;
@@ -111,17 +116,6 @@ IdxArray read_idx_file(const std::string& path, uint32_t expected_magic) {
   MT_CHECK(extra == 0, path, ": IDX file longer than its header says: expected ", header + payload,
            " bytes (uncompressed), the file has ", header + payload + extra);
   return out;
-}
-
-std::string find_idx_file(const std::string& folder, const std::string& name) {
-  namespace fs = std::filesystem;
-  const fs::path plain = fs::path(folder) / name;
-  std::error_code ec;
-  if (fs::is_regular_file(plain, ec)) return plain.string();
-  const fs::path gz = fs::path(folder) / (name + ".gz");
-  if (fs::is_regular_file(gz, ec)) return gz.string();
-  MT_FAIL("IDX dataset: missing file ", plain.string(), " (or ", gz.filename().string(), ")",
-          fs::is_directory(folder, ec) ? "" : " (the folder does not exist)", "; ", kHowToGet);
 }
 
 IdxDataset::IdxDataset(const std::string& folder, bool train, std::string name, int64_t num_classes)

@@ -24,10 +24,6 @@ struct IdxArray {
 // for images, 0x00000801 for labels) and that its length matches the header exactly.
 IdxArray read_idx_file(const std::string& path, uint32_t expected_magic);
 
-// The path of `name` or `name`.gz in `folder`, whichever exists; throws an Error that says how
-// to get the files when neither does.
-std::string find_idx_file(const std::string& folder, const std::string& name);
-
 class IdxDataset final : public Dataset {
  public:
   // `name` only labels describe() ("fashion-mnist", "mnist").

@@ -29,8 +29,7 @@ std::vector<std::string> class_folders(const fs::path& dir) {
   return names;
 }
 
-}  // namespace
-
+// True for the file names ImageFolderDataset takes as images.
 bool has_image_extension(const std::string& filename) {
   const auto dot = filename.rfind('.');
   if (dot == std::string::npos) return false;
@@ -39,6 +38,8 @@ bool has_image_extension(const std::string& filename) {
   static const char* kExt[] = {"jpg", "jpeg", "png", "bmp", "ppm", "pgm", "pbm", "tif", "tiff", "webp"};
   return std::any_of(std::begin(kExt), std::end(kExt), [&](const char* e) { return ext == e; });
 }
+
+}  // namespace
 
 ImageFolderDataset::ImageFolderDataset(const std::string& folder, const ImageDatasetOptions& opt,
                                        const std::string& classes_from)

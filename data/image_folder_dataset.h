@@ -29,7 +29,4 @@ class ImageFolderDataset final : public ImageDataset {
   std::vector<std::string> classes_;
 };
 
-// True for the file names ImageFolderDataset takes as images.
-bool has_image_extension(const std::string& filename);
-
 }  // namespace mt::data

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "data/cifar_dataset.h"
 #include "data/idx_dataset.h"
 #include "data/synthetic_dataset.h"
@@ -63,9 +64,7 @@ std::shared_ptr<Dataset> build_dataset(const DatasetOptions& opt, bool train) {
     return std::make_shared<SyntheticDataset>(opt.synthetic_size, opt.synthetic_shape,
                                               opt.synthetic_classes, opt.seed, train ? 0 : 1);
   if (opt.type == "image_folder" || opt.type == "image_list") return build_image_dataset(opt, train);
-  std::string valid;
-  for (const std::string& t : dataset_types()) valid += (valid.empty() ? "" : ", ") + t;
-  MT_FAIL("unknown dataset type \"", opt.type, "\"; valid types: ", valid, " (set data.type)");
+  MT_FAIL("unknown dataset type \"", opt.type, "\"; valid types: ", core::join(dataset_types()), " (set data.type)");
 }
 
 }  // namespace mt::data

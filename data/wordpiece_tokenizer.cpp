@@ -73,7 +73,7 @@ namespace {
 // The reference's last steps on one whitespace-delimited word (uncased already if asked): each
 // punctuation character becomes a word of its own, and whitespace ends a word (the reference
 // splits on it again after lower-casing; no current character lower-cases to whitespace).
-void split_on_punctuation(std::string_view word, WordSink sink) {
+void split_on_punctuation(std::string_view word, const WordSink& sink) {
   size_t start = 0, pos = 0;
   while (pos < word.size()) {
     const size_t at = pos;
@@ -88,9 +88,13 @@ void split_on_punctuation(std::string_view word, WordSink sink) {
   if (pos > start) sink(word.substr(start));
 }
 
+bool looks_bracketed(const std::string& token) {
+  return token.size() >= 3 && token.front() == '[' && token.back() == ']';
+}
+
 }  // namespace
 
-void basic_tokenize_each(std::string_view text, bool lowercase, WordSink sink) {
+void for_each_basic_token(std::string_view text, bool lowercase, const WordSink& sink) {
   using bert_unicode::InputClass;
   std::string word;  // the current whitespace-delimited word, removed characters left out
   bool ascii = true;
@@ -134,12 +138,9 @@ void basic_tokenize_each(std::string_view text, bool lowercase, WordSink sink) {
 }
 
 bool vocabulary_is_cased(const std::vector<std::string>& tokens) {
-  for (const std::string& t : tokens) {
-    const bool bracketed = t.size() >= 3 && t.front() == '[' && t.back() == ']';
-    if (!bracketed && std::any_of(t.begin(), t.end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
-      return true;
-  }
-  return false;
+  return std::any_of(tokens.begin(), tokens.end(), [](const std::string& t) {
+    return !looks_bracketed(t) && std::any_of(t.begin(), t.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+  });
 }
 
 std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase) {
@@ -147,12 +148,6 @@ std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase) {
   for_each_basic_token(text, lowercase, [&](std::string_view w) { words.emplace_back(w); });
   return words;
 }
-
-namespace {
-bool looks_bracketed(const std::string& token) {
-  return token.size() >= 3 && token.front() == '[' && token.back() == ']';
-}
-}  // namespace
 
 WordPieceTokenizer::WordPieceTokenizer(std::vector<std::string> tokens, bool lowercase,
                                        const std::string& origin)
@@ -287,10 +282,7 @@ std::string WordPieceTokenizer::decode(const std::vector<int32_t>& ids, bool ski
   for (const int32_t id : ids) {
     if (skip_padding && id == pad_id_) continue;
     if (id < 0 || id >= vocab_size()) {
-      if (!text.empty()) text.push_back(' ');
-      text.push_back('<');
-      text += std::to_string(id);
-      text += "?>";
+      text += (text.empty() ? "<" : " <") + std::to_string(id) + "?>";
       continue;
     }
     const std::string& t = tokens_[id];

@@ -20,6 +20,7 @@
 // must hold [PAD], [UNK], [CLS], [SEP] and [MASK].
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,27 +42,11 @@ inline constexpr int kMaxWordChars = 100;
 // vocabulary trainer counts.
 std::vector<std::string> basic_tokenize(std::string_view text, bool lowercase);
 
-// A callback taking one word (std::string_view) by reference to the caller's callable: no
-// allocation, no copy of the callable.
-class WordSink {
- public:
-  template <typename F>
-  explicit WordSink(F& f)
-      : callable_(&f), call_([](void* c, std::string_view w) { (*static_cast<F*>(c))(w); }) {}
-  void operator()(std::string_view word) const { call_(callable_, word); }
-
- private:
-  void* callable_;
-  void (*call_)(void*, std::string_view);
-};
-
 // Calls `word` for each word instead of building a vector (the hot path of the corpus reader).
-// The view is valid only during the call.
-void basic_tokenize_each(std::string_view text, bool lowercase, WordSink word);
-template <typename F>
-void for_each_basic_token(std::string_view text, bool lowercase, F&& word) {
-  basic_tokenize_each(text, lowercase, WordSink(word));
-}
+// The view is valid only during the call. The callers' lambdas capture a reference or two, which
+// std::function keeps without allocating.
+using WordSink = std::function<void(std::string_view)>;
+void for_each_basic_token(std::string_view text, bool lowercase, const WordSink& word);
 
 // Whether a vocabulary is for cased text: a token other than the bracketed special ones holds an
 // ASCII capital letter (uncased vocabularies are built from lower-cased text and have none).

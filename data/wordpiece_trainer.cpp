@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -32,9 +33,7 @@ struct Candidate {
 // The priority queue's top is the "largest": most frequent, then smallest string, then pair.
 struct CandidateOrder {
   bool operator()(const Candidate& x, const Candidate& y) const {
-    if (x.count != y.count) return x.count < y.count;
-    if (x.merged != y.merged) return x.merged > y.merged;
-    return x.key > y.key;
+    return std::tie(x.count, y.merged, y.key) < std::tie(y.count, x.merged, x.key);
   }
 };
 
