@@ -76,9 +76,9 @@ IdxArray read_idx_file(const std::string& path, uint32_t expected_magic) {
   int64_t got = read_some(f.get(), path, head, 4);
   MT_CHECK(got == 4, path, ": truncated IDX file: expected at least 4 header bytes, file has ", got);
   const uint32_t magic = big_endian_u32(head);
+  const char* kind = expected_magic == kImagesMagic ? "uint8 images, 3 dims" : "uint8 labels, 1 dim";
   MT_CHECK(magic == expected_magic, path, ": wrong IDX magic ", core::formatted("0x%08X", magic), ", expected ",
-           core::formatted("0x%08X", expected_magic), " (",
-           expected_magic == kImagesMagic ? "uint8 images, 3 dims" : "uint8 labels, 1 dim", "); is this the right file?");
+           core::formatted("0x%08X", expected_magic), " (", kind, "); is this the right file?");
 
   IdxArray out;
   const int ndims = static_cast<int>(magic & 0xFF);

@@ -80,7 +80,8 @@ void check_vocabulary_covers(const PackedCorpus& corpus, const TextDataOptions& 
   const int64_t known = corpus.tokens - corpus.unknown_tokens;
   if (known * 2 > corpus.tokens) return;
   throw core::ConfigError(core::detail::concat(
-      core::formatted("%.1f%%", 100.0 * corpus.unknown_tokens / std::max<int64_t>(1, corpus.tokens)), " of the corpus's ", corpus.tokens, " tokens are [UNK] (vocabulary ", vocab,
+      core::formatted("%.1f%%", 100.0 * corpus.unknown_tokens / std::max<int64_t>(1, corpus.tokens)),
+      " of the corpus's ", corpus.tokens, " tokens are [UNK] (vocabulary ", vocab,
       "), which the model is never taught to predict: ", known == 0 ? "no token is left to mask" : "over half are",
       ". The vocabulary does not fit the corpus (data.text.corpus ", core::join(opt.corpus, ", "), "): give a ",
       "data.text.vocab_file of its language and case (data.text.lowercase), or leave vocab_file empty to build ",

@@ -119,7 +119,8 @@ void SGD::load_state_dict(const core::StateDict& state) {
   for (const auto& [name, t] : state) {
     std::string prefix;
     size_t idx = 0;
-    MT_CHECK(split_state_entry(name, prefix, idx) && prefix == kMomentumPrefix, "SGD state: unexpected entry '", name, "'; SGD state holds only 'momentum.<index>'");
+    MT_CHECK(split_state_entry(name, prefix, idx) && prefix == kMomentumPrefix, "SGD state: unexpected entry '",
+             name, "'; SGD state holds only 'momentum.<index>'");
     MT_CHECK(idx < params_.size(), "SGD state: '", name, "' but this optimizer has only ",
              params_.size(), " parameters; was it saved for another model?");
     MT_CHECK(t.shape() == params_[idx].shape(), "SGD state: '", name, "' has shape ",
