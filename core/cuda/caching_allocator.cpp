@@ -2,7 +2,6 @@
 // per-stream reuse) per GPU, with cudaMalloc/cudaFree behind it. Each pool allocates on its own
 // device (a device guard around cudaMalloc), so a tensor labelled cuda:1 lives on GPU 1 whatever
 // device the calling thread had selected.
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +13,7 @@
 #include "core/cuda/cuda_memory.h"
 #include "core/cuda/device_guard.h"
 #include "core/cuda/index_checks.h"
+#include "core/strings.h"
 
 namespace mt::core {
 
@@ -21,11 +21,7 @@ namespace {
 
 using cuda::DeviceGuard;
 
-std::string mib(size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
+std::string mib(size_t bytes) { return formatted("%.1f MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 // The stream this thread allocates for (AllocationStream); 0, the legacy default stream where
 // the kernels run, unless a guard says otherwise.

@@ -9,20 +9,23 @@ namespace mt::core::cuda {
 
 namespace {
 
-MT_HOST_DEVICE inline uint16_t to_bits(ComputePrecision p, float v) {
-  return p == ComputePrecision::BF16 ? float_to_bf16_bits(v) : float_to_fp16_bits(v);
+// What one float32 value becomes: the 16-bit format's bits, or float32 rounded to the format.
+MT_HOST_DEVICE inline void store(uint16_t& out, ComputePrecision p, float v) {
+  out = p == ComputePrecision::BF16 ? float_to_bf16_bits(v) : float_to_fp16_bits(v);
+}
+MT_HOST_DEVICE inline void store(float& out, ComputePrecision p, float v) { out = round_to(p, v); }
+
+template <typename Out>
+__global__ void cast_contiguous(const float* x, Out* out, int64_t n, ComputePrecision p) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) store(out[i], p, x[i]);
 }
 
-__global__ void to_reduced_contiguous(const float* x, uint16_t* h, int64_t n, ComputePrecision p) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) h[i] = to_bits(p, x[i]);
-}
-
-__global__ void to_reduced_strided(const float* x, uint16_t* h, int64_t n, StridedIndexer<1> ix,
-                                   ComputePrecision p) {
+template <typename Out>
+__global__ void cast_strided(const float* x, Out* out, int64_t n, StridedIndexer<1> ix, ComputePrecision p) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     int64_t off[1];
     ix.offsets(i, off);
-    h[i] = to_bits(p, x[off[0]]);
+    store(out[i], p, x[off[0]]);
   }
 }
 
@@ -34,17 +37,19 @@ __global__ void from_fp16(const uint16_t* h, float* out, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = fp16_bits_to_float(h[i]);
 }
 
-__global__ void round_contiguous(const float* x, float* out, int64_t n, ComputePrecision p) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = round_to(p, x[i]);
-}
-
-__global__ void round_strided(const float* x, float* out, int64_t n, StridedIndexer<1> ix,
-                              ComputePrecision p) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    int64_t off[1];
-    ix.offsets(i, off);
-    out[i] = round_to(p, x[off[0]]);
+// x's values (float32, any strides) stored for p into dst, contiguous in x's shape.
+template <typename Out>
+void cast_into(const Tensor& x, Out* dst, ComputePrecision p) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const float* src = static_cast<const float*>(x.raw_data());
+  if (x.is_contiguous()) {
+    cast_contiguous<<<blocks_for(n), kThreads>>>(src, dst, n, p);
+  } else {
+    const Shape* st[1] = {&x.strides()};
+    cast_strided<<<blocks_for(n), kThreads>>>(src, dst, n, make_indexer<1>(x.shape(), st), p);
   }
+  MT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -53,17 +58,7 @@ Tensor to_reduced(const Tensor& x, ComputePrecision p) {
   MT_CHECK(p != ComputePrecision::FP32 && x.dtype() == DType::Float32 && x.is_cuda(),
            "internal: to_reduced needs a CUDA float32 tensor and a 16-bit precision, got ", x.str());
   Tensor h = Tensor::empty(x.shape(), storage_dtype(p), x.device());
-  const int64_t n = x.numel();
-  if (n == 0) return h;
-  const float* src = static_cast<const float*>(x.raw_data());
-  uint16_t* dst = static_cast<uint16_t*>(h.raw_data());
-  if (x.is_contiguous()) {
-    to_reduced_contiguous<<<blocks_for(n), kThreads>>>(src, dst, n, p);
-  } else {
-    const Shape* st[1] = {&x.strides()};
-    to_reduced_strided<<<blocks_for(n), kThreads>>>(src, dst, n, make_indexer<1>(x.shape(), st), p);
-  }
-  MT_CUDA_LAUNCH_CHECK();
+  cast_into(x, static_cast<uint16_t*>(h.raw_data()), p);
   return h;
 }
 
@@ -86,28 +81,14 @@ void from_reduced(const Tensor& h, Tensor& out) {
 Tensor rounded_copy(const Tensor& x, ComputePrecision p) {
   MT_CHECK(x.dtype() == DType::Float32 && x.is_cuda(), "internal: rounded_copy of ", x.str());
   Tensor out = Tensor::empty(x.shape(), DType::Float32, x.device());
-  const int64_t n = x.numel();
-  if (n == 0) return out;
-  const float* src = static_cast<const float*>(x.raw_data());
-  float* dst = static_cast<float*>(out.raw_data());
-  if (x.is_contiguous()) {
-    round_contiguous<<<blocks_for(n), kThreads>>>(src, dst, n, p);
-  } else {
-    const Shape* st[1] = {&x.strides()};
-    round_strided<<<blocks_for(n), kThreads>>>(src, dst, n, make_indexer<1>(x.shape(), st), p);
-  }
-  MT_CUDA_LAUNCH_CHECK();
+  cast_into(x, static_cast<float*>(out.raw_data()), p);
   return out;
 }
 
 void round_in_place(Tensor& x, ComputePrecision p) {
   MT_CHECK(x.dtype() == DType::Float32 && x.is_cuda() && x.is_contiguous(),
            "internal: round_in_place of ", x.str());
-  const int64_t n = x.numel();
-  if (n == 0 || p == ComputePrecision::FP32) return;
-  float* data = static_cast<float*>(x.raw_data());
-  round_contiguous<<<blocks_for(n), kThreads>>>(data, data, n, p);
-  MT_CUDA_LAUNCH_CHECK();
+  if (p != ComputePrecision::FP32) cast_into(x, static_cast<float*>(x.raw_data()), p);
 }
 
 }  // namespace mt::core::cuda

@@ -24,10 +24,15 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 Tensor bytes_on(int64_t bytes, Device device) { return Tensor::empty({bytes}, DType::UInt8, device); }
 
-// CUB temporary storage from the caching allocator (at least one byte: a zero-size tensor may
-// have no address).
-Tensor cub_temp(size_t bytes, Device device) {
-  return bytes_on(static_cast<int64_t>(std::max<size_t>(bytes, 1)), device);
+// One CUB device-wide algorithm, `call(temp, bytes)`: the first call (temp null) sizes its
+// temporary storage, taken from the caching allocator (at least one byte: a zero-size tensor
+// may have no address); the second runs it.
+template <typename Call>
+void cub_run(Device device, Call call) {
+  size_t bytes = 0;
+  MT_CUDA_CHECK(call(nullptr, bytes));
+  Tensor temp = bytes_on(static_cast<int64_t>(std::max<size_t>(bytes, 1)), device);
+  MT_CUDA_CHECK(call(temp.raw_data(), bytes));
 }
 
 const float* floats_of(const Tensor& in, const char* what) {
@@ -159,15 +164,6 @@ __global__ void scatter_kernel(const float* values, const int32_t* idx, int64_t 
   }
 }
 
-void sort_keys_descending(const uint32_t* in, uint32_t* out, int64_t n, Device dev) {
-  size_t bytes = 0;
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(nullptr, bytes, in, out, static_cast<int>(n), 0, 32,
-                                                         cudaStream_t{nullptr}));
-  Tensor temp = cub_temp(bytes, dev);
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(temp.raw_data(), bytes, in, out, static_cast<int>(n), 0,
-                                                         32, cudaStream_t{nullptr}));
-}
-
 // Indices `candidates[0, count)` (ascending) cut to the k of largest |v|. The radix sort is
 // stable, so among equal magnitudes the lower index comes first: the CPU's tie rule. Writes
 // the k indices, ascending, to `chosen`.
@@ -180,21 +176,17 @@ void keep_largest(const float* v, const int32_t* candidates, int64_t count, int6
   auto* iout = static_cast<int32_t*>(idx_sorted.raw_data());
   candidate_keys_kernel<<<blocks_for(count), kThreads>>>(v, candidates, count, kin);
   MT_CUDA_LAUNCH_CHECK();
-  size_t bytes = 0;
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, bytes, kin, kout, candidates, iout,
-                                                          static_cast<int>(count), 0, 32, cudaStream_t{nullptr}));
-  Tensor temp = cub_temp(bytes, dev);
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(temp.raw_data(), bytes, kin, kout, candidates, iout,
-                                                          static_cast<int>(count), 0, 32, cudaStream_t{nullptr}));
+  cub_run(dev, [&](void* temp, size_t& bytes) {
+    return cub::DeviceRadixSort::SortPairsDescending(temp, bytes, kin, kout, candidates, iout,
+                                                     static_cast<int>(count), 0, 32, cudaStream_t{nullptr});
+  });
   // Back to ascending index order; indices are below n, so only their low bits are sorted.
   int end_bit = 1;
   while (end_bit < 31 && (int64_t{1} << end_bit) < n) ++end_bit;
-  bytes = 0;
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, iout, chosen, static_cast<int>(k), 0, end_bit,
-                                               cudaStream_t{nullptr}));
-  Tensor temp2 = cub_temp(bytes, dev);
-  MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp2.raw_data(), bytes, iout, chosen, static_cast<int>(k), 0,
-                                               end_bit, cudaStream_t{nullptr}));
+  cub_run(dev, [&](void* temp, size_t& bytes) {
+    return cub::DeviceRadixSort::SortKeys(temp, bytes, iout, chosen, static_cast<int>(k), 0, end_bit,
+                                          cudaStream_t{nullptr});
+  });
 }
 
 }  // namespace
@@ -302,8 +294,11 @@ Tensor topk_encode(const Tensor& in, int64_t k) {
   sample_keys_kernel<<<blocks_for(sample_size), kThreads>>>(v, stride, sample_size,
                                                            static_cast<uint32_t*>(sample.raw_data()));
   MT_CUDA_LAUNCH_CHECK();
-  sort_keys_descending(static_cast<const uint32_t*>(sample.raw_data()),
-                       static_cast<uint32_t*>(sample_sorted.raw_data()), sample_size, dev);
+  cub_run(dev, [&](void* temp, size_t& bytes) {
+    return cub::DeviceRadixSort::SortKeysDescending(temp, bytes, static_cast<const uint32_t*>(sample.raw_data()),
+                                                    static_cast<uint32_t*>(sample_sorted.raw_data()),
+                                                    static_cast<int>(sample_size), 0, 32, cudaStream_t{nullptr});
+  });
   Tensor threshold = bytes_on(4, dev);
   auto* thr = static_cast<float*>(threshold.raw_data());
   threshold_kernel<<<1, 1>>>(static_cast<const uint32_t*>(sample_sorted.raw_data()), pos, thr);
@@ -315,12 +310,10 @@ Tensor topk_encode(const Tensor& in, int64_t k) {
   auto* count_on_device = static_cast<int*>(selected.raw_data());
   const thrust::counting_iterator<int> all_indices(0);
   const AboveThreshold above{v, thr};
-  size_t bytes = 0;
-  MT_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, all_indices, cand, count_on_device, static_cast<int>(n),
-                                      above, cudaStream_t{nullptr}));
-  Tensor temp = cub_temp(bytes, dev);
-  MT_CUDA_CHECK(cub::DeviceSelect::If(temp.raw_data(), bytes, all_indices, cand, count_on_device,
-                                      static_cast<int>(n), above, cudaStream_t{nullptr}));
+  cub_run(dev, [&](void* temp, size_t& bytes) {
+    return cub::DeviceSelect::If(temp, bytes, all_indices, cand, count_on_device, static_cast<int>(n), above,
+                                 cudaStream_t{nullptr});
+  });
   int count = 0;
   MT_CUDA_CHECK(cudaMemcpy(&count, count_on_device, sizeof count, cudaMemcpyDeviceToHost));
 

@@ -9,16 +9,6 @@
 namespace mt::core::cuda {
 
 namespace {
-int64_t outer_size(const Tensor& t, int64_t dim) {
-  int64_t o = 1;
-  for (int64_t d = 0; d < dim; ++d) o *= t.shape()[d];
-  return o;
-}
-int64_t inner_size(const Tensor& t, int64_t dim) {
-  int64_t s = 1;
-  for (int64_t d = dim + 1; d < t.dim(); ++d) s *= t.shape()[d];
-  return s;
-}
 void copy_rows(float* dst, int64_t dst_row, const float* src, int64_t src_row, int64_t run, int64_t rows) {
   if (run == 0 || rows == 0) return;
   constexpr size_t f = sizeof(float);
@@ -28,7 +18,7 @@ void copy_rows(float* dst, int64_t dst_row, const float* src, int64_t src_row, i
 }  // namespace
 
 void cat_forward(const std::vector<Tensor>& xs, int64_t dim, Tensor& out) {
-  const int64_t outer = outer_size(out, dim), inner = inner_size(out, dim);
+  const int64_t outer = outer_size(out.shape(), dim), inner = inner_size(out.shape(), dim);
   const int64_t out_row = out.shape()[dim] * inner;
   int64_t start = 0;
   for (const Tensor& x : xs) {
@@ -40,7 +30,7 @@ void cat_forward(const std::vector<Tensor>& xs, int64_t dim, Tensor& out) {
 
 void cat_backward(const Tensor& g, int64_t dim, const std::vector<int64_t>& sizes,
                   std::vector<Tensor>& gxs) {
-  const int64_t outer = outer_size(g, dim), inner = inner_size(g, dim);
+  const int64_t outer = outer_size(g.shape(), dim), inner = inner_size(g.shape(), dim);
   const int64_t g_row = g.shape()[dim] * inner;
   int64_t start = 0;
   for (size_t i = 0; i < gxs.size(); ++i) {

@@ -128,21 +128,20 @@ __global__ void col2im_kernel(const float* col, float* x, Geometry g) {
   }
 }
 
-void im2col(const float* xn, const Geometry& g, float* col) {
-  im2col_kernel<<<blocks_for(g.patch() * g.pixels()), kThreads>>>(xn, col, g);
+// The GEMM's right operand for sample xn: xn itself for a pointwise convolution, else its
+// receptive fields unfolded into col.
+const float* columns(const Geometry& g, const float* xn, const Tensor& col) {
+  if (g.pointwise()) return xn;
+  im2col_kernel<<<blocks_for(g.patch() * g.pixels()), kThreads>>>(xn, col.data<float>(), g);
   MT_CUDA_LAUNCH_CHECK();
+  return col.data<float>();
 }
 
 void gemm_conv_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t in_size = g.c * g.h * g.w, out_size = g.o * g.pixels();
   Tensor col = g.pointwise() ? Tensor() : Tensor::empty({g.patch(), g.pixels()}, DType::Float32, x.device());
   for (int64_t n = 0; n < g.n; ++n) {
-    const float* xn = x.data<float>() + n * in_size;
-    const float* cn = xn;
-    if (!g.pointwise()) {
-      im2col(xn, g, col.data<float>());
-      cn = col.data<float>();
-    }
+    const float* cn = columns(g, x.data<float>() + n * in_size, col);
     gemm(false, false, g.o, g.pixels(), g.patch(), 1.0f, w.data<float>(), g.patch(), cn, g.pixels(),
          0.0f, y.data<float>() + n * out_size, g.pixels());
   }
@@ -159,12 +158,7 @@ void gemm_conv_backward(const Geometry& g, const Tensor& x, const Tensor& w, con
   for (int64_t n = 0; n < g.n; ++n) {
     const float* gyn = gy.data<float>() + n * out_size;
     if (gw.defined()) {
-      const float* xn = x.data<float>() + n * in_size;
-      const float* cn = xn;
-      if (unfold) {
-        im2col(xn, g, col.data<float>());
-        cn = col.data<float>();
-      }
+      const float* cn = columns(g, x.data<float>() + n * in_size, col);
       // dW += dy_n * col_n^T; the first sample overwrites (beta 0), so gw needs no zeroing.
       gemm(false, true, g.o, g.patch(), g.pixels(), 1.0f, gyn, g.pixels(), cn, g.pixels(),
            n == 0 ? 0.0f : 1.0f, gw.data<float>(), g.patch());
@@ -325,59 +319,41 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
   cudnnHandle_t h = cudnn_handle();
   std::vector<Algo> ranked;
   int returned = 0;
-  if (conv_benchmark()) {
-    // Timing needs scratch up to the limit; the block stays in the caching allocator after.
-    Tensor ws = workspace_tensor(conv_workspace_limit(), x.device());
-    const size_t ws_bytes = conv_workspace_limit();
-    switch (dir) {
-      case Direction::Forward: {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        MT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-            h, d.x, x.raw_data(), d.w, w.raw_data(), d.conv, d.y, y.raw_data(),
-            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
-        ranked = candidates(perf, returned, tf32, p);
-        break;
-      }
-      case Direction::BackwardData: {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        MT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            h, d.w, w.raw_data(), d.y, y.raw_data(), d.conv, d.x, x.raw_data(),
-            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
-        ranked = candidates(perf, returned, tf32, p);
-        break;
-      }
-      case Direction::BackwardFilter: {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        MT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            h, d.x, x.raw_data(), d.y, y.raw_data(), d.conv, d.w, w.raw_data(),
-            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes));
-        ranked = candidates(perf, returned, tf32, p);
-        break;
-      }
+  // Find times the algorithms (set_conv_benchmark), which needs scratch up to the limit; the
+  // block stays in the caching allocator after. Otherwise the heuristics rank them.
+  const bool find = conv_benchmark();
+  const size_t ws_bytes = conv_workspace_limit();
+  Tensor ws = find ? workspace_tensor(ws_bytes, x.device()) : Tensor();
+  switch (dir) {
+    case Direction::Forward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      MT_CUDNN_CHECK(find ? cudnnFindConvolutionForwardAlgorithmEx(
+                                h, d.x, x.raw_data(), d.w, w.raw_data(), d.conv, d.y, y.raw_data(),
+                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes)
+                          : cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y,
+                                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+      ranked = candidates(perf, returned, tf32, p);
+      break;
     }
-  } else {
-    switch (dir) {
-      case Direction::Forward: {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y,
-                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-        ranked = candidates(perf, returned, tf32, p);
-        break;
-      }
-      case Direction::BackwardData: {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
-        ranked = candidates(perf, returned, tf32, p);
-        break;
-      }
-      case Direction::BackwardFilter: {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
-        ranked = candidates(perf, returned, tf32, p);
-        break;
-      }
+    case Direction::BackwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      MT_CUDNN_CHECK(find ? cudnnFindConvolutionBackwardDataAlgorithmEx(
+                                h, d.w, w.raw_data(), d.y, y.raw_data(), d.conv, d.x, x.raw_data(),
+                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes)
+                          : cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
+      ranked = candidates(perf, returned, tf32, p);
+      break;
+    }
+    case Direction::BackwardFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      MT_CUDNN_CHECK(find ? cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                                h, d.x, x.raw_data(), d.y, y.raw_data(), d.conv, d.w, w.raw_data(),
+                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf, ptr_of(ws), ws_bytes)
+                          : cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                                h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, perf));
+      ranked = candidates(perf, returned, tf32, p);
+      break;
     }
   }
   // The first candidate whose scratch cuDNN reports under the math type it will run with (the
@@ -425,50 +401,47 @@ Algo choose(const Geometry& g, Direction dir, const Descriptors& d, const Tensor
   return chosen;
 }
 
-// x, w, y (and gy, gx, gw below) hold storage_dtype(p) elements, contiguous. Each returns
-// whether cuDNN did the work (false: no algorithm fits; the caller runs the im2col path).
-bool cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, ComputePrecision p) {
-  const Descriptors d(g, allow_tf32(), p);
-  const Algo a = choose(g, Direction::Forward, d, x, w, y, p);
+// x, w, y (and gy, gx, gw below) hold storage_dtype(p) elements, contiguous.
+// Runs one direction on its buffers (x, w, y as in choose(): the output among them is
+// overwritten); false when no algorithm fits and the caller runs the im2col path instead.
+bool cudnn_run(const Geometry& g, Direction dir, const Descriptors& d, const Tensor& x, const Tensor& w,
+               const Tensor& y, ComputePrecision p) {
+  const Algo a = choose(g, dir, d, x, w, y, p);
   if (!a.found) return false;
   MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a.math));
   Tensor ws = workspace_tensor(a.workspace, x.device());
   const float one = 1.0f, zero = 0.0f;
-  MT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(), &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
-                                         static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ptr_of(ws),
-                                         a.workspace, &zero, d.y, y.raw_data()));
+  cudnnHandle_t h = cudnn_handle();
+  switch (dir) {
+    case Direction::Forward:
+      MT_CUDNN_CHECK(cudnnConvolutionForward(h, &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
+                                             static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), ptr_of(ws),
+                                             a.workspace, &zero, d.y, y.raw_data()));
+      break;
+    case Direction::BackwardData:  // x is dx, y is dy
+      MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, d.w, w.raw_data(), d.y, y.raw_data(), d.conv,
+                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo), ptr_of(ws),
+                                                  a.workspace, &zero, d.x, x.raw_data()));
+      break;
+    case Direction::BackwardFilter:  // w is dw, y is dy
+      MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, d.x, x.raw_data(), d.y, y.raw_data(), d.conv,
+                                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+                                                    ptr_of(ws), a.workspace, &zero, d.w, w.raw_data()));
+      break;
+  }
   return true;
 }
 
-// Computes what it can of dx and dw; an output left to the im2col path is reset to undefined in
-// `gx_left` / `gw_left` (which start as gx and gw).
+bool cudnn_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, ComputePrecision p) {
+  return cudnn_run(g, Direction::Forward, Descriptors(g, allow_tf32(), p), x, w, y, p);
+}
+
+// Computes what it can of dx and dw; says which in gx_done and gw_done (the im2col path does the rest).
 void cudnn_backward(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& gy, Tensor& gx,
                     Tensor& gw, ComputePrecision p, bool& gx_done, bool& gw_done) {
   const Descriptors d(g, allow_tf32(), p);
-  const float one = 1.0f, zero = 0.0f;
-  gx_done = gw_done = false;
-  if (gx.defined()) {
-    const Algo a = choose(g, Direction::BackwardData, d, gx, w, gy, p);
-    if (a.found) {
-      MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a.math));
-      Tensor ws = workspace_tensor(a.workspace, x.device());
-      MT_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_handle(), &one, d.w, w.raw_data(), d.y, gy.raw_data(),
-                                                  d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
-                                                  ptr_of(ws), a.workspace, &zero, d.x, gx.raw_data()));
-      gx_done = true;
-    }
-  }
-  if (gw.defined()) {
-    const Algo a = choose(g, Direction::BackwardFilter, d, x, gw, gy, p);
-    if (a.found) {
-      MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, a.math));
-      Tensor ws = workspace_tensor(a.workspace, x.device());
-      MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_handle(), &one, d.x, x.raw_data(), d.y, gy.raw_data(),
-                                                    d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
-                                                    ptr_of(ws), a.workspace, &zero, d.w, gw.raw_data()));
-      gw_done = true;
-    }
-  }
+  gx_done = gx.defined() && cudnn_run(g, Direction::BackwardData, d, gx, w, gy, p);
+  gw_done = gw.defined() && cudnn_run(g, Direction::BackwardFilter, d, x, gw, gy, p);
 }
 
 #endif  // MT_WITH_CUDNN

@@ -11,17 +11,6 @@ namespace mt::core::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-unsigned warp_blocks(int64_t warps) { return blocks_for(warps * kWarp); }
-__device__ inline int64_t first_warp() { return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; }
-__device__ inline int64_t warp_stride() { return int64_t(gridDim.x) * kWarpsPerBlock; }
-
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // terms[i] = lse[i] - x[i, t[i]] for counted rows, 0 for ignored and bad ones; a bad target
 // is reported (core/cuda/index_checks.h).
 __global__ void counted_row_terms(const float* x, const int64_t* t, int64_t ignore_index, float* lse,

@@ -27,6 +27,16 @@ __global__ void scale_matrices(float* c, int64_t m, int64_t n, int64_t ldc, int6
     v = beta == 0.0f ? 0.0f : beta * v;  // beta 0 overwrites, as BLAS does (NaN in C is dropped)
   }
 }
+
+// Whether cuBLAS is needed: not for an empty C, nor for k == 0 (C = beta * C, done here).
+bool needs_cublas(int64_t m, int64_t n, int64_t k, float beta, float* c, int64_t ldc, int64_t stride_c,
+                  int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return false;
+  if (k > 0) return true;
+  scale_matrices<<<blocks_for(batch * m * n), kThreads>>>(c, m, n, ldc, stride_c, batch, beta);
+  MT_CUDA_LAUNCH_CHECK();
+  return false;
+}
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -38,12 +48,7 @@ void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
                           const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
                           int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
                           int64_t batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  if (k == 0) {
-    scale_matrices<<<blocks_for(batch * m * n), kThreads>>>(c, m, n, ldc, stride_c, batch, beta);
-    MT_CUDA_LAUNCH_CHECK();
-    return;
-  }
+  if (!needs_cublas(m, n, k, beta, c, ldc, stride_c, batch)) return;
   cublasHandle_t h = cublas_handle();
   if (batch == 1) {
     MT_CUBLAS_CHECK(cublasSgemm(h, op(tb), op(ta), to_int(n, "n"), to_int(m, "m"), to_int(k, "k"),
@@ -63,12 +68,7 @@ void gemm_strided_batched_ex(DType input_type, bool ta, bool tb, int64_t m, int6
                              int64_t stride_c, int64_t batch) {
   MT_CHECK(input_type == DType::BFloat16 || input_type == DType::Float16,
            "internal: gemm_strided_batched_ex takes bfloat16 or float16 inputs, got ", dtype_name(input_type));
-  if (m == 0 || n == 0 || batch == 0) return;
-  if (k == 0) {
-    scale_matrices<<<blocks_for(batch * m * n), kThreads>>>(c, m, n, ldc, stride_c, batch, beta);
-    MT_CUDA_LAUNCH_CHECK();
-    return;
-  }
+  if (!needs_cublas(m, n, k, beta, c, ldc, stride_c, batch)) return;
   const cudaDataType_t in = input_type == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
   cublasHandle_t h = cublas_handle();
   if (batch == 1) {

@@ -28,6 +28,13 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
 __device__ inline int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
+// A warp per row: blocks for `warps` rows, and the grid-stride loop over them spelled
+//   for (int64_t i = first_warp(); i < rows; i += warp_stride())
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+inline unsigned warp_blocks(int64_t warps) { return blocks_for(warps * kWarp); }
+__device__ inline int64_t first_warp() { return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; }
+__device__ inline int64_t warp_stride() { return int64_t(gridDim.x) * kWarpsPerBlock; }
+
 // Launches are asynchronous; this catches configuration errors at the launch site (faults in
 // the kernel itself surface at the next synchronizing call, e.g. a copy to the host).
 #define MT_CUDA_LAUNCH_CHECK() MT_CUDA_CHECK(cudaGetLastError())
@@ -36,6 +43,12 @@ __device__ inline int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x
 template <typename T>
 __device__ inline T warp_sum(T v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Warp-wide maximum (all lanes get the result).
+__device__ inline float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 

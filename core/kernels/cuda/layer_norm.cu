@@ -11,12 +11,7 @@ namespace mt::core::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = kThreads / kWarp;
 constexpr int64_t kRowsPerChunk = 32;
-
-unsigned warp_blocks(int64_t warps) { return blocks_for(warps * kWarp); }
-__device__ inline int64_t first_warp() { return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; }
-__device__ inline int64_t warp_stride() { return int64_t(gridDim.x) * kWarpsPerBlock; }
 
 __global__ void layer_norm_forward_kernel(const float* x, const float* w, const float* b, float eps, float* y,
                                           float* mean, float* rstd, int64_t n, int64_t d) {

@@ -9,17 +9,6 @@ namespace mt::core::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-unsigned warp_blocks(int64_t warps) { return blocks_for(warps * kWarp); }
-__device__ inline int64_t first_warp() { return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; }
-__device__ inline int64_t warp_stride() { return int64_t(gridDim.x) * kWarpsPerBlock; }
-
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // mask (may be null) is [B, sk]; row i of the scores belongs to batch i / rows_per_batch.
 __global__ void masked_softmax_forward_kernel(const float* x, const float* mask, float* y, int64_t rows,
                                               int64_t sk, int64_t rows_per_batch, float scale) {

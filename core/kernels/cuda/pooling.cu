@@ -55,10 +55,6 @@ __global__ void max_pool_forward(const float* x, float* y, int64_t* idx, PoolGeo
   }
 }
 
-__global__ void zero_kernel(float* p, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) p[i] = 0.0f;
-}
-
 // Routes each output gradient to the pixel its maximum came from. Overlapping windows
 // (stride < kernel) can send several to one pixel, hence the atomic add; the order of those few
 // additions may vary between runs (in the last bit). Non-overlapping windows (LeNet's 2x2/2)
@@ -118,9 +114,7 @@ __global__ void avg_pool_backward(const float* gy, float* gx, PoolGeometry g) {
 // A warp per plane; the sum in float like the CPU's (whose vectorized order differs anyway).
 __global__ void global_avg_forward(const float* x, float* y, int64_t planes, int64_t hw) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t warps_per_block = blockDim.x / kWarp;
-  for (int64_t p = int64_t(blockIdx.x) * warps_per_block + threadIdx.x / kWarp; p < planes;
-       p += int64_t(gridDim.x) * warps_per_block) {
+  for (int64_t p = first_warp(); p < planes; p += warp_stride()) {
     const float* in = x + p * hw;
     float s = 0.0f;
     for (int64_t j = lane; j < hw; j += kWarp) s += in[j];
@@ -151,8 +145,7 @@ void max_pool2d_backward(const Tensor& gy, const Tensor& indices, Tensor& gx) {
   const int64_t in_plane = gx.shape()[2] * gx.shape()[3];
   const int64_t out_plane = gy.shape()[2] * gy.shape()[3];
   if (gx.numel() == 0) return;
-  zero_kernel<<<blocks_for(gx.numel()), kThreads>>>(gx.data<float>(), gx.numel());
-  MT_CUDA_LAUNCH_CHECK();
+  MT_CUDA_CHECK(cudaMemsetAsync(gx.raw_data(), 0, gx.nbytes(), nullptr));  // float 0 is all zero bits
   if (gy.numel() == 0) return;
   max_pool_backward<<<blocks_for(gy.numel()), kThreads>>>(gy.data<float>(), indices.data<int64_t>(),
                                                           gx.data<float>(), planes, in_plane, out_plane);
@@ -176,7 +169,7 @@ void avg_pool2d_backward(const Tensor& gy, int64_t kernel, int64_t stride, int64
 void global_avg_pool2d_forward(const Tensor& x, Tensor& y) {
   const int64_t planes = x.shape()[0] * x.shape()[1], hw = x.shape()[2] * x.shape()[3];
   if (planes == 0) return;
-  global_avg_forward<<<blocks_for(planes * kWarp), kThreads>>>(x.data<float>(), y.data<float>(), planes, hw);
+  global_avg_forward<<<warp_blocks(planes), kThreads>>>(x.data<float>(), y.data<float>(), planes, hw);
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -18,7 +18,6 @@ namespace mt::core::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = kThreads / kWarp;
 // About the threads a large GPU keeps resident (an H100: 132 SMs x 2048): fewer outputs than
 // this get their runs chunked.
 constexpr int64_t kFillThreads = int64_t{1} << 18;
@@ -35,8 +34,7 @@ unsigned grid_for(int64_t blocks) { return static_cast<unsigned>(std::clamp<int6
 template <typename In, typename Out>
 __global__ void sum_rows_warp(const In* x, Out* out, int64_t outer, int64_t run) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t warps = int64_t(gridDim.x) * kWarpsPerBlock;
-  for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; row < outer; row += warps) {
+  for (int64_t row = first_warp(); row < outer; row += warp_stride()) {
     const In* p = x + row * run;
     double acc = 0.0;
     for (int64_t j = lane; j < run; j += kWarp) acc += p[j];
@@ -221,10 +219,7 @@ void sum_dims(const Tensor& x, const std::vector<bool>& reduce, Tensor& out) {
 
 void argmax_dim(const Tensor& x, int64_t dim, Tensor& indices) {
   Tensor xc = x.contiguous();
-  int64_t outer = 1, inner = 1;
-  const int64_t n = x.shape()[dim];
-  for (int64_t d = 0; d < dim; ++d) outer *= x.shape()[d];
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.shape()[d];
+  const int64_t outer = outer_size(x.shape(), dim), inner = inner_size(x.shape(), dim), n = x.shape()[dim];
   if (outer * inner == 0) return;
   argmax_lines<<<blocks_for(outer * inner), kThreads>>>(xc.data<float>(), indices.data<int64_t>(),
                                                         outer, n, inner);

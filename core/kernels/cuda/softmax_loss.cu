@@ -29,23 +29,7 @@ struct Lines {
 };
 
 Lines lines(const Tensor& x, int64_t dim) {
-  Lines L;
-  for (int64_t d = 0; d < dim; ++d) L.outer *= x.shape()[d];
-  L.n = x.shape()[dim];
-  for (int64_t d = dim + 1; d < x.dim(); ++d) L.inner *= x.shape()[d];
-  return L;
-}
-
-constexpr int kWarpsPerBlock = kThreads / kWarp;
-
-unsigned warp_blocks(int64_t warps) { return blocks_for(warps * kWarp); }
-
-__device__ inline int64_t first_warp() { return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; }
-__device__ inline int64_t warp_stride() { return int64_t(gridDim.x) * kWarpsPerBlock; }
-
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  return {outer_size(x.shape(), dim), x.shape()[dim], inner_size(x.shape(), dim)};
 }
 
 __global__ void softmax_forward_kernel(const float* x, float* y, Lines L, bool log) {
