@@ -77,10 +77,7 @@ void round_to_precision_(Tensor& t, ComputePrecision p) {
            "round_to_precision_ expects a contiguous float32 tensor, got ", t.str());
   if (p == ComputePrecision::FP32 || t.numel() == 0) return;
 #ifdef MT_CUDA_KERNELS
-  if (t.is_cuda()) {
-    cuda::round_in_place(t, p);
-    return;
-  }
+  if (t.is_cuda()) return cuda::round_in_place(t, p);
 #endif
   round_cpu(t.data<float>(), t.data<float>(), t.numel(), p);
 }

@@ -322,14 +322,9 @@ std::string conv2d_kernel_names(const Tensor& x, const Tensor& w, int64_t stride
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
                     int64_t padding, Tensor& y) {
   const ComputePrecision p = compute_precision();
-  if (p == ComputePrecision::FP32) {
-    conv2d_forward_fp32(x, w, bias, stride, padding, y);
-    return;
-  }
-  if (!x.is_contiguous() || !y.is_contiguous()) {  // the rounding below works on NCHW
-    forward_nchw(x, w, bias, stride, padding, y, conv2d_forward);
-    return;
-  }
+  if (p == ComputePrecision::FP32) return conv2d_forward_fp32(x, w, bias, stride, padding, y);
+  if (!x.is_contiguous() || !y.is_contiguous())  // the rounding below works on NCHW
+    return forward_nchw(x, w, bias, stride, padding, y, conv2d_forward);
   conv2d_forward_fp32(round_to_precision(x, p), round_to_precision(w, p), Tensor(), stride, padding, y);
   round_to_precision_(y, p);
   if (!bias.defined()) return;
@@ -346,14 +341,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, int64_
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t stride,
                      int64_t padding, Tensor& gx, Tensor& gw, Tensor& gb) {
   const ComputePrecision p = compute_precision();
-  if (p == ComputePrecision::FP32) {
-    conv2d_backward_fp32(x, w, gy, stride, padding, gx, gw, gb);
-    return;
-  }
-  if (!x.is_contiguous() || !gy.is_contiguous() || (gx.defined() && !gx.is_contiguous())) {
-    backward_nchw(x, w, gy, stride, padding, gx, gw, gb, conv2d_backward);
-    return;
-  }
+  if (p == ComputePrecision::FP32) return conv2d_backward_fp32(x, w, gy, stride, padding, gx, gw, gb);
+  if (!x.is_contiguous() || !gy.is_contiguous() || (gx.defined() && !gx.is_contiguous()))
+    return backward_nchw(x, w, gy, stride, padding, gx, gw, gb, conv2d_backward);
   if (gx.defined() || gw.defined()) {
     // dx reads only w and dy, dw only x and dy: round just what the requested products use.
     const Tensor xr = gw.defined() ? round_to_precision(x, p) : x;

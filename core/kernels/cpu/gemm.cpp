@@ -19,10 +19,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   // Below ~1 MFLOP the fork/join costs more than it saves.
-  if (threads <= 1 || m * n * k < (1 << 20)) {
-    gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
+  if (threads <= 1 || m * n * k < (1 << 20)) return gemm_serial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   // Split the larger of M and N into one block per thread; each block is an independent GEMM.
   const bool split_rows = m >= n;
   const int64_t total = split_rows ? m : n;

@@ -47,10 +47,8 @@ void matmul_fp32(const Tensor& a, const Tensor& b, Tensor& out) {
 // the products of rounded values are exact in float32, so this is the GPU's tensor-core
 // arithmetic up to summation order (core/precision.h).
 void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
-  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) {
-    matmul_fp32(round_to_precision(a, p), round_to_precision(b, p), out);
-    return;
-  }
+  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32)
+    return matmul_fp32(round_to_precision(a, p), round_to_precision(b, p), out);
   matmul_fp32(a, b, out);
 }
 

@@ -510,10 +510,7 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& gy, int64_t
   }
 #endif
   if (!gx_left.defined() && !gw_left.defined()) return;
-  if (p == ComputePrecision::FP32) {
-    gemm_conv_backward(g, x, w, gy, gx_left, gw_left);
-    return;
-  }
+  if (p == ComputePrecision::FP32) return gemm_conv_backward(g, x, w, gy, gx_left, gw_left);
   gemm_conv_backward(g, gw_left.defined() ? rounded_copy(x, p) : x, gx_left.defined() ? rounded_copy(w, p) : w,
                      rounded_copy(gy, p), gx_left, gw_left);
   if (gx_left.defined()) round_in_place(gx_left, p);

@@ -78,17 +78,11 @@ void matmul_reduced(const Tensor& a, const Tensor& b, Tensor& out, ComputePrecis
 }  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out) {
-  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) {
-    matmul_reduced(a, b, out, p);
-    return;
-  }
+  if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) return matmul_reduced(a, b, out, p);
   BlasMatrix A = as_blas(a), B = as_blas(b);
   const int64_t nd = a.dim();
   const int64_t m = a.shape()[nd - 2], k = a.shape()[nd - 1], n = b.shape()[nd - 1];
-  if (nd == 2) {
-    gemm(A.trans, B.trans, m, n, k, 1.0f, A.ptr, A.ld, B.ptr, B.ld, 0.0f, out.data<float>(), n);
-    return;
-  }
+  if (nd == 2) return gemm(A.trans, B.trans, m, n, k, 1.0f, A.ptr, A.ld, B.ptr, B.ld, 0.0f, out.data<float>(), n);
   gemm_strided_batched(A.trans, B.trans, m, n, k, 1.0f, A.ptr, A.ld, A.batch_stride, B.ptr, B.ld,
                        B.batch_stride, 0.0f, out.data<float>(), n, m * n, a.shape()[0]);
 }
