@@ -369,6 +369,10 @@ bool asks_for_help(const std::vector<std::string>& args) {
 int exit_status(const std::exception& e) {
   if (dynamic_cast<const UsageError*>(&e) != nullptr) return 2;
   if (dynamic_cast<const mt::core::ConfigError*>(&e) != nullptr) return mt::core::kConfigErrorExit;
+  if (dynamic_cast<const mt::core::Interrupted*>(&e) != nullptr) {
+    const int sig = g_stop_signal.load();  // stopped while it waited to start: as for the signal
+    return 128 + (sig != 0 ? sig : SIGTERM);
+  }
   return 1;
 }
 

@@ -243,7 +243,7 @@ void Trainer::connect() {
       po.transport = dc.transport();
       po.interface = dc.interface();
       po.timeout = std::chrono::seconds(dc.timeout_seconds());
-      dist::Rendezvous r = dist::rendezvous(world, po);
+      dist::Rendezvous r = dist::rendezvous(world, po, std::chrono::seconds(30), options_.stop_flag);
       store_ = r.store;
       group_ = r.group;
       check_ranks_run_one_config(*store_, world.rank, world.workers(), config_);
@@ -584,7 +584,7 @@ TrainResult Trainer::train() {
           << "test:  " << task_->describe_test() << "\n"
           << "output: " << output_dir_ << std::endl;
     if (group_) {
-      log() << "distributed: " << sync_->name() << " on " << group_->describe() << "; batch "
+      log() << "distributed: " << sync_->name() << ", process group " << group_->describe() << "; batch "
             << config_.data().batch_size() << " per rank x " << job_->world_size() << " ranks";
       if (accumulation_ > 1) log() << " x " << accumulation_ << " micro-batches";
       log() << " = " << config_.data().batch_size() * job_->world_size() * accumulation_
@@ -595,6 +595,9 @@ TrainResult Trainer::train() {
             << "which trains with plain SGD. Start several with `mintrain launch --nproc-per-node N -- train ...`, "
             << "or set dist.force_distributed: true to run its code path in one process" << std::endl;
     }
+    for (const std::string& unused : dist::unselected_algorithm_settings(config_.dist()))
+      log() << "warning: " << unused << " is set but dist.algorithm is \"" << config_.dist().algorithm()
+            << "\": its settings are not used (set dist.algorithm \"" << unused.substr(5) << "\" to run it)" << std::endl;
   }
 
   TrainResult result;

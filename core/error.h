@@ -21,6 +21,13 @@ class ConfigError : public Error {
 };
 constexpr int kConfigErrorExit = 3;
 
+// A run asked to stop (a signal) while it waited to start, before there was anything to save:
+// `mintrain` exits as for the signal (128 + its number).
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {
@@ -39,3 +46,10 @@ std::string concat(const Args&... args) {
   } while (0)
 
 #define MT_FAIL(...) throw ::mt::core::Error(::mt::core::detail::concat(__VA_ARGS__))
+
+// MT_CHECK_CONFIG: the same for what the config or the job's layout must fix (a rerun cannot):
+// a ConfigError, exit status 3.
+#define MT_CHECK_CONFIG(cond, ...)                                                       \
+  do {                                                                                  \
+    if (!(cond)) throw ::mt::core::ConfigError(::mt::core::detail::concat(__VA_ARGS__)); \
+  } while (0)

@@ -106,6 +106,16 @@ bool uses_parameter_servers(const mintrain::DistConfig& d) {
   return a.servers_if.field.empty() || option_value(d, a.servers_if.field) == a.servers_if.names.at(0);
 }
 
+std::vector<std::string> unselected_algorithm_settings(const mintrain::DistConfig& d) {
+  std::vector<std::string> unused;
+  for (const auto& [name, a] : registry()) {
+    const auto* field = d.GetDescriptor()->FindFieldByName(name);
+    if (name != d.algorithm() && field && field->message_type() && d.GetReflection()->HasField(d, field))
+      unused.push_back("dist." + name);
+  }
+  return unused;
+}
+
 std::string parameter_servers_hint() {
   // 'set dist.algorithm "ps" (or "dlcp" with architecture "ps") or start no servers'
   std::vector<std::string> always;

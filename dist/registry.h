@@ -86,6 +86,9 @@ void validate_dist_config(const mintrain::DistConfig& dist);
 // Whether the configured algorithm runs parameter servers beside the workers, and what a job
 // started with servers but an algorithm that uses none is told to do.
 bool uses_parameter_servers(const mintrain::DistConfig& dist);
+// The algorithms' own messages the config sets although dist.algorithm names another
+// ("dist.bytescheduler"): settings that do nothing, which the trainer warns about.
+std::vector<std::string> unselected_algorithm_settings(const mintrain::DistConfig& dist);
 std::string parameter_servers_hint();
 
 // The dist fields of older configs, which moved into the algorithms' messages: the new name of

@@ -296,4 +296,31 @@ std::optional<core::StateDict> rank_state(const core::StateDict& state, const st
   return out;
 }
 
+core::StateDict replica_state(const ModelVector& model, const optim::Optimizer& optimizer) {
+  core::StateDict mine = {{"local", model.showing_average() ? model.aside() : model.flatten()}};
+  for (const auto& [name, t] : optimizer.state_dict()) mine.emplace_back("optim." + name, t);
+  return mine;
+}
+
+void restore_replica(const core::StateDict& mine, ModelVector& model, optim::Optimizer& optimizer,
+                     const std::string& entry) {
+  const Tensor* local = nullptr;
+  core::StateDict optim_state;
+  for (const auto& [name, t] : mine) {
+    if (name == "local") local = &t;
+    if (name.rfind("optim.", 0) == 0) optim_state.emplace_back(name.substr(6), t);
+  }
+  MT_CHECK(local != nullptr, "checkpoint entry ", entry, "local is missing although the checkpoint holds "
+           "per-rank state (a damaged checkpoint?)");
+  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == model.numel(), "checkpoint entry ", entry,
+           "local is ", local->str(), "; this model's parameters and float32 buffers hold ", model.numel(),
+           " float32 values (was it written for another model?)");
+  optimizer.load_state_dict(optim_state);
+  core::NoGradGuard no_grad;
+  // Whatever the model held (the loaded average, or an average shown for evaluation), this
+  // rank's own weights are what it trains on from here.
+  model.drop_aside();
+  model.unflatten(local->to(model.device()));
+}
+
 }  // namespace mt::dist

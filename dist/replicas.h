@@ -11,7 +11,9 @@
 
 #include "core/serialize.h"
 #include "dist/comm/process_group.h"
+#include "dist/flat.h"
 #include "layers/module.h"
+#include "optim/optimizer.h"
 
 namespace mt::dist {
 
@@ -101,5 +103,13 @@ class RankStates {
 // *why_not when the state has none or was written by another world size.
 std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,
                                           int rank, int world_size, std::string* why_not);
+
+// Ranks that train models of their own between averages (DS-Sync, local SGD) save this per rank:
+// the rank's weights ("local": the model's, or those set aside while it shows the average) and its
+// optimizer state ("optim.<name>"). restore_replica puts `mine` (rank_state's answer) back;
+// `entry` names the entries in errors ("sync.dssync.rank1.").
+core::StateDict replica_state(const ModelVector& model, const optim::Optimizer& optimizer);
+void restore_replica(const core::StateDict& mine, ModelVector& model, optim::Optimizer& optimizer,
+                     const std::string& entry);
 
 }  // namespace mt::dist

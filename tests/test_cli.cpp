@@ -179,6 +179,38 @@ TEST(Cli, ConfigErrorsExitThreeAtOnceInOneProcess) {
   EXPECT_TRUE(has(run("train " + kConfigs + "mlp_synthetic.prototxt --set dist.cdsgd_k=3").err, "set dist.cdsgd.k"));
 }
 
+// The job's layout of workers and servers is a config error too: exit 3, and launch spends no
+// restart on it.
+TEST(Cli, ParameterServerLayoutErrorsExitThreeWithoutRestarts) {
+  const std::string train = " -- train " + kConfigs + "mlp_synthetic.prototxt --set max_steps=2 --overwrite";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"launch --nproc-per-node 2 --max-restarts 2" + train + " --set dist.algorithm=ps",
+       "dist.algorithm \"ps\" needs parameter servers"},
+      {"launch --nproc-per-node 2 --max-restarts 2" + train +
+           " --set dist.algorithm=bytescheduler --set dist.bytescheduler.architecture=ps",
+       "dist.bytescheduler.architecture \"ps\" needs parameter servers"},
+      {"launch --nproc-per-node 2 --nservers 1 --max-restarts 2" + train + " --set dist.algorithm=ps --set dist.ps.servers=2",
+       "dist.ps.servers is 2 but the job started 1"},
+      {"launch --nproc-per-node 2 --nservers 1 --max-restarts 2" + train, "but dist.algorithm \"ssgd\" uses none"}};
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(args);
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 3) << r.err;
+    EXPECT_TRUE(has(r.err, message)) << r.err;
+    EXPECT_FALSE(has(r.err, "restart 1/")) << r.err;
+  }
+}
+
+// Settings of an algorithm that dist.algorithm does not select do nothing: the run says so.
+TEST(Cli, AnAlgorithmsSettingsItDoesNotRunAreNamed) {
+  const Result r = run("train " + kConfigs + "mlp_synthetic.prototxt --set max_steps=1 --overwrite"
+                       " --set dist.bytescheduler.partition_bytes=4096");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "warning: dist.bytescheduler is set but dist.algorithm is \"ssgd\"")) << r.out;
+  EXPECT_FALSE(has(run("train " + kConfigs + "mlp_synthetic.prototxt --set max_steps=1 --overwrite").out,
+                   "is set but dist.algorithm"));
+}
+
 // The README's "Using it" order: a run, then another command into the same default folder.
 TEST(Cli, ASecondRunIntoTheSameFolderIsRefusedThenOverwriteOrResume) {
   const std::string out = (temp_dir() / "twice").string();

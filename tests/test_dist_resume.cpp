@@ -1,7 +1,8 @@
 // Multi-rank exact resume: a data-parallel run stopped mid-epoch and resumed from its checkpoint
 // in a fresh Trainer ends with bit-identical weights and optimizer state, on every rank, to one
-// that never stopped (CPU, one thread). Checked for every S-SGD schedule and DS-Sync over real
-// Gloo ranks on loopback, then the synchronizers' state on its own: what is restored, what
+// that never stopped (CPU, one thread). Checked for every S-SGD schedule, CD-SGD, DS-Sync, local
+// SGD, ByteScheduler (all-to-all) and DLCP's ring over real Gloo ranks on loopback (the algorithms
+// with parameter servers: tests/test_cli.cpp, through `mintrain launch --nservers`), then the synchronizers' state on its own: what is restored, what
 // starts afresh with a note, what is an error, and that other algorithms' checkpoints load.
 //
 // Why three ranks for FUSION and MG-WFBP: with two ranks every element of an allreduce is one
@@ -188,6 +189,15 @@ TEST(DistResume, Gloo_DssyncFourRanksAdam) {
   check_resume_is_exact(4, {"dist.algorithm=dssync", "optimizer.name=adam", "optimizer.momentum=0",
                             "optimizer.lr=0.003"}, 11);
 }
+
+// Local SGD: each rank's own weights and optimizer state come back, between two averages and at
+// one (where the weights agree and the momentum buffers still differ).
+TEST(DistResume, Gloo_LocalSgdBetweenAverages) { check_resume_is_exact(2, {"dist.algorithm=local_sgd"}, 21); }
+TEST(DistResume, Gloo_LocalSgdAtAnAverage) { check_resume_is_exact(2, {"dist.algorithm=local_sgd"}, 20); }
+TEST(DistResume, Gloo_ByteSchedulerAllToAll) {
+  check_resume_is_exact(2, {"dist.algorithm=bytescheduler", "dist.bytescheduler.partition_bytes=4096"}, 21);
+}
+TEST(DistResume, Gloo_DlcpRing) { check_resume_is_exact(2, {"dist.algorithm=dlcp"}, 21); }
 
 // A checkpoint of one algorithm resumes under another: it loads, and rank 0 says what starts afresh.
 TEST(DistResume, Gloo_CheckpointOfAnotherAlgorithmLoads) {

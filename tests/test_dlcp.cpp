@@ -618,7 +618,7 @@ TEST(DlcpSync, TrainsAsOneRankWithNTimesTheBatch) {
     run.mutable_dist()->mutable_dlcp()->set_packet_bytes(48 + 4 * 64);
     run.mutable_dist()->set_timeout_seconds(10);
     auto sync = dist::make_synchronizer(c.group, run, "same");
-    EXPECT_EQ(sync->name(), "dlcp");
+    EXPECT_EQ(sync->name(), "dlcp/ring over UDP");
     auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
     auto opt = mt::testing::reference_sgd(*model);
     sync->setup(*model, *opt);

@@ -236,7 +236,7 @@ TEST(DlcpPs, TrainsToTheWeightsOfTheGlooParameterServer) {
         EXPECT_EQ(d->total().packets_missing, 0u);
         EXPECT_TRUE(has(sync->metrics_fields(), "\"dlcp_loss\":0,")) << "worker " << c.rank;
         EXPECT_TRUE(has(sync->epoch_summary(), "ms in push and pull per iteration"));
-        EXPECT_EQ(sync->name(), "dlcp/ps");
+        EXPECT_EQ(sync->name(), "dlcp/ps over UDP");
       }
       return mt::testing::weights_of(*model);
     };

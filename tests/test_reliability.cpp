@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -36,6 +37,7 @@
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 #include "support/multiprocess.h"
+#include "support/test_helpers.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -400,6 +402,70 @@ TEST(Reliability, LaunchRestartsTheGroupFromTheNewestCheckpoint) {
   fs::remove_all(dir);
 }
 
+// Exact recovery: a group restarted after a worker's death ends with the weights, optimizer
+// state and per-rank state, bit for bit, of a run that never died, for the algorithms whose
+// resume the in-process tests (test_dist_resume.cpp) cannot reach: those with parameter servers,
+// here with the server restarted too, and local SGD through the launcher.
+class ExactRestart : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(ExactRestart, EndsAsTheRunThatNeverDied) {
+  const fs::path dir = temp_dir("exact_restart");
+  auto args = [&](int max_restarts) {
+    std::vector<std::string> a = {"launch", "--nproc-per-node", "2", "--max-restarts", std::to_string(max_restarts)};
+    std::vector<std::string> train = {"--", "train", kTinyConfig, "--set", "epochs=20", "--set", "checkpoint.every_iters=20",
+                                      "--set", "logging.print_every_iters=0", "--output", "run"};
+    const std::vector<std::string>& settings = GetParam();
+    for (size_t i = 0; i < settings.size(); ++i) {
+      if (settings[i] == "--nservers") {
+        a.insert(a.end(), {settings[i], settings[i + 1]});
+        ++i;
+      } else {
+        train.insert(train.end(), {"--set", settings[i]});
+      }
+    }
+    a.insert(a.end(), train.begin(), train.end());
+    return a;
+  };
+  // The newest checkpoint of a run: its last.
+  auto last = [](const fs::path& run) { return mt::apps::CheckpointDir::list((run / "checkpoints").string()).back(); };
+  fs::create_directories(dir / "whole");
+  fs::create_directories(dir / "killed");
+  {
+    Process whole(dir / "whole", args(0));
+    ASSERT_EQ(whole.wait_exit(120), 0) << whole.err();
+  }
+  Process killed(dir / "killed", args(1));
+  kill_rank1_after_first_checkpoint(killed, dir / "killed");
+  ASSERT_EQ(killed.wait_exit(120), 0) << killed.out() << killed.err();
+  ASSERT_TRUE(has(killed.err(), "restart 1/1")) << killed.err();
+  const mt::core::Archive a = mt::core::load_archive(last(dir / "whole" / "run"));
+  const mt::core::Archive b = mt::core::load_archive(last(dir / "killed" / "run"));
+  EXPECT_EQ(a.meta.at("global_iteration"), b.meta.at("global_iteration"));
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const auto& [name, x] = a.tensors[i];
+    const mt::core::Tensor y = b.tensors[i].second;
+    ASSERT_EQ(name, b.tensors[i].first);
+    ASSERT_EQ(x.nbytes(), y.nbytes()) << name;
+    EXPECT_EQ(std::memcmp(x.contiguous().raw_data(), y.contiguous().raw_data(), x.nbytes()), 0) << name << " differs";
+  }
+  fs::remove_all(dir);
+}
+
+std::string exact_restart_name(const ::testing::TestParamInfo<std::vector<std::string>>& info) {
+  const char* names[] = {"Ps", "ByteSchedulerPs", "DlcpPs", "LocalSgd"};
+  return names[info.index];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reliability, ExactRestart,
+    ::testing::Values(std::vector<std::string>{"--nservers", "1", "dist.algorithm=ps"},
+                      std::vector<std::string>{"--nservers", "1", "dist.algorithm=bytescheduler",
+                                               "dist.bytescheduler.architecture=ps", "dist.bytescheduler.credit_bytes=8192"},
+                      std::vector<std::string>{"--nservers", "1", "dist.algorithm=dlcp", "dist.dlcp.architecture=ps"},
+                      std::vector<std::string>{"dist.algorithm=local_sgd"}),
+    exact_restart_name);
+
 TEST(Reliability, LaunchWithoutRestartsFailsAsBefore) {
   const fs::path dir = temp_dir("no_restart");
   Process p(dir, launch_args(0));
@@ -448,6 +514,52 @@ TEST(Reliability, SigtermToOneWorkerStopsEveryRankWith143) {
   EXPECT_EQ(ranks[0]->wait_exit(60), 143) << ranks[0]->err();
   EXPECT_TRUE(has(ranks[0]->out(), "stopped at epoch")) << ranks[0]->out();
   EXPECT_TRUE(any_checkpoint(dir / "run" / "checkpoints"));
+  fs::remove_all(dir);
+}
+
+// A stop request while a rank waits for the others to start ends the wait at once (not after
+// dist.timeout_seconds), with the signal's status: on the rank that waits for rank 0 to host the
+// store, and on rank 0 waiting for the others.
+TEST(Reliability, AStopRequestDuringTheRendezvousEndsItAtOnce) {
+  const fs::path dir = temp_dir("rendezvous_sigterm");
+  for (const std::string rank : {"1", "0"}) {  // alone each time: the other never comes
+    fs::create_directories(dir / rank);
+    Process p(dir / rank, {"train", kTinyConfig, "--output", "run"},
+              {"RANK=" + rank, "WORLD_SIZE=2", "LOCAL_RANK=" + rank, "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+               "MASTER_PORT=" + std::to_string(mt::testing::free_port())});
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    const auto asked = Clock::now();
+    p.signal(SIGTERM);
+    EXPECT_EQ(p.wait_exit(20), 143) << "rank " << rank << ": " << p.err();
+    EXPECT_LT(Clock::now() - asked, std::chrono::seconds(5)) << "rank " << rank;
+    EXPECT_TRUE(has(p.err(), "stopped (a stop request) while waiting for rank")) << p.err();
+  }
+  fs::remove_all(dir);
+}
+
+// A host whose own name does not resolve (common in containers and on fresh VMs) trains across
+// "machines": each rank binds the address that reaches MASTER_ADDR (once a crash inside Gloo).
+// Needs root for a UTS namespace with such a host name; skipped without.
+TEST(Reliability, AHostNameThatDoesNotResolveIsNoCrash) {
+  if (::geteuid() != 0 || std::system("unshare -u true >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs root and unshare(1) for a host name of its own";
+  // A local address that is not loopback, so that the job counts as several machines.
+  std::string address = mt::testing::run_command("hostname -I | awk '{print $1}'").out;
+  address.erase(address.find_last_not_of(" \n") + 1);
+  if (address.empty() || address.rfind("127.", 0) == 0) GTEST_SKIP() << "no address besides loopback";
+  const fs::path dir = temp_dir("unresolvable_host");
+  const std::string port = std::to_string(mt::testing::free_port());
+  std::string script = "hostname mintrain-test-host-that-does-not-resolve.invalid; cd " + dir.string() + "; ";
+  for (const std::string rank : {"0", "1"})
+    script += "(mkdir -p " + rank + " && cd " + rank + " && RANK=" + rank + " WORLD_SIZE=2 LOCAL_RANK=0 "
+              "LOCAL_WORLD_SIZE=1 MASTER_ADDR=" + address + " MASTER_PORT=" + port + " OMP_NUM_THREADS=1 timeout 60 " +
+              kBinary + " train " + kTinyConfig + " --set max_steps=2 --output run > out 2>&1; echo $? > rc) & ";
+  script += "wait";
+  ASSERT_EQ(std::system(("unshare -u bash -c '" + script + "'").c_str()), 0);
+  for (const std::string rank : {"0", "1"}) {
+    EXPECT_EQ(slurp(dir / rank / "rc"), "0\n") << "rank " << rank << ": " << slurp(dir / rank / "out");
+  }
+  EXPECT_TRUE(has(slurp(dir / "0" / "out"), "process group gloo/tcp world of 2")) << slurp(dir / "0" / "out");
   fs::remove_all(dir);
 }
 

@@ -76,8 +76,11 @@ done
 # kills and names whatever of the job a host still runs. Returns 1 when something was left.
 stop_all() {
   local sig=$1 left=0 pid host pids i
+  # A session that has only just connected may not have written its pid yet: wait up to 5 s.
   for pid in "${!host_of[@]}"; do
-    "${SSH[@]}" "${host_of[$pid]}" "kill -$sig \$(cat $PIDFILE-${node_of[$pid]} 2>/dev/null) 2>/dev/null; true" </dev/null &
+    local file=$PIDFILE-${node_of[$pid]}
+    "${SSH[@]}" "${host_of[$pid]}" "for t in 1 2 3 4 5 6 7 8 9 10; do [ -s $file ] && break; sleep 0.5; done; \
+      kill -$sig \$(cat $file 2>/dev/null) 2>/dev/null; true" </dev/null &
   done
   wait_sessions "$STOP_TIMEOUT"
   for i in "${!hosts[@]}"; do

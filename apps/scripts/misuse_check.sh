@@ -109,6 +109,10 @@ check plot-no-arguments 2 'no run folder given' -- "$MINTRAIN" plot
 check missing-dataset 3 '/nonexistent' -- "$MINTRAIN" train "$HERE/configs/lenet_fashion_mnist.prototxt" --set data.path=/nonexistent
 check launch-permanent 3 'a permanent error' '!restart 1/2' -- \
   "$MINTRAIN" launch --nproc-per-node 2 --max-restarts 2 -- train "$HERE/configs/lenet_fashion_mnist.prototxt" --set data.path=/nonexistent
+check ps-without-servers 3 'dist.algorithm "ps" needs parameter servers' '!restart 1/2' -- \
+  "$MINTRAIN" launch --nproc-per-node 2 --max-restarts 2 -- train "$CFG" --set dist.algorithm=ps --set max_steps=2 --output ps
+check server-count-differs 3 'dist.ps.servers is 2 but the job started 1' '!restart 1/2' -- "$MINTRAIN" launch \
+  --nproc-per-node 2 --nservers 1 --max-restarts 2 -- train "$CFG" --set dist.algorithm=ps --set dist.ps.servers=2 --output ps2
 check linear-warmup-too-long 3 'max_steps 10' -- "$MINTRAIN" train "$CFG" --set max_steps=10 --set lr_schedule.type=linear --set lr_schedule.warmup_epochs=1 --output linear
 
 echo "== checks at start"
@@ -118,6 +122,8 @@ check momentum-1.5 3 'optimizer.momentum must be in [0, 1)' -- "$MINTRAIN" train
 check threads-1000 0 'threads 1000 lowered to the' -- "$MINTRAIN" train "$CFG" --set threads=1000 --set max_steps=2 --output threads
 check one-process-cdsgd 0 'dist.algorithm "cdsgd" is not used: this is one process' -- \
   "$MINTRAIN" train "$CFG" --set dist.algorithm=cdsgd --set max_steps=2 --output cdsgd
+check unselected-settings 0 'warning: dist.bytescheduler is set but dist.algorithm is "ssgd"' -- \
+  "$MINTRAIN" train "$CFG" --set dist.bytescheduler.partition_bytes=4096 --set max_steps=2 --output unselected
 mkdir -p corpus
 for _ in $(seq 200); do echo "alpha beta gamma delta epsilon zeta eta theta iota kappa ."; echo; done > corpus/text
 printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n' > corpus/vocab.txt
@@ -185,6 +191,13 @@ finish "$launcher" 60
 report first-epoch-death 0 $? '--resume auto: no checkpoint to continue from' '' \
   "launch --nproc-per-node 2 --max-restarts 1 -- train ... (epochs=1); kill -KILL <rank 1> in epoch 1"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+  "$MINTRAIN" train "$CFG" --output lonely >rendezvous-stop.out 2>rendezvous-stop.err &
+pid=$!
+sleep 1 && kill -TERM "$pid"
+finish "$pid" 5
+report rendezvous-stop 143 $? 'stopped (a stop request) while waiting for rank 0' '' \
+  "RANK=1 WORLD_SIZE=2 ... train (rank 0 never starts); kill -TERM <rank 1> (within 5 s)"
 ranks=()
 for rank in 0 1; do
   RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/comm/socket.h"
 #include "dist/comm/tcp_store.h"
 
 namespace mt::dist {
@@ -165,7 +166,7 @@ WorldInfo world_from_env() {
 }
 
 Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options,
-                      std::chrono::milliseconds report_every) {
+                      std::chrono::milliseconds report_every, const std::atomic<bool>* stop) {
   validate(world);
   Rendezvous rv;
   rv.world = world;
@@ -177,6 +178,7 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
   so.timeout = options.timeout;
   so.rank = world.rank;
   so.report_every = report_every;
+  so.stop = stop;
   auto store = std::make_shared<TCPStore>(so);
   rv.store = store;
 
@@ -215,6 +217,9 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
     }
     missing.swap(still);
     if (missing.empty()) break;
+    if (stop && stop->load())
+      throw core::Interrupted("rendezvous: rank " + std::to_string(world.rank) + " stopped (a stop request) while "
+                              "waiting for rank(s) " + rank_list(missing));
     MT_CHECK(std::chrono::steady_clock::now() < deadline, "rendezvous: rank ", world.rank,
              " timed out after ", options.timeout.count() / 1000.0, " s waiting for rank(s) ",
              rank_list(missing), " of ", world.world_size, " (store at ", world.master_addr, ":",
@@ -235,8 +240,12 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
   }
 
   ProcessGroupOptions pg = options;
-  if (pg.interface.empty() && pg.hostname.empty() && is_loopback(world.master_addr)) {
-    pg.hostname = "127.0.0.1";  // a one-machine job: talk over loopback
+  if (pg.interface.empty() && pg.hostname.empty()) {
+    // A one-machine job talks over loopback; across machines each rank binds the address that
+    // reaches the master, not what this host's name resolves to (often nothing in containers).
+    pg.hostname = is_loopback(world.master_addr) ? "127.0.0.1" : net::local_address_towards(world.master_addr);
+    MT_CHECK_CONFIG(!pg.hostname.empty(), "rendezvous: rank ", world.rank, " found no local address that reaches "
+                    "MASTER_ADDR ", world.master_addr, ": set dist.interface to the network interface to use");
   }
   rv.group = create_process_group(store, world.rank, world.world_size, pg);
   return rv;

@@ -2,6 +2,7 @@
 // Open MPI's; none means one process. Parameter servers are the last ranks of the same world:
 // MINTRAIN_NUM_SERVERS=S makes ranks N..N+S-1 the servers (MINTRAIN_ROLE, when set, must agree).
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -38,7 +39,9 @@ struct Rendezvous {
   std::shared_ptr<Store> store;
   std::shared_ptr<ProcessGroup> group;
 };
+// When `stop` turns true (a signal), waiting ends at once with core::Interrupted.
 Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options,
-                      std::chrono::milliseconds report_every = std::chrono::seconds(30));
+                      std::chrono::milliseconds report_every = std::chrono::seconds(30),
+                      const std::atomic<bool>* stop = nullptr);
 
 }  // namespace mt::dist

@@ -30,4 +30,8 @@ void recv_all(int fd, void* data, size_t n, Clock::time_point deadline);
 void set_nonblocking(int fd, bool on);
 void close_fd(int& fd);  // closes and sets -1 (no-op on -1)
 
+// The local IPv4 address the kernel would use to reach `host` (a UDP connect: no packet is
+// sent); "" when `host` does not resolve or no route reaches it.
+std::string local_address_towards(const std::string& host);
+
 }  // namespace mt::dist::net

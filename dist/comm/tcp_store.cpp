@@ -68,14 +68,21 @@ void TCPStore::connect_locked() {
   std::string last_error;
   // In slices of report_every, saying after each that we still wait: a wrong MASTER_PORT
   // must not look like a silent hang for the whole timeout.
+  // A stop request is looked at every 200 ms.
   const bool report = options_.report_every.count() > 0;
-  for (auto waited = options_.report_every;; waited += options_.report_every) {
-    const auto until = report ? std::min(deadline, start + waited) : deadline;
+  auto waited = options_.report_every;  // the next "waiting" line is due at start + waited
+  for (;;) {
+    auto until = report ? std::min(deadline, start + waited) : deadline;
+    if (options_.stop) until = std::min(until, net::Clock::now() + std::chrono::milliseconds(200));
     fd_ = net::connect_until(options_.host, port_, until, &last_error);
     if (fd_ >= 0 || until >= deadline) break;
     std::this_thread::sleep_until(until);  // connect_until may give up a backoff early
+    if (options_.stop && options_.stop->load())
+      throw core::Interrupted(who() + ": stopped (a stop request) while waiting for rank 0 at " + address());
+    if (!report || net::Clock::now() < start + waited) continue;
     std::fprintf(stderr, "%s: waiting for rank 0 at %s, %s/%s s (%s)\n", who().c_str(), address().c_str(),
                  seconds_number(waited).c_str(), seconds_number(options_.timeout).c_str(), last_error.c_str());
+    waited += options_.report_every;
   }
   if (fd_ < 0) {
     MT_FAIL(who(), ": could not reach the store at ", address(), " after ", seconds_number(options_.timeout) + " s",

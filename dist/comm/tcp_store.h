@@ -27,6 +27,8 @@ struct TCPStoreOptions {
   // While connecting takes longer than this, a line every interval on stderr says so
   // ("rank 1: waiting for rank 0 at host:port, 30/300 s (...)"); 0: silent.
   std::chrono::milliseconds report_every{0};
+  // When it turns true, waiting to connect ends with core::Interrupted (a stop request).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 class TCPStore : public Store {

@@ -64,26 +64,6 @@ std::vector<PathAddress> parse_paths(const std::string& text) {
   return out;
 }
 
-std::string local_address_towards(const std::string& host) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "127.0.0.1";
-  std::string out = "127.0.0.1";
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in me{};
-    socklen_t len = sizeof(me);
-    char text[INET_ADDRSTRLEN] = {0};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
-        ::inet_ntop(AF_INET, &me.sin_addr, text, sizeof(text)) != nullptr)
-      out = text;
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
-  return out;
-}
-
 std::string path_address(const std::string& path) {
   in_addr literal{};
   if (::inet_pton(AF_INET, path.c_str(), &literal) == 1) return path;

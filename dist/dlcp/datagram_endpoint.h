@@ -41,10 +41,6 @@ struct PathAddress {
 std::string format_paths(const std::vector<PathAddress>& paths);
 std::vector<PathAddress> parse_paths(const std::string& text);
 
-// The local IPv4 address the kernel would use to reach `host` (no packet is sent);
-// "127.0.0.1" for a loopback host.
-std::string local_address_towards(const std::string& host);
-
 // A path as written in dist.dlcp.paths, as the local IPv4 address to bind: an address stays as
 // it is; anything else names a network interface of this host ("eth1"), so that every host of
 // a job can run the same config (each host's eth1 has its own address). An interface without an

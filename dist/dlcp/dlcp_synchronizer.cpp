@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "dist/comm/socket.h"
 #include "dist/dlcp/ps_server.h"
 #include "dist/dlcp/ps_worker.h"
 #include "dist/registry.h"
@@ -50,7 +51,8 @@ std::vector<std::string> local_paths_or_default(const std::vector<std::string>& 
     return addresses;
   }
   const char* master = std::getenv("MASTER_ADDR");
-  return {local_address_towards(master && *master ? master : "127.0.0.1")};
+  const std::string towards_master = net::local_address_towards(master && *master ? master : "127.0.0.1");
+  return {towards_master.empty() ? "127.0.0.1" : towards_master};
 }
 
 DlcpOptions dlcp_options_from(const mintrain::DistConfig& d, int rank) {

@@ -43,7 +43,7 @@ class DlcpSynchronizer final : public Synchronizer {
  public:
   DlcpSynchronizer(std::shared_ptr<ProcessGroup> group, DlcpOptions options);
 
-  std::string name() const override { return "dlcp"; }
+  std::string name() const override { return "dlcp/ring over UDP"; }
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override { iteration_ = iteration; }
   bool end_iteration(optim::StepGuard& optimizer) override;

@@ -25,7 +25,7 @@ class DlcpPsSynchronizer final : public Synchronizer {
   DlcpPsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world, DlcpOptions options);
   ~DlcpPsSynchronizer() override;  // worker 0: tells the servers to stop (errors only logged)
 
-  std::string name() const override { return "dlcp/ps"; }
+  std::string name() const override { return "dlcp/ps over UDP"; }
   int servers() const { return world_->size() - workers_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;

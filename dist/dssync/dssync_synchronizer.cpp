@@ -163,9 +163,7 @@ void DsSyncSynchronizer::prepare_checkpoint(layers::Module& model) {
   // Not trained yet (nothing differs between ranks), or already collected for this state.
   if (!model_.showing_average() || replica_states_.collected()) return;
   MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync checkpoint before setup");
-  core::StateDict mine = {{"local", model_.aside()}};
-  for (const auto& [name, t] : optimizer_->state_dict()) mine.emplace_back("optim." + name, t);
-  replica_states_.collect(*group_, mine, "DS-Sync checkpoint state");
+  replica_states_.collect(*group_, replica_state(model_, *optimizer_), "DS-Sync checkpoint state");
 }
 
 void DsSyncSynchronizer::restore_local() {
@@ -208,25 +206,9 @@ void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
          "the run will not match one that never stopped");
     return;
   }
-  const Tensor* local = nullptr;
-  core::StateDict optim_state;
-  for (const auto& [name, t] : *mine) {
-    if (name == "local") local = &t;
-    if (name.rfind("optim.", 0) == 0) optim_state.emplace_back(name.substr(6), t);
-  }
-  MT_CHECK(local != nullptr, "checkpoint entry sync.", kRankPrefix, "rank", rank(), ".local is "
-           "missing although the checkpoint holds per-rank DS-Sync state (a damaged checkpoint?)");
-  MT_CHECK(local->dtype() == core::DType::Float32 && local->numel() == model_.numel(), "checkpoint entry sync.",
-           kRankPrefix, "rank", rank(), ".local is ", local->str(), "; this model's parameters and "
-           "float32 buffers hold ", model_.numel(), " float32 values (was it written for another model?)");
   MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync restored without an optimizer");
-  optimizer_->load_state_dict(optim_state);
-  core::NoGradGuard no_grad;
-  // Whatever the model held (the loaded average, or an average shown for evaluation), this
-  // rank's own weights are what it trains on from here.
-  model_.drop_aside();
+  restore_replica(*mine, model_, *optimizer_, "sync." + kRankPrefix + "rank" + std::to_string(rank()) + ".");
   replica_states_.forget();
-  model_.unflatten(local->to(model_.device()));
 }
 
 namespace {

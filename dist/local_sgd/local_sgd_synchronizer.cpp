@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "dist/registry.h"
-#include "dist/replicas.h"
 
 namespace mt::dist {
 
@@ -15,11 +14,17 @@ void LocalSgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimi
   check_replicas_agree(*group_, model, options_.config_text);
   make_replicas_identical(*group_, model, {}, options_.log);
   model_ = ModelVector(model, optimizer.params());
+  optimizer_ = &optimizer;
   // No gradient-ready hooks: gradients never leave the rank.
 }
 
-bool LocalSgdSynchronizer::end_iteration(optim::StepGuard& optimizer) {
+void LocalSgdSynchronizer::show_local() {
   model_.show_local();
+  rank_states_.forget();  // training goes on: they no longer describe the ranks
+}
+
+bool LocalSgdSynchronizer::end_iteration(optim::StepGuard& optimizer) {
+  show_local();
   optimizer.step();  // this rank's gradient, this rank's optimizer state
   if (++steps_ % options_.period == 0)
     model_.average_over(*group_, "local SGD: averaging the model after step " + std::to_string(steps_));
@@ -31,19 +36,40 @@ void LocalSgdSynchronizer::prepare_eval(layers::Module& model) {
   model_.show_average(*group_, "local SGD: the world average for evaluation");
 }
 
+void LocalSgdSynchronizer::prepare_checkpoint(layers::Module& model) {
+  prepare_eval(model);
+  if (rank_states_.collected()) return;
+  MT_CHECK(optimizer_ != nullptr, "internal: local SGD checkpoint before setup");
+  rank_states_.collect(*group_, replica_state(model_, *optimizer_), "local SGD checkpoint state");
+}
+
 core::StateDict LocalSgdSynchronizer::state_dict() const {
-  return {{"local_sgd.steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
+  core::StateDict state = {{"local_sgd.steps", Tensor::from_vector(std::vector<int64_t>{steps_}, {1})}};
+  rank_states_.append_to(state, "local_sgd.");
+  return state;
 }
 
 void LocalSgdSynchronizer::load_state_dict(const core::StateDict& state) {
-  // The model was loaded with the checkpoint's average; what remains is the step count, which
-  // places the next average.
+  MT_CHECK(optimizer_ != nullptr, "internal: local SGD load_state_dict before setup");
+  // The model was loaded with the checkpoint's average and rank 0's optimizer state; the step
+  // count places the next average, and each rank's own state replaces them.
   model_.drop_aside();
+  rank_states_.forget();
+  bool ours = false;  // a checkpoint of another algorithm starts the periods afresh
   for (const auto& [name, t] : state) {
     if (name != "local_sgd.steps") continue;
     MT_CHECK(t.numel() == 1 && t.dtype() == core::DType::Int64, "checkpoint entry sync.local_sgd.steps must hold "
              "one int64 value, got ", t.str());
     steps_ = t.item_int();
+    ours = true;
+  }
+  if (!ours) return;
+  std::string why_not;
+  if (const auto mine = rank_state(state, "local_sgd.", group_->rank(), group_->size(), &why_not)) {
+    restore_replica(*mine, model_, *optimizer_, "sync.local_sgd.rank" + std::to_string(group_->rank()) + ".");
+  } else if (group_->rank() == 0 && options_.log) {
+    *options_.log << "note: " << why_not << ": every rank resumes from the stored average and rank 0's optimizer "
+                  << "state, so the run will not match one that never stopped" << std::endl;
   }
 }
 

@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/flat.h"
 #include "dist/comm/process_group.h"
+#include "dist/flat.h"
+#include "dist/replicas.h"
 #include "dist/synchronizer.h"
 
 namespace mt::dist {
@@ -24,9 +25,12 @@ class LocalSgdSynchronizer final : public Synchronizer {
 
   std::string name() const override { return "local_sgd/every " + std::to_string(options_.period); }
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
-  void begin_iteration(int64_t iteration) override { model_.show_local(); }
+  void begin_iteration(int64_t iteration) override { show_local(); }
   bool end_iteration(optim::StepGuard& optimizer) override;
   void prepare_eval(layers::Module& model) override;
+  // Every rank's own weights and optimizer state go into the checkpoint: ranks differ between
+  // averages, and their optimizer states always do.
+  void prepare_checkpoint(layers::Module& model) override;
 
   core::StateDict state_dict() const override;
   void load_state_dict(const core::StateDict& state) override;
@@ -34,9 +38,13 @@ class LocalSgdSynchronizer final : public Synchronizer {
   int64_t steps() const { return steps_; }
 
  private:
+  void show_local();
+
   std::shared_ptr<ProcessGroup> group_;
   LocalSgdOptions options_;
   ModelVector model_;  // what is averaged: parameters and float32 buffers
+  optim::Optimizer* optimizer_ = nullptr;  // setup's: per-rank optimizer state for checkpoints
+  RankStates rank_states_;                 // collected for the next checkpoint
   int64_t steps_ = 0;
 };
 

@@ -395,7 +395,7 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   const mintrain::PsConfig& p = c.dist.ps();
   check_worker_world(*c.group, c.world_with_servers.get(), "dist.algorithm \"ps\"");
   const int servers = c.world_with_servers->size() - c.group->size();
-  MT_CHECK(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
+  MT_CHECK_CONFIG(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
            servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, or set dist.ps.servers 0");
   PsOptions o;
   o.schedule = parse_ps_schedule(p.schedule());
@@ -410,7 +410,7 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
 }
 
 void serve_ps(const ServerContext& c) {
-  MT_CHECK(c.dist.ps().servers() == 0 || c.dist.ps().servers() == c.servers, "parameter server ",
+  MT_CHECK_CONFIG(c.dist.ps().servers() == 0 || c.dist.ps().servers() == c.servers, "parameter server ",
            c.world->rank() - c.workers, " (rank ", c.world->rank(), "): dist.ps.servers is ", c.dist.ps().servers(),
            " but the job started ", c.servers, " servers (MINTRAIN_NUM_SERVERS); make them agree, or set "
            "dist.ps.servers 0");
