@@ -51,7 +51,7 @@ int main(int argc, char** argv) try {
   }
   const mt::dist::WorldInfo world = mt::dist::world_from_env();
   mt::dist::ProcessGroupOptions po;
-  po.hostname = bind.empty() ? mt::dist::dlcp::local_address_towards(world.master_addr) : bind;
+  po.hostname = bind;  // empty: the rendezvous binds the address that reaches the master
   po.timeout = std::chrono::seconds(60);
   const mt::dist::Rendezvous rv = mt::dist::rendezvous(world, po);
   auto& group = *rv.group;
