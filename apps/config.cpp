@@ -406,13 +406,9 @@ std::string config_differences(const std::string& old_text, const std::string& n
   differ.ReportDifferencesToString(&report);
   if (differ.Compare(before, after)) return "";
   // The reporter writes "modified: a.b: x -> y", "added: a.b: y", "deleted: a.b: x" lines.
-  std::string out;
-  std::istringstream lines(report);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty()) continue;
-    out += (out.empty() ? "" : "; ") + line;
-  }
-  return out;
+  std::vector<std::string> lines = core::split(report, '\n');
+  std::erase(lines, "");
+  return core::join(lines, "; ");
 }
 
 std::string config_to_text(const RunConfig& config) {

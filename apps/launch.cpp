@@ -19,6 +19,7 @@
 #include "apps/flags.h"
 #include "core/error.h"
 #include "core/runtime.h"
+#include "core/strings.h"
 #include "dist/comm/socket.h"
 
 namespace mt::apps {
@@ -113,10 +114,7 @@ std::string describe_status(int status) {
 
 std::string random_token() {
   std::random_device rd;
-  static const char* hex = "0123456789abcdef";
-  std::string t;
-  for (int i = 0; i < 32; ++i) t += hex[rd() % 16];
-  return t;
+  return core::formatted("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
 }
 
 }  // namespace

@@ -227,8 +227,6 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
 RunConfig run_config(const Args& a) {
   try {
     return mt::apps::load_run_config(a.config, a.sets);
-  } catch (const mt::core::ConfigError&) {
-    throw;
   } catch (const mt::core::Error& e) {
     throw mt::core::ConfigError(e.what());
   }
@@ -277,13 +275,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     return 128 + (sig != 0 ? sig : SIGTERM);
   }
   if (trainer.rank() != 0) return 0;  // rank 0 speaks for the job
-  std::cout << "done: " << r.iterations << " iterations in " << static_cast<long long>(r.seconds)
-            << " s";
-  if (r.last_eval.examples > 0) {
-    std::printf(", test acc %.2f%% (best %.2f%%)", r.last_eval.accuracy, r.best_accuracy);
-    std::fflush(stdout);
-  }
-  std::cout << ", output in " << trainer.output_dir() << std::endl;
+  std::cout << "done: " << r.iterations << " iterations in " << static_cast<long long>(r.seconds) << " s"
+            << (r.last_eval.examples > 0
+                    ? mt::core::formatted(", test acc %.2f%% (best %.2f%%)", r.last_eval.accuracy, r.best_accuracy)
+                    : "")
+            << ", output in " << trainer.output_dir() << std::endl;
   return 0;
 }
 
@@ -358,11 +354,8 @@ const std::map<std::string, Command>& commands() {
 
 // --help or -h among a command's own arguments (not the worker command after launch's `--`).
 bool asks_for_help(const std::vector<std::string>& args) {
-  for (const auto& a : args) {
-    if (a == "--") return false;
-    if (a == "--help" || a == "-h") return true;
-  }
-  return false;
+  return std::any_of(args.begin(), std::find(args.begin(), args.end(), "--"),
+                     [](const std::string& a) { return a == "--help" || a == "-h"; });
 }
 
 // Where every error becomes an exit status (see the file's comment).

@@ -107,9 +107,7 @@ std::string compact_path(const std::vector<std::string>& path) {
     in_run = true;
   }
   flush();
-  std::string s;
-  for (size_t i = 0; i < out.size(); ++i) s += (i ? " > " : "") + out[i];
-  return s;
+  return core::join(out, " > ");
 }
 
 // One line of a table: N 6 wide, then every cell 17 wide and every narrow one 9 wide.

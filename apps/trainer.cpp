@@ -133,8 +133,6 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   // The data is what the config names: missing or unusable, a rerun finds it the same.
   try {
     task_ = make_task(config_, tctx);
-  } catch (const core::ConfigError&) {
-    throw;
   } catch (const core::Error& e) {
     throw core::ConfigError(e.what());
   }
@@ -356,12 +354,7 @@ void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool 
 }
 
 void Trainer::load_weights(const std::string& path) {
-  const std::string file = resolve_checkpoint(path);
-  const TrainingState s = load_checkpoint(file, model_.get(), nullptr, nullptr);
-  state_.epoch = s.epoch;
-  state_.next_batch = s.next_batch;
-  state_.global_iteration = s.global_iteration;
-  state_.best_accuracy = s.best_accuracy;
+  state_ = load_checkpoint(resolve_checkpoint(path), model_.get(), nullptr, nullptr);
 }
 
 void Trainer::init_from_weights(const std::string& path) {
@@ -390,14 +383,14 @@ std::string Trainer::save_checkpoint(bool best) {
     checkpoints_ = std::make_unique<CheckpointDir>(resolve_in_output(config_.checkpoint().dir()),
                                                    config_.checkpoint().keep_last());
   }
-  const TrainingState s = snapshot();
-  return best ? checkpoints_->save_best(*model_, *optimizer_, *sync_, s)
-              : checkpoints_->save(*model_, *optimizer_, *sync_, s);
+  return checkpoints_->save(*model_, *optimizer_, *sync_, snapshot(), best);
 }
 
-void Trainer::write_metrics(const std::string& json) {
+void Trainer::write_metrics(const std::string& fields) {
   if (!metrics_.is_open()) return;
-  metrics_ << json << '\n';
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  metrics_ << "{" << fields << ",\"time\":" << num(state_.elapsed_seconds + seconds_since(train_start_))
+           << ",\"wall_time\":" << core::formatted("%.3f", wall) << "}\n";
   metrics_.flush();  // a crashed or interrupted run keeps every line written so far
 }
 
@@ -507,14 +500,6 @@ void Trainer::claim_output_folder() {
   throw core::Error(error);
 }
 
-void Trainer::record_train(const std::string& fields) {
-  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string algorithm = sync_ ? sync_->metrics_fields() : std::string();
-  write_metrics("{\"type\":\"train\"," + fields + (algorithm.empty() ? "" : "," + algorithm) + ",\"time\":" +
-                num(state_.elapsed_seconds + seconds_since(train_start_)) + ",\"wall_time\":" +
-                core::formatted("%.3f", wall) + "}");
-}
-
 EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
   const EvalResult r = evaluate();
   *is_best = r.accuracy > state_.best_accuracy;
@@ -527,13 +512,10 @@ EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
                     static_cast<long long>(r.examples), task_->predictions_name(), r.seconds, *is_best ? " best" : "")
           << std::endl;
   }
-  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  write_metrics("{\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
+  write_metrics("\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
                 ",\"iter\":" + std::to_string(state_.global_iteration) + ",\"loss\":" + num(r.loss) +
                 ",\"acc\":" + num(r.accuracy) + ",\"lr\":" + num(optimizer_->lr()) + ",\"" + task_->unit() +
-                "_s\":" + num(r.seconds > 0 ? r.units / r.seconds : 0.0) +
-                ",\"time\":" + num(state_.elapsed_seconds + seconds_since(train_start_)) +
-                ",\"wall_time\":" + core::formatted("%.3f", wall) + "}");
+                "_s\":" + num(r.seconds > 0 ? r.units / r.seconds : 0.0));
   return r;
 }
 
@@ -727,11 +709,13 @@ TrainResult Trainer::train() {
           window_cpu = cpu;
         }
         if (record_now) {
-          record_train("\"epoch\":" + std::to_string(epoch + 1) + ",\"iter\":" +
-                       std::to_string(state_.global_iteration) + ",\"epoch_iter\":" +
-                       std::to_string(state_.next_batch) + ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) +
-                       ",\"lr\":" + num(lr) + ",\"" + unit + "_s\":" + num(units_s) + ",\"grad_norm\":" +
-                       num(grad_norm) + (scaler ? ",\"loss_scale\":" + num(scaler->scale()) : std::string()));
+          const std::string algorithm = sync_->metrics_fields();
+          write_metrics("\"type\":\"train\",\"epoch\":" + std::to_string(epoch + 1) + ",\"iter\":" +
+                        std::to_string(state_.global_iteration) + ",\"epoch_iter\":" +
+                        std::to_string(state_.next_batch) + ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) +
+                        ",\"lr\":" + num(lr) + ",\"" + unit + "_s\":" + num(units_s) + ",\"grad_norm\":" +
+                        num(grad_norm) + (scaler ? ",\"loss_scale\":" + num(scaler->scale()) : std::string()) +
+                        (algorithm.empty() ? "" : "," + algorithm));
         }
         window_start = Clock::now();
         window_wait_start = train_loader->wait_seconds();

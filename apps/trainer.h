@@ -103,7 +103,7 @@ class Trainer {
   // train() starts over, moving aside a run that died before its first checkpoint (as
   // --overwrite would), so a restart after a crash in the first epoch runs.
   void resume_auto();
-  // Loads only the model weights (for evaluation).
+  // Loads the model weights, and the checkpoint's state into state() (for evaluation).
   void load_weights(const std::string& path);
   // Fine-tuning (`train --weights`): a fresh run that starts from a checkpoint's weights where
   // names and shapes match (the optimizer, schedule and data position start over).
@@ -121,7 +121,6 @@ class Trainer {
   // The loss scaler (float16 runs; loss_scale.mode), or null when the loss is not scaled.
   const optim::DynamicLossScaler* loss_scaler() const { return optimizer_->loss_scaler(); }
   const TrainingState& state() const { return state_; }
-  const RunConfig& config() const { return config_; }
   const std::string& output_dir() const { return output_dir_; }
   int64_t iterations_per_epoch() const { return iters_per_epoch_; }
 
@@ -137,10 +136,10 @@ class Trainer {
   void convert_job_shape(TrainingState& s, const std::string& file, bool chatty);
   // Rank 0 claims the output folder (apps/run_folder.h); every rank learns whether it could.
   void claim_output_folder();
-  void record_train(const std::string& fields);  // one "train" record of the metrics log
   EvalResult evaluate_and_report(int64_t epoch, bool* is_best);
   std::string save_checkpoint(bool best = false);
-  void write_metrics(const std::string& json);
+  // One record of the metrics log: `fields`, then the training time and the wall-clock time.
+  void write_metrics(const std::string& fields);
   std::string resolve_in_output(const std::string& path) const;
   void connect();  // the process group and synchronizer (before the loaders: they shard by rank)
   // Whether the step just taken counts as bad (NaN/Inf gradients that loss scaling does not
