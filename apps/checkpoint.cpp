@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -89,11 +88,7 @@ TrainingState read_training_state(const core::Archive& a, const std::string& pat
   s.rng_seed = meta_number<uint64_t>(a, path, "rng_seed");
   s.rng_offset = meta_number<uint64_t>(a, path, "rng_offset");
   s.config_text = meta(a, path, "config");
-  try {
-    s.best_accuracy = std::stod(meta(a, path, "best_accuracy"));
-  } catch (const std::exception&) {  // not a number, or out of double's range
-    MT_FAIL("checkpoint \"", path, "\": entry \"best_accuracy\" is not a number");
-  }
+  s.best_accuracy = meta_number<double>(a, path, "best_accuracy");
   MT_CHECK(s.epoch >= 0 && s.next_batch >= 0 && s.global_iteration >= 0, "checkpoint \"", path,
            "\" has a negative epoch, batch or iteration");
   if (a.meta.count("world_size")) {  // the job's shape (absent in older checkpoints)
@@ -176,7 +171,6 @@ std::string resolve_checkpoint(const std::string& path) {
            "a folder holding checkpoints (e.g. runs/NAME/checkpoints)");
   if (!fs::is_directory(path, ec)) return path;
   for (const fs::path& dir : {fs::path(path), fs::path(path) / "checkpoints"}) {
-    if (!fs::is_directory(dir, ec)) continue;
     const auto files = CheckpointDir::list(dir.string());
     if (!files.empty()) return files.back();
   }

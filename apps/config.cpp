@@ -17,7 +17,6 @@
 #include "core/error.h"
 #include "apps/task.h"
 #include "core/strings.h"
-#include "data/registry.h"
 #include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
@@ -28,7 +27,8 @@ namespace {
 
 namespace pb = google::protobuf;
 
-// Keeps protobuf's first error with its position instead of letting it log to stderr.
+// Keeps protobuf's first error with its position instead of letting it log to stderr (warnings:
+// the base class drops them).
 class FirstErrorCollector : public pb::io::ErrorCollector {
  public:
   void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
@@ -38,7 +38,6 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
     this->column = column;
     this->message = message;
   }
-  void AddWarning(int, pb::io::ColumnNumber, const std::string&) override {}
 
   bool has_error = false;
   int line = 0;
@@ -259,10 +258,8 @@ void validate_config(const RunConfig& config) {
   check_min("cuda.cudnn_workspace_mb", c.cuda().cudnn_workspace_mb(), 0);
   const auto& ls = c.loss_scale();
   check_name("loss_scale.mode", ls.mode(), {"dynamic", "static", "none"});
-  MT_CHECK(std::isfinite(ls.init_scale()) && ls.init_scale() > 0,
-           "loss_scale.init_scale must be a positive number (got ", ls.init_scale(), ")");
-  MT_CHECK(std::isfinite(ls.growth_factor()) && ls.growth_factor() > 1,
-           "loss_scale.growth_factor must be > 1 (got ", ls.growth_factor(), ")");
+  check_min("loss_scale.init_scale", ls.init_scale(), 0.0, ">");  // finite: check_finite saw to it
+  check_min("loss_scale.growth_factor", ls.growth_factor(), 1.0, ">");
   MT_CHECK(ls.backoff_factor() > 0 && ls.backoff_factor() < 1,
            "loss_scale.backoff_factor must be in (0, 1) (got ", ls.backoff_factor(), ")");
   check_min("loss_scale.growth_interval", ls.growth_interval(), 1);

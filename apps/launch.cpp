@@ -34,7 +34,8 @@ extern "C" void on_launch_signal(int sig) { g_signal.store(sig); }
 int to_int(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   const long x = std::strtol(v.c_str(), &end, 10);
-  MT_CHECK(!v.empty() && *end == '\0' && x >= 0 && x <= 1000000, "launch: ", flag, " needs a number, got \"", v, "\"");
+  if (v.empty() || *end != '\0' || x < 0 || x > 1000000)
+    throw FlagError("launch: " + flag + " needs a number, got \"" + v + "\"");
   return static_cast<int>(x);
 }
 
@@ -129,25 +130,27 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
     // spelling of every option); Flags takes `--flag=value` as well as `--flag value`.
     std::string name = a;
     std::replace(name.begin(), name.end(), '_', '-');
-    auto value = [&] { return f.value(); };
-    if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, value());
-    else if (name == "--nnodes") o.nnodes = to_int(a, value());
-    else if (name == "--node-rank") o.node_rank = to_int(a, value());
-    else if (name == "--master-addr") o.master_addr = value();
-    else if (name == "--master-port") o.master_port = to_int(a, value()), port_given = true;
-    else if (name == "--grace") o.grace_seconds = to_int(a, value());
-    else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, value());
-    else if (name == "--max-restarts") o.max_restarts = to_int(a, value());
-    else if (name == "--nservers") o.nservers = to_int(a, value());
+    if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, f.value());
+    else if (name == "--nnodes") o.nnodes = to_int(a, f.value());
+    else if (name == "--node-rank") o.node_rank = to_int(a, f.value());
+    else if (name == "--master-addr") o.master_addr = f.value();
+    else if (name == "--master-port") o.master_port = to_int(a, f.value()), port_given = true;
+    else if (name == "--grace") o.grace_seconds = to_int(a, f.value());
+    else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, f.value());
+    else if (name == "--max-restarts") o.max_restarts = to_int(a, f.value());
+    else if (name == "--nservers") o.nservers = to_int(a, f.value());
     else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
   }
   o.command = f.rest();
-  MT_CHECK(!o.command.empty(), "launch: no command: put the worker's arguments after --, e.g. "
-           "mintrain launch --nproc-per-node 2 -- train CONFIG");
-  MT_CHECK(o.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1");
-  MT_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1");
-  MT_CHECK(o.node_rank < o.nnodes, "launch: --node-rank ", o.node_rank, " must be below --nnodes ", o.nnodes);
-  MT_CHECK(!port_given || (o.master_port >= 1 && o.master_port <= 65535), "launch: --master-port must be 1..65535");
+  auto check = [&](bool ok, const std::string& message) {
+    if (!ok) f.fail(message);  // "launch: <message>"
+  };
+  check(!o.command.empty(), "no command: put the worker's arguments after --, e.g. "
+        "mintrain launch --nproc-per-node 2 -- train CONFIG");
+  check(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1");
+  check(o.nnodes >= 1, "--nnodes must be at least 1");
+  check(o.node_rank < o.nnodes, core::formatted("--node-rank %d must be below --nnodes %d", o.node_rank, o.nnodes));
+  check(!port_given || (o.master_port >= 1 && o.master_port <= 65535), "--master-port must be 1..65535");
   if (o.nnodes > 1 && !port_given) o.master_port = 29500;
   return o;
 }

@@ -42,7 +42,6 @@
 #include "core/error.h"
 #include "core/serialize.h"
 #include "core/strings.h"
-#include "data/registry.h"
 #include "dist/registry.h"
 
 namespace {
@@ -184,13 +183,11 @@ int restart_count() {
 }
 
 // Arguments after the subcommand: one positional CONFIG, the options in `allowed` (each takes
-// a value; --set may repeat) and the switches in `flags` (no value).
+// a value; --set may repeat) and the switches in `flags` (no value: "" in `options`).
 struct Args {
   std::string config;
   std::vector<std::string> sets;
   std::map<std::string, std::string> options;
-  std::vector<std::string> flags;
-  bool has(const std::string& flag) const { return std::find(flags.begin(), flags.end(), flag) != flags.end(); }
 };
 
 Args parse_args(const std::string& command, const std::vector<std::string>& argv,
@@ -207,7 +204,7 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
       a.options[f.arg()] = f.value();
     } else if (among(flags)) {
       f.no_value();
-      a.flags.push_back(f.arg());
+      a.options[f.arg()] = "";
     } else if (f.is_flag()) {
       f.unknown();
     } else if (!a.config.empty()) {
@@ -248,7 +245,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   install_stop_handler();
   mt::apps::TrainerOptions opt;
   opt.stop_flag = &g_stop;
-  opt.overwrite = a.has("--overwrite");
+  opt.overwrite = a.options.count("--overwrite") > 0;
   mt::apps::Trainer trainer(config, opt);
   if (auto it = a.options.find("--weights"); it != a.options.end()) trainer.init_from_weights(it->second);
   std::string resume = a.options.count("--resume") ? a.options.at("--resume") : "";
@@ -306,13 +303,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
 }
 
 int cmd_launch(const std::vector<std::string>& argv) {
-  mt::apps::LaunchOptions options;
-  try {
-    options = mt::apps::parse_launch_args(argv);
-  } catch (const mt::core::Error& e) {
-    throw UsageError(e.what());
-  }
-  return mt::apps::run_launch(options, "/proc/self/exe");
+  return mt::apps::run_launch(mt::apps::parse_launch_args(argv), "/proc/self/exe");
 }
 
 int cmd_help(const std::vector<std::string>&) {

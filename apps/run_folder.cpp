@@ -106,11 +106,9 @@ std::string rewind_metrics(const std::string& file, const ResumePoint& point) {
 // Interrupted checkpoint writes leave "<file>.tmp.<pid>" behind (core/atomic_write.h writes to
 // such a file, then renames it). With the folder locked no other run is writing one.
 void remove_stale_temporaries(const std::string& dir, std::ostream* log) {
-  std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  std::error_code ec;  // no folder (checkpoints off, or none yet): nothing to iterate
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find(".ckpt.tmp.") == std::string::npos) continue;
+    if (entry.path().filename().string().find(".ckpt.tmp.") == std::string::npos) continue;
     std::error_code rm;
     fs::remove(entry.path(), rm);
     if (log && !rm) *log << "note: removed " << entry.path().string() << ", left by an interrupted save\n";
@@ -228,8 +226,7 @@ void RunFolder::lock() {
            "; pass --output DIR with a writable folder");
   char buf[512] = {};
   const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-  std::string owner = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-  while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+  const std::string owner = core::trim(n > 0 ? std::string(buf, static_cast<size_t>(n)) : "");
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);

@@ -111,13 +111,10 @@ std::string train_benchmark_usage() {
 
 TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>& args) {
   TrainBenchmarkOptions o;
-  bool model_given = false;
   Flags f("", args, "see --help");
   while (f.next()) {
-    if (f.is("--model")) {
-      o.model = f.value();
-      model_given = true;
-    } else if (f.is("--batch")) o.batch = f.integer(1);
+    if (f.is("--model")) o.model = f.value();
+    else if (f.is("--batch")) o.batch = f.integer(1);
     else if (f.is("--device")) o.device = f.value();
     else if (f.is("--precision")) o.precision = f.value();
     else if (f.is("--image-size")) o.image_size = f.integer(1);
@@ -132,7 +129,7 @@ TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>&
     else f.unknown();
   }
   const std::vector<std::string> models = layers::model_names();
-  MT_CHECK(model_given, "--model is required; give one of: ", core::join(models));
+  MT_CHECK(!o.model.empty(), "--model is required; give one of: ", core::join(models));
   MT_CHECK(std::find(models.begin(), models.end(), o.model) != models.end(), "--model: unknown model \"",
            o.model, "\"; give one of: ", core::join(models));
   MT_CHECK(std::find(kPrecisions.begin(), kPrecisions.end(), o.precision) != kPrecisions.end(),

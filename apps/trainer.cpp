@@ -9,8 +9,6 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "core/ops/nn.h"
-#include "core/ops/reduction.h"
 #include "core/precision.h"
 #include "core/runtime.h"
 #ifdef MT_CUDA_KERNELS
@@ -19,7 +17,6 @@
 #include "core/strings.h"
 #include "dist/registry.h"
 #include "dist/comm/rendezvous.h"
-#include "dist/replicas.h"
 #include "optim/registry.h"
 
 namespace mt::apps {
@@ -204,7 +201,7 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   sopt.warmup_epochs = sc.warmup_epochs();
   sopt.warmup_start_factor = sc.warmup_start_factor();
   const std::string warmup_warning = check_warmup_fits(config_, sopt, iters_per_epoch_);
-  if (!warmup_warning.empty() && !options_.quiet && job_->rank() == 0) log() << warmup_warning << std::endl;
+  if (!warmup_warning.empty() && chatty()) log() << warmup_warning << std::endl;
   try {
     schedule_ = std::make_unique<optim::LrSchedule>(sopt);
   } catch (const core::Error& e) {
@@ -277,28 +274,26 @@ void Trainer::resume(const std::string& path) {
   const std::string file = resolve_checkpoint(path);
   const core::Archive archive = core::load_archive(file);
   TrainingState s = read_training_state(archive, file);
-  const bool chatty = !options_.quiet && job_->rank() == 0;
   resumed_at_.checkpoint = file;
   resumed_at_.iteration = s.global_iteration;
-  convert_job_shape(s, file, chatty);
+  convert_job_shape(s, file);
   restore_checkpoint(archive, file, model_.get(), optimizer_.get(), sync_.get());
   MT_CHECK(s.next_batch <= iters_per_epoch_ || iters_per_epoch_ == 0, "checkpoint \"", file,
            "\" stopped at batch ", s.next_batch, " of an epoch, but this config has only ",
            iters_per_epoch_, " batches per epoch; resume with the config it was trained with");
-  if (const std::string diff = config_differences(s.config_text, state_.config_text); chatty && !diff.empty()) {
+  if (const std::string diff = config_differences(s.config_text, state_.config_text); chatty() && !diff.empty()) {
     log() << "note: continuing with the given config, which differs from the one stored in " << file << ": "
           << diff << "\n";
   }
-  const std::string config_text = state_.config_text;
+  s.config_text = state_.config_text;
   state_ = s;
-  state_.config_text = config_text;
   gen_->set_state(s.rng_seed, s.rng_offset);
   resumed_ = true;
   resumed_at_.continues_at = s.global_iteration;
   if (optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) {
     if (s.loss_scale) {
       scaler->load_state_dict(*s.loss_scale);
-    } else if (chatty) {
+    } else if (chatty()) {
       log() << "note: " << file << " holds no loss scale; starting from loss_scale.init_scale "
             << scaler->scale() << "\n";
     }
@@ -309,20 +304,19 @@ void Trainer::resume(const std::string& path) {
 }
 
 void Trainer::resume_auto() {
-  const bool chatty = !options_.quiet && job_->rank() == 0;
   const std::string dir = resolve_in_output(config_.checkpoint().dir());
   if (dir.empty()) {
-    if (chatty) log() << "note: checkpoints are off (checkpoint.dir is empty); starting from scratch\n";
+    if (chatty()) log() << "note: checkpoints are off (checkpoint.dir is empty); starting from scratch\n";
   } else {
-    const CheckpointDir::Intact found = CheckpointDir::newest_intact(dir, chatty ? &std::cerr : nullptr);
+    const CheckpointDir::Intact found = CheckpointDir::newest_intact(dir, chatty() ? &std::cerr : nullptr);
     resumed_at_.damaged = found.damaged;
     if (!found.file.empty()) return resume(found.file);
-    if (chatty) log() << "no checkpoint in " << dir << " yet; starting from scratch\n";
+    if (chatty()) log() << "no checkpoint in " << dir << " yet; starting from scratch\n";
   }
   start_over_ = true;
 }
 
-void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool chatty) {
+void Trainer::convert_job_shape(TrainingState& s, const std::string& file) {
   const int64_t world = job_->world_size(), batch = config_.data().batch_size();
   const int64_t ours = world * batch * accumulation_;
   if (s.global_batch() == 0 || s.global_batch() == ours) return;  // older checkpoint, or the same job
@@ -345,7 +339,7 @@ void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool 
   const int64_t old_iteration = s.global_iteration, old_batch = s.next_batch;
   s.global_iteration = s.global_iteration * s.global_batch() / ours;
   s.next_batch = s.next_batch * s.global_batch() / ours;
-  if (chatty) {
+  if (chatty()) {
     log() << "note: " << file << " was written by a job of global batch " << theirs_text
           << "; this job's is " << ours_text << ". Continuing at the same number of samples: iteration "
           << old_iteration << " -> " << s.global_iteration << ", epoch " << s.epoch + 1 << " batch " << old_batch
@@ -359,7 +353,7 @@ void Trainer::load_weights(const std::string& path) {
 
 void Trainer::init_from_weights(const std::string& path) {
   const std::string account = load_matching_weights(resolve_checkpoint(path), *model_);
-  if (!options_.quiet && job_->rank() == 0) log() << "--weights: " << account << "\n";
+  if (chatty()) log() << "--weights: " << account << "\n";
 }
 
 TrainingState Trainer::snapshot() const {
@@ -447,7 +441,7 @@ void Trainer::handle_nonfinite_step(double loss) {
                                   static_cast<long long>(state_.global_iteration + 1),
                                   optimizer_->last_grad_norm(), loss);
   if (skip && nonfinite_in_a_row_ < kMaxInARow) {
-    if (!options_.quiet && job_->rank() == 0) {
+    if (chatty()) {
       log() << "warning: " << what << "; step skipped (" << bad_steps_ << " skipped so far)" << std::endl;
     }
     return;
@@ -504,7 +498,7 @@ EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
   const EvalResult r = evaluate();
   *is_best = r.accuracy > state_.best_accuracy;
   if (*is_best) state_.best_accuracy = r.accuracy;
-  if (!options_.quiet && job_->rank() == 0) {
+  if (chatty()) {
     const bool mid_epoch = state_.next_batch > 0;
     log() << core::formatted("epoch %lld/%lld%s test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
@@ -546,9 +540,8 @@ TrainResult Trainer::train() {
   const int ckpt_every_epochs = config_.checkpoint().every_epochs();
   const int eval_every = config_.eval().every_epochs();
   const int64_t eval_every_iters = config_.eval().every_iters();
-  const bool chatty = !options_.quiet && job_->rank() == 0;
 
-  if (chatty) {
+  if (chatty()) {
     log() << "model " << config_.model().name() << " (" << model_->num_parameters()
           << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads";
     if (config_.threads() > core::num_threads()) {
@@ -677,7 +670,7 @@ TrainResult Trainer::train() {
         const double busy = data_now.busy_seconds - window_data.busy_seconds;
         const double decode_s = busy > 0 ? data_now.threads * (data_now.images - window_data.images) / busy : 0.0;
         const std::string unit = task_->unit();
-        if (print_now && chatty) {
+        if (print_now && chatty()) {
           log() << core::formatted("epoch %lld/%lld iter %lld/%lld step %lld/%lld loss %.4f acc %.1f%% lr %s "
                           "%.0f %s/s data-wait %.0f%%",
                           static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
@@ -735,10 +728,10 @@ TrainResult Trainer::train() {
     if (result.interrupted) break;
 
     // Communication statistics of the epoch (compressed exchanges; "" for the others).
-    if (const std::string comm = sync_->epoch_summary(); chatty && !comm.empty()) {
+    if (const std::string comm = sync_->epoch_summary(); chatty() && !comm.empty()) {
       log() << "epoch " << epoch + 1 << " " << comm << std::endl;
     }
-    if (scaler && chatty) {
+    if (scaler && chatty()) {
       log() << "epoch " << epoch + 1 << " loss scale " << scaler->scale() << ", "
             << scaler->overflow_steps() - overflows_before << " steps skipped for overflow ("
             << scaler->overflow_steps() << " in total)" << std::endl;
@@ -762,7 +755,7 @@ TrainResult Trainer::train() {
 
   if (result.interrupted) {
     result.last_checkpoint = save_checkpoint();
-    if (chatty) {
+    if (chatty()) {
       log() << "stopped at epoch " << state_.epoch + 1 << " batch " << state_.next_batch
             << " (iteration " << state_.global_iteration << ")";
       if (!result.last_checkpoint.empty()) log() << "; checkpoint " << result.last_checkpoint;
@@ -771,7 +764,7 @@ TrainResult Trainer::train() {
   }
   if (timeline_) {
     const std::string path = timeline_->write();
-    if (chatty) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
+    if (chatty()) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
   }
   job_->drain_stop_vote();
   result.iterations = state_.global_iteration;

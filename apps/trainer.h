@@ -92,9 +92,7 @@ struct TrainResult {
 class Trainer {
  public:
   explicit Trainer(RunConfig config, TrainerOptions options = {});
-  ~Trainer();
-  Trainer(const Trainer&) = delete;
-  Trainer& operator=(const Trainer&) = delete;
+  ~Trainer();  // (not copyable: it owns the model, the optimizer and the process group)
 
   // Continues from a checkpoint (a file, or a folder: its newest checkpoint).
   void resume(const std::string& path);
@@ -129,11 +127,12 @@ class Trainer {
 
  private:
   std::ostream& log();
+  bool chatty() const { return !options_.quiet && job_->rank() == 0; }  // rank 0 prints, unless quiet
   TrainingState snapshot() const;
   // A checkpoint of another job shape (ranks, batch per rank, micro-batches): converts its
   // position to this job's iterations at the same sample count, or refuses where the
   // synchronizer's state is per rank.
-  void convert_job_shape(TrainingState& s, const std::string& file, bool chatty);
+  void convert_job_shape(TrainingState& s, const std::string& file);
   // Rank 0 claims the output folder (apps/run_folder.h); every rank learns whether it could.
   void claim_output_folder();
   EvalResult evaluate_and_report(int64_t epoch, bool* is_best);
