@@ -191,15 +191,13 @@ std::string CheckpointDir::file_name(int64_t global_iteration) {
 }
 
 std::vector<std::string> CheckpointDir::list(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+  std::vector<std::string> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const int64_t it = iteration_in_name(entry.path().string());
-    if (it >= 0 && entry.is_regular_file(ec)) found.emplace_back(it, entry.path().string());
+    const std::string path = entry.path().string();
+    if (iteration_in_name(path) >= 0 && entry.is_regular_file(ec)) out.push_back(path);
   }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
+  std::ranges::sort(out, {}, [](const std::string& f) { return std::pair(iteration_in_name(f), f); });
   return out;
 }
 
@@ -245,10 +243,8 @@ CheckpointDir::Intact CheckpointDir::newest_intact(const std::string& dir, std::
 }
 
 CheckpointDir::SetAside CheckpointDir::set_aside_newer_than(const std::string& dir, int64_t global_iteration) {
-  std::vector<std::string> newer;
-  for (const std::string& f : list(dir)) {
-    if (iteration_in_name(f) > global_iteration) newer.push_back(f);
-  }
+  std::vector<std::string> newer = list(dir);
+  std::erase_if(newer, [&](const std::string& f) { return iteration_in_name(f) <= global_iteration; });
   SetAside moved;
   if (newer.empty()) return moved;
   moved.folder = RunFolder::unused_name((fs::path(dir) / "superseded-").string() + RunFolder::timestamp());

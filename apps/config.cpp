@@ -213,10 +213,8 @@ void apply_override(RunConfig& config, const std::string& assignment) {
       if (inner.size() >= 2 && inner.front() == '[' && inner.back() == ']') {
         inner = core::trim(inner.substr(1, inner.size() - 2));
       }
-      std::vector<std::string> elems;
-      if (!inner.empty()) {
-        for (const auto& e : core::split(inner, ',')) elems.push_back(element_text(field, e));
-      }
+      std::vector<std::string> elems;  // none for "" and "[]"
+      for (const auto& e : core::split(inner, ',')) elems.push_back(element_text(field, e));
       if (!elems.empty()) text = field->name() + ": [" + core::join(elems) + "]";
     } else {
       text = field->name() + ": " + element_text(field, value);

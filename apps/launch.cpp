@@ -66,13 +66,9 @@ class OutputPump {
   };
   void emit(Stream& s, const std::string& line) {
     const std::string out = "[" + s.label + "] " + line + "\n";
-    const int fd = s.is_err ? STDERR_FILENO : STDOUT_FILENO;
-    size_t off = 0;
-    while (off < out.size()) {
-      const ssize_t w = ::write(fd, out.data() + off, out.size() - off);
-      if (w <= 0 && errno != EINTR) break;
-      if (w > 0) off += static_cast<size_t>(w);
-    }
+    FILE* to = s.is_err ? stderr : stdout;
+    std::fwrite(out.data(), 1, out.size(), to);  // one locked call a line: lines never interleave
+    std::fflush(to);
   }
   void run() {
     char buf[65536];

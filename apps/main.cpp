@@ -176,12 +176,6 @@ void install_stop_handler() {
   for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
-// The restart number `mintrain launch --max-restarts` gives its workers; 0 outside launch.
-int restart_count() {
-  const char* v = std::getenv("MINTRAIN_RESTART_COUNT");
-  return v != nullptr ? std::atoi(v) : 0;
-}
-
 // Arguments after the subcommand: one positional CONFIG, the options in `allowed` (each takes
 // a value; --set may repeat) and the switches in `flags` (no value: "" in `options`).
 struct Args {
@@ -249,8 +243,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   mt::apps::Trainer trainer(config, opt);
   if (auto it = a.options.find("--weights"); it != a.options.end()) trainer.init_from_weights(it->second);
   std::string resume = a.options.count("--resume") ? a.options.at("--resume") : "";
-  // A worker the launcher restarted continues where the group's checkpoints left off.
-  if (resume.empty() && restart_count() > 0) resume = "auto";
+  // A worker the launcher restarted (`launch --max-restarts`) continues where the group's
+  // checkpoints left off.
+  const char* restart = std::getenv("MINTRAIN_RESTART_COUNT");
+  if (resume.empty() && restart != nullptr && std::atoi(restart) > 0) resume = "auto";
   if (resume == "auto") {
     trainer.resume_auto();
   } else if (!resume.empty()) {

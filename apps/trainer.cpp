@@ -154,19 +154,14 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   const auto& oc = config_.optimizer();
   optim::OptimizerOptions oopt;
   oopt.lr = oc.lr();
-  oopt.momentum = oc.momentum();
-  oopt.dampening = oc.dampening();
-  oopt.nesterov = oc.nesterov();
-  oopt.weight_decay = oc.weight_decay();
+  // Momentum correction: the synchronizer applies the momentum and L2 decay before its
+  // exchange; the optimizer takes the plain step with the averaged result.
+  const bool plain_step = sync_->takes_over_momentum();
+  oopt.momentum = plain_step ? 0.0 : oc.momentum();
+  oopt.dampening = plain_step ? 0.0 : oc.dampening();
+  oopt.nesterov = !plain_step && oc.nesterov();
+  oopt.weight_decay = plain_step && !oc.decoupled_weight_decay() ? 0.0 : oc.weight_decay();
   oopt.decoupled_weight_decay = oc.decoupled_weight_decay();
-  if (sync_->takes_over_momentum()) {
-    // Momentum correction: the synchronizer applies the momentum and L2 decay before its
-    // exchange; the optimizer takes the plain step with the averaged result.
-    oopt.momentum = 0.0;
-    oopt.dampening = 0.0;
-    oopt.nesterov = false;
-    if (!oopt.decoupled_weight_decay) oopt.weight_decay = 0.0;
-  }
   oopt.beta1 = oc.beta1();
   oopt.beta2 = oc.beta2();
   oopt.eps = oc.eps();
@@ -228,9 +223,8 @@ void Trainer::connect() {
       check_config(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=",
                    world.servers, "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;
-      po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
       // The servers are CPU processes on Gloo; device gradients are staged through host memory.
-      if (world.servers > 0 && dc.backend().empty()) po.backend = "gloo";
+      po.backend = !dc.backend().empty() ? dc.backend() : device_.is_cuda() && world.servers == 0 ? "nccl" : "gloo";
       // Gloo moves host memory: GPU gradients in its buckets would fail at the first allreduce.
       check_config(!(device_.is_cuda() && po.backend == "gloo" && world.servers == 0), "rank ", world.rank,
                    ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
@@ -365,7 +359,7 @@ TrainingState Trainer::snapshot() const {
   s.world_size = job_->world_size();
   s.batch_size = config_.data().batch_size();
   s.accumulation = accumulation_;
-  s.elapsed_seconds = state_.elapsed_seconds + (training_ ? seconds_since(train_start_) : 0.0);
+  s.elapsed_seconds = state_.elapsed_seconds + seconds_since(train_start_);  // checkpoints: within train()
   return s;
 }
 
@@ -452,7 +446,8 @@ void Trainer::handle_nonfinite_step(double loss) {
           skip ? "or check the data" : "check the data, or set on_nonfinite: \"skip\" to skip such steps");
 }
 
-void Trainer::claim_output_folder() {
+std::unique_ptr<RunFolder> Trainer::claim_output_folder() {
+  std::unique_ptr<RunFolder> folder;
   // 0: claimed; 1: failed (the folder is in use, or not writable); 2: refused for good.
   int code = 0;
   std::string error;
@@ -466,9 +461,9 @@ void Trainer::claim_output_folder() {
                                  : options_.overwrite ? RunFolderMode::Overwrite
                                  : start_over_        ? RunFolderMode::StartOver
                                                       : RunFolderMode::Fresh;
-      run_folder_ = std::make_unique<RunFolder>(paths, mode, options_.quiet ? nullptr : &log());
+      folder = std::make_unique<RunFolder>(paths, mode, options_.quiet ? nullptr : &log());
       if (!options_.quiet && !resumed_note_.empty()) log() << resumed_note_ << "\n";
-      if (resumed_) run_folder_->continue_from(resumed_at_);
+      if (resumed_) folder->continue_from(resumed_at_);
       // The resolved config (what actually ran) and the metrics log; a resumed run appends to
       // the log instead of starting it over.
       std::ofstream(fs::path(output_dir_) / "config.prototxt") << state_.config_text;
@@ -488,7 +483,7 @@ void Trainer::claim_output_folder() {
   // Only rank 0 has a say; the others hear its verdict instead of waiting in the first
   // collective until the timeout.
   const int agreed = static_cast<int>(std::lround(job_->average(code) * job_->world_size()));
-  if (agreed == 0) return;
+  if (agreed == 0) return folder;
   if (error.empty()) error = "rank 0 could not claim the output folder \"" + output_dir_ + "\" (see its error)";
   if (agreed == 2) throw core::ConfigError(error);
   throw core::Error(error);
@@ -516,19 +511,9 @@ EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
 TrainResult Trainer::train() {
   data::BatchLoader* train_loader = task_->train_loader();
   MT_CHECK(train_loader != nullptr, "this trainer was built for evaluation only");
-  claim_output_folder();
   // The folder is this run's while train() runs: released on return and on an error alike.
-  struct ReleaseFolder {
-    std::unique_ptr<RunFolder>& folder;
-    bool& training;
-    ~ReleaseFolder() {
-      folder.reset();
-      training = false;
-    }
-  } release{run_folder_, training_};
+  const std::unique_ptr<RunFolder> folder = claim_output_folder();
   train_start_ = Clock::now();
-  training_ = true;
-  const auto start = train_start_;
   // max_steps replaces epochs; either way the run ends after total_iters optimizer steps.
   const int64_t total_iters = config_.max_steps() > 0 ? config_.max_steps() : config_.epochs() * iters_per_epoch_;
   epochs_ = (total_iters + iters_per_epoch_ - 1) / iters_per_epoch_;
@@ -769,7 +754,7 @@ TrainResult Trainer::train() {
   job_->drain_stop_vote();
   result.iterations = state_.global_iteration;
   result.best_accuracy = state_.best_accuracy;
-  result.seconds = seconds_since(start);
+  result.seconds = seconds_since(train_start_);
   return result;
 }
 

@@ -133,8 +133,9 @@ class Trainer {
   // position to this job's iterations at the same sample count, or refuses where the
   // synchronizer's state is per rank.
   void convert_job_shape(TrainingState& s, const std::string& file);
-  // Rank 0 claims the output folder (apps/run_folder.h); every rank learns whether it could.
-  void claim_output_folder();
+  // Rank 0 claims the output folder (apps/run_folder.h; its lock is held while the RunFolder
+  // lives, null on the other ranks); every rank learns whether it could.
+  std::unique_ptr<RunFolder> claim_output_folder();
   EvalResult evaluate_and_report(int64_t epoch, bool* is_best);
   std::string save_checkpoint(bool best = false);
   // One record of the metrics log: `fields`, then the training time and the wall-clock time.
@@ -173,9 +174,7 @@ class Trainer {
   ResumePoint resumed_at_;    // what resume() read, for what train() sets aside
   std::string resumed_note_;  // "resumed from ...", said once the folder is claimed
   bool start_over_ = false;   // resume_auto() found no checkpoint
-  std::unique_ptr<RunFolder> run_folder_;  // rank 0: the output folder's lock
-  bool training_ = false;                  // inside train(), since train_start_
-  std::chrono::steady_clock::time_point train_start_;
+  std::chrono::steady_clock::time_point train_start_;  // of the running train()
   int64_t nonfinite_in_a_row_ = 0;
   int64_t bad_steps_ = 0;  // bad steps skipped in this process (loss-scale overflows excluded)
 };

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   std::string type = "two_bit";
   double tau = 0.5 / 16;
   try {
-    apps::Flags f("bench_compression", {argv + 1, argv + argc}, "valid: --numel --ranks --compressor --tau --reps");
+    apps::Flags f("", {argv + 1, argv + argc}, "valid: --numel --ranks --compressor --tau --reps");
     while (f.next()) {
       if (f.is("--numel")) numel = f.integer(1);
       else if (f.is("--ranks")) ranks = f.integer(1);
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       else f.unknown();
     }
   } catch (const apps::FlagError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "bench_compression: %s\n", e.what());
     return 2;
   }
   dist::CompressionOptions options;
