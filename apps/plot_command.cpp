@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/flags.h"
+#include "core/atomic_write.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -85,11 +86,10 @@ std::string throughput_label(const std::vector<RunCurves>& runs) {
 }
 
 void write_points(const fs::path& file, const std::vector<MetricsPoint>& points) {
-  std::ofstream out(file);
-  MT_CHECK(out.good(), "plot: cannot write \"", file.string(), "\"");
+  std::ostringstream out;
   out << "# iter\ttime\tvalue\n";
   for (const auto& p : points) out << p.iter << '\t' << p.time << '\t' << p.value << '\n';
-  MT_CHECK(out.good(), "plot: cannot write \"", file.string(), "\" (disk full?)");
+  core::write_file_atomically(file.string(), out.str());
 }
 
 }  // namespace
@@ -225,11 +225,7 @@ std::vector<std::string> plot_runs(const std::vector<RunCurves>& runs, const std
     }
   }
   const fs::path script_file = out / "plots.gp";
-  {
-    std::ofstream f(script_file);
-    f << script.str();
-    MT_CHECK(f.good(), "plot: cannot write \"", script_file.string(), "\"");
-  }
+  core::write_file_atomically(script_file.string(), script.str());
   const std::string command = "gnuplot " + quoted(script_file.string(), "'\\''") + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   MT_CHECK(pipe != nullptr, "plot: cannot run gnuplot: ", std::strerror(errno));

@@ -28,18 +28,6 @@ const std::vector<std::string> kPrecisions = {"fp32", "tf32", "bf16", "fp16"};
 
 bool is_bert(const std::string& model) { return model.rfind("bert", 0) == 0; }
 
-// The input images each image model is built for: [channels, side, side], and its classes.
-struct ImageCase {
-  int64_t channels, side, classes;
-};
-ImageCase image_case(const TrainBenchmarkOptions& o) {
-  ImageCase c{1, 28, 10};                                                // mlp, lenet5: Fashion-MNIST
-  if (o.model.rfind("resnet", 0) == 0) c = {3, 32, 10};                 // resnet20/32/56: CIFAR-10
-  if (o.model == "resnet18" || o.model == "resnet50") c = {3, 224, 1000};  // ImageNet
-  if (o.image_size > 0) c.side = o.image_size;
-  return c;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -75,7 +63,13 @@ RunConfig train_benchmark_config(const TrainBenchmarkOptions& o) {
     opt.set_eps(1e-6);
     opt.set_weight_decay(0.01);
   } else {
-    const ImageCase ic = image_case(o);
+    // The input images each image model is built for: [channels, side, side], and its classes.
+    struct {
+      int64_t channels, side, classes;
+    } ic{1, 28, 10};                                                         // mlp, lenet5: Fashion-MNIST
+    if (o.model.rfind("resnet", 0) == 0) ic = {3, 32, 10};                 // resnet20/32/56: CIFAR-10
+    if (o.model == "resnet18" || o.model == "resnet50") ic = {3, 224, 1000};  // ImageNet
+    if (o.image_size > 0) ic.side = o.image_size;
     d.set_type("synthetic");
     auto& s = *d.mutable_synthetic();
     s.set_size(o.batch);
