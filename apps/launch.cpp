@@ -114,44 +114,6 @@ std::string random_token() {
   return core::formatted("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
 }
 
-}  // namespace
-
-LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
-  LaunchOptions o;
-  bool port_given = false;
-  Flags f("launch", argv);
-  while (f.next()) {
-    const std::string& a = f.arg();
-    // torchrun's habits: `--nproc_per_node` as well as `--nproc-per-node` (the underscore
-    // spelling of every option); Flags takes `--flag=value` as well as `--flag value`.
-    std::string name = a;
-    std::replace(name.begin(), name.end(), '_', '-');
-    if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, f.value());
-    else if (name == "--nnodes") o.nnodes = to_int(a, f.value());
-    else if (name == "--node-rank") o.node_rank = to_int(a, f.value());
-    else if (name == "--master-addr") o.master_addr = f.value();
-    else if (name == "--master-port") o.master_port = to_int(a, f.value()), port_given = true;
-    else if (name == "--grace") o.grace_seconds = to_int(a, f.value());
-    else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, f.value());
-    else if (name == "--max-restarts") o.max_restarts = to_int(a, f.value());
-    else if (name == "--nservers") o.nservers = to_int(a, f.value());
-    else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
-  }
-  o.command = f.rest();
-  auto check = [&](bool ok, const std::string& message) {
-    if (!ok) f.fail(message);  // "launch: <message>"
-  };
-  check(!o.command.empty(), "no command: put the worker's arguments after --, e.g. "
-        "mintrain launch --nproc-per-node 2 -- train CONFIG");
-  check(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1");
-  check(o.nnodes >= 1, "--nnodes must be at least 1");
-  check(o.node_rank < o.nnodes, core::formatted("--node-rank %d must be below --nnodes %d", o.node_rank, o.nnodes));
-  check(!port_given || (o.master_port >= 1 && o.master_port <= 65535), "--master-port must be 1..65535");
-  if (o.nnodes > 1 && !port_given) o.master_port = 29500;
-  return o;
-}
-
-namespace {
 
 // How one start of the worker group ended.
 struct GroupOutcome {
@@ -257,8 +219,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
         const int threads = server ? 1 : worker_threads;
         ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
       }
-      std::vector<char*> args;
-      args.push_back(const_cast<char*>("mintrain"));
+      std::vector<char*> args = {const_cast<char*>("mintrain")};
       for (const auto& a : o.command) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
       ::execv(program.c_str(), args.data());
@@ -341,6 +302,41 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
 }
 
 }  // namespace
+
+LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
+  LaunchOptions o;
+  bool port_given = false;
+  Flags f("launch", argv);
+  while (f.next()) {
+    const std::string& a = f.arg();
+    // torchrun's habits: `--nproc_per_node` as well as `--nproc-per-node` (the underscore
+    // spelling of every option); Flags takes `--flag=value` as well as `--flag value`.
+    std::string name = a;
+    std::replace(name.begin(), name.end(), '_', '-');
+    if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, f.value());
+    else if (name == "--nnodes") o.nnodes = to_int(a, f.value());
+    else if (name == "--node-rank") o.node_rank = to_int(a, f.value());
+    else if (name == "--master-addr") o.master_addr = f.value();
+    else if (name == "--master-port") o.master_port = to_int(a, f.value()), port_given = true;
+    else if (name == "--grace") o.grace_seconds = to_int(a, f.value());
+    else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, f.value());
+    else if (name == "--max-restarts") o.max_restarts = to_int(a, f.value());
+    else if (name == "--nservers") o.nservers = to_int(a, f.value());
+    else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
+  }
+  o.command = f.rest();
+  auto check = [&](bool ok, const std::string& message) {
+    if (!ok) f.fail(message);  // "launch: <message>"
+  };
+  check(!o.command.empty(), "no command: put the worker's arguments after --, e.g. "
+        "mintrain launch --nproc-per-node 2 -- train CONFIG");
+  check(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1");
+  check(o.nnodes >= 1, "--nnodes must be at least 1");
+  check(o.node_rank < o.nnodes, core::formatted("--node-rank %d must be below --nnodes %d", o.node_rank, o.nnodes));
+  check(!port_given || (o.master_port >= 1 && o.master_port <= 65535), "--master-port must be 1..65535");
+  if (o.nnodes > 1 && !port_given) o.master_port = 29500;
+  return o;
+}
 
 int run_launch(const LaunchOptions& o, const std::string& program) {
   // A single-node job gets its own token, so a stray process on the port cannot join it.

@@ -253,8 +253,7 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
 int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::string config_path, layer_times, save_profile, comm_profile;
   std::vector<std::string> sets;
-  std::vector<int> workers;
-  for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
+  std::vector<int64_t> workers = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
   int at = -1, profile_iters = 10, warmup_iters = 2;
   std::optional<int> servers;
   std::optional<int64_t> partition_bytes;
@@ -267,10 +266,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   Flags f("model", args, kModelUsage);
   while (f.next()) {
     if (f.is("--set")) sets.push_back(f.value());
-    else if (f.is("--workers")) {
-      workers.clear();
-      for (int64_t n : parse_int_list("--workers", f.value(), 1, 1 << 24, "a worker count")) workers.push_back(int(n));
-    }
+    else if (f.is("--workers")) workers = parse_int_list("--workers", f.value(), 1, 1 << 24, "a worker count");
     else if (f.is("--at")) at = f.integer(1);
     else if (f.is("--bandwidth-gbps")) bandwidth = f.number();
     else if (f.is("--latency-us")) latency = f.number();
@@ -368,7 +364,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     }
   }
   const dist::NetworkModel network(net);
-  if (at < 0) at = *std::max_element(workers.begin(), workers.end());
+  if (at < 0) at = static_cast<int>(*std::max_element(workers.begin(), workers.end()));
 
   ModelProfile profile =
       layer_times.empty() ? profile_model(config, warmup_iters, profile_iters) : dist::read_profile(layer_times);
@@ -463,7 +459,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     return core::formatted("%10.3f (%3.0f%%)", p.iteration * 1e3, p.iteration > 0 ? 100.0 * t1 / p.iteration : 100.0);
   };
   std::vector<ScalingRow> rows;
-  for (int n : workers) rows.push_back(dist::predict_row(profile, network, s, n));
+  for (const int64_t n : workers) rows.push_back(dist::predict_row(profile, network, s, static_cast<int>(n)));
   for (const ScalingRow& r : rows) {
     out << table_line(std::to_string(r.workers),
                       {cell(r.bsp), cell(r.wfbp), cell(r.fusion), cell(r.mgwfbp), cell(r.cdsgd), cell(r.dssync)});

@@ -14,8 +14,7 @@ bool is_token_data(const std::string& data_type) {
 
 std::vector<std::string> data_types() {
   std::vector<std::string> types = data::dataset_types();
-  types.push_back("text");
-  types.push_back("synthetic_tokens");
+  types.insert(types.end(), {"text", "synthetic_tokens"});
   return types;
 }
 

@@ -517,7 +517,6 @@ TrainResult Trainer::train() {
   // max_steps replaces epochs; either way the run ends after total_iters optimizer steps.
   const int64_t total_iters = config_.max_steps() > 0 ? config_.max_steps() : config_.epochs() * iters_per_epoch_;
   epochs_ = (total_iters + iters_per_epoch_ - 1) / iters_per_epoch_;
-  const int64_t epochs = epochs_;
   const int64_t print_every = config_.logging().print_every_iters();
   const int64_t record_every =
       config_.logging().metrics_every_iters() > 0 ? config_.logging().metrics_every_iters() : print_every;
@@ -568,7 +567,7 @@ TrainResult Trainer::train() {
   bool warned_contention = false;
 
   model_->train();
-  while (state_.epoch < epochs && state_.global_iteration < total_iters) {
+  while (state_.epoch < epochs_ && state_.global_iteration < total_iters) {
     const int64_t epoch = state_.epoch;
     train_loader->start_epoch(epoch, state_.next_batch * accumulation_);
 
@@ -658,7 +657,7 @@ TrainResult Trainer::train() {
         if (print_now && chatty()) {
           log() << core::formatted("epoch %lld/%lld iter %lld/%lld step %lld/%lld loss %.4f acc %.1f%% lr %s "
                           "%.0f %s/s data-wait %.0f%%",
-                          static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+                          static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
                           static_cast<long long>(state_.next_batch), static_cast<long long>(iters_per_epoch_),
                           static_cast<long long>(state_.global_iteration), static_cast<long long>(total_iters),
                           loss_avg, acc, lr_text(lr).c_str(), units_s, unit.c_str(),
@@ -724,7 +723,7 @@ TrainResult Trainer::train() {
     // End of the epoch, or of the run (max_steps may end it mid-epoch): evaluate, then
     // checkpoint (so the checkpoint knows the best accuracy).
     const bool epoch_done = state_.next_batch == iters_per_epoch_;
-    const bool last = state_.global_iteration >= total_iters || (epoch_done && epoch + 1 == epochs);
+    const bool last = state_.global_iteration >= total_iters || (epoch_done && epoch + 1 == epochs_);
     if (epoch_done) {
       state_.epoch = epoch + 1;  // a checkpoint written now resumes at the next epoch
       state_.next_batch = 0;
