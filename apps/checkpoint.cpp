@@ -5,8 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <ostream>
+#include <regex>
 #include <system_error>
 #include <type_traits>
 

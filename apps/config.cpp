@@ -349,12 +349,10 @@ std::string check_warmup_fits(const RunConfig& config, const optim::LrScheduleOp
   const bool by_steps = config.max_steps() > 0;
   std::ostringstream what, fix;
   what << "the learning-rate warm-up (lr_schedule.warmup_epochs " << warmup << " = "
-       << std::llround(warmup * iterations_per_epoch) << " steps) is not shorter than the run (";
-  if (by_steps) {
-    what << "max_steps " << config.max_steps() << ")";
-  } else {
-    what << "epochs " << config.epochs() << " = " << config.epochs() * iterations_per_epoch << " steps)";
-  }
+       << std::llround(warmup * iterations_per_epoch) << " steps) is not shorter than the run ("
+       << (by_steps ? "max_steps " + std::to_string(config.max_steps()) + ")"
+                    : "epochs " + std::to_string(config.epochs()) + " = " +
+                          std::to_string(config.epochs() * iterations_per_epoch) + " steps)");
   fix << "shorten the warm-up (e.g. --set lr_schedule.warmup_epochs=" << std::setprecision(3) << run / 10
       << ", a tenth of the run) or lengthen the run (raise " << (by_steps ? "max_steps" : "epochs") << ")";
   if (schedule.type == "linear") {

@@ -114,7 +114,6 @@ std::string random_token() {
   return core::formatted("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
 }
 
-
 // How one start of the worker group ended.
 struct GroupOutcome {
   int interrupt = 0;        // the stop request: the signal launch got and forwarded, or the one a
