@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <ostream>
+#include <regex>
 #include <system_error>
 #include <type_traits>
 
@@ -22,8 +22,6 @@ namespace fs = std::filesystem;
 
 // Bumped when the meaning of a record changes; old files then fail with a clear message.
 constexpr const char* kFormat = "mintrain-checkpoint-1";
-constexpr const char* kPrefix = "iter-";
-constexpr const char* kSuffix = ".ckpt";
 
 std::string to_text(double v) { return core::formatted("%.17g", v); }  // round-trips exactly
 
@@ -46,21 +44,6 @@ T meta_number(const core::Archive& a, const std::string& path, const std::string
   MT_CHECK(!s.empty() && ec == std::errc() && end == s.data() + s.size(), "checkpoint \"", path, "\": entry \"", key,
            "\" is not ", what, " (\"", s, "\")");
   return v;
-}
-
-// The iteration number in "iter-000001876.ckpt", or -1 for any other name.
-int64_t iteration_of(const std::string& name) {
-  const std::string prefix = kPrefix, suffix = kSuffix;
-  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return -1;
-  }
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.empty() || digits.size() > 18 ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return -1;
-  }
-  return std::stoll(digits);
 }
 
 }  // namespace
@@ -105,11 +88,7 @@ TrainingState read_training_state(const core::Archive& a, const std::string& pat
   s.rng_seed = meta_number<uint64_t>(a, path, "rng_seed");
   s.rng_offset = meta_number<uint64_t>(a, path, "rng_offset");
   s.config_text = meta(a, path, "config");
-  try {
-    s.best_accuracy = std::stod(meta(a, path, "best_accuracy"));
-  } catch (const std::exception&) {  // not a number, or out of double's range
-    MT_FAIL("checkpoint \"", path, "\": entry \"best_accuracy\" is not a number");
-  }
+  s.best_accuracy = meta_number<double>(a, path, "best_accuracy");
   MT_CHECK(s.epoch >= 0 && s.next_batch >= 0 && s.global_iteration >= 0, "checkpoint \"", path,
            "\" has a negative epoch, batch or iteration");
   if (a.meta.count("world_size")) {  // the job's shape (absent in older checkpoints)
@@ -182,10 +161,7 @@ std::string load_matching_weights(const std::string& path, layers::Module& model
   model.load_state_dict(matching, /*strict=*/false);
   std::string account = "copied " + std::to_string(matching.size()) + " of " + std::to_string(ours.size()) +
                         " tensors from " + path;
-  if (!skipped.empty()) {
-    account += "; kept the initial values of";
-    for (size_t i = 0; i < skipped.size(); ++i) account += (i ? ", " : " ") + skipped[i];
-  }
+  if (!skipped.empty()) account += "; kept the initial values of " + core::join(skipped);
   return account;
 }
 
@@ -195,11 +171,10 @@ std::string resolve_checkpoint(const std::string& path) {
            "a folder holding checkpoints (e.g. runs/NAME/checkpoints)");
   if (!fs::is_directory(path, ec)) return path;
   for (const fs::path& dir : {fs::path(path), fs::path(path) / "checkpoints"}) {
-    if (!fs::is_directory(dir, ec)) continue;
     const auto files = CheckpointDir::list(dir.string());
     if (!files.empty()) return files.back();
   }
-  MT_FAIL("no checkpoint (", kPrefix, "NNN", kSuffix, ") in \"", path, "\" or \"", path,
+  MT_FAIL("no checkpoint (iter-NNN.ckpt) in \"", path, "\" or \"", path,
           "/checkpoints\"");
 }
 
@@ -212,27 +187,25 @@ CheckpointDir::CheckpointDir(std::string dir, int keep_last)
 }
 
 std::string CheckpointDir::file_name(int64_t global_iteration) {
-  return core::formatted("%s%09lld%s", kPrefix, static_cast<long long>(global_iteration), kSuffix);
+  return core::formatted("iter-%09lld.ckpt", static_cast<long long>(global_iteration));
 }
 
 std::vector<std::string> CheckpointDir::list(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+  std::vector<std::string> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const int64_t it = iteration_of(entry.path().filename().string());
-    if (it >= 0 && entry.is_regular_file(ec)) found.emplace_back(it, entry.path().string());
+    const std::string path = entry.path().string();
+    if (iteration_in_name(path) >= 0 && entry.is_regular_file(ec)) out.push_back(path);
   }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
+  std::ranges::sort(out, {}, [](const std::string& f) { return std::pair(iteration_in_name(f), f); });
   return out;
 }
 
 std::string CheckpointDir::save(const layers::Module& model, const optim::Optimizer& optimizer,
-                                const dist::Synchronizer& sync, const TrainingState& state) {
-  const std::string path = (fs::path(dir_) / file_name(state.global_iteration)).string();
+                                const dist::Synchronizer& sync, const TrainingState& state, bool best) {
+  const std::string path = (fs::path(dir_) / (best ? "best.ckpt" : file_name(state.global_iteration))).string();
   save_checkpoint(path, model, optimizer, sync, state);
-  if (keep_last_ > 0) {
+  if (keep_last_ > 0 && !best) {
     // The file just written is never rotated out, whatever the other names say.
     const auto files = list(dir_);
     for (size_t i = 0; i + keep_last_ < files.size(); ++i) {
@@ -245,7 +218,10 @@ std::string CheckpointDir::save(const layers::Module& model, const optim::Optimi
 }
 
 int64_t CheckpointDir::iteration_in_name(const std::string& path) {
-  return iteration_of(fs::path(path).filename().string());
+  static const std::regex kName("iter-([0-9]{1,18})\\.ckpt");  // file_name's names
+  const std::string name = fs::path(path).filename().string();
+  std::smatch m;
+  return std::regex_match(name, m, kName) ? std::stoll(m[1].str()) : -1;
 }
 
 CheckpointDir::Intact CheckpointDir::newest_intact(const std::string& dir, std::ostream* warnings) {
@@ -267,10 +243,8 @@ CheckpointDir::Intact CheckpointDir::newest_intact(const std::string& dir, std::
 }
 
 CheckpointDir::SetAside CheckpointDir::set_aside_newer_than(const std::string& dir, int64_t global_iteration) {
-  std::vector<std::string> newer;
-  for (const std::string& f : list(dir)) {
-    if (iteration_in_name(f) > global_iteration) newer.push_back(f);
-  }
+  std::vector<std::string> newer = list(dir);
+  std::erase_if(newer, [&](const std::string& f) { return iteration_in_name(f) <= global_iteration; });
   SetAside moved;
   if (newer.empty()) return moved;
   moved.folder = RunFolder::unused_name((fs::path(dir) / "superseded-").string() + RunFolder::timestamp());
@@ -299,13 +273,6 @@ std::string CheckpointDir::set_aside_damaged(const std::vector<std::string>& fil
   }
   if (!note.empty()) note += " (out of the rotation: it no longer counts toward checkpoint.keep_last)";
   return note;
-}
-
-std::string CheckpointDir::save_best(const layers::Module& model, const optim::Optimizer& optimizer,
-                                     const dist::Synchronizer& sync, const TrainingState& state) {
-  const std::string path = (fs::path(dir_) / "best.ckpt").string();
-  save_checkpoint(path, model, optimizer, sync, state);
-  return path;
 }
 
 }  // namespace mt::apps

@@ -78,13 +78,10 @@ class CheckpointDir {
   // keep_last: how many rotating checkpoints to keep; 0 = all.
   CheckpointDir(std::string dir, int keep_last);
 
-  const std::string& dir() const { return dir_; }
-  // Saves iter-<global_iteration>.ckpt, then deletes the oldest beyond keep_last. Returns the
-  // path written.
+  // Saves iter-<global_iteration>.ckpt, then deletes the oldest beyond keep_last; or, when
+  // `best`, best.ckpt (outside the rotation). Returns the path written.
   std::string save(const layers::Module& model, const optim::Optimizer& optimizer,
-                   const dist::Synchronizer& sync, const TrainingState& state);
-  std::string save_best(const layers::Module& model, const optim::Optimizer& optimizer,
-                        const dist::Synchronizer& sync, const TrainingState& state);
+                   const dist::Synchronizer& sync, const TrainingState& state, bool best = false);
 
   // The rotating checkpoints in `dir`, oldest first (best.ckpt excluded).
   static std::vector<std::string> list(const std::string& dir);

@@ -17,7 +17,6 @@
 #include "core/error.h"
 #include "apps/task.h"
 #include "core/strings.h"
-#include "data/registry.h"
 #include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/lr_schedule.h"
@@ -28,7 +27,8 @@ namespace {
 
 namespace pb = google::protobuf;
 
-// Keeps protobuf's first error with its position instead of letting it log to stderr.
+// Keeps protobuf's first error with its position instead of letting it log to stderr (warnings:
+// the base class drops them).
 class FirstErrorCollector : public pb::io::ErrorCollector {
  public:
   void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
@@ -38,7 +38,6 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
     this->column = column;
     this->message = message;
   }
-  void AddWarning(int, pb::io::ColumnNumber, const std::string&) override {}
 
   bool has_error = false;
   int line = 0;
@@ -214,10 +213,8 @@ void apply_override(RunConfig& config, const std::string& assignment) {
       if (inner.size() >= 2 && inner.front() == '[' && inner.back() == ']') {
         inner = core::trim(inner.substr(1, inner.size() - 2));
       }
-      std::vector<std::string> elems;
-      if (!inner.empty()) {
-        for (const auto& e : core::split(inner, ',')) elems.push_back(element_text(field, e));
-      }
+      std::vector<std::string> elems;  // none for "" and "[]"
+      for (const auto& e : core::split(inner, ',')) elems.push_back(element_text(field, e));
       if (!elems.empty()) text = field->name() + ": [" + core::join(elems) + "]";
     } else {
       text = field->name() + ": " + element_text(field, value);
@@ -259,10 +256,8 @@ void validate_config(const RunConfig& config) {
   check_min("cuda.cudnn_workspace_mb", c.cuda().cudnn_workspace_mb(), 0);
   const auto& ls = c.loss_scale();
   check_name("loss_scale.mode", ls.mode(), {"dynamic", "static", "none"});
-  MT_CHECK(std::isfinite(ls.init_scale()) && ls.init_scale() > 0,
-           "loss_scale.init_scale must be a positive number (got ", ls.init_scale(), ")");
-  MT_CHECK(std::isfinite(ls.growth_factor()) && ls.growth_factor() > 1,
-           "loss_scale.growth_factor must be > 1 (got ", ls.growth_factor(), ")");
+  check_min("loss_scale.init_scale", ls.init_scale(), 0.0, ">");  // finite: check_finite saw to it
+  check_min("loss_scale.growth_factor", ls.growth_factor(), 1.0, ">");
   MT_CHECK(ls.backoff_factor() > 0 && ls.backoff_factor() < 1,
            "loss_scale.backoff_factor must be in (0, 1) (got ", ls.backoff_factor(), ")");
   check_min("loss_scale.growth_interval", ls.growth_interval(), 1);
@@ -354,12 +349,10 @@ std::string check_warmup_fits(const RunConfig& config, const optim::LrScheduleOp
   const bool by_steps = config.max_steps() > 0;
   std::ostringstream what, fix;
   what << "the learning-rate warm-up (lr_schedule.warmup_epochs " << warmup << " = "
-       << std::llround(warmup * iterations_per_epoch) << " steps) is not shorter than the run (";
-  if (by_steps) {
-    what << "max_steps " << config.max_steps() << ")";
-  } else {
-    what << "epochs " << config.epochs() << " = " << config.epochs() * iterations_per_epoch << " steps)";
-  }
+       << std::llround(warmup * iterations_per_epoch) << " steps) is not shorter than the run ("
+       << (by_steps ? "max_steps " + std::to_string(config.max_steps()) + ")"
+                    : "epochs " + std::to_string(config.epochs()) + " = " +
+                          std::to_string(config.epochs() * iterations_per_epoch) + " steps)");
   fix << "shorten the warm-up (e.g. --set lr_schedule.warmup_epochs=" << std::setprecision(3) << run / 10
       << ", a tenth of the run) or lengthen the run (raise " << (by_steps ? "max_steps" : "epochs") << ")";
   if (schedule.type == "linear") {
@@ -406,13 +399,9 @@ std::string config_differences(const std::string& old_text, const std::string& n
   differ.ReportDifferencesToString(&report);
   if (differ.Compare(before, after)) return "";
   // The reporter writes "modified: a.b: x -> y", "added: a.b: y", "deleted: a.b: x" lines.
-  std::string out;
-  std::istringstream lines(report);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty()) continue;
-    out += (out.empty() ? "" : "; ") + line;
-  }
-  return out;
+  std::vector<std::string> lines = core::split(report, '\n');
+  std::erase(lines, "");
+  return core::join(lines, "; ");
 }
 
 std::string config_to_text(const RunConfig& config) {

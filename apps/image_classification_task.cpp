@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 #include "core/ops/nn.h"
-#include "core/ops/reduction.h"
 #include "data/registry.h"
 #include "data/transforms.h"
 #include "layers/models/registry.h"
@@ -106,15 +105,6 @@ Prediction ImageClassificationTask::predict(layers::Module& model, const data::B
   p.logits = model.forward(batch.inputs.to(device_));
   p.loss = core::cross_entropy(p.logits, p.targets);
   return p;
-}
-
-BatchResult ImageClassificationTask::run(layers::Module& model, const data::Batch& batch) {
-  const Prediction p = predict(model, batch);
-  BatchResult r;
-  r.loss = p.loss;
-  r.predictions = r.units = p.targets.numel();
-  r.correct = count_top1(p.logits, p.targets);
-  return r;
 }
 
 }  // namespace mt::apps

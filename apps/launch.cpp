@@ -19,6 +19,7 @@
 #include "apps/flags.h"
 #include "core/error.h"
 #include "core/runtime.h"
+#include "core/strings.h"
 #include "dist/comm/socket.h"
 
 namespace mt::apps {
@@ -33,7 +34,8 @@ extern "C" void on_launch_signal(int sig) { g_signal.store(sig); }
 int to_int(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   const long x = std::strtol(v.c_str(), &end, 10);
-  MT_CHECK(!v.empty() && *end == '\0' && x >= 0 && x <= 1000000, "launch: ", flag, " needs a number, got \"", v, "\"");
+  if (v.empty() || *end != '\0' || x < 0 || x > 1000000)
+    throw FlagError("launch: " + flag + " needs a number, got \"" + v + "\"");
   return static_cast<int>(x);
 }
 
@@ -64,13 +66,9 @@ class OutputPump {
   };
   void emit(Stream& s, const std::string& line) {
     const std::string out = "[" + s.label + "] " + line + "\n";
-    const int fd = s.is_err ? STDERR_FILENO : STDOUT_FILENO;
-    size_t off = 0;
-    while (off < out.size()) {
-      const ssize_t w = ::write(fd, out.data() + off, out.size() - off);
-      if (w <= 0 && errno != EINTR) break;
-      if (w > 0) off += static_cast<size_t>(w);
-    }
+    FILE* to = s.is_err ? stderr : stdout;
+    std::fwrite(out.data(), 1, out.size(), to);  // one locked call a line: lines never interleave
+    std::fflush(to);
   }
   void run() {
     char buf[65536];
@@ -113,48 +111,8 @@ std::string describe_status(int status) {
 
 std::string random_token() {
   std::random_device rd;
-  static const char* hex = "0123456789abcdef";
-  std::string t;
-  for (int i = 0; i < 32; ++i) t += hex[rd() % 16];
-  return t;
+  return core::formatted("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
 }
-
-}  // namespace
-
-LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
-  LaunchOptions o;
-  bool port_given = false;
-  Flags f("launch", argv);
-  while (f.next()) {
-    const std::string& a = f.arg();
-    // torchrun's habits: `--nproc_per_node` as well as `--nproc-per-node` (the underscore
-    // spelling of every option); Flags takes `--flag=value` as well as `--flag value`.
-    std::string name = a;
-    std::replace(name.begin(), name.end(), '_', '-');
-    auto value = [&] { return f.value(); };
-    if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, value());
-    else if (name == "--nnodes") o.nnodes = to_int(a, value());
-    else if (name == "--node-rank") o.node_rank = to_int(a, value());
-    else if (name == "--master-addr") o.master_addr = value();
-    else if (name == "--master-port") o.master_port = to_int(a, value()), port_given = true;
-    else if (name == "--grace") o.grace_seconds = to_int(a, value());
-    else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, value());
-    else if (name == "--max-restarts") o.max_restarts = to_int(a, value());
-    else if (name == "--nservers") o.nservers = to_int(a, value());
-    else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
-  }
-  o.command = f.rest();
-  MT_CHECK(!o.command.empty(), "launch: no command: put the worker's arguments after --, e.g. "
-           "mintrain launch --nproc-per-node 2 -- train CONFIG");
-  MT_CHECK(o.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1");
-  MT_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1");
-  MT_CHECK(o.node_rank < o.nnodes, "launch: --node-rank ", o.node_rank, " must be below --nnodes ", o.nnodes);
-  MT_CHECK(!port_given || (o.master_port >= 1 && o.master_port <= 65535), "launch: --master-port must be 1..65535");
-  if (o.nnodes > 1 && !port_given) o.master_port = 29500;
-  return o;
-}
-
-namespace {
 
 // How one start of the worker group ended.
 struct GroupOutcome {
@@ -260,8 +218,7 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
         const int threads = server ? 1 : worker_threads;
         ::setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
       }
-      std::vector<char*> args;
-      args.push_back(const_cast<char*>("mintrain"));
+      std::vector<char*> args = {const_cast<char*>("mintrain")};
       for (const auto& a : o.command) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
       ::execv(program.c_str(), args.data());
@@ -344,6 +301,41 @@ GroupOutcome run_group(const LaunchOptions& o, const std::string& program, int p
 }
 
 }  // namespace
+
+LaunchOptions parse_launch_args(const std::vector<std::string>& argv) {
+  LaunchOptions o;
+  bool port_given = false;
+  Flags f("launch", argv);
+  while (f.next()) {
+    const std::string& a = f.arg();
+    // torchrun's habits: `--nproc_per_node` as well as `--nproc-per-node` (the underscore
+    // spelling of every option); Flags takes `--flag=value` as well as `--flag value`.
+    std::string name = a;
+    std::replace(name.begin(), name.end(), '_', '-');
+    if (name == "--nproc-per-node") o.nproc_per_node = to_int(a, f.value());
+    else if (name == "--nnodes") o.nnodes = to_int(a, f.value());
+    else if (name == "--node-rank") o.node_rank = to_int(a, f.value());
+    else if (name == "--master-addr") o.master_addr = f.value();
+    else if (name == "--master-port") o.master_port = to_int(a, f.value()), port_given = true;
+    else if (name == "--grace") o.grace_seconds = to_int(a, f.value());
+    else if (name == "--stop-timeout") o.stop_timeout_seconds = to_int(a, f.value());
+    else if (name == "--max-restarts") o.max_restarts = to_int(a, f.value());
+    else if (name == "--nservers") o.nservers = to_int(a, f.value());
+    else f.fail("unknown option \"" + a + "\" (the worker's command goes after --)");
+  }
+  o.command = f.rest();
+  auto check = [&](bool ok, const std::string& message) {
+    if (!ok) f.fail(message);  // "launch: <message>"
+  };
+  check(!o.command.empty(), "no command: put the worker's arguments after --, e.g. "
+        "mintrain launch --nproc-per-node 2 -- train CONFIG");
+  check(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1");
+  check(o.nnodes >= 1, "--nnodes must be at least 1");
+  check(o.node_rank < o.nnodes, core::formatted("--node-rank %d must be below --nnodes %d", o.node_rank, o.nnodes));
+  check(!port_given || (o.master_port >= 1 && o.master_port <= 65535), "--master-port must be 1..65535");
+  if (o.nnodes > 1 && !port_given) o.master_port = 29500;
+  return o;
+}
 
 int run_launch(const LaunchOptions& o, const std::string& program) {
   // A single-node job gets its own token, so a stray process on the port cannot join it.

@@ -48,7 +48,7 @@ struct LaunchOptions {
   std::vector<std::string> command;  // the worker's arguments (after `--`)
 };
 
-// Parses the arguments after `launch`; throws core::Error on malformed ones.
+// Parses the arguments after `launch`; throws FlagError (apps/flags.h) on malformed ones.
 LaunchOptions parse_launch_args(const std::vector<std::string>& argv);
 
 // Runs the workers (executing `program`, normally /proc/self/exe) and returns launch's exit

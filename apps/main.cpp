@@ -42,7 +42,6 @@
 #include "core/error.h"
 #include "core/serialize.h"
 #include "core/strings.h"
-#include "data/registry.h"
 #include "dist/registry.h"
 
 namespace {
@@ -177,20 +176,12 @@ void install_stop_handler() {
   for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
-// The restart number `mintrain launch --max-restarts` gives its workers; 0 outside launch.
-int restart_count() {
-  const char* v = std::getenv("MINTRAIN_RESTART_COUNT");
-  return v != nullptr ? std::atoi(v) : 0;
-}
-
 // Arguments after the subcommand: one positional CONFIG, the options in `allowed` (each takes
-// a value; --set may repeat) and the switches in `flags` (no value).
+// a value; --set may repeat) and the switches in `flags` (no value: "" in `options`).
 struct Args {
   std::string config;
   std::vector<std::string> sets;
   std::map<std::string, std::string> options;
-  std::vector<std::string> flags;
-  bool has(const std::string& flag) const { return std::find(flags.begin(), flags.end(), flag) != flags.end(); }
 };
 
 Args parse_args(const std::string& command, const std::vector<std::string>& argv,
@@ -207,7 +198,7 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
       a.options[f.arg()] = f.value();
     } else if (among(flags)) {
       f.no_value();
-      a.flags.push_back(f.arg());
+      a.options[f.arg()] = "";
     } else if (f.is_flag()) {
       f.unknown();
     } else if (!a.config.empty()) {
@@ -227,8 +218,6 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
 RunConfig run_config(const Args& a) {
   try {
     return mt::apps::load_run_config(a.config, a.sets);
-  } catch (const mt::core::ConfigError&) {
-    throw;
   } catch (const mt::core::Error& e) {
     throw mt::core::ConfigError(e.what());
   }
@@ -250,12 +239,14 @@ int cmd_train(const std::vector<std::string>& argv) {
   install_stop_handler();
   mt::apps::TrainerOptions opt;
   opt.stop_flag = &g_stop;
-  opt.overwrite = a.has("--overwrite");
+  opt.overwrite = a.options.count("--overwrite") > 0;
   mt::apps::Trainer trainer(config, opt);
   if (auto it = a.options.find("--weights"); it != a.options.end()) trainer.init_from_weights(it->second);
   std::string resume = a.options.count("--resume") ? a.options.at("--resume") : "";
-  // A worker the launcher restarted continues where the group's checkpoints left off.
-  if (resume.empty() && restart_count() > 0) resume = "auto";
+  // A worker the launcher restarted (`launch --max-restarts`) continues where the group's
+  // checkpoints left off.
+  const char* restart = std::getenv("MINTRAIN_RESTART_COUNT");
+  if (resume.empty() && restart != nullptr && std::atoi(restart) > 0) resume = "auto";
   if (resume == "auto") {
     trainer.resume_auto();
   } else if (!resume.empty()) {
@@ -277,13 +268,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     return 128 + (sig != 0 ? sig : SIGTERM);
   }
   if (trainer.rank() != 0) return 0;  // rank 0 speaks for the job
-  std::cout << "done: " << r.iterations << " iterations in " << static_cast<long long>(r.seconds)
-            << " s";
-  if (r.last_eval.examples > 0) {
-    std::printf(", test acc %.2f%% (best %.2f%%)", r.last_eval.accuracy, r.best_accuracy);
-    std::fflush(stdout);
-  }
-  std::cout << ", output in " << trainer.output_dir() << std::endl;
+  std::cout << "done: " << r.iterations << " iterations in " << static_cast<long long>(r.seconds) << " s"
+            << (r.last_eval.examples > 0
+                    ? mt::core::formatted(", test acc %.2f%% (best %.2f%%)", r.last_eval.accuracy, r.best_accuracy)
+                    : "")
+            << ", output in " << trainer.output_dir() << std::endl;
   return 0;
 }
 
@@ -310,13 +299,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
 }
 
 int cmd_launch(const std::vector<std::string>& argv) {
-  mt::apps::LaunchOptions options;
-  try {
-    options = mt::apps::parse_launch_args(argv);
-  } catch (const mt::core::Error& e) {
-    throw UsageError(e.what());
-  }
-  return mt::apps::run_launch(options, "/proc/self/exe");
+  return mt::apps::run_launch(mt::apps::parse_launch_args(argv), "/proc/self/exe");
 }
 
 int cmd_help(const std::vector<std::string>&) {
@@ -358,11 +341,8 @@ const std::map<std::string, Command>& commands() {
 
 // --help or -h among a command's own arguments (not the worker command after launch's `--`).
 bool asks_for_help(const std::vector<std::string>& args) {
-  for (const auto& a : args) {
-    if (a == "--") return false;
-    if (a == "--help" || a == "-h") return true;
-  }
-  return false;
+  return std::any_of(args.begin(), std::find(args.begin(), args.end(), "--"),
+                     [](const std::string& a) { return a == "--help" || a == "-h"; });
 }
 
 // Where every error becomes an exit status (see the file's comment).

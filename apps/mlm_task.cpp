@@ -3,8 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/ops/reduction.h"
-#include "core/ops/transformer.h"
 #include "core/strings.h"
 #include "layers/models/bert.h"
 #include "layers/models/registry.h"
@@ -88,18 +86,6 @@ Prediction MlmTask::predict(layers::Module& model, const data::Batch& batch) {
                      labels = batch.targets.to(device_);
   const layers::MlmOutput out = bert->mlm(ids, mask, labels);
   return {out.loss, out.logits, out.targets};
-}
-
-BatchResult MlmTask::run(layers::Module& model, const data::Batch& batch) {
-  const Prediction p = predict(model, batch);
-  BatchResult r;
-  r.loss = p.loss;
-  const core::Tensor t = p.targets.to(core::Device::cpu()).contiguous();
-  for (int64_t i = 0; i < t.numel(); ++i) r.predictions += t.data<int64_t>()[i] >= 0;
-  r.correct = count_top1(p.logits, p.targets);
-  // Real tokens (the mask's ones), summed on the host copy the loader made.
-  r.units = static_cast<int64_t>(core::sum(batch.mask.to(core::Device::cpu())).item() + 0.5);
-  return r;
 }
 
 }  // namespace mt::apps

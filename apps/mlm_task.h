@@ -19,7 +19,6 @@ class MlmTask : public Task {
   std::string describe_test() const override { return data_.describe_eval; }
   std::shared_ptr<layers::Module> build_model(core::Generator& gen) override;
   Prediction predict(layers::Module& model, const data::Batch& batch) override;
-  BatchResult run(layers::Module& model, const data::Batch& batch) override;
   const char* unit() const override { return "tok"; }
   const char* predictions_name() const override { return "masked tokens"; }
 

@@ -8,7 +8,6 @@
 #include <numeric>
 #include <optional>
 #include <ostream>
-#include <sstream>
 
 #include "apps/flags.h"
 #include "apps/task.h"
@@ -45,17 +44,13 @@ void wait_for(const core::Tensor& t) {
 // r <- v - decode(Q(v)), fused where the compressor can), and decoding one payload.
 void measure_compression(int64_t n, const dist::CompressionOptions& options, double& compress_s,
                          double& decode_s) {
-  if (n == 0) {
-    compress_s = decode_s = 0.0;
-    return;
-  }
+  compress_s = decode_s = n == 0 ? 0.0 : 1e30;  // the fastest of the timed runs
+  if (n == 0) return;
   auto compressor = dist::make_compressor(options);
   core::Generator gen(1234);
   const core::Tensor grad = core::randn({n}, 0.0f, 1.0f, gen);
   dist::ErrorFeedback ef(n);
-  const int reps = 5;
-  double c_best = 1e30, d_best = 1e30;
-  for (int r = 0; r < reps + 1; ++r) {  // the first is a warm-up
+  for (int r = 0; r < 6; ++r) {  // a warm-up, then 5 timed
     const auto t0 = Clock::now();
     const core::Tensor payload = ef.compress(*compressor, grad);
     const auto t1 = Clock::now();
@@ -63,11 +58,9 @@ void measure_compression(int64_t n, const dist::CompressionOptions& options, dou
         compressor->summable() ? compressor->decompress(payload, n) : compressor->decompress_sum(payload, 1, n);
     const auto t2 = Clock::now();
     if (r == 0) continue;
-    c_best = std::min(c_best, secs(t1 - t0));
-    d_best = std::min(d_best, secs(t2 - t1));
+    compress_s = std::min(compress_s, secs(t1 - t0));
+    decode_s = std::min(decode_s, secs(t2 - t1));
   }
-  compress_s = c_best;
-  decode_s = d_best;
 }
 
 // ---- Printing ----
@@ -75,41 +68,25 @@ void measure_compression(int64_t n, const dist::CompressionOptions& options, dou
 // "forward 0", "forward 1", "forward 2" -> "forward 0..2".
 std::string compact_path(const std::vector<std::string>& path) {
   std::vector<std::string> out;
-  std::string run_prefix;
-  long run_first = 0, run_last = 0;
-  bool in_run = false;
-  auto flush = [&] {
-    if (!in_run) return;
-    out.push_back(run_prefix + std::to_string(run_first) +
-                  (run_first == run_last ? "" : ".." + std::to_string(run_last)));
-    in_run = false;
-  };
+  std::string prefix;        // of the numbered run out.back() ends ("" when it is none)
+  long first = 0, last = 0;  // its first and last index
   for (const std::string& name : path) {
     const size_t sp = name.rfind(' ');
     const bool numbered = sp != std::string::npos && sp + 1 < name.size() &&
                           std::all_of(name.begin() + sp + 1, name.end(),
                                       [](unsigned char c) { return std::isdigit(c) != 0; });
-    if (!numbered) {
-      flush();
-      out.push_back(name);
+    const long index = numbered ? std::stol(name.substr(sp + 1)) : 0;
+    const long step = first == last ? index - last : (last > first ? 1 : -1);  // the run's direction
+    if (numbered && name.substr(0, sp + 1) == prefix && std::labs(index - last) == 1 && index - last == step) {
+      last = index;
+      out.back() = prefix + std::to_string(first) + ".." + std::to_string(last);
       continue;
     }
-    const std::string prefix = name.substr(0, sp + 1);
-    const long index = std::stol(name.substr(sp + 1));
-    if (in_run && prefix == run_prefix && std::labs(index - run_last) == 1 &&
-        (run_first == run_last || (index - run_last) == (run_last > run_first ? 1 : -1))) {
-      run_last = index;
-      continue;
-    }
-    flush();
-    run_prefix = prefix;
-    run_first = run_last = index;
-    in_run = true;
+    out.push_back(name);
+    prefix = numbered ? name.substr(0, sp + 1) : "";
+    first = last = index;
   }
-  flush();
-  std::string s;
-  for (size_t i = 0; i < out.size(); ++i) s += (i ? " > " : "") + out[i];
-  return s;
+  return core::join(out, " > ");
 }
 
 // One line of a table: N 6 wide, then every cell 17 wide and every narrow one 9 wide.
@@ -144,8 +121,6 @@ const char* kModelUsage =
 
 // Builds a one-process Trainer from the config and times `iterations` iterations after `warmup`.
 ModelProfile profile_model(const RunConfig& config_in, int warmup, int iterations) {
-  MT_CHECK(warmup >= 0 && iterations >= 1, "profiling needs >= 1 iteration and >= 0 warm-up, got ",
-           iterations, " and ", warmup);
   MT_CHECK(dist::world_from_env().world_size <= 1,
            "mintrain model profiles one process; run it directly, not under a launcher (WORLD_SIZE > 1)");
   RunConfig config = config_in;
@@ -278,8 +253,7 @@ ModelProfile profile_model(const RunConfig& config_in, int warmup, int iteration
 int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::string config_path, layer_times, save_profile, comm_profile;
   std::vector<std::string> sets;
-  std::vector<int> workers;
-  for (int n = 1; n <= 1024; n *= 2) workers.push_back(n);
+  std::vector<int64_t> workers = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
   int at = -1, profile_iters = 10, warmup_iters = 2;
   std::optional<int> servers;
   std::optional<int64_t> partition_bytes;
@@ -292,10 +266,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   Flags f("model", args, kModelUsage);
   while (f.next()) {
     if (f.is("--set")) sets.push_back(f.value());
-    else if (f.is("--workers")) {
-      workers.clear();
-      for (int64_t n : parse_int_list("--workers", f.value(), 1, 1 << 24, "a worker count")) workers.push_back(int(n));
-    }
+    else if (f.is("--workers")) workers = parse_int_list("--workers", f.value(), 1, 1 << 24, "a worker count");
     else if (f.is("--at")) at = f.integer(1);
     else if (f.is("--bandwidth-gbps")) bandwidth = f.number();
     else if (f.is("--latency-us")) latency = f.number();
@@ -341,8 +312,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<MeasuredComm> all_measured;
   std::string measured_line;
   if (!comm_profile.empty()) {
-    std::stringstream files(comm_profile);
-    for (std::string file; std::getline(files, file, ',');) {
+    for (const std::string& file : core::split(comm_profile, ',')) {
       MT_CHECK(!file.empty(), "--comm-profile: an empty file name in \"", comm_profile,
                "\" (a comma-separated list of profile-comm files)");
       MeasuredComm m = dist::read_comm_profile(file);
@@ -394,7 +364,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     }
   }
   const dist::NetworkModel network(net);
-  if (at < 0) at = *std::max_element(workers.begin(), workers.end());
+  if (at < 0) at = static_cast<int>(*std::max_element(workers.begin(), workers.end()));
 
   ModelProfile profile =
       layer_times.empty() ? profile_model(config, warmup_iters, profile_iters) : dist::read_profile(layer_times);
@@ -489,7 +459,7 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
     return core::formatted("%10.3f (%3.0f%%)", p.iteration * 1e3, p.iteration > 0 ? 100.0 * t1 / p.iteration : 100.0);
   };
   std::vector<ScalingRow> rows;
-  for (int n : workers) rows.push_back(dist::predict_row(profile, network, s, n));
+  for (const int64_t n : workers) rows.push_back(dist::predict_row(profile, network, s, static_cast<int>(n)));
   for (const ScalingRow& r : rows) {
     out << table_line(std::to_string(r.workers),
                       {cell(r.bsp), cell(r.wfbp), cell(r.fusion), cell(r.mgwfbp), cell(r.cdsgd), cell(r.dssync)});

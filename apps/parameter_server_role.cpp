@@ -13,7 +13,6 @@ int run_parameter_server(const mintrain::RunConfig& config, const dist::WorldInf
   const mintrain::DistConfig& dc = config.dist();
   const std::string who = "parameter server " + std::to_string(world.server_index()) + " (rank " +
                           std::to_string(world.rank) + ")";
-  MT_CHECK(world.is_server(), "internal: rank ", world.rank, " is a worker, not a parameter server");
   MT_CHECK(dist::uses_parameter_servers(dc), who, ": this process was started as a parameter server "
            "(MINTRAIN_NUM_SERVERS=", world.servers, ") but dist.algorithm \"", dc.algorithm(), "\" uses none; ",
            dist::parameter_servers_hint());

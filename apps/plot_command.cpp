@@ -1,7 +1,6 @@
 #include "apps/plot_command.h"
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -18,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/flags.h"
+#include "core/atomic_write.h"
 #include "core/error.h"
 
 namespace fs = std::filesystem;
@@ -59,29 +59,12 @@ std::string run_name(const fs::path& folder) {
                                      : name;
 }
 
-// A gnuplot string literal: single quotes, with a quote doubled.
-std::string quoted(const std::string& text) {
+// `text` in single quotes, a quote inside written as `quote`: a gnuplot string literal doubles
+// it, the shell writes '\''.
+std::string quoted(const std::string& text, const char* quote = "''") {
   std::string out = "'";
-  for (const char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (const char c : text) out += c == '\'' ? std::string(quote) : std::string(1, c);
   return out + "'";
-}
-
-// The shell's form of the same: single quotes, a quote as '\''.
-std::string shell_quoted(const std::string& text) {
-  std::string out = "'";
-  for (const char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string find_on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return "";
 }
 
 // One chart: which curve of each run it draws, for train and eval records.
@@ -103,11 +86,10 @@ std::string throughput_label(const std::vector<RunCurves>& runs) {
 }
 
 void write_points(const fs::path& file, const std::vector<MetricsPoint>& points) {
-  std::ofstream out(file);
-  MT_CHECK(out.good(), "plot: cannot write \"", file.string(), "\"");
+  std::ostringstream out;
   out << "# iter\ttime\tvalue\n";
   for (const auto& p : points) out << p.iter << '\t' << p.time << '\t' << p.value << '\n';
-  MT_CHECK(out.good(), "plot: cannot write \"", file.string(), "\" (disk full?)");
+  core::write_file_atomically(file.string(), out.str());
 }
 
 }  // namespace
@@ -176,9 +158,8 @@ RunCurves read_run_curves(const std::string& run, std::ostream* warnings) {
 std::vector<std::string> plot_runs(const std::vector<RunCurves>& runs, const std::string& out_dir,
                                    std::ostream& log) {
   MT_CHECK(!runs.empty(), "plot: no runs to plot");
-  const std::string gnuplot = find_on_path("gnuplot");
-  MT_CHECK(!gnuplot.empty(), "plot: gnuplot not found on PATH; install it (Debian/Ubuntu: "
-           "apt-get install gnuplot-nox, which apps/scripts/install_deps.sh does)");
+  MT_CHECK(std::system("command -v gnuplot >/dev/null 2>&1") == 0, "plot: gnuplot not found on PATH; install it "
+           "(Debian/Ubuntu: apt-get install gnuplot-nox, which apps/scripts/install_deps.sh does)");
   const fs::path out = fs::absolute(out_dir);
   std::error_code ec;
   fs::create_directories(out / "data", ec);
@@ -244,12 +225,8 @@ std::vector<std::string> plot_runs(const std::vector<RunCurves>& runs, const std
     }
   }
   const fs::path script_file = out / "plots.gp";
-  {
-    std::ofstream f(script_file);
-    f << script.str();
-    MT_CHECK(f.good(), "plot: cannot write \"", script_file.string(), "\"");
-  }
-  const std::string command = shell_quoted(gnuplot) + " " + shell_quoted(script_file.string()) + " 2>&1";
+  core::write_file_atomically(script_file.string(), script.str());
+  const std::string command = "gnuplot " + quoted(script_file.string(), "'\\''") + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   MT_CHECK(pipe != nullptr, "plot: cannot run gnuplot: ", std::strerror(errno));
   std::string output;
@@ -264,21 +241,15 @@ std::vector<std::string> plot_runs(const std::vector<RunCurves>& runs, const std
 int run_plot_command(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<std::string> runs;
   std::string out_dir;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
+  Flags f("plot", args);
+  while (f.next()) {
+    if (f.is("--help") || f.is("-h")) {
       out << kUsage;
       return 0;
     }
-    if (a == "--out") {
-      if (i + 1 == args.size()) throw FlagError("plot: --out needs a folder");
-      out_dir = args[++i];
-    } else if (a.rfind("--out=", 0) == 0) {
-      out_dir = a.substr(6);
-    } else {
-      if (a.rfind("--", 0) == 0) throw FlagError("plot: unknown option \"" + a + "\"");
-      runs.push_back(a);
-    }
+    if (f.is("--out")) out_dir = f.value();
+    else if (f.is_flag()) f.unknown();
+    else runs.push_back(f.arg());
   }
   if (runs.empty()) throw FlagError("plot: no run folder given (mintrain plot RUN_DIR... [--out DIR])");
   MT_CHECK(out_dir.empty() || !fs::exists(out_dir) || fs::is_directory(out_dir), "plot: --out \"", out_dir,

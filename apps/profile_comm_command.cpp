@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include "apps/flags.h"
@@ -43,10 +44,7 @@ const char* kProfileCommUsage =
 std::vector<int64_t> parse_sizes(const std::string& flag, const std::string& text) {
   const std::vector<int64_t> sizes = parse_int_list(flag, text, 1, int64_t{1} << 30, "a message size (float32 values)");
   // The fit needs two distinct sizes; one size would give beta from nothing.
-  std::vector<int64_t> distinct = sizes;
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  MT_CHECK(distinct.size() >= 2, "profile-comm: ", flag, " needs at least two different sizes to fit alpha and beta, "
+  MT_CHECK(std::set<int64_t>(sizes.begin(), sizes.end()).size() >= 2, "profile-comm: ", flag, " needs at least two different sizes to fit alpha and beta, "
            "got \"", text, "\"");
   return sizes;
 }

@@ -5,17 +5,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <regex>
 #include <system_error>
 
 #include "apps/checkpoint.h"
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::apps {
 namespace {
@@ -52,21 +53,6 @@ void move_aside(const std::string& path, std::vector<std::string>& moved) {
   moved.push_back(to);
 }
 
-// The integer after "key": in a metrics record's text (where it starts and how long it is);
-// false when the record has none.
-bool int_field(const std::string& record, const std::string& key, size_t* at, size_t* length, int64_t* value) {
-  const std::string quoted = "\"" + key + "\":";
-  const size_t k = record.find(quoted);
-  if (k == std::string::npos) return false;
-  *at = k + quoted.size();
-  size_t end = *at;
-  while (end < record.size() && std::isdigit(static_cast<unsigned char>(record[end]))) ++end;
-  if (end == *at) return false;
-  *length = end - *at;
-  *value = std::stoll(record.substr(*at, *length));
-  return true;
-}
-
 // The metrics log of a resumed run keeps the records up to the resume point (see
 // RunFolder::continue_from); a line that is no whole record (cut by a kill) goes too.
 std::string rewind_metrics(const std::string& file, const ResumePoint& point) {
@@ -78,17 +64,19 @@ std::string rewind_metrics(const std::string& file, const ResumePoint& point) {
   int64_t dropped = 0, recounted = 0;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
-    size_t at = 0, length = 0;
-    int64_t iter = 0;
+    // The integers of "iter" and "epoch_iter" in the record's text (m[1]: where it stands).
+    static const std::regex kIter("\"iter\":([0-9]+)"), kEpochIter("\"epoch_iter\":([0-9]+)");
+    std::smatch m;
     const bool whole = line.front() == '{' && line.back() == '}';
-    if (!whole || (int_field(line, "iter", &at, &length, &iter) && iter > point.iteration)) {
+    if (!whole || (std::regex_search(line, m, kIter) && std::stoll(m[1].str()) > point.iteration)) {
       ++dropped;
       continue;
     }
     if (recount) {
-      for (const char* key : {"iter", "epoch_iter"}) {
-        if (!int_field(line, key, &at, &length, &iter)) continue;
-        line.replace(at, length, std::to_string(iter * point.batch_then / point.batch_now));
+      for (const std::regex* key : {&kIter, &kEpochIter}) {
+        if (!std::regex_search(line, m, *key)) continue;
+        const int64_t theirs = std::stoll(m[1].str());
+        line.replace(m.position(1), m.length(1), std::to_string(theirs * point.batch_then / point.batch_now));
       }
       ++recounted;
     }
@@ -118,11 +106,9 @@ std::string rewind_metrics(const std::string& file, const ResumePoint& point) {
 // Interrupted checkpoint writes leave "<file>.tmp.<pid>" behind (core/atomic_write.h writes to
 // such a file, then renames it). With the folder locked no other run is writing one.
 void remove_stale_temporaries(const std::string& dir, std::ostream* log) {
-  std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  std::error_code ec;  // no folder (checkpoints off, or none yet): nothing to iterate
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find(".ckpt.tmp.") == std::string::npos) continue;
+    if (entry.path().filename().string().find(".ckpt.tmp.") == std::string::npos) continue;
     std::error_code rm;
     fs::remove(entry.path(), rm);
     if (log && !rm) *log << "note: removed " << entry.path().string() << ", left by an interrupted save\n";
@@ -185,18 +171,18 @@ RunFolder::RunFolder(RunFolderPaths paths, RunFolderMode mode, std::ostream* log
   if ((mode == RunFolderMode::Overwrite || mode == RunFolderMode::StartOver) && !previous.empty()) {
     // The pieces outside the output folder first, then the folder itself (with our lock file
     // in it), which is then made again, empty, and locked again.
-    if (!inside(paths_.checkpoint_dir, paths_.output_dir)) move_aside(paths_.checkpoint_dir, moved_aside_);
-    if (!inside(paths_.metrics_file, paths_.output_dir)) move_aside(paths_.metrics_file, moved_aside_);
-    move_aside(paths_.output_dir, moved_aside_);
+    std::vector<std::string> moved;
+    if (!inside(paths_.checkpoint_dir, paths_.output_dir)) move_aside(paths_.checkpoint_dir, moved);
+    if (!inside(paths_.metrics_file, paths_.output_dir)) move_aside(paths_.metrics_file, moved);
+    move_aside(paths_.output_dir, moved);
     unlock();
     lock();
     if (log && mode == RunFolderMode::StartOver) {
       *log << "--resume auto: no checkpoint to continue from, but \"" << paths_.output_dir << "\" holds a run ("
-           << previous << ") that stopped before its first checkpoint: starting it over; its files were moved to";
-      for (size_t i = 0; i < moved_aside_.size(); ++i) *log << (i ? ", " : " ") << moved_aside_[i];
-      *log << " (nothing was deleted)\n";
+           << previous << ") that stopped before its first checkpoint: starting it over; its files were moved to "
+           << core::join(moved) << " (nothing was deleted)\n";
     } else if (log) {
-      for (const auto& m : moved_aside_) *log << "--overwrite: the previous run was moved to " << m << "\n";
+      for (const auto& m : moved) *log << "--overwrite: the previous run was moved to " << m << "\n";
     }
   }
   remove_stale_temporaries(paths_.checkpoint_dir, log);
@@ -209,8 +195,7 @@ void RunFolder::continue_from(const ResumePoint& point) {
     const int64_t past = point.recounted() ? std::min(point.iteration, point.continues_at) : point.iteration;
     const CheckpointDir::SetAside moved = CheckpointDir::set_aside_newer_than(paths_.checkpoint_dir, past);
     if (!moved.names.empty()) {
-      std::string names;
-      for (const auto& n : moved.names) names += (names.empty() ? "" : ", ") + n;
+      const std::string names = core::join(moved.names);
       notes.push_back(
           point.recounted()
               ? "the checkpoints numbered past iteration " + std::to_string(past) + " (" + names + ") were moved to " +
@@ -241,8 +226,7 @@ void RunFolder::lock() {
            "; pass --output DIR with a writable folder");
   char buf[512] = {};
   const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-  std::string owner = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-  while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+  const std::string owner = core::trim(n > 0 ? std::string(buf, static_cast<size_t>(n)) : "");
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);

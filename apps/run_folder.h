@@ -68,9 +68,6 @@ class RunFolder {
   // Notes go to the log.
   void continue_from(const ResumePoint& point);
 
-  // Where an Overwrite claim moved the previous run ("" when nothing was moved).
-  const std::vector<std::string>& moved_aside() const { return moved_aside_; }
-
   // What of a finished or stopped run lies in these paths: checkpoint and metrics files, for
   // the messages ("" when none: the folder is free for a fresh run).
   static std::string previous_run(const RunFolderPaths& paths);
@@ -90,7 +87,6 @@ class RunFolder {
   RunFolderPaths paths_;
   std::ostream* log_;
   int lock_fd_ = -1;
-  std::vector<std::string> moved_aside_;
 };
 
 }  // namespace mt::apps

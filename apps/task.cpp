@@ -14,19 +14,26 @@ bool is_token_data(const std::string& data_type) {
 
 std::vector<std::string> data_types() {
   std::vector<std::string> types = data::dataset_types();
-  types.push_back("text");
-  types.push_back("synthetic_tokens");
+  types.insert(types.end(), {"text", "synthetic_tokens"});
   return types;
 }
 
-int64_t count_top1(const core::Tensor& logits, const core::Tensor& targets) {
-  const core::Tensor pred = core::argmax(logits.detach(), 1).to(core::Device::cpu()).contiguous();
-  const core::Tensor t = targets.to(core::Device::cpu()).contiguous();
-  const int64_t* p = pred.data<int64_t>();
+BatchResult Task::run(layers::Module& model, const data::Batch& batch) {
+  const Prediction p = predict(model, batch);
+  const core::Tensor pred = core::argmax(p.logits.detach(), 1).to(core::Device::cpu()).contiguous();
+  const core::Tensor t = p.targets.to(core::Device::cpu()).contiguous();
+  const int64_t* guess = pred.data<int64_t>();
   const int64_t* y = t.data<int64_t>();
-  int64_t n = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) n += y[i] >= 0 && p[i] == y[i];
-  return n;
+  BatchResult r;
+  r.loss = p.loss;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    r.predictions += y[i] >= 0;
+    r.correct += y[i] >= 0 && guess[i] == y[i];
+  }
+  // The mask's ones, summed on the host copy the loader made.
+  r.units = batch.mask.defined() ? static_cast<int64_t>(core::sum(batch.mask.to(core::Device::cpu())).item() + 0.5)
+                                 : r.predictions;
+  return r;
 }
 
 std::unique_ptr<Task> make_task(const RunConfig& config, const TaskContext& context) {

@@ -60,8 +60,9 @@ class Task {
   // host beyond what the model itself needs: what a training step computes (bench_train times
   // steps built on it).
   virtual Prediction predict(layers::Module& model, const data::Batch& batch) = 0;
-  // predict() plus the counts the progress lines and evaluation report (read on the host).
-  virtual BatchResult run(layers::Module& model, const data::Batch& batch) = 0;
+  // predict() plus the counts the progress lines and evaluation report (read on the host):
+  // units are the batch's real tokens where it has a padding mask, else its predictions.
+  BatchResult run(layers::Module& model, const data::Batch& batch);
   // Throughput unit of the progress line: "img" or "tok".
   virtual const char* unit() const = 0;
   // What the loss and accuracy average over, plural: "images" or "masked tokens".
@@ -72,8 +73,6 @@ std::unique_ptr<Task> make_task(const RunConfig& config, const TaskContext& cont
 
 // Rows of logits [N, K] whose argmax equals the int64 target [N]; negative targets (ignored
 // positions) never count. On the host: one small copy from a GPU.
-int64_t count_top1(const core::Tensor& logits, const core::Tensor& targets);
-
 // data.type values that make_task() accepts: the image datasets and the token datasets.
 std::vector<std::string> data_types();
 bool is_token_data(const std::string& data_type);

@@ -6,6 +6,7 @@
 
 #include "apps/flags.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "data/wordpiece_tokenizer.h"
 
 namespace mt::apps {
@@ -37,19 +38,13 @@ int run_tokenize_command(const std::vector<std::string>& args, std::istream& in,
   }
   MT_CHECK(!vocab.empty(), "tokenize: missing --vocab vocab.txt\n", kTokenizeUsage);
   const data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_file(vocab, lowercase);
-  std::string line, pieces;
-  while (std::getline(in, line)) {
-    const std::vector<int32_t> ids = tokenizer.encode(line);
-    pieces.clear();
-    for (size_t k = 0; k < ids.size(); ++k) {
-      if (k) {
-        out << ' ';
-        pieces += ' ';
-      }
-      out << ids[k];
-      pieces += tokenizer.token(ids[k]);
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> ids, pieces;
+    for (const int32_t id : tokenizer.encode(line)) {
+      ids.push_back(std::to_string(id));
+      pieces.push_back(tokenizer.token(id));
     }
-    out << '\t' << pieces << '\n';
+    out << core::join(ids, " ") << '\t' << core::join(pieces, " ") << '\n';
   }
   out.flush();
   MT_CHECK(out.good(), "tokenize: writing the output failed");

@@ -28,18 +28,6 @@ const std::vector<std::string> kPrecisions = {"fp32", "tf32", "bf16", "fp16"};
 
 bool is_bert(const std::string& model) { return model.rfind("bert", 0) == 0; }
 
-// The input images each image model is built for: [channels, side, side], and its classes.
-struct ImageCase {
-  int64_t channels, side, classes;
-};
-ImageCase image_case(const TrainBenchmarkOptions& o) {
-  ImageCase c{1, 28, 10};                                                // mlp, lenet5: Fashion-MNIST
-  if (o.model.rfind("resnet", 0) == 0) c = {3, 32, 10};                 // resnet20/32/56: CIFAR-10
-  if (o.model == "resnet18" || o.model == "resnet50") c = {3, 224, 1000};  // ImageNet
-  if (o.image_size > 0) c.side = o.image_size;
-  return c;
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -75,7 +63,13 @@ RunConfig train_benchmark_config(const TrainBenchmarkOptions& o) {
     opt.set_eps(1e-6);
     opt.set_weight_decay(0.01);
   } else {
-    const ImageCase ic = image_case(o);
+    // The input images each image model is built for: [channels, side, side], and its classes.
+    struct {
+      int64_t channels, side, classes;
+    } ic{1, 28, 10};                                                         // mlp, lenet5: Fashion-MNIST
+    if (o.model.rfind("resnet", 0) == 0) ic = {3, 32, 10};                 // resnet20/32/56: CIFAR-10
+    if (o.model == "resnet18" || o.model == "resnet50") ic = {3, 224, 1000};  // ImageNet
+    if (o.image_size > 0) ic.side = o.image_size;
     d.set_type("synthetic");
     auto& s = *d.mutable_synthetic();
     s.set_size(o.batch);
@@ -111,13 +105,10 @@ std::string train_benchmark_usage() {
 
 TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>& args) {
   TrainBenchmarkOptions o;
-  bool model_given = false;
   Flags f("", args, "see --help");
   while (f.next()) {
-    if (f.is("--model")) {
-      o.model = f.value();
-      model_given = true;
-    } else if (f.is("--batch")) o.batch = f.integer(1);
+    if (f.is("--model")) o.model = f.value();
+    else if (f.is("--batch")) o.batch = f.integer(1);
     else if (f.is("--device")) o.device = f.value();
     else if (f.is("--precision")) o.precision = f.value();
     else if (f.is("--image-size")) o.image_size = f.integer(1);
@@ -132,7 +123,7 @@ TrainBenchmarkOptions parse_train_benchmark_args(const std::vector<std::string>&
     else f.unknown();
   }
   const std::vector<std::string> models = layers::model_names();
-  MT_CHECK(model_given, "--model is required; give one of: ", core::join(models));
+  MT_CHECK(!o.model.empty(), "--model is required; give one of: ", core::join(models));
   MT_CHECK(std::find(models.begin(), models.end(), o.model) != models.end(), "--model: unknown model \"",
            o.model, "\"; give one of: ", core::join(models));
   MT_CHECK(std::find(kPrecisions.begin(), kPrecisions.end(), o.precision) != kPrecisions.end(),

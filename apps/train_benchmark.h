@@ -24,7 +24,7 @@
 namespace mt::apps {
 
 struct TrainBenchmarkOptions {
-  std::string model = "lenet5";  // any name of the model registry
+  std::string model;               // any name of the model registry (required)
   int64_t batch = 64;
   std::string device = "cpu";      // cpu | cuda | cuda:N
   std::string precision = "fp32";  // fp32 | tf32 (fp32 on TF32 tensor cores) | bf16 | fp16

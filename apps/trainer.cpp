@@ -9,8 +9,6 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
-#include "core/ops/nn.h"
-#include "core/ops/reduction.h"
 #include "core/precision.h"
 #include "core/runtime.h"
 #ifdef MT_CUDA_KERNELS
@@ -19,7 +17,6 @@
 #include "core/strings.h"
 #include "dist/registry.h"
 #include "dist/comm/rendezvous.h"
-#include "dist/replicas.h"
 #include "optim/registry.h"
 
 namespace mt::apps {
@@ -133,8 +130,6 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   // The data is what the config names: missing or unusable, a rerun finds it the same.
   try {
     task_ = make_task(config_, tctx);
-  } catch (const core::ConfigError&) {
-    throw;
   } catch (const core::Error& e) {
     throw core::ConfigError(e.what());
   }
@@ -159,19 +154,14 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   const auto& oc = config_.optimizer();
   optim::OptimizerOptions oopt;
   oopt.lr = oc.lr();
-  oopt.momentum = oc.momentum();
-  oopt.dampening = oc.dampening();
-  oopt.nesterov = oc.nesterov();
-  oopt.weight_decay = oc.weight_decay();
+  // Momentum correction: the synchronizer applies the momentum and L2 decay before its
+  // exchange; the optimizer takes the plain step with the averaged result.
+  const bool plain_step = sync_->takes_over_momentum();
+  oopt.momentum = plain_step ? 0.0 : oc.momentum();
+  oopt.dampening = plain_step ? 0.0 : oc.dampening();
+  oopt.nesterov = !plain_step && oc.nesterov();
+  oopt.weight_decay = plain_step && !oc.decoupled_weight_decay() ? 0.0 : oc.weight_decay();
   oopt.decoupled_weight_decay = oc.decoupled_weight_decay();
-  if (sync_->takes_over_momentum()) {
-    // Momentum correction: the synchronizer applies the momentum and L2 decay before its
-    // exchange; the optimizer takes the plain step with the averaged result.
-    oopt.momentum = 0.0;
-    oopt.dampening = 0.0;
-    oopt.nesterov = false;
-    if (!oopt.decoupled_weight_decay) oopt.weight_decay = 0.0;
-  }
   oopt.beta1 = oc.beta1();
   oopt.beta2 = oc.beta2();
   oopt.eps = oc.eps();
@@ -206,7 +196,7 @@ Trainer::Trainer(RunConfig config, TrainerOptions options)
   sopt.warmup_epochs = sc.warmup_epochs();
   sopt.warmup_start_factor = sc.warmup_start_factor();
   const std::string warmup_warning = check_warmup_fits(config_, sopt, iters_per_epoch_);
-  if (!warmup_warning.empty() && !options_.quiet && job_->rank() == 0) log() << warmup_warning << std::endl;
+  if (!warmup_warning.empty() && chatty()) log() << warmup_warning << std::endl;
   try {
     schedule_ = std::make_unique<optim::LrSchedule>(sopt);
   } catch (const core::Error& e) {
@@ -233,9 +223,8 @@ void Trainer::connect() {
       check_config(!world.is_server(), "rank ", world.rank, " is a parameter server's (MINTRAIN_NUM_SERVERS=",
                    world.servers, "): run it with `mintrain train`, which serves instead of training");
       dist::ProcessGroupOptions po;
-      po.backend = !dc.backend().empty() ? dc.backend() : (device_.is_cuda() ? "nccl" : "gloo");
       // The servers are CPU processes on Gloo; device gradients are staged through host memory.
-      if (world.servers > 0 && dc.backend().empty()) po.backend = "gloo";
+      po.backend = !dc.backend().empty() ? dc.backend() : device_.is_cuda() && world.servers == 0 ? "nccl" : "gloo";
       // Gloo moves host memory: GPU gradients in its buckets would fail at the first allreduce.
       check_config(!(device_.is_cuda() && po.backend == "gloo" && world.servers == 0), "rank ", world.rank,
                    ": dist.backend \"gloo\" exchanges CPU tensors, but device is ", device_.str(),
@@ -279,28 +268,26 @@ void Trainer::resume(const std::string& path) {
   const std::string file = resolve_checkpoint(path);
   const core::Archive archive = core::load_archive(file);
   TrainingState s = read_training_state(archive, file);
-  const bool chatty = !options_.quiet && job_->rank() == 0;
   resumed_at_.checkpoint = file;
   resumed_at_.iteration = s.global_iteration;
-  convert_job_shape(s, file, chatty);
+  convert_job_shape(s, file);
   restore_checkpoint(archive, file, model_.get(), optimizer_.get(), sync_.get());
   MT_CHECK(s.next_batch <= iters_per_epoch_ || iters_per_epoch_ == 0, "checkpoint \"", file,
            "\" stopped at batch ", s.next_batch, " of an epoch, but this config has only ",
            iters_per_epoch_, " batches per epoch; resume with the config it was trained with");
-  if (const std::string diff = config_differences(s.config_text, state_.config_text); chatty && !diff.empty()) {
+  if (const std::string diff = config_differences(s.config_text, state_.config_text); chatty() && !diff.empty()) {
     log() << "note: continuing with the given config, which differs from the one stored in " << file << ": "
           << diff << "\n";
   }
-  const std::string config_text = state_.config_text;
+  s.config_text = state_.config_text;
   state_ = s;
-  state_.config_text = config_text;
   gen_->set_state(s.rng_seed, s.rng_offset);
   resumed_ = true;
   resumed_at_.continues_at = s.global_iteration;
   if (optim::DynamicLossScaler* scaler = optimizer_->loss_scaler()) {
     if (s.loss_scale) {
       scaler->load_state_dict(*s.loss_scale);
-    } else if (chatty) {
+    } else if (chatty()) {
       log() << "note: " << file << " holds no loss scale; starting from loss_scale.init_scale "
             << scaler->scale() << "\n";
     }
@@ -311,20 +298,19 @@ void Trainer::resume(const std::string& path) {
 }
 
 void Trainer::resume_auto() {
-  const bool chatty = !options_.quiet && job_->rank() == 0;
   const std::string dir = resolve_in_output(config_.checkpoint().dir());
   if (dir.empty()) {
-    if (chatty) log() << "note: checkpoints are off (checkpoint.dir is empty); starting from scratch\n";
+    if (chatty()) log() << "note: checkpoints are off (checkpoint.dir is empty); starting from scratch\n";
   } else {
-    const CheckpointDir::Intact found = CheckpointDir::newest_intact(dir, chatty ? &std::cerr : nullptr);
+    const CheckpointDir::Intact found = CheckpointDir::newest_intact(dir, chatty() ? &std::cerr : nullptr);
     resumed_at_.damaged = found.damaged;
     if (!found.file.empty()) return resume(found.file);
-    if (chatty) log() << "no checkpoint in " << dir << " yet; starting from scratch\n";
+    if (chatty()) log() << "no checkpoint in " << dir << " yet; starting from scratch\n";
   }
   start_over_ = true;
 }
 
-void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool chatty) {
+void Trainer::convert_job_shape(TrainingState& s, const std::string& file) {
   const int64_t world = job_->world_size(), batch = config_.data().batch_size();
   const int64_t ours = world * batch * accumulation_;
   if (s.global_batch() == 0 || s.global_batch() == ours) return;  // older checkpoint, or the same job
@@ -347,7 +333,7 @@ void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool 
   const int64_t old_iteration = s.global_iteration, old_batch = s.next_batch;
   s.global_iteration = s.global_iteration * s.global_batch() / ours;
   s.next_batch = s.next_batch * s.global_batch() / ours;
-  if (chatty) {
+  if (chatty()) {
     log() << "note: " << file << " was written by a job of global batch " << theirs_text
           << "; this job's is " << ours_text << ". Continuing at the same number of samples: iteration "
           << old_iteration << " -> " << s.global_iteration << ", epoch " << s.epoch + 1 << " batch " << old_batch
@@ -356,17 +342,12 @@ void Trainer::convert_job_shape(TrainingState& s, const std::string& file, bool 
 }
 
 void Trainer::load_weights(const std::string& path) {
-  const std::string file = resolve_checkpoint(path);
-  const TrainingState s = load_checkpoint(file, model_.get(), nullptr, nullptr);
-  state_.epoch = s.epoch;
-  state_.next_batch = s.next_batch;
-  state_.global_iteration = s.global_iteration;
-  state_.best_accuracy = s.best_accuracy;
+  state_ = load_checkpoint(resolve_checkpoint(path), model_.get(), nullptr, nullptr);
 }
 
 void Trainer::init_from_weights(const std::string& path) {
   const std::string account = load_matching_weights(resolve_checkpoint(path), *model_);
-  if (!options_.quiet && job_->rank() == 0) log() << "--weights: " << account << "\n";
+  if (chatty()) log() << "--weights: " << account << "\n";
 }
 
 TrainingState Trainer::snapshot() const {
@@ -378,7 +359,7 @@ TrainingState Trainer::snapshot() const {
   s.world_size = job_->world_size();
   s.batch_size = config_.data().batch_size();
   s.accumulation = accumulation_;
-  s.elapsed_seconds = state_.elapsed_seconds + (training_ ? seconds_since(train_start_) : 0.0);
+  s.elapsed_seconds = state_.elapsed_seconds + seconds_since(train_start_);  // checkpoints: within train()
   return s;
 }
 
@@ -390,14 +371,14 @@ std::string Trainer::save_checkpoint(bool best) {
     checkpoints_ = std::make_unique<CheckpointDir>(resolve_in_output(config_.checkpoint().dir()),
                                                    config_.checkpoint().keep_last());
   }
-  const TrainingState s = snapshot();
-  return best ? checkpoints_->save_best(*model_, *optimizer_, *sync_, s)
-              : checkpoints_->save(*model_, *optimizer_, *sync_, s);
+  return checkpoints_->save(*model_, *optimizer_, *sync_, snapshot(), best);
 }
 
-void Trainer::write_metrics(const std::string& json) {
+void Trainer::write_metrics(const std::string& fields) {
   if (!metrics_.is_open()) return;
-  metrics_ << json << '\n';
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  metrics_ << "{" << fields << ",\"time\":" << num(state_.elapsed_seconds + seconds_since(train_start_))
+           << ",\"wall_time\":" << core::formatted("%.3f", wall) << "}\n";
   metrics_.flush();  // a crashed or interrupted run keeps every line written so far
 }
 
@@ -454,7 +435,7 @@ void Trainer::handle_nonfinite_step(double loss) {
                                   static_cast<long long>(state_.global_iteration + 1),
                                   optimizer_->last_grad_norm(), loss);
   if (skip && nonfinite_in_a_row_ < kMaxInARow) {
-    if (!options_.quiet && job_->rank() == 0) {
+    if (chatty()) {
       log() << "warning: " << what << "; step skipped (" << bad_steps_ << " skipped so far)" << std::endl;
     }
     return;
@@ -465,7 +446,8 @@ void Trainer::handle_nonfinite_step(double loss) {
           skip ? "or check the data" : "check the data, or set on_nonfinite: \"skip\" to skip such steps");
 }
 
-void Trainer::claim_output_folder() {
+std::unique_ptr<RunFolder> Trainer::claim_output_folder() {
+  std::unique_ptr<RunFolder> folder;
   // 0: claimed; 1: failed (the folder is in use, or not writable); 2: refused for good.
   int code = 0;
   std::string error;
@@ -479,9 +461,9 @@ void Trainer::claim_output_folder() {
                                  : options_.overwrite ? RunFolderMode::Overwrite
                                  : start_over_        ? RunFolderMode::StartOver
                                                       : RunFolderMode::Fresh;
-      run_folder_ = std::make_unique<RunFolder>(paths, mode, options_.quiet ? nullptr : &log());
+      folder = std::make_unique<RunFolder>(paths, mode, options_.quiet ? nullptr : &log());
       if (!options_.quiet && !resumed_note_.empty()) log() << resumed_note_ << "\n";
-      if (resumed_) run_folder_->continue_from(resumed_at_);
+      if (resumed_) folder->continue_from(resumed_at_);
       // The resolved config (what actually ran) and the metrics log; a resumed run appends to
       // the log instead of starting it over.
       std::ofstream(fs::path(output_dir_) / "config.prototxt") << state_.config_text;
@@ -501,25 +483,17 @@ void Trainer::claim_output_folder() {
   // Only rank 0 has a say; the others hear its verdict instead of waiting in the first
   // collective until the timeout.
   const int agreed = static_cast<int>(std::lround(job_->average(code) * job_->world_size()));
-  if (agreed == 0) return;
+  if (agreed == 0) return folder;
   if (error.empty()) error = "rank 0 could not claim the output folder \"" + output_dir_ + "\" (see its error)";
   if (agreed == 2) throw core::ConfigError(error);
   throw core::Error(error);
-}
-
-void Trainer::record_train(const std::string& fields) {
-  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string algorithm = sync_ ? sync_->metrics_fields() : std::string();
-  write_metrics("{\"type\":\"train\"," + fields + (algorithm.empty() ? "" : "," + algorithm) + ",\"time\":" +
-                num(state_.elapsed_seconds + seconds_since(train_start_)) + ",\"wall_time\":" +
-                core::formatted("%.3f", wall) + "}");
 }
 
 EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
   const EvalResult r = evaluate();
   *is_best = r.accuracy > state_.best_accuracy;
   if (*is_best) state_.best_accuracy = r.accuracy;
-  if (!options_.quiet && job_->rank() == 0) {
+  if (chatty()) {
     const bool mid_epoch = state_.next_batch > 0;
     log() << core::formatted("epoch %lld/%lld%s test loss %.4f acc %.2f%% (%lld %s, %.1f s)%s",
                     static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
@@ -527,36 +501,22 @@ EvalResult Trainer::evaluate_and_report(int64_t epoch, bool* is_best) {
                     static_cast<long long>(r.examples), task_->predictions_name(), r.seconds, *is_best ? " best" : "")
           << std::endl;
   }
-  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  write_metrics("{\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
+  write_metrics("\"type\":\"eval\",\"epoch\":" + std::to_string(epoch + 1) +
                 ",\"iter\":" + std::to_string(state_.global_iteration) + ",\"loss\":" + num(r.loss) +
                 ",\"acc\":" + num(r.accuracy) + ",\"lr\":" + num(optimizer_->lr()) + ",\"" + task_->unit() +
-                "_s\":" + num(r.seconds > 0 ? r.units / r.seconds : 0.0) +
-                ",\"time\":" + num(state_.elapsed_seconds + seconds_since(train_start_)) +
-                ",\"wall_time\":" + core::formatted("%.3f", wall) + "}");
+                "_s\":" + num(r.seconds > 0 ? r.units / r.seconds : 0.0));
   return r;
 }
 
 TrainResult Trainer::train() {
   data::BatchLoader* train_loader = task_->train_loader();
   MT_CHECK(train_loader != nullptr, "this trainer was built for evaluation only");
-  claim_output_folder();
   // The folder is this run's while train() runs: released on return and on an error alike.
-  struct ReleaseFolder {
-    std::unique_ptr<RunFolder>& folder;
-    bool& training;
-    ~ReleaseFolder() {
-      folder.reset();
-      training = false;
-    }
-  } release{run_folder_, training_};
+  const std::unique_ptr<RunFolder> folder = claim_output_folder();
   train_start_ = Clock::now();
-  training_ = true;
-  const auto start = train_start_;
   // max_steps replaces epochs; either way the run ends after total_iters optimizer steps.
   const int64_t total_iters = config_.max_steps() > 0 ? config_.max_steps() : config_.epochs() * iters_per_epoch_;
   epochs_ = (total_iters + iters_per_epoch_ - 1) / iters_per_epoch_;
-  const int64_t epochs = epochs_;
   const int64_t print_every = config_.logging().print_every_iters();
   const int64_t record_every =
       config_.logging().metrics_every_iters() > 0 ? config_.logging().metrics_every_iters() : print_every;
@@ -564,9 +524,8 @@ TrainResult Trainer::train() {
   const int ckpt_every_epochs = config_.checkpoint().every_epochs();
   const int eval_every = config_.eval().every_epochs();
   const int64_t eval_every_iters = config_.eval().every_iters();
-  const bool chatty = !options_.quiet && job_->rank() == 0;
 
-  if (chatty) {
+  if (chatty()) {
     log() << "model " << config_.model().name() << " (" << model_->num_parameters()
           << " parameters) on " << device_.str() << ", " << core::num_threads() << " threads";
     if (config_.threads() > core::num_threads()) {
@@ -611,7 +570,7 @@ TrainResult Trainer::train() {
   bool warned_contention = false;
 
   model_->train();
-  while (state_.epoch < epochs && state_.global_iteration < total_iters) {
+  while (state_.epoch < epochs_ && state_.global_iteration < total_iters) {
     const int64_t epoch = state_.epoch;
     train_loader->start_epoch(epoch, state_.next_batch * accumulation_);
 
@@ -698,10 +657,10 @@ TrainResult Trainer::train() {
         const double busy = data_now.busy_seconds - window_data.busy_seconds;
         const double decode_s = busy > 0 ? data_now.threads * (data_now.images - window_data.images) / busy : 0.0;
         const std::string unit = task_->unit();
-        if (print_now && chatty) {
+        if (print_now && chatty()) {
           log() << core::formatted("epoch %lld/%lld iter %lld/%lld step %lld/%lld loss %.4f acc %.1f%% lr %s "
                           "%.0f %s/s data-wait %.0f%%",
-                          static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+                          static_cast<long long>(epoch + 1), static_cast<long long>(epochs_),
                           static_cast<long long>(state_.next_batch), static_cast<long long>(iters_per_epoch_),
                           static_cast<long long>(state_.global_iteration), static_cast<long long>(total_iters),
                           loss_avg, acc, lr_text(lr).c_str(), units_s, unit.c_str(),
@@ -730,11 +689,13 @@ TrainResult Trainer::train() {
           window_cpu = cpu;
         }
         if (record_now) {
-          record_train("\"epoch\":" + std::to_string(epoch + 1) + ",\"iter\":" +
-                       std::to_string(state_.global_iteration) + ",\"epoch_iter\":" +
-                       std::to_string(state_.next_batch) + ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) +
-                       ",\"lr\":" + num(lr) + ",\"" + unit + "_s\":" + num(units_s) + ",\"grad_norm\":" +
-                       num(grad_norm) + (scaler ? ",\"loss_scale\":" + num(scaler->scale()) : std::string()));
+          const std::string algorithm = sync_->metrics_fields();
+          write_metrics("\"type\":\"train\",\"epoch\":" + std::to_string(epoch + 1) + ",\"iter\":" +
+                        std::to_string(state_.global_iteration) + ",\"epoch_iter\":" +
+                        std::to_string(state_.next_batch) + ",\"loss\":" + num(loss_avg) + ",\"acc\":" + num(acc) +
+                        ",\"lr\":" + num(lr) + ",\"" + unit + "_s\":" + num(units_s) + ",\"grad_norm\":" +
+                        num(grad_norm) + (scaler ? ",\"loss_scale\":" + num(scaler->scale()) : std::string()) +
+                        (algorithm.empty() ? "" : "," + algorithm));
         }
         window_start = Clock::now();
         window_wait_start = train_loader->wait_seconds();
@@ -754,10 +715,10 @@ TrainResult Trainer::train() {
     if (result.interrupted) break;
 
     // Communication statistics of the epoch (compressed exchanges; "" for the others).
-    if (const std::string comm = sync_->epoch_summary(); chatty && !comm.empty()) {
+    if (const std::string comm = sync_->epoch_summary(); chatty() && !comm.empty()) {
       log() << "epoch " << epoch + 1 << " " << comm << std::endl;
     }
-    if (scaler && chatty) {
+    if (scaler && chatty()) {
       log() << "epoch " << epoch + 1 << " loss scale " << scaler->scale() << ", "
             << scaler->overflow_steps() - overflows_before << " steps skipped for overflow ("
             << scaler->overflow_steps() << " in total)" << std::endl;
@@ -765,7 +726,7 @@ TrainResult Trainer::train() {
     // End of the epoch, or of the run (max_steps may end it mid-epoch): evaluate, then
     // checkpoint (so the checkpoint knows the best accuracy).
     const bool epoch_done = state_.next_batch == iters_per_epoch_;
-    const bool last = state_.global_iteration >= total_iters || (epoch_done && epoch + 1 == epochs);
+    const bool last = state_.global_iteration >= total_iters || (epoch_done && epoch + 1 == epochs_);
     if (epoch_done) {
       state_.epoch = epoch + 1;  // a checkpoint written now resumes at the next epoch
       state_.next_batch = 0;
@@ -781,7 +742,7 @@ TrainResult Trainer::train() {
 
   if (result.interrupted) {
     result.last_checkpoint = save_checkpoint();
-    if (chatty) {
+    if (chatty()) {
       log() << "stopped at epoch " << state_.epoch + 1 << " batch " << state_.next_batch
             << " (iteration " << state_.global_iteration << ")";
       if (!result.last_checkpoint.empty()) log() << "; checkpoint " << result.last_checkpoint;
@@ -790,12 +751,12 @@ TrainResult Trainer::train() {
   }
   if (timeline_) {
     const std::string path = timeline_->write();
-    if (chatty) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
+    if (chatty()) log() << "timeline: " << path << " (rank 0; one file per rank)" << std::endl;
   }
   job_->drain_stop_vote();
   result.iterations = state_.global_iteration;
   result.best_accuracy = state_.best_accuracy;
-  result.seconds = seconds_since(start);
+  result.seconds = seconds_since(train_start_);
   return result;
 }
 

@@ -92,9 +92,7 @@ struct TrainResult {
 class Trainer {
  public:
   explicit Trainer(RunConfig config, TrainerOptions options = {});
-  ~Trainer();
-  Trainer(const Trainer&) = delete;
-  Trainer& operator=(const Trainer&) = delete;
+  ~Trainer();  // (not copyable: it owns the model, the optimizer and the process group)
 
   // Continues from a checkpoint (a file, or a folder: its newest checkpoint).
   void resume(const std::string& path);
@@ -103,7 +101,7 @@ class Trainer {
   // train() starts over, moving aside a run that died before its first checkpoint (as
   // --overwrite would), so a restart after a crash in the first epoch runs.
   void resume_auto();
-  // Loads only the model weights (for evaluation).
+  // Loads the model weights, and the checkpoint's state into state() (for evaluation).
   void load_weights(const std::string& path);
   // Fine-tuning (`train --weights`): a fresh run that starts from a checkpoint's weights where
   // names and shapes match (the optimizer, schedule and data position start over).
@@ -121,7 +119,6 @@ class Trainer {
   // The loss scaler (float16 runs; loss_scale.mode), or null when the loss is not scaled.
   const optim::DynamicLossScaler* loss_scaler() const { return optimizer_->loss_scaler(); }
   const TrainingState& state() const { return state_; }
-  const RunConfig& config() const { return config_; }
   const std::string& output_dir() const { return output_dir_; }
   int64_t iterations_per_epoch() const { return iters_per_epoch_; }
 
@@ -130,17 +127,19 @@ class Trainer {
 
  private:
   std::ostream& log();
+  bool chatty() const { return !options_.quiet && job_->rank() == 0; }  // rank 0 prints, unless quiet
   TrainingState snapshot() const;
   // A checkpoint of another job shape (ranks, batch per rank, micro-batches): converts its
   // position to this job's iterations at the same sample count, or refuses where the
   // synchronizer's state is per rank.
-  void convert_job_shape(TrainingState& s, const std::string& file, bool chatty);
-  // Rank 0 claims the output folder (apps/run_folder.h); every rank learns whether it could.
-  void claim_output_folder();
-  void record_train(const std::string& fields);  // one "train" record of the metrics log
+  void convert_job_shape(TrainingState& s, const std::string& file);
+  // Rank 0 claims the output folder (apps/run_folder.h; its lock is held while the RunFolder
+  // lives, null on the other ranks); every rank learns whether it could.
+  std::unique_ptr<RunFolder> claim_output_folder();
   EvalResult evaluate_and_report(int64_t epoch, bool* is_best);
   std::string save_checkpoint(bool best = false);
-  void write_metrics(const std::string& json);
+  // One record of the metrics log: `fields`, then the training time and the wall-clock time.
+  void write_metrics(const std::string& fields);
   std::string resolve_in_output(const std::string& path) const;
   void connect();  // the process group and synchronizer (before the loaders: they shard by rank)
   // Whether the step just taken counts as bad (NaN/Inf gradients that loss scaling does not
@@ -175,9 +174,7 @@ class Trainer {
   ResumePoint resumed_at_;    // what resume() read, for what train() sets aside
   std::string resumed_note_;  // "resumed from ...", said once the folder is claimed
   bool start_over_ = false;   // resume_auto() found no checkpoint
-  std::unique_ptr<RunFolder> run_folder_;  // rank 0: the output folder's lock
-  bool training_ = false;                  // inside train(), since train_start_
-  std::chrono::steady_clock::time_point train_start_;
+  std::chrono::steady_clock::time_point train_start_;  // of the running train()
   int64_t nonfinite_in_a_row_ = 0;
   int64_t bad_steps_ = 0;  // bad steps skipped in this process (loss-scale overflows excluded)
 };

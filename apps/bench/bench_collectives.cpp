@@ -40,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct BenchOptions {
-  std::vector<int> ranks = {2, 4};
+  std::vector<int64_t> ranks = {2, 4};
   size_t min_bytes = 4096;
   size_t max_bytes = size_t(64) << 20;
   int iters = 0;                  // 0: by size (iterations_for)
@@ -172,10 +172,8 @@ int main(int argc, char** argv) {
         std::fputs(kUsage, stdout);
         return 0;
       }
-      if (f.is("--ranks")) {
-        opt.ranks.clear();
-        for (int64_t n : mt::apps::parse_int_list("--ranks", f.value(), 1, 64, "a rank count")) opt.ranks.push_back(int(n));
-      } else if (f.is("--min")) opt.min_bytes = parse_bytes(f.value());
+      if (f.is("--ranks")) opt.ranks = mt::apps::parse_int_list("--ranks", f.value(), 1, 64, "a rank count");
+      else if (f.is("--min")) opt.min_bytes = parse_bytes(f.value());
       else if (f.is("--max")) opt.max_bytes = parse_bytes(f.value());
       else if (f.is("--iters")) opt.iters = f.integer(0);
       else if (f.is("--rows")) opt.rows = f.value();

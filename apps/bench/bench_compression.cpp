@@ -18,12 +18,12 @@
 // at a batch of 16 (cdsgd_synchronizer.h), 4 ranks the emulated cluster's.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "apps/flags.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "dist/compress/compressor.h"
@@ -66,20 +66,18 @@ int main(int argc, char** argv) {
   int ranks = 4, reps = 60;
   std::string type = "two_bit";
   double tau = 0.5 / 16;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--numel") numel = std::atoll(value.c_str());
-    else if (flag == "--ranks") ranks = std::atoi(value.c_str());
-    else if (flag == "--reps") reps = std::atoi(value.c_str());
-    else if (flag == "--compressor") type = value;
-    else if (flag == "--tau") tau = std::atof(value.c_str());
-    else {
-      std::fprintf(stderr, "unknown option %s; valid: --numel --ranks --compressor --tau --reps\n", flag.c_str());
-      return 2;
+  try {
+    apps::Flags f("", {argv + 1, argv + argc}, "valid: --numel --ranks --compressor --tau --reps");
+    while (f.next()) {
+      if (f.is("--numel")) numel = f.integer(1);
+      else if (f.is("--ranks")) ranks = f.integer(1);
+      else if (f.is("--reps")) reps = f.integer(1);
+      else if (f.is("--compressor")) type = f.value();
+      else if (f.is("--tau")) tau = f.number();
+      else f.unknown();
     }
-  }
-  if (numel < 1 || ranks < 1 || reps < 1) {
-    std::fprintf(stderr, "--numel, --ranks and --reps must be >= 1\n");
+  } catch (const apps::FlagError& e) {
+    std::fprintf(stderr, "bench_compression: %s\n", e.what());
     return 2;
   }
   dist::CompressionOptions options;
