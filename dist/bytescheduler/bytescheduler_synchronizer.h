@@ -87,15 +87,17 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   void gate_forward(layers::Module& model);
   void before_forward_use(size_t param_index);
   void start_exchange();
-  void stage(size_t param);           // main thread: gradient to the send buffers, marked ready
+  void stage(size_t param);           // main thread: gradient to the send buffers, marked ready (once)
   void finish_pending();              // main thread: every partition arrived, every update applied
   void apply(size_t param);           // main thread: parameter's averaged gradient -> optimizer
   void wait_engine_idle();            // main thread: the engine finished the last exchange started
+  // Main thread, under `lock`: until `done`, an engine error or 3 x the timeout; the last two fail naming `what`.
+  void wait_for(std::unique_lock<std::mutex>& lock, const std::function<bool()>& done, const std::string& what);
   void engine_loop();
   CreditQueue exchange_queue();  // every item, at the credit of the exchange starting
   void run_a2a(int64_t exchange);
   void run_ps(int64_t exchange);
-  void note_times(size_t item, std::vector<ItemTimes>& times);
+  void mark_arrived(size_t item);  // engine thread: the item is here (and on the timeline)
   void fail(const std::string& what);
   std::string part_name(size_t item) const;  // "partition 3 (parameter 1, 256 bytes)" / "the vote"
   void choose_credit_after(double seconds);   // the search, from worker 0's iteration time

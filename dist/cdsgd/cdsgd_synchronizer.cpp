@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <iomanip>
 #include <ostream>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/compress/compression_config.h"
 #include "dist/flat.h"
 #include "dist/replicas.h"
@@ -371,17 +371,15 @@ std::string CdsgdSynchronizer::epoch_summary() {
   blocked_seconds_ = 0;
   if (s.exchanges == 0) return "";
   const double it = static_cast<double>(std::max<int64_t>(1, iters));
-  char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "CD-SGD %s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx) in %zu bucket(s), "
-                "%s; the training thread waited %.2f ms per iteration for the previous exchange "
-                "(compression and decoding ran on the communication side); %lld of %lld iterations "
-                "full precision (warm-up and every k-th)",
-                compressor_->name().c_str(), s.bytes_sent / it / 1024.0, s.raw_bytes / it / 1024.0,
-                s.bytes_sent > 0 ? s.raw_bytes / s.bytes_sent : 0.0, buckets_.size(),
-                pipeline_->route() == ExchangeRoute::Allgather ? "allgathered" : "decoded and reduce-scattered",
-                blocked / it * 1e3, static_cast<long long>(full), static_cast<long long>(iters));
-  std::string line = buf;
+  std::string line = core::formatted(
+      "CD-SGD %s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx) in %zu bucket(s), "
+      "%s; the training thread waited %.2f ms per iteration for the previous exchange "
+      "(compression and decoding ran on the communication side); %lld of %lld iterations "
+      "full precision (warm-up and every k-th)",
+      compressor_->name().c_str(), s.bytes_sent / it / 1024.0, s.raw_bytes / it / 1024.0,
+      s.bytes_sent > 0 ? s.raw_bytes / s.bytes_sent : 0.0, buckets_.size(),
+      pipeline_->route() == ExchangeRoute::Allgather ? "allgathered" : "decoded and reduce-scattered",
+      blocked / it * 1e3, static_cast<long long>(full), static_cast<long long>(iters));
   if (pipeline_->nonfinite_buckets() > 0)
     line += "; " + std::to_string(pipeline_->nonfinite_buckets()) +
             " bucket(s) with NaN/Inf values were sent as zeros so far";

@@ -6,9 +6,9 @@
 
 namespace mt::dist {
 
-std::string join_ranks(const std::vector<int>& ranks) {
+std::string join_ranks(const std::vector<int>& ranks, const std::string& sep) {
   std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  for (int r : ranks) out += (out.empty() ? "" : sep) + std::to_string(r);
   return out;
 }
 

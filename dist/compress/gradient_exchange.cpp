@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/comm/process_group.h"
 
 namespace mt::dist {
@@ -110,13 +110,11 @@ void GradientExchange::warm_up(const CompressionOptions& options, int64_t iterat
 std::string describe_exchanges(const std::string& compressor, const ExchangeStats& stats, int64_t iterations) {
   if (stats.exchanges == 0) return "";
   const double it = static_cast<double>(std::max<int64_t>(1, iterations));
-  char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "%s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx), waiting %.2f ms "
-                "per iteration on the exchange",
-                compressor.c_str(), stats.bytes_sent / it / 1024.0, stats.raw_bytes / it / 1024.0,
-                stats.bytes_sent > 0 ? stats.raw_bytes / stats.bytes_sent : 0.0, stats.wait_seconds / it * 1e3);
-  return buf;
+  return core::formatted("%s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx), waiting %.2f ms "
+                         "per iteration on the exchange",
+                         compressor.c_str(), stats.bytes_sent / it / 1024.0, stats.raw_bytes / it / 1024.0,
+                         stats.bytes_sent > 0 ? stats.raw_bytes / stats.bytes_sent : 0.0,
+                         stats.wait_seconds / it * 1e3);
 }
 
 }  // namespace mt::dist

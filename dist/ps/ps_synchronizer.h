@@ -68,6 +68,7 @@ class PsSynchronizer final : public Synchronizer {
   void handshake();
   void push(size_t k);
   void push_staggered(bool finish);  // from a hook (finish false) or from step()
+  void push_from_hook(size_t param_index);  // its partitions, now (WFBP) or in their staggered group
   void on_gradient_part(size_t param_index, const core::Tensor& part, int remaining);
   void add_last_part(size_t param_index, const core::Tensor& part);
   void stage(size_t k, const core::Tensor& flat_part);  // into outgoing_[k]: copied, or added to what is staged

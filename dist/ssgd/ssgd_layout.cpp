@@ -6,17 +6,14 @@
 #include <ostream>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/replicas.h"
 #include "dist/ssgd/ssgd_synchronizer.h"
 
 namespace mt::dist {
 namespace {
 
-std::string mb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g MB", bytes / (1 << 20));
-  return buf;
-}
+std::string mb(double bytes) { return core::formatted("%.3g MB", bytes / (1 << 20)); }
 
 }  // namespace
 
