@@ -71,7 +71,7 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
   const Algorithm& algorithm = find_algorithm(run.dist().algorithm());
   check_names(algorithm, run.dist());
   algorithm.validate(run.dist());
-  return algorithm.make({group, run.dist(), run.optimizer(), std::move(config_text), std::move(timeline), log,
+  return algorithm.make({group, run.dist(), run.optimizer(), {std::move(config_text), std::move(timeline), log},
                          std::move(world_with_servers), run.data().batch_size()});
 }
 

@@ -647,22 +647,17 @@ std::unique_ptr<Synchronizer> make_bytescheduler(const AlgorithmContext& c) {
            "the norm of all gradients together, which dist.algorithm \"bytescheduler\" does not know when it "
            "applies layer 0's update (each parameter is updated as its partitions arrive); set "
            "optimizer.max_grad_norm 0, or use dist.algorithm \"ssgd\" or \"ps\"");
-  ByteSchedulerOptions o;
+  auto o = options_from<ByteSchedulerOptions>(c);
   o.architecture = parse_bs_architecture(b.architecture());
   o.partition_bytes = b.partition_bytes();
   o.credit_bytes = b.credit_bytes();
   o.search_iters = b.search_iters();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
   o.timeout = std::chrono::seconds(c.dist.timeout_seconds());
-  o.config_text = c.config_text;
-  o.timeline = c.timeline;
-  o.log = c.log;
-  if (o.architecture == BsArchitecture::PS) {
-    check_worker_world(*c.group, c.world_with_servers.get(), "dist.bytescheduler.architecture \"ps\"");
-  } else {
-    MT_CHECK(c.world_with_servers == nullptr, "the job started parameter servers but dist.bytescheduler.architecture "
-             "is \"a2a\" (allreduce among the workers); set it to \"ps\" or start no servers");
-  }
+  // "ps" without servers: the constructor names the setting.
+  MT_CHECK(o.architecture == BsArchitecture::PS || c.world_with_servers == nullptr, "the job started parameter "
+           "servers but dist.bytescheduler.architecture is \"a2a\" (allreduce among the workers); set it to \"ps\" "
+           "or start no servers");
   return std::make_unique<ByteSchedulerSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
 

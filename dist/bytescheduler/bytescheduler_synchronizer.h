@@ -19,23 +19,19 @@
 #include "dist/comm/process_group.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
-#include "dist/timeline.h"
 
 namespace mt::dist {
 
 enum class BsArchitecture { A2A, PS };
 BsArchitecture parse_bs_architecture(const std::string& name);  // "a2a", "ps"; else an Error naming the field
 
-struct ByteSchedulerOptions {
+struct ByteSchedulerOptions : SynchronizerOptions {
   BsArchitecture architecture = BsArchitecture::A2A;
   int64_t partition_bytes = 512 << 10;
   int64_t credit_bytes = 0;  // 0 = search at start
   int search_iters = 3;
   int grad_accumulation_steps = 1;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // the backstop of every wait
-  std::string config_text;             // the same on every worker (checked at setup)
-  std::shared_ptr<Timeline> timeline;  // optional: a span per partition, sent to arrived
-  std::ostream* log = nullptr;         // worker 0's notes: the plan, the credit search
 };
 
 class ByteSchedulerSynchronizer final : public Synchronizer {

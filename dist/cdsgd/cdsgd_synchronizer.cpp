@@ -474,7 +474,7 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
            "\"cdsgd\" (gradient accumulation is implemented for uncompressed S-SGD only), got ",
            c.dist.grad_accumulation_steps());
   const mintrain::CdsgdConfig& cd = c.dist.cdsgd();
-  CdsgdOptions o;
+  auto o = options_from<CdsgdOptions>(c);
   o.compression = compression_options(c.dist.compressor());
   o.warmup_iters = cd.warmup_iters();
   o.k = cd.k();
@@ -484,8 +484,7 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
   mintrain::DistConfig dist = c.dist;
   if (!c.dist.compressor().has_momentum_correction())
     dist.mutable_compressor()->set_momentum_correction(cd.momentum_correction());
-  AlgorithmContext resolved{c.group, dist, c.optimizer, c.config_text, c.timeline, c.log,
-                            c.world_with_servers, c.batch_size};
+  AlgorithmContext resolved{c.group, dist, c.optimizer, c.common, c.world_with_servers, c.batch_size};
   o.momentum_correction = momentum_correction_options(resolved);
   if (cd.local_lr() > 0) {
     MT_CHECK(c.optimizer.lr() > 0, "dist.cdsgd.local_lr is relative to optimizer.lr (the local rate follows "
@@ -502,9 +501,6 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
   o.bucket_cap_mb = cd.bucket_cap_mb();
   o.exchange = cd.exchange();
   o.timeout = std::chrono::seconds(c.dist.timeout_seconds());
-  o.timeline = c.timeline;
-  o.log = c.log;
-  o.config_text = c.config_text;
   return std::make_unique<CdsgdSynchronizer>(c.group, std::move(o));
 }
 

@@ -71,16 +71,6 @@ float Packet::value(size_t i) const {
 
 bool Packet::bit(size_t i) const { return (payload[i / 8] >> (i % 8)) & 1; }
 
-const char* to_string(ParseResult r) {
-  switch (r) {
-    case ParseResult::Ok: return "ok";
-    case ParseResult::Truncated: return "truncated";
-    case ParseResult::Foreign: return "foreign";
-    case ParseResult::Malformed: return "malformed";
-  }
-  return "?";
-}
-
 ParseResult parse_packet(const uint8_t* data, size_t size, Packet* out) {
   if (data == nullptr || size < 6) return ParseResult::Truncated;
   if (get32(data) != kPacketMagic || data[4] != kPacketVersion) return ParseResult::Foreign;

@@ -247,7 +247,7 @@ void validate_dssync(const mintrain::DistConfig& d) {
 
 std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
   const mintrain::DssyncConfig& s = c.dist.dssync();
-  DsSyncOptions o;
+  auto o = options_from<DsSyncOptions>(c);
   o.schedule.group_size = s.group_size();
   o.schedule.type = s.schedule();
   o.schedule.seed = s.seed();
@@ -259,9 +259,6 @@ std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
   o.global_average_every = s.global_average_every();
   o.spread_every = s.spread_every();
   o.measure_racks = s.measure_racks();
-  o.config_text = c.config_text;
-  o.timeline = c.timeline;
-  o.log = c.log;
   return std::make_unique<DsSyncSynchronizer>(c.group, std::move(o));
 }
 

@@ -12,10 +12,8 @@
 
 namespace mt::dist {
 
-struct LocalSgdOptions {
+struct LocalSgdOptions : SynchronizerOptions {
   int period = 4;             // K: steps between two averages (>= 1)
-  std::string config_text;    // must be the same on every rank (checked at setup)
-  std::ostream* log = nullptr;  // rank 0's start-up note (whether the weights were broadcast)
 };
 
 class LocalSgdSynchronizer final : public Synchronizer {

@@ -387,15 +387,12 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   const int servers = c.world_with_servers->size() - c.group->size();
   MT_CHECK(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
            servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, or set dist.ps.servers 0");
-  PsOptions o;
+  auto o = options_from<PsOptions>(c);
   o.schedule = parse_ps_schedule(p.schedule());
   o.partition_bytes = p.partition_bytes();
   o.rounds = p.rounds();
   o.split_tied = p.split_tied_gradients();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
-  o.config_text = c.config_text;
-  o.timeline = c.timeline;
-  o.log = c.log;
   return std::make_unique<PsSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
 

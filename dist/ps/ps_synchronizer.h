@@ -15,7 +15,6 @@
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
 #include "dist/ps/row_sparse_exchange.h"
-#include "dist/timeline.h"
 
 namespace mt::dist {
 
@@ -23,15 +22,12 @@ enum class PsSchedule { BSP, WFBP, STAGGERED };
 PsSchedule parse_ps_schedule(const std::string& name);  // "bsp", "wfbp", "staggered"; else an Error listing them
 std::string ps_schedule_name(PsSchedule schedule);
 
-struct PsOptions {
+struct PsOptions : SynchronizerOptions {
   PsSchedule schedule = PsSchedule::WFBP;
   int64_t partition_bytes = 4 << 20;
   int rounds = 4;  // STAGGERED: groups per server
   bool split_tied = true;  // WFBP, STAGGERED: tied parameters' parts exchanged apart (above)
   int grad_accumulation_steps = 1;
-  std::string config_text;             // must be the same on every worker (checked at setup)
-  std::shared_ptr<Timeline> timeline;  // optional: a span per partition, push to pull
-  std::ostream* log = nullptr;         // worker 0's start-up note (the plan)
 };
 
 class PsSynchronizer final : public Synchronizer {
