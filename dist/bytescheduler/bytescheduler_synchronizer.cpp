@@ -29,12 +29,6 @@ std::string kb(int64_t bytes) { return core::formatted("%.4g KB", static_cast<do
 
 }  // namespace
 
-BsArchitecture parse_bs_architecture(const std::string& name) {
-  if (name == "a2a") return BsArchitecture::A2A;
-  if (name == "ps") return BsArchitecture::PS;
-  MT_FAIL("unknown dist.bytescheduler.architecture \"", name, "\"; valid names are: a2a, ps");
-}
-
 ByteSchedulerSynchronizer::ByteSchedulerSynchronizer(std::shared_ptr<ProcessGroup> workers,
                                                      std::shared_ptr<ProcessGroup> world, ByteSchedulerOptions options)
     : workers_(std::move(workers)), world_(std::move(world)), options_(std::move(options)) {
@@ -648,7 +642,7 @@ std::unique_ptr<Synchronizer> make_bytescheduler(const AlgorithmContext& c) {
            "applies layer 0's update (each parameter is updated as its partitions arrive); set "
            "optimizer.max_grad_norm 0, or use dist.algorithm \"ssgd\" or \"ps\"");
   auto o = options_from<ByteSchedulerOptions>(c);
-  o.architecture = parse_bs_architecture(b.architecture());
+  o.architecture = b.architecture() == "ps" ? BsArchitecture::PS : BsArchitecture::A2A;  // checked by the registry
   o.partition_bytes = b.partition_bytes();
   o.credit_bytes = b.credit_bytes();
   o.search_iters = b.search_iters();

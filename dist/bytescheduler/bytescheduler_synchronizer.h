@@ -23,7 +23,6 @@
 namespace mt::dist {
 
 enum class BsArchitecture { A2A, PS };
-BsArchitecture parse_bs_architecture(const std::string& name);  // "a2a", "ps"; else an Error naming the field
 
 struct ByteSchedulerOptions : SynchronizerOptions {
   BsArchitecture architecture = BsArchitecture::A2A;

@@ -20,20 +20,9 @@ double secs(std::chrono::steady_clock::duration d) { return std::chrono::duratio
 
 }  // namespace
 
-PsSchedule parse_ps_schedule(const std::string& name) {
-  if (name == "bsp") return PsSchedule::BSP;
-  if (name == "wfbp") return PsSchedule::WFBP;
-  if (name == "staggered") return PsSchedule::STAGGERED;
-  MT_FAIL("unknown dist.ps.schedule \"", name, "\"; valid names are: bsp, wfbp, staggered");
-}
-
-std::string ps_schedule_name(PsSchedule schedule) {
-  switch (schedule) {
-    case PsSchedule::BSP: return "bsp";
-    case PsSchedule::WFBP: return "wfbp";
-    case PsSchedule::STAGGERED: return "staggered";
-  }
-  return "?";
+const std::vector<std::string>& ps_schedule_names() {
+  static const std::vector<std::string> names = {"bsp", "wfbp", "staggered"};
+  return names;
 }
 
 PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world,
@@ -388,7 +377,8 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   MT_CHECK(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
            servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, or set dist.ps.servers 0");
   auto o = options_from<PsOptions>(c);
-  o.schedule = parse_ps_schedule(p.schedule());
+  const auto& names = ps_schedule_names();  // the registry has checked the name
+  o.schedule = static_cast<PsSchedule>(std::find(names.begin(), names.end(), p.schedule()) - names.begin());
   o.partition_bytes = p.partition_bytes();
   o.rounds = p.rounds();
   o.split_tied = p.split_tied_gradients();
@@ -409,5 +399,5 @@ void serve_ps(const ServerContext& c) {
 
 MT_REGISTER_ALGORITHM(ps, {.validate = mt::dist::validate_ps,
                            .make = mt::dist::make_ps,
-                           .names = {{"ps.schedule", {"bsp", "wfbp", "staggered"}}},
+                           .names = {{"ps.schedule", mt::dist::ps_schedule_names()}},
                            .serve = mt::dist::serve_ps})

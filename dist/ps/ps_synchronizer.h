@@ -19,8 +19,7 @@
 namespace mt::dist {
 
 enum class PsSchedule { BSP, WFBP, STAGGERED };
-PsSchedule parse_ps_schedule(const std::string& name);  // "bsp", "wfbp", "staggered"; else an Error listing them
-std::string ps_schedule_name(PsSchedule schedule);
+const std::vector<std::string>& ps_schedule_names();  // in PsSchedule's order
 
 struct PsOptions : SynchronizerOptions {
   PsSchedule schedule = PsSchedule::WFBP;
@@ -37,7 +36,7 @@ class PsSynchronizer final : public Synchronizer {
   PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world, PsOptions options);
   ~PsSynchronizer() override;  // worker 0: tells the servers to stop (errors only logged)
 
-  std::string name() const override { return "ps/" + ps_schedule_name(options_.schedule); }
+  std::string name() const override { return "ps/" + ps_schedule_names()[static_cast<size_t>(options_.schedule)]; }
   int servers() const { return world_->size() - workers_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
