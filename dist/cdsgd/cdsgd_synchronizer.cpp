@@ -452,15 +452,7 @@ void validate_cdsgd(const mintrain::DistConfig& d) {
   check_at_least("dist.cdsgd.k", d.cdsgd().k(), 0);
   check_at_least("dist.cdsgd.lambda", d.cdsgd().lambda(), 0.0);
   check_at_least("dist.cdsgd.local_lr", d.cdsgd().local_lr(), 0.0);
-  MT_CHECK(d.cdsgd().bucket_cap_mb() > 0, "dist.cdsgd.bucket_cap_mb must be > 0 (the float32 MB "
-           "compressed as one message), got ", d.cdsgd().bucket_cap_mb());
-  const std::string& scale = d.cdsgd().tau_scale();
-  MT_CHECK(scale == "sample_sum" || scale == "batch_mean", "dist.cdsgd.tau_scale must be \"sample_sum\" "
-           "(tau on the gradient summed over the rank's batch, the reference's) or \"batch_mean\" (tau on "
-           "the batch mean, the meaning before 2026-11-25), got \"", scale, "\"");
-  const std::string& exchange = d.cdsgd().exchange();
-  MT_CHECK(exchange == "auto" || exchange == "allgather" || exchange == "reduce_scatter",
-           "dist.cdsgd.exchange must be \"auto\", \"allgather\" or \"reduce_scatter\", got \"", exchange, "\"");
+  check_above("dist.cdsgd.bucket_cap_mb", d.cdsgd().bucket_cap_mb(), 0.0);  // the float32 MB compressed as one message
   MT_CHECK(!d.cdsgd().has_momentum_correction() || !d.compressor().has_momentum_correction() ||
                d.cdsgd().momentum_correction() == d.compressor().momentum_correction(),
            "dist.cdsgd.momentum_correction (", d.cdsgd().momentum_correction() ? "true" : "false",
@@ -509,4 +501,6 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
 
 MT_REGISTER_ALGORITHM(cdsgd, {.validate = mt::dist::validate_cdsgd,
                                .make = mt::dist::make_cdsgd,
-                               .names = {{"compressor.type", mt::dist::compressor_names()}}})
+                               .names = {{"compressor.type", mt::dist::compressor_names()},
+                                         {"cdsgd.tau_scale", {"sample_sum", "batch_mean"}},
+                                         {"cdsgd.exchange", {"auto", "allgather", "reduce_scatter"}}}})

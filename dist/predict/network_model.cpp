@@ -14,10 +14,6 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
   MT_FAIL("unknown allreduce algorithm \"", name, "\"; valid: \"ring\", \"hierarchical\"");
 }
 
-std::string allreduce_algorithm_name(AllreduceAlgorithm algorithm) {
-  return algorithm == AllreduceAlgorithm::Ring ? "ring" : "hierarchical";
-}
-
 NetworkModel::NetworkModel(NetworkSpec spec) : spec_(spec) {
   MT_CHECK(spec_.bandwidth_gbps > 0, "network bandwidth must be > 0 Gbit/s, got ", spec_.bandwidth_gbps,
            " (--bandwidth-gbps)");
@@ -109,7 +105,7 @@ std::string NetworkModel::describe() const {
   } else {
     os << " inside racks of " << spec_.ranks_per_rack << "; " << spec_.inter_bandwidth_gbps
        << " Gbit/s, " << spec_.inter_latency_us << " us between racks ("
-       << allreduce_algorithm_name(spec_.algorithm) << " allreduce)";
+       << (spec_.algorithm == AllreduceAlgorithm::Ring ? "ring" : "hierarchical") << " allreduce)";
   }
   return os.str();
 }
