@@ -147,11 +147,4 @@ void PacketCounters::count(ParseResult r) {
   }
 }
 
-std::string PacketCounters::str() const {
-  return "truncated " + std::to_string(truncated) + ", foreign " + std::to_string(foreign) + ", malformed " +
-         std::to_string(malformed) + ", stale " + std::to_string(stale) + ", out of range " +
-         std::to_string(out_of_range) + ", duplicates " + std::to_string(duplicate) + ", early dropped " +
-         std::to_string(dropped_early);
-}
-
 }  // namespace mt::dist::dlcp

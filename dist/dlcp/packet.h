@@ -105,7 +105,6 @@ struct PacketCounters {
 
   void count(ParseResult r);
   uint64_t rejected() const { return truncated + foreign + malformed + stale + out_of_range; }
-  std::string str() const;
 };
 
 }  // namespace mt::dist::dlcp
