@@ -429,13 +429,15 @@ std::string ByteSchedulerSynchronizer::epoch_summary() {
     std::lock_guard<std::mutex> lock(mu_);
     probes = probes_;
   }
+  const std::string probe_note =
+      options_.architecture == BsArchitecture::A2A
+          ? ", " + std::to_string((probes - summary_probes_) / summary_steps_) + " readiness probes per iteration"
+          : "";
   const std::string line = core::formatted(
       "%s: %.3g MB in %zu partitions per iteration, credit %s, %.1f ms waiting for the vote and %.1f ms at forward "
       "gates per iteration%s", name().c_str(), static_cast<double>(bytes) / (1 << 20), plan_.size(),
       kb(credit_now_).c_str(), summary_wait_s_ * 1e3 / summary_steps_, summary_gate_s_ * 1e3 / summary_steps_,
-      options_.architecture == BsArchitecture::A2A
-          ? (", " + std::to_string((probes - summary_probes_) / summary_steps_) + " readiness probes per iteration").c_str()
-          : "");
+      probe_note.c_str());
   summary_probes_ = probes;
   summary_steps_ = 0;
   summary_wait_s_ = summary_gate_s_ = 0;

@@ -1,7 +1,6 @@
 #include "dist/cdsgd/cdsgd_synchronizer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <iomanip>
 #include <ostream>
 

@@ -70,7 +70,7 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
 }
 
 Tensor GradientExchange::wait(PendingExchange& e) {
-  MT_CHECK(e.active(), "internal: waiting for a gradient exchange that was never launched");
+  MT_CHECK(e.work != nullptr, "internal: waiting for a gradient exchange that was never launched");
   const auto start = std::chrono::steady_clock::now();
   if (e.reduce_work) {
     finish(e.reduce_work, *group_, "reduce-scatter of the decoded " + e.compressor->name() +
@@ -104,7 +104,8 @@ Tensor GradientExchange::wait(PendingExchange& e) {
 
 void GradientExchange::warm_up(const CompressionOptions& options, int64_t iteration) {
   if (options.type != "topk" || iteration >= options.topk_warmup_iters) return;
-  set_compressor(make_topk_compressor(topk_ratio_at(options, iteration)));
+  // Those in flight keep theirs; every rank swaps at the same iteration (payload sizes must agree).
+  compressor_ = make_topk_compressor(topk_ratio_at(options, iteration));
 }
 
 std::string describe_exchanges(const std::string& compressor, const ExchangeStats& stats, int64_t iterations) {

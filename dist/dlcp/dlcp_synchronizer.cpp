@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 
-#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"

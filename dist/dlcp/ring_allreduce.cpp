@@ -1,7 +1,6 @@
 #include "dist/dlcp/ring_allreduce.h"
 
 #include <algorithm>
-#include <cmath>
 #include <random>
 
 #include "core/error.h"

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <sstream>
-#include <tuple>
 
 #include "core/error.h"
 #include "dist/comm/hierarchical_group.h"

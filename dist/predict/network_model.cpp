@@ -1,7 +1,6 @@
 #include "dist/predict/network_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include "core/error.h"

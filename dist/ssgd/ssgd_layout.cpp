@@ -2,7 +2,6 @@
 // initial guess, FUSION's and WFBP's rebuild from the hook order seen in the first iteration,
 // MG-WFBP's cost measurement, profile and plan. Rank 0 decides and broadcasts, so every rank
 // packs the same buckets. Apart from the communication path in ssgd_synchronizer.cpp.
-#include <cstdio>
 #include <ostream>
 
 #include "core/error.h"

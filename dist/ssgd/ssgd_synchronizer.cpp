@@ -1,9 +1,7 @@
 #include "dist/ssgd/ssgd_synchronizer.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
-#include <map>
 #include <ostream>
 
 #include "core/error.h"
