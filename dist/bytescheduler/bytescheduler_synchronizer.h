@@ -7,7 +7,6 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <iosfwd>
 #include <memory>
 #include <mutex>
 #include <string>

@@ -3,7 +3,6 @@
 // computes, end_iteration applies exchange t-1 to W and takes the delay-compensated local step.
 #pragma once
 #include <chrono>
-#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>

@@ -3,7 +3,6 @@
 // wait() returns the average over ranks of the decoded gradients. A full-precision exchange sends
 // g + r as float32 and clears r. Buffers live on the gradient's device.
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -2,7 +2,6 @@
 // UDP datagrams (ring_allreduce.h); each element's average divides by the ranks whose value
 // arrived. The registration here builds the ring or the parameter-server form (ps_worker.h).
 #pragma once
-#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>

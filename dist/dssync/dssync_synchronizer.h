@@ -2,7 +2,6 @@
 // rank's own gradient, then an average of the models inside the rank's group of the iteration
 // (dssync_schedule.h), on that group's communicator. Evaluation shows the world average.
 #pragma once
-#include <iosfwd>
 #include <map>
 #include <memory>
 #include <optional>

@@ -1,7 +1,6 @@
 // Local SGD (docs/algorithms.md section 4; README.md): every rank steps alone, and every
 // `period` steps the ranks replace their parameters and float32 buffers by the world's average.
 #pragma once
-#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>

@@ -5,7 +5,6 @@
 // among the workers (row_sparse_exchange.h).
 #pragma once
 #include <chrono>
-#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>

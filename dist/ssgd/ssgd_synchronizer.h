@@ -3,7 +3,6 @@
 // (comm_hook.h) what travels. The walk through one allreduce: README.md.
 #pragma once
 #include <chrono>
-#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
