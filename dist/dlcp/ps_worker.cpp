@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "core/grad_mode.h"
 #include "core/strings.h"
 #include "dist/registry.h"
 #include "dist/flat.h"

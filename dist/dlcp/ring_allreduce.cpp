@@ -4,7 +4,6 @@
 #include <random>
 
 #include "core/error.h"
-#include "dist/replicas.h"
 
 namespace mt::dist::dlcp {
 namespace {
