@@ -65,10 +65,6 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   int64_t unarrived_at_first_gate() const { return unarrived_at_first_gate_; }
   int64_t credit_bytes() const { return credit_now_; }  // of the next exchange
   bool searching_credit() const { return search_pos_ < search_.size(); }
-  int64_t probes() const {  // "a2a": messages sent for readiness alone, since setup
-    std::lock_guard<std::mutex> lock(mu_);
-    return probes_;
-  }
 
  private:
   struct Candidate {
@@ -122,7 +118,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   int64_t exchange_credit_ = 0;    // the credit of exchange_
   std::string error_;
   bool stopping_ = false;
-  int64_t probes_ = 0;
+  int64_t probes_ = 0;  // "a2a": messages sent for readiness alone, since setup
   std::thread engine_;
 
   // Main thread.

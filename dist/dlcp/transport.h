@@ -94,8 +94,6 @@ class Transport {
 
   DatagramEndpoint& endpoint() { return *endpoint_; }
   const ExchangeOptions& options() const { return options_; }
-  int rank() const { return rank_; }
-  uint32_t job() const { return job_; }
 
  private:
   struct Finished {  // a finished incoming transfer, to answer its late packets
