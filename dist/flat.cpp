@@ -2,7 +2,6 @@
 
 #include "core/grad_mode.h"
 #include "core/error.h"
-#include "dist/replicas.h"
 
 namespace mt::dist {
 

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::dist {
 namespace {
@@ -14,12 +15,6 @@ namespace pb = google::protobuf;
 std::map<std::string, Algorithm>& registry() {
   static std::map<std::string, Algorithm> algorithms;  // built before main, read after
   return algorithms;
-}
-
-std::string join(const std::vector<std::string>& names, const std::string& sep = ", ") {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : sep) + n;
-  return out;
 }
 
 // The string option at `path` (dot-separated, under `msg`): its value, the default where unset.
@@ -65,7 +60,7 @@ std::vector<std::string> algorithm_names() {
 const Algorithm& find_algorithm(const std::string& name) {
   const auto it = registry().find(name);
   if (it != registry().end()) return it->second;
-  MT_FAIL("unknown dist.algorithm \"", name, "\"; valid names are: ", join(algorithm_names()));
+  MT_FAIL("unknown dist.algorithm \"", name, "\"; valid names are: ", core::join(algorithm_names()));
 }
 
 std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> group, const mintrain::RunConfig& run,
@@ -76,7 +71,7 @@ std::unique_ptr<Synchronizer> make_synchronizer(std::shared_ptr<ProcessGroup> gr
   const Algorithm& algorithm = find_algorithm(run.dist().algorithm());
   check_names(algorithm, run.dist());
   algorithm.validate(run.dist());
-  return algorithm.make({group, run.dist(), run.optimizer(), std::move(config_text), std::move(timeline), log,
+  return algorithm.make({group, run.dist(), run.optimizer(), {std::move(config_text), std::move(timeline), log},
                          std::move(world_with_servers), run.data().batch_size()});
 }
 
@@ -130,8 +125,8 @@ std::string parameter_servers_hint() {
       when[f.substr(f.rfind('.') + 1) + " \"" + a.servers_if.names.at(0) + "\""].push_back(quoted);
     }
   }
-  std::string hint = "set dist.algorithm " + join(always, " or ");
-  for (const auto& [setting, names] : when) hint += " (or " + join(names, " or ") + " with " + setting + ")";
+  std::string hint = "set dist.algorithm " + core::join(always, " or ");
+  for (const auto& [setting, names] : when) hint += " (or " + core::join(names, " or ") + " with " + setting + ")";
   return hint + " or start no servers";
 }
 
@@ -164,7 +159,7 @@ void check_above(const std::string& field, double value, double min) {
 
 void check_name(const std::string& field, const std::string& value, const std::vector<std::string>& valid) {
   if (std::find(valid.begin(), valid.end(), value) != valid.end()) return;
-  MT_FAIL("unknown ", field, " \"", value, "\"; valid names are: ", join(valid));
+  MT_FAIL("unknown ", field, " \"", value, "\"; valid names are: ", core::join(valid));
 }
 
 }  // namespace mt::dist

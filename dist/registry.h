@@ -11,7 +11,6 @@
 
 #include "dist/comm/process_group.h"
 #include "dist/synchronizer.h"
-#include "dist/timeline.h"
 #include "mintrain.pb.h"
 
 namespace mt::dist {
@@ -21,14 +20,20 @@ struct AlgorithmContext {
   std::shared_ptr<ProcessGroup> group;       // the world
   const mintrain::DistConfig& dist;
   const mintrain::OptimizerConfig& optimizer;  // momentum correction takes SGD's momentum over
-  std::string config_text;                   // checked equal on every rank at setup
-  std::shared_ptr<Timeline> timeline;        // optional
-  std::ostream* log = nullptr;               // rank 0's start-up notes
+  SynchronizerOptions common;                // the config text, the timeline, the log
   // The workers and the parameter servers (rendezvous.h: workers first, then the servers);
   // null when the job has no servers. `group` is then the workers' subgroup.
   std::shared_ptr<ProcessGroup> world_with_servers;
   int64_t batch_size = 0;  // data.batch_size: samples per rank per step (0 = unknown)
 };
+
+// An algorithm's options with the context's common part filled in.
+template <typename Options>
+Options options_from(const AlgorithmContext& c) {
+  Options o;
+  static_cast<SynchronizerOptions&>(o) = c.common;
+  return o;
+}
 
 // What a parameter server's process runs (`mintrain train` on a server's rank).
 struct ServerContext {

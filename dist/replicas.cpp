@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "dist/comm/subgroups.h"
 
 namespace mt::dist {
 namespace {
@@ -57,12 +58,6 @@ void put_hash(float* out, uint64_t h) {
   for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((h >> (16 * i)) & 0xffff);
 }
 
-std::string list_ranks(const std::vector<int>& ranks) {
-  std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
-  return s;
-}
-
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
 
@@ -77,6 +72,10 @@ uint64_t hash_bytes(uint64_t h, const unsigned char* bytes, size_t n) {
   }
   for (; i < n; ++i) h = (h ^ bytes[i]) * kFnvPrime;
   return h;
+}
+
+uint64_t stable_hash(const std::string& text) {
+  return hash_bytes(kFnvOffset, reinterpret_cast<const unsigned char*>(text.data()), text.size());
 }
 
 // Rank 0's parameters and buffers to every rank, crossing each rack boundary once: rank 0 sends
@@ -119,15 +118,6 @@ double mean_over_ranks(ProcessGroup& group, double value) {
   return (static_cast<double>(v[0]) + static_cast<double>(v[1])) / group.size();
 }
 
-uint64_t stable_hash(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
                           const std::string& config_text) {
   std::ostringstream shapes;
@@ -144,17 +134,13 @@ void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
   const float* a = all.data<float>();
   std::vector<int> config_differs, model_differs;
   for (int r = 1; r < group.size(); ++r) {
-    for (int i = 0; i < 4; ++i) {
-      if (a[8 * r + i] != a[i]) { config_differs.push_back(r); break; }
-    }
-    for (int i = 4; i < 8; ++i) {
-      if (a[8 * r + i] != a[i]) { model_differs.push_back(r); break; }
-    }
+    if (!std::equal(a + 8 * r, a + 8 * r + 4, a)) config_differs.push_back(r);
+    if (!std::equal(a + 8 * r + 4, a + 8 * r + 8, a + 4)) model_differs.push_back(r);
   }
-  MT_CHECK(model_differs.empty(), "rank ", group.rank(), ": the model of rank(s) ", list_ranks(model_differs),
+  MT_CHECK(model_differs.empty(), "rank ", group.rank(), ": the model of rank(s) ", join_ranks(model_differs, ", "),
            " differs from rank 0's (parameter/buffer names or shapes); every rank must build the same "
            "model: start them all with the same config and overrides");
-  MT_CHECK(config_differs.empty(), "rank ", group.rank(), ": the config of rank(s) ", list_ranks(config_differs),
+  MT_CHECK(config_differs.empty(), "rank ", group.rank(), ": the config of rank(s) ", join_ranks(config_differs, ", "),
            " differs from rank 0's (hash of the config text); start every rank with the same config "
            "file and the same --set overrides");
 }
@@ -193,9 +179,8 @@ StartingWeights make_replicas_identical(ProcessGroup& group, const layers::Modul
   all = all.to(core::Device::cpu());
   const float* a = all.data<float>();
   std::vector<int> differ;
-  for (int r = 1; r < group.size(); ++r) {
+  for (int r = 1; r < group.size(); ++r)
     if (!std::equal(a + 4 * r, a + 4 * r + 4, a)) differ.push_back(r);
-  }
   const bool chatty = log != nullptr && group.rank() == 0;
   std::ostringstream hex;
   hex << std::hex << std::setw(16) << std::setfill('0') << digest;
@@ -212,7 +197,7 @@ StartingWeights make_replicas_identical(ProcessGroup& group, const layers::Modul
     size_t bytes = 0;
     for (const auto& [name, t] : model.named_parameters()) bytes += t.nbytes();
     for (const auto& [name, t] : model.named_buffers()) bytes += t.nbytes();
-    *log << "start-up: the weights of rank(s) " << list_ranks(differ) << " differ from rank 0's (digest "
+    *log << "start-up: the weights of rank(s) " << join_ranks(differ, ", ") << " differ from rank 0's (digest "
          << hex.str() << "): broadcasting rank 0's parameters and buffers (" << bytes << " bytes)"
          << (by_rack ? ", once into each of " + std::to_string(racks.size()) + " racks, then inside each rack"
                      : std::string())

@@ -24,9 +24,6 @@ namespace mt::dist {
 // same call works on Gloo and on NCCL.
 double mean_over_ranks(ProcessGroup& group, double value);
 
-// FNV-1a: a stable 64-bit hash (std::hash may differ between builds).
-uint64_t stable_hash(const std::string& text);
-
 // Every rank contributes a hash of its config text and of its parameter names and shapes
 // (allgather); if any rank differs from rank 0, every rank throws the same Error naming the
 // differing ranks. Must run before any collective whose sizes depend on the model.

@@ -2,14 +2,24 @@
 // Rank, world size, metric averages and the stop vote belong to the job (job.h).
 #pragma once
 #include <cstdint>
+#include <iosfwd>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
 #include "core/serialize.h"
+#include "dist/timeline.h"
 #include "layers/module.h"
 #include "optim/step_guard.h"
 
 namespace mt::dist {
+
+// What every algorithm's options hold, as the trainer gives them (registry.h: options_from).
+struct SynchronizerOptions {
+  std::string config_text;             // the same on every rank (checked at setup)
+  std::shared_ptr<Timeline> timeline;  // optional: spans on the compute and comm lanes
+  std::ostream* log = nullptr;         // rank 0's start-up notes
+};
 
 class Synchronizer {
  public:

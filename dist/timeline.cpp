@@ -1,11 +1,11 @@
 #include "dist/timeline.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
 #include "core/json_escape.h"
+#include "core/strings.h"
 
 namespace mt::dist {
 namespace {
@@ -51,23 +51,18 @@ std::string Timeline::write() const {
     std::ofstream out(tmp, std::ios::trunc);
     MT_CHECK(out.is_open(), "rank ", rank_, ": cannot write the timeline \"", path_,
              "\"; set dist.timeline_file to a writable path or \"\"");
-    char buf[160];
     out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
     // Lane names, so the viewer shows "rank 0 / compute" instead of numbers.
-    std::snprintf(buf, sizeof(buf),
-                  "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
-                  rank_, rank_);
-    out << buf;
-    for (int lane = 0; lane < 2; ++lane) {
-      std::snprintf(buf, sizeof(buf),
-                    ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
-                    rank_, lane, lane == kCompute ? "compute" : "comm");
-      out << buf;
-    }
+    out << core::formatted("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+                           rank_, rank_);
+    for (int lane = 0; lane < 2; ++lane)
+      out << core::formatted(
+          ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank_, lane,
+          lane == kCompute ? "compute" : "comm");
     for (const Event& e : events_) {
-      std::snprintf(buf, sizeof(buf), ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,",
-                    rank_, static_cast<int>(e.lane), e.ts_us, e.dur_us);
-      out << buf << "\"name\":\"" << core::json_escape(e.name) << "\"";
+      out << core::formatted(",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,", rank_,
+                             static_cast<int>(e.lane), e.ts_us, e.dur_us)
+          << "\"name\":\"" << core::json_escape(e.name) << "\"";
       if (!e.args.empty()) out << ",\"args\":" << e.args;
       out << "}";
     }

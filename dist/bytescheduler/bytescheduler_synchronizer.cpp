@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/strings.h"
 #include "dist/comm/subgroups.h"
 #include "dist/registry.h"
 #include "dist/ps/ps_handshake.h"
@@ -24,21 +25,9 @@ constexpr int64_t kVoteNumel = 2;  // {NaN/Inf values counted on this rank, work
 
 double secs(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::string kb(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.4g KB", static_cast<double>(bytes) / 1024.0);
-  return buf;
-}
-
-Tensor int64s(const std::vector<int64_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
+std::string kb(int64_t bytes) { return core::formatted("%.4g KB", static_cast<double>(bytes) / 1024.0); }
 
 }  // namespace
-
-BsArchitecture parse_bs_architecture(const std::string& name) {
-  if (name == "a2a") return BsArchitecture::A2A;
-  if (name == "ps") return BsArchitecture::PS;
-  MT_FAIL("unknown dist.bytescheduler.architecture \"", name, "\"; valid names are: a2a, ps");
-}
 
 ByteSchedulerSynchronizer::ByteSchedulerSynchronizer(std::shared_ptr<ProcessGroup> workers,
                                                      std::shared_ptr<ProcessGroup> world, ByteSchedulerOptions options)
@@ -208,17 +197,21 @@ void ByteSchedulerSynchronizer::begin_iteration(int64_t iteration) {
   micro_batches_.begin(iteration);
 }
 
+void ByteSchedulerSynchronizer::wait_for(std::unique_lock<std::mutex>& lock, const std::function<bool()>& done,
+                                         const std::string& what) {
+  const auto deadline = Clock::now() + 3 * options_.timeout;
+  while (error_.empty() && !done()) {
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done())
+      error_ = "nothing happened within 3 x the " + std::to_string(options_.timeout.count() / 1000) + " s timeout";
+  }
+  if (!error_.empty()) fail(what);
+}
+
 void ByteSchedulerSynchronizer::wait_engine_idle() {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = Clock::now() + 3 * options_.timeout;
   const int64_t e = exchange_;
-  auto done = [&] { return engine_done_ >= e; };
-  while (error_.empty() && !done()) {
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
-      error_ = "nothing happened within 3 x the " + std::to_string(options_.timeout.count() / 1000) + " s timeout";
-    }
-  }
-  if (!error_.empty()) fail("finishing the exchange of iteration " + std::to_string(micro_batches_.iteration()));
+  wait_for(lock, [&] { return engine_done_ >= e; },
+           "finishing the exchange of iteration " + std::to_string(micro_batches_.iteration()));
 }
 
 void ByteSchedulerSynchronizer::fail(const std::string& what) {
@@ -247,6 +240,10 @@ void ByteSchedulerSynchronizer::start_exchange() {
 }
 
 void ByteSchedulerSynchronizer::stage(size_t param) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (local_ready_[param]) return;  // staged already
+  }
   Tensor p = params_[param];
   core::NoGradGuard no_grad;
   const Tensor grad = p.grad().defined() ? p.grad().contiguous().view({-1}).to(core::Device::cpu()) : Tensor();
@@ -276,26 +273,14 @@ void ByteSchedulerSynchronizer::stage(size_t param) {
 void ByteSchedulerSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
   if (!micro_batches_.communicate()) return;  // an earlier micro-batch: gradients just accumulate locally
   if (!exchange_open_) start_exchange();
-  bool staged = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    staged = local_ready_[param_index];
-  }
-  if (!staged) stage(param_index);
+  stage(param_index);
 }
 
 bool ByteSchedulerSynchronizer::end_iteration(optim::StepGuard& optimizer) {
   micro_batches_.check_step("worker", workers_->rank());
   optimizer_ = &optimizer;
   if (!exchange_open_) start_exchange();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    bool staged = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      staged = local_ready_[i];
-    }
-    if (!staged) stage(i);  // no gradient this iteration: zeros
-  }
+  for (size_t i = 0; i < params_.size(); ++i) stage(i);  // those without a gradient this iteration: zeros
   // The vote: this rank's NaN/Inf count over what it sends, and worker 0's iteration time.
   const int64_t bad = local_nonfinite_;
   const auto now = Clock::now();
@@ -314,13 +299,8 @@ bool ByteSchedulerSynchronizer::end_iteration(optim::StepGuard& optimizer) {
   const auto wait_start = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
-    const auto deadline = Clock::now() + 3 * options_.timeout;
-    while (error_.empty() && !arrived_[0]) {
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !arrived_[0]) {
-        error_ = "nothing happened within 3 x the " + std::to_string(options_.timeout.count() / 1000) + " s timeout";
-      }
-    }
-    if (!error_.empty()) fail("waiting for the NaN/Inf vote of iteration " + std::to_string(micro_batches_.iteration()));
+    wait_for(lock, [&] { return static_cast<bool>(arrived_[0]); },
+             "waiting for the NaN/Inf vote of iteration " + std::to_string(micro_batches_.iteration()));
   }
   summary_wait_s_ += secs(Clock::now() - wait_start);
   if (options_.timeline) options_.timeline->add("wait (vote)", Timeline::kCompute, wait_start, Clock::now());
@@ -369,18 +349,9 @@ void ByteSchedulerSynchronizer::before_forward_use(size_t param_index) {
   const auto gate_start = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
-    const auto deadline = Clock::now() + 3 * options_.timeout;
-    auto arrived = [&] {
-      for (size_t item : items_of_[param_index])
-        if (!arrived_[item]) return false;
-      return true;
-    };
-    while (error_.empty() && !arrived()) {
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !arrived()) {
-        error_ = "nothing happened within 3 x the " + std::to_string(options_.timeout.count() / 1000) + " s timeout";
-      }
-    }
-    if (!error_.empty()) fail("waiting for parameter " + std::to_string(param_index) + "'s partitions");
+    const std::vector<size_t>& items = items_of_[param_index];
+    wait_for(lock, [&] { return std::all_of(items.begin(), items.end(), [&](size_t i) { return arrived_[i]; }); },
+             "waiting for parameter " + std::to_string(param_index) + "'s partitions");
     if (param_index == 0) {
       unarrived_at_first_gate_ = static_cast<int64_t>(std::count(arrived_.begin(), arrived_.end(), false));
     }
@@ -458,18 +429,19 @@ std::string ByteSchedulerSynchronizer::epoch_summary() {
     std::lock_guard<std::mutex> lock(mu_);
     probes = probes_;
   }
-  char buf[300];
-  std::snprintf(buf, sizeof(buf), "%s: %.3g MB in %zu partitions per iteration, credit %s, %.1f ms waiting for the "
-                "vote and %.1f ms at forward gates per iteration%s", name().c_str(),
-                static_cast<double>(bytes) / (1 << 20), plan_.size(), kb(credit_now_).c_str(),
-                summary_wait_s_ * 1e3 / summary_steps_, summary_gate_s_ * 1e3 / summary_steps_,
-                options_.architecture == BsArchitecture::A2A
-                    ? (", " + std::to_string((probes - summary_probes_) / summary_steps_) + " readiness probes per iteration").c_str()
-                    : "");
+  const std::string probe_note =
+      options_.architecture == BsArchitecture::A2A
+          ? ", " + std::to_string((probes - summary_probes_) / summary_steps_) + " readiness probes per iteration"
+          : "";
+  const std::string line = core::formatted(
+      "%s: %.3g MB in %zu partitions per iteration, credit %s, %.1f ms waiting for the vote and %.1f ms at forward "
+      "gates per iteration%s", name().c_str(), static_cast<double>(bytes) / (1 << 20), plan_.size(),
+      kb(credit_now_).c_str(), summary_wait_s_ * 1e3 / summary_steps_, summary_gate_s_ * 1e3 / summary_steps_,
+      probe_note.c_str());
   summary_probes_ = probes;
   summary_steps_ = 0;
   summary_wait_s_ = summary_gate_s_ = 0;
-  return buf;
+  return line;
 }
 
 // ---- The engine thread ----
@@ -505,14 +477,23 @@ void ByteSchedulerSynchronizer::engine_loop() {
   }
 }
 
-void ByteSchedulerSynchronizer::note_times(size_t item, std::vector<ItemTimes>& times) {
-  if (!options_.timeline) return;
-  const ItemTimes& t = times[item];
-  const std::string args = "{\"bytes\":" + std::to_string(item == 0 ? kVoteNumel * 4 : plan_[item - 1].bytes()) +
-                           ",\"ready_to_sent_us\":" + std::to_string(static_cast<int64_t>(secs(t.sent - t.ready) * 1e6)) + "}";
-  options_.timeline->add(item == 0 ? std::string("bs vote")
-                                   : "bs p" + std::to_string(item - 1) + " param " + std::to_string(plan_[item - 1].param),
-                         Timeline::kComm, t.sent, t.arrived, args);
+void ByteSchedulerSynchronizer::mark_arrived(size_t item) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ItemTimes& t = times_[item];
+    t.arrived = Clock::now();
+    arrived_[item] = true;
+    if (options_.timeline) {
+      const int64_t bytes = item == 0 ? kVoteNumel * 4 : plan_[item - 1].bytes();
+      const auto waited_us = static_cast<int64_t>(secs(t.sent - t.ready) * 1e6);
+      const std::string name =
+          item == 0 ? "bs vote" : "bs p" + std::to_string(item - 1) + " param " + std::to_string(plan_[item - 1].param);
+      const std::string args =
+          "{\"bytes\":" + std::to_string(bytes) + ",\"ready_to_sent_us\":" + std::to_string(waited_us) + "}";
+      options_.timeline->add(name, Timeline::kComm, t.sent, t.arrived, args);
+    }
+  }
+  cv_.notify_all();
 }
 
 CreditQueue ByteSchedulerSynchronizer::exchange_queue() {
@@ -573,13 +554,7 @@ void ByteSchedulerSynchronizer::run_a2a(int64_t exchange) {
     if (done.item < 0) continue;
     const size_t item = static_cast<size_t>(done.item);
     queue.finished(item);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      times_[item].arrived = Clock::now();
-      arrived_[item] = true;
-      note_times(item, times_);
-    }
-    cv_.notify_all();
+    mark_arrived(item);
   }
 }
 
@@ -648,13 +623,7 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
   // order the pushes arrived, so most later layers' sums are already here).
   for (size_t item = 0; item < pulls.size(); ++item) {
     guarded(item, "pulling", [&] { pulls[item]->wait(); });
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      times_[item].arrived = Clock::now();
-      arrived_[item] = true;
-      note_times(item, times_);
-    }
-    cv_.notify_all();
+    mark_arrived(item);
   }
   if (workers_->rank() == 0) commands_.wait();
 }
@@ -674,22 +643,17 @@ std::unique_ptr<Synchronizer> make_bytescheduler(const AlgorithmContext& c) {
            "the norm of all gradients together, which dist.algorithm \"bytescheduler\" does not know when it "
            "applies layer 0's update (each parameter is updated as its partitions arrive); set "
            "optimizer.max_grad_norm 0, or use dist.algorithm \"ssgd\" or \"ps\"");
-  ByteSchedulerOptions o;
-  o.architecture = parse_bs_architecture(b.architecture());
+  auto o = options_from<ByteSchedulerOptions>(c);
+  o.architecture = b.architecture() == "ps" ? BsArchitecture::PS : BsArchitecture::A2A;  // checked by the registry
   o.partition_bytes = b.partition_bytes();
   o.credit_bytes = b.credit_bytes();
   o.search_iters = b.search_iters();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
   o.timeout = std::chrono::seconds(c.dist.timeout_seconds());
-  o.config_text = c.config_text;
-  o.timeline = c.timeline;
-  o.log = c.log;
-  if (o.architecture == BsArchitecture::PS) {
-    check_worker_world(*c.group, c.world_with_servers.get(), "dist.bytescheduler.architecture \"ps\"");
-  } else {
-    MT_CHECK(c.world_with_servers == nullptr, "the job started parameter servers but dist.bytescheduler.architecture "
-             "is \"a2a\" (allreduce among the workers); set it to \"ps\" or start no servers");
-  }
+  // "ps" without servers: the constructor names the setting.
+  MT_CHECK(o.architecture == BsArchitecture::PS || c.world_with_servers == nullptr, "the job started parameter "
+           "servers but dist.bytescheduler.architecture is \"a2a\" (allreduce among the workers); set it to \"ps\" "
+           "or start no servers");
   return std::make_unique<ByteSchedulerSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
 

@@ -7,7 +7,6 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <iosfwd>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,23 +18,18 @@
 #include "dist/comm/process_group.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
-#include "dist/timeline.h"
 
 namespace mt::dist {
 
 enum class BsArchitecture { A2A, PS };
-BsArchitecture parse_bs_architecture(const std::string& name);  // "a2a", "ps"; else an Error naming the field
 
-struct ByteSchedulerOptions {
+struct ByteSchedulerOptions : SynchronizerOptions {
   BsArchitecture architecture = BsArchitecture::A2A;
   int64_t partition_bytes = 512 << 10;
   int64_t credit_bytes = 0;  // 0 = search at start
   int search_iters = 3;
   int grad_accumulation_steps = 1;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // the backstop of every wait
-  std::string config_text;             // the same on every worker (checked at setup)
-  std::shared_ptr<Timeline> timeline;  // optional: a span per partition, sent to arrived
-  std::ostream* log = nullptr;         // worker 0's notes: the plan, the credit search
 };
 
 class ByteSchedulerSynchronizer final : public Synchronizer {
@@ -71,10 +65,6 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   int64_t unarrived_at_first_gate() const { return unarrived_at_first_gate_; }
   int64_t credit_bytes() const { return credit_now_; }  // of the next exchange
   bool searching_credit() const { return search_pos_ < search_.size(); }
-  int64_t probes() const {  // "a2a": messages sent for readiness alone, since setup
-    std::lock_guard<std::mutex> lock(mu_);
-    return probes_;
-  }
 
  private:
   struct Candidate {
@@ -87,15 +77,17 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   void gate_forward(layers::Module& model);
   void before_forward_use(size_t param_index);
   void start_exchange();
-  void stage(size_t param);           // main thread: gradient to the send buffers, marked ready
+  void stage(size_t param);           // main thread: gradient to the send buffers, marked ready (once)
   void finish_pending();              // main thread: every partition arrived, every update applied
   void apply(size_t param);           // main thread: parameter's averaged gradient -> optimizer
   void wait_engine_idle();            // main thread: the engine finished the last exchange started
+  // Main thread, under `lock`: until `done`, an engine error or 3 x the timeout; the last two fail naming `what`.
+  void wait_for(std::unique_lock<std::mutex>& lock, const std::function<bool()>& done, const std::string& what);
   void engine_loop();
   CreditQueue exchange_queue();  // every item, at the credit of the exchange starting
   void run_a2a(int64_t exchange);
   void run_ps(int64_t exchange);
-  void note_times(size_t item, std::vector<ItemTimes>& times);
+  void mark_arrived(size_t item);  // engine thread: the item is here (and on the timeline)
   void fail(const std::string& what);
   std::string part_name(size_t item) const;  // "partition 3 (parameter 1, 256 bytes)" / "the vote"
   void choose_credit_after(double seconds);   // the search, from worker 0's iteration time
@@ -126,7 +118,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   int64_t exchange_credit_ = 0;    // the credit of exchange_
   std::string error_;
   bool stopping_ = false;
-  int64_t probes_ = 0;
+  int64_t probes_ = 0;  // "a2a": messages sent for readiness alone, since setup
   std::thread engine_;
 
   // Main thread.

@@ -1,12 +1,11 @@
 #include "dist/cdsgd/cdsgd_synchronizer.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <iomanip>
 #include <ostream>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/compress/compression_config.h"
 #include "dist/flat.h"
 #include "dist/replicas.h"
@@ -371,17 +370,15 @@ std::string CdsgdSynchronizer::epoch_summary() {
   blocked_seconds_ = 0;
   if (s.exchanges == 0) return "";
   const double it = static_cast<double>(std::max<int64_t>(1, iters));
-  char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "CD-SGD %s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx) in %zu bucket(s), "
-                "%s; the training thread waited %.2f ms per iteration for the previous exchange "
-                "(compression and decoding ran on the communication side); %lld of %lld iterations "
-                "full precision (warm-up and every k-th)",
-                compressor_->name().c_str(), s.bytes_sent / it / 1024.0, s.raw_bytes / it / 1024.0,
-                s.bytes_sent > 0 ? s.raw_bytes / s.bytes_sent : 0.0, buckets_.size(),
-                pipeline_->route() == ExchangeRoute::Allgather ? "allgathered" : "decoded and reduce-scattered",
-                blocked / it * 1e3, static_cast<long long>(full), static_cast<long long>(iters));
-  std::string line = buf;
+  std::string line = core::formatted(
+      "CD-SGD %s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx) in %zu bucket(s), "
+      "%s; the training thread waited %.2f ms per iteration for the previous exchange "
+      "(compression and decoding ran on the communication side); %lld of %lld iterations "
+      "full precision (warm-up and every k-th)",
+      compressor_->name().c_str(), s.bytes_sent / it / 1024.0, s.raw_bytes / it / 1024.0,
+      s.bytes_sent > 0 ? s.raw_bytes / s.bytes_sent : 0.0, buckets_.size(),
+      pipeline_->route() == ExchangeRoute::Allgather ? "allgathered" : "decoded and reduce-scattered",
+      blocked / it * 1e3, static_cast<long long>(full), static_cast<long long>(iters));
   if (pipeline_->nonfinite_buckets() > 0)
     line += "; " + std::to_string(pipeline_->nonfinite_buckets()) +
             " bucket(s) with NaN/Inf values were sent as zeros so far";
@@ -454,15 +451,7 @@ void validate_cdsgd(const mintrain::DistConfig& d) {
   check_at_least("dist.cdsgd.k", d.cdsgd().k(), 0);
   check_at_least("dist.cdsgd.lambda", d.cdsgd().lambda(), 0.0);
   check_at_least("dist.cdsgd.local_lr", d.cdsgd().local_lr(), 0.0);
-  MT_CHECK(d.cdsgd().bucket_cap_mb() > 0, "dist.cdsgd.bucket_cap_mb must be > 0 (the float32 MB "
-           "compressed as one message), got ", d.cdsgd().bucket_cap_mb());
-  const std::string& scale = d.cdsgd().tau_scale();
-  MT_CHECK(scale == "sample_sum" || scale == "batch_mean", "dist.cdsgd.tau_scale must be \"sample_sum\" "
-           "(tau on the gradient summed over the rank's batch, the reference's) or \"batch_mean\" (tau on "
-           "the batch mean, the meaning before 2026-11-25), got \"", scale, "\"");
-  const std::string& exchange = d.cdsgd().exchange();
-  MT_CHECK(exchange == "auto" || exchange == "allgather" || exchange == "reduce_scatter",
-           "dist.cdsgd.exchange must be \"auto\", \"allgather\" or \"reduce_scatter\", got \"", exchange, "\"");
+  check_above("dist.cdsgd.bucket_cap_mb", d.cdsgd().bucket_cap_mb(), 0.0);  // the float32 MB compressed as one message
   MT_CHECK(!d.cdsgd().has_momentum_correction() || !d.compressor().has_momentum_correction() ||
                d.cdsgd().momentum_correction() == d.compressor().momentum_correction(),
            "dist.cdsgd.momentum_correction (", d.cdsgd().momentum_correction() ? "true" : "false",
@@ -476,7 +465,7 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
            "\"cdsgd\" (gradient accumulation is implemented for uncompressed S-SGD only), got ",
            c.dist.grad_accumulation_steps());
   const mintrain::CdsgdConfig& cd = c.dist.cdsgd();
-  CdsgdOptions o;
+  auto o = options_from<CdsgdOptions>(c);
   o.compression = compression_options(c.dist.compressor());
   o.warmup_iters = cd.warmup_iters();
   o.k = cd.k();
@@ -486,8 +475,7 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
   mintrain::DistConfig dist = c.dist;
   if (!c.dist.compressor().has_momentum_correction())
     dist.mutable_compressor()->set_momentum_correction(cd.momentum_correction());
-  AlgorithmContext resolved{c.group, dist, c.optimizer, c.config_text, c.timeline, c.log,
-                            c.world_with_servers, c.batch_size};
+  AlgorithmContext resolved{c.group, dist, c.optimizer, c.common, c.world_with_servers, c.batch_size};
   o.momentum_correction = momentum_correction_options(resolved);
   if (cd.local_lr() > 0) {
     MT_CHECK(c.optimizer.lr() > 0, "dist.cdsgd.local_lr is relative to optimizer.lr (the local rate follows "
@@ -504,9 +492,6 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
   o.bucket_cap_mb = cd.bucket_cap_mb();
   o.exchange = cd.exchange();
   o.timeout = std::chrono::seconds(c.dist.timeout_seconds());
-  o.timeline = c.timeline;
-  o.log = c.log;
-  o.config_text = c.config_text;
   return std::make_unique<CdsgdSynchronizer>(c.group, std::move(o));
 }
 
@@ -515,4 +500,6 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
 
 MT_REGISTER_ALGORITHM(cdsgd, {.validate = mt::dist::validate_cdsgd,
                                .make = mt::dist::make_cdsgd,
-                               .names = {{"compressor.type", mt::dist::compressor_names()}}})
+                               .names = {{"compressor.type", mt::dist::compressor_names()},
+                                         {"cdsgd.tau_scale", {"sample_sum", "batch_mean"}},
+                                         {"cdsgd.exchange", {"auto", "allgather", "reduce_scatter"}}}})

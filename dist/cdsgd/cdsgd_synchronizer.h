@@ -3,7 +3,6 @@
 // computes, end_iteration applies exchange t-1 to W and takes the delay-compensated local step.
 #pragma once
 #include <chrono>
-#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,7 +16,7 @@
 
 namespace mt::dist {
 
-struct CdsgdOptions {
+struct CdsgdOptions : SynchronizerOptions {
   CompressionOptions compression;  // default NONE; the reference uses TWO_BIT tau 0.5
   int warmup_iters = 100;          // plain S-SGD iterations first (reference code: 1000)
   int k = 0;                       // every k-th iteration after warm-up is full precision; 0 = never
@@ -37,9 +36,6 @@ struct CdsgdOptions {
   // Set: used instead of compression.type (tests: a compressor slowed on purpose).
   std::shared_ptr<const Compressor> compressor;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // the worker threads' tasks
-  std::shared_ptr<Timeline> timeline;  // optional: encode/decode spans on the comm lane
-  std::ostream* log = nullptr;         // rank 0's start-up notes
-  std::string config_text;         // must be the same on every rank (checked at setup)
 };
 
 class CdsgdSynchronizer final : public Synchronizer {

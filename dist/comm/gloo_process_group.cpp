@@ -113,13 +113,16 @@ ReduceFn reduce_fn(ReduceOp op) {
   return &gloo::sum<T>;
 }
 
-ReduceFn reduce_fn(core::DType dtype, ReduceOp op) {
+// `who` and `name` name the collective when the dtype cannot be reduced.
+ReduceFn reduce_fn(core::DType dtype, ReduceOp op, const std::string& who, const std::string& name) {
   switch (dtype) {
     case core::DType::Float32: return reduce_fn<float>(op);
     case core::DType::Int64: return reduce_fn<int64_t>(op);
     // FP16 gradient compression (compressor_fp16.cpp) sums halves.
     case core::DType::Float16: return reduce_fn<gloo::float16>(op);
-    default: return nullptr;
+    default:
+      MT_FAIL(who, ": ", name, ": dtype ", core::dtype_name(dtype),
+              " cannot be reduced (float32, int64 and float16 can)");
   }
 }
 
@@ -145,17 +148,10 @@ std::shared_ptr<gloo::transport::Device> make_device(const ProcessGroupOptions& 
     // the kernel has no RDMA support at all.
     int count = 0;
     ibv_device** list = ibv_get_device_list(&count);
-    std::vector<std::string> names;
-    for (int i = 0; list != nullptr && i < count; ++i) names.emplace_back(ibv_get_device_name(list[i]));
+    const std::string name = list != nullptr && count > 0 ? ibv_get_device_name(list[0]) : "";  // the first
     if (list != nullptr) ibv_free_device_list(list);
-    MT_CHECK(!names.empty(), "rank ", rank, ": no ibverbs device found: use transport tcp, or install "
+    MT_CHECK(!name.empty(), "rank ", rank, ": no ibverbs device found: use transport tcp, or install "
              "an RDMA NIC with its driver and rdma-core (`ibv_devices` lists what the kernel sees)");
-    std::string name = o.ib_device.empty() ? names.front() : o.ib_device;
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-      std::string all;
-      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-      MT_FAIL("rank ", rank, ": ibverbs device \"", name, "\" not found; this host has: ", all);
-    }
     gloo::transport::ibverbs::attr attr{name, 1, 0};
     try {
       return gloo::transport::ibverbs::CreateDevice(attr);
@@ -173,6 +169,14 @@ void check_cpu(const Tensor& t, const std::string& who, const std::string& op, c
   MT_CHECK(!t.is_cuda(), who, ": ", op, ": the ", what, " tensor is on ", t.device().str(),
            "; the gloo backend takes CPU tensors (use backend \"nccl\" for CUDA tensors)");
   MT_CHECK(t.is_contiguous(), who, ": ", op, ": the ", what, " tensor must be contiguous (call .contiguous())");
+}
+
+// An input and an output tensor checked for a CPU collective from one into the other.
+void check_cpu_pair(const Tensor& input, const Tensor& output, const std::string& who, const std::string& op) {
+  check_cpu(input, who, op, "input");
+  check_cpu(output, who, op, "output");
+  MT_CHECK(input.dtype() == output.dtype(), who, ": ", op, ": output dtype ", core::dtype_name(output.dtype()),
+           " differs from the input's");
 }
 
 // A Gloo call that gave up waiting for a peer (not one that lost it): issue() then names the
@@ -311,9 +315,7 @@ std::shared_ptr<Work> GlooProcessGroup::issue(std::string op, std::function<void
 std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, ReduceOp op) {
   const std::string name = std::string("allreduce(") + op_name(op) + ") of " + tensor.str();
   check_cpu(tensor, who(), name, "input");
-  const ReduceFn fn = reduce_fn(tensor.dtype(), op);
-  MT_CHECK(fn != nullptr, who(), ": ", name, ": dtype ", core::dtype_name(tensor.dtype()),
-           " cannot be reduced (float32, int64 and float16 can)");
+  const ReduceFn fn = reduce_fn(tensor.dtype(), op, who(), name);
   auto ctx = context_;
   const auto timeout = shared_->options.timeout;
   return issue(name, [ctx, tensor, fn, timeout](uint32_t tag) {
@@ -353,10 +355,7 @@ std::shared_ptr<Work> GlooProcessGroup::broadcast(Tensor& tensor, int root) {
 
 std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& input, Tensor& output) {
   const std::string name = "allgather of " + input.str();
-  check_cpu(input, who(), name, "input");
-  check_cpu(output, who(), name, "output");
-  MT_CHECK(input.dtype() == output.dtype(), who(), ": ", name, ": output dtype ",
-           core::dtype_name(output.dtype()), " differs from the input's");
+  check_cpu_pair(input, output, who(), name);
   MT_CHECK(output.numel() == input.numel() * size_, who(), ": ", name, ": output holds ", output.numel(),
            " elements, expected ", size_, " x ", input.numel(), " = ", input.numel() * size_);
   auto ctx = context_;
@@ -379,10 +378,7 @@ std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& input, Tensor& o
 std::shared_ptr<Work> GlooProcessGroup::allgatherv(const Tensor& input, Tensor& output,
                                                    const std::vector<int64_t>& counts) {
   const std::string name = "allgatherv of " + input.str();
-  check_cpu(input, who(), name, "input");
-  check_cpu(output, who(), name, "output");
-  MT_CHECK(input.dtype() == output.dtype(), who(), ": ", name, ": output dtype ",
-           core::dtype_name(output.dtype()), " differs from the input's");
+  check_cpu_pair(input, output, who(), name);
   MT_CHECK(static_cast<int>(counts.size()) == size_, who(), ": ", name, ": ", counts.size(),
            " counts given, one per rank (", size_, ") expected");
   int64_t total = 0;
@@ -416,15 +412,10 @@ std::shared_ptr<Work> GlooProcessGroup::allgatherv(const Tensor& input, Tensor& 
 
 std::shared_ptr<Work> GlooProcessGroup::reduce_scatter(const Tensor& input, Tensor& output) {
   const std::string name = "reduce_scatter(sum) of " + input.str();
-  check_cpu(input, who(), name, "input");
-  check_cpu(output, who(), name, "output");
-  MT_CHECK(input.dtype() == output.dtype(), who(), ": ", name, ": output dtype ",
-           core::dtype_name(output.dtype()), " differs from the input's");
+  check_cpu_pair(input, output, who(), name);
   MT_CHECK(input.numel() == output.numel() * size_, who(), ": ", name, ": input holds ", input.numel(),
            " elements, expected ", size_, " x the output's ", output.numel());
-  const ReduceFn fn = reduce_fn(input.dtype(), ReduceOp::Sum);
-  MT_CHECK(fn != nullptr, who(), ": ", name, ": dtype ", core::dtype_name(input.dtype()),
-           " cannot be reduced (float32, int64 and float16 can)");
+  const ReduceFn fn = reduce_fn(input.dtype(), ReduceOp::Sum, who(), name);
   auto ctx = context_;
   const auto timeout = shared_->options.timeout;
   return issue(name, [ctx, input, output, fn, timeout](uint32_t tag) {

@@ -4,7 +4,6 @@
 // reduce_scatter is our own ring over unbound buffers: Gloo's snapshot has no new-style one.
 #pragma once
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 #include "core/error.h"
 #include "dist/comm/process_group.h"

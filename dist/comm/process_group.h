@@ -78,7 +78,6 @@ struct ProcessGroupOptions {
   std::string transport = "tcp";   // gloo: "tcp" or "ibverbs"
   std::string interface;           // network interface to bind (e.g. "eth0"); empty = by hostname/address
   std::string hostname;            // gloo tcp, no interface: what to bind (empty = this host's name)
-  std::string ib_device;           // ibverbs device name (empty = first)
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 

@@ -107,14 +107,12 @@ int connect_until(const std::string& host, int port, Clock::time_point deadline,
   }
 }
 
-int listen_on(const std::string& host, int port, int* bound_port) {
+int listen_on(int port, int* bound_port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  // The store binds every interface: MASTER_ADDR is how others reach us, not where we listen.
-  (void)host;
   const int g = ::getaddrinfo(nullptr, std::to_string(port).c_str(), &hints, &res);
   MT_CHECK(g == 0, "cannot resolve the listen address: ", ::gai_strerror(g));
   std::string err = "no address";
@@ -147,7 +145,7 @@ int listen_on(const std::string& host, int port, int* bound_port) {
 
 int pick_free_port() {
   int port = 0;
-  int fd = listen_on("", 0, &port);
+  int fd = listen_on(0, &port);
   ::close(fd);
   return port;
 }

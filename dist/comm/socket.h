@@ -15,8 +15,9 @@ using Clock = std::chrono::steady_clock;
 int connect_until(const std::string& host, int port, Clock::time_point deadline,
                   std::string* last_error);
 
-// A listening socket on host:port (port 0: the kernel picks one, returned in *bound_port).
-int listen_on(const std::string& host, int port, int* bound_port);
+// A listening socket on every interface's `port` (0: the kernel picks one, returned in *bound_port):
+// MASTER_ADDR is how others reach the store, not where it listens.
+int listen_on(int port, int* bound_port);
 
 // A port that was free a moment ago (bind to 0, read it, close). Another process may take it
 // before we use it; callers that host a server on it retry or fail with a clear message.

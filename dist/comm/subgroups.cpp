@@ -1,14 +1,15 @@
 #include "dist/comm/subgroups.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 
 namespace mt::dist {
 
-std::string join_ranks(const std::vector<int>& ranks) {
+std::string join_ranks(const std::vector<int>& ranks, const std::string& sep) {
   std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  for (int r : ranks) out += (out.empty() ? "" : sep) + std::to_string(r);
   return out;
 }
 
@@ -40,7 +41,7 @@ void Subgroups::release(const std::vector<int>& ranks) {
 
 std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group) {
   std::vector<int> everyone(static_cast<size_t>(group.size()));
-  for (int r = 0; r < group.size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  std::iota(everyone.begin(), everyone.end(), 0);
   group.release_subgroup(everyone);
   std::shared_ptr<ProcessGroup> fresh = group.subgroup(everyone);
   group.release_subgroup(everyone);

@@ -34,7 +34,7 @@ class Subgroups {
 // thread issues can interleave with them. Collective.
 std::shared_ptr<ProcessGroup> private_communicator(ProcessGroup& group);
 
-// "0,3,4"
-std::string join_ranks(const std::vector<int>& ranks);
+// "0,3,4", or joined by another separator.
+std::string join_ranks(const std::vector<int>& ranks, const std::string& sep = ",");
 
 }  // namespace mt::dist

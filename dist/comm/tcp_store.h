@@ -2,13 +2,11 @@
 // rank is a client. Frames are a u32 length and the payload (store_wire.h); the first request
 // is HELLO with the job token (MINTRAIN_JOB_TOKEN), so a stray process is turned away.
 #pragma once
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dist/comm/store.h"

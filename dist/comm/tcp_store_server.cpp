@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -125,10 +126,7 @@ class State {
     c.closing = true;
   }
   bool all_present(const std::vector<std::string>& keys) const {
-    for (const auto& k : keys) {
-      if (map_.find(k) == map_.end()) return false;
-    }
-    return true;
+    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return map_.count(k) > 0; });
   }
   void wake_waiters() {
     for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -171,7 +169,7 @@ void process_input(State& state, Client& c) {
 }  // namespace
 
 TCPStoreServer::TCPStoreServer(int port, std::string token) : token_(std::move(token)) {
-  listen_fd_ = net::listen_on("", port, &port_);
+  listen_fd_ = net::listen_on(port, &port_);
   net::set_nonblocking(listen_fd_, true);
   MT_CHECK(::pipe2(wake_pipe_, O_CLOEXEC) == 0, "store server: pipe failed: ", std::strerror(errno));
   thread_ = std::thread([this] { loop(); });
@@ -206,9 +204,7 @@ void TCPStoreServer::loop() {
       while (true) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
-        Client c;
-        c.fd = fd;
-        clients.push_back(std::move(c));
+        clients.push_back({.fd = fd});
       }
     }
     for (size_t i = 0; i < order.size(); ++i) {

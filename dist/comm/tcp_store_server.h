@@ -3,7 +3,6 @@
 // requests are parked until their keys exist; clients enforce their own timeouts (and drop the
 // connection when one passes), so the server never needs a timer.
 #pragma once
-#include <atomic>
 #include <string>
 #include <thread>
 

@@ -10,7 +10,8 @@
 
 namespace mt::dist {
 
-std::vector<int> racks_from_times(const std::vector<std::vector<double>>& seconds, double min_ratio) {
+std::vector<int> racks_from_times(const std::vector<std::vector<double>>& seconds) {
+  constexpr double kMinRatio = 4.0;  // slowest/fastest pair below this: one rack
   const int n = static_cast<int>(seconds.size());
   double lo = INFINITY, hi = 0.0;
   for (int i = 0; i < n; ++i)
@@ -19,7 +20,7 @@ std::vector<int> racks_from_times(const std::vector<std::vector<double>>& second
       hi = std::max(hi, seconds[i][j]);
     }
   std::vector<int> rack(static_cast<size_t>(n), 0);
-  if (n < 2 || !(lo > 0.0) || hi < min_ratio * lo) return rack;  // no clear slow link: one rack
+  if (n < 2 || !(lo > 0.0) || hi < kMinRatio * lo) return rack;  // no clear slow link: one rack
   const double threshold = std::sqrt(lo * hi);
   std::vector<int> parent(static_cast<size_t>(n));
   std::iota(parent.begin(), parent.end(), 0);

@@ -1,7 +1,7 @@
 // Which ranks share a rack (or host): as the config gives them, or measured at start-up. Pairs
 // of ranks time allreduces on their own communicators in round-robin rounds (the same on every
 // rank, so nothing deadlocks), the times are allgathered, and every rank clusters the same
-// matrix: pairs faster than sqrt(fastest x slowest) share a rack, a spread under min_ratio is one.
+// matrix: pairs faster than sqrt(fastest x slowest) share a rack, a spread under 4x is one.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,11 +14,10 @@ namespace mt::dist {
 struct TopologyProbe {
   int64_t message_floats = 64 * 1024;  // 256 KiB per allreduce
   int repetitions = 5;                 // the fastest is kept (after one warm-up)
-  double min_ratio = 4.0;              // slowest/fastest pair below this: one rack
 };
 
 // seconds[i][j] (symmetric, diagonal ignored) -> rack id per rank, numbered by first rank.
-std::vector<int> racks_from_times(const std::vector<std::vector<double>>& seconds, double min_ratio = 4.0);
+std::vector<int> racks_from_times(const std::vector<std::vector<double>>& seconds);
 
 // Collective over `world`: every rank must call it. Returns the rack id of every rank.
 std::vector<int> measure_racks(ProcessGroup& world, const TopologyProbe& probe = {});

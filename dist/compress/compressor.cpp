@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::dist {
 
@@ -46,9 +47,7 @@ std::unique_ptr<Compressor> make_compressor(const CompressionOptions& o) {
     return make_topk_compressor(o.topk_ratio);
   }
   if (o.type == "sign") return make_sign_compressor();
-  std::string names;
-  for (const auto& n : compressor_names()) names += (names.empty() ? "" : ", ") + n;
-  MT_FAIL("unknown dist.compressor.type \"", o.type, "\"; valid: ", names);
+  MT_FAIL("unknown dist.compressor.type \"", o.type, "\"; valid: ", core::join(compressor_names()));
 }
 
 }  // namespace mt::dist

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "dist/compress/compressor.h"
 
@@ -37,9 +38,7 @@ double sum_of_magnitudes(const float* v, int64_t n) {
       const int64_t lanes = std::min(kSumLanes, end - j);
       for (int64_t l = 0; l < lanes; ++l) partial[l] += std::fabs(v[j + l]);
     }
-    double block = 0.0;
-    for (double p : partial) block += p;
-    total += block;
+    total += std::accumulate(partial, partial + kSumLanes, 0.0);
   }
   return total;
 }

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/comm/process_group.h"
 
 namespace mt::dist {
@@ -70,7 +70,7 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
 }
 
 Tensor GradientExchange::wait(PendingExchange& e) {
-  MT_CHECK(e.active(), "internal: waiting for a gradient exchange that was never launched");
+  MT_CHECK(e.work != nullptr, "internal: waiting for a gradient exchange that was never launched");
   const auto start = std::chrono::steady_clock::now();
   if (e.reduce_work) {
     finish(e.reduce_work, *group_, "reduce-scatter of the decoded " + e.compressor->name() +
@@ -104,19 +104,18 @@ Tensor GradientExchange::wait(PendingExchange& e) {
 
 void GradientExchange::warm_up(const CompressionOptions& options, int64_t iteration) {
   if (options.type != "topk" || iteration >= options.topk_warmup_iters) return;
-  set_compressor(make_topk_compressor(topk_ratio_at(options, iteration)));
+  // Those in flight keep theirs; every rank swaps at the same iteration (payload sizes must agree).
+  compressor_ = make_topk_compressor(topk_ratio_at(options, iteration));
 }
 
 std::string describe_exchanges(const std::string& compressor, const ExchangeStats& stats, int64_t iterations) {
   if (stats.exchanges == 0) return "";
   const double it = static_cast<double>(std::max<int64_t>(1, iterations));
-  char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "%s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx), waiting %.2f ms "
-                "per iteration on the exchange",
-                compressor.c_str(), stats.bytes_sent / it / 1024.0, stats.raw_bytes / it / 1024.0,
-                stats.bytes_sent > 0 ? stats.raw_bytes / stats.bytes_sent : 0.0, stats.wait_seconds / it * 1e3);
-  return buf;
+  return core::formatted("%s: %.1f KB sent per iteration (float32 %.1f KB, ratio %.1fx), waiting %.2f ms "
+                         "per iteration on the exchange",
+                         compressor.c_str(), stats.bytes_sent / it / 1024.0, stats.raw_bytes / it / 1024.0,
+                         stats.bytes_sent > 0 ? stats.raw_bytes / stats.bytes_sent : 0.0,
+                         stats.wait_seconds / it * 1e3);
 }
 
 }  // namespace mt::dist

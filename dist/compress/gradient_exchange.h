@@ -3,7 +3,6 @@
 // wait() returns the average over ranks of the decoded gradients. A full-precision exchange sends
 // g + r as float32 and clears r. Buffers live on the gradient's device.
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,7 +38,6 @@ struct PendingExchange {
   bool summable = true;
   bool decoded_reduce = false;  // went the DecodeReduceScatter route
   int64_t numel = 0;
-  bool active() const { return work != nullptr; }
 };
 
 // Per-epoch communication statistics (rank-local).
@@ -69,9 +67,6 @@ class GradientExchange {
   Tensor wait(PendingExchange& exchange);
 
   const Compressor& compressor() const { return *compressor_; }
-  // Exchanges launched from now on use this compressor; those in flight keep theirs. Every rank
-  // must swap at the same iteration (TOPK ratio warm-up: payload sizes must agree).
-  void set_compressor(std::unique_ptr<Compressor> compressor) { compressor_ = std::move(compressor); }
   // TOPK ratio warm-up: during options.topk_warmup_iters, exchanges from now on use the ratio of
   // `iteration` (topk_ratio_at); a no-op for other compressors and after the warm-up.
   void warm_up(const CompressionOptions& options, int64_t iteration);

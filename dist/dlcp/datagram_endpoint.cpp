@@ -11,9 +11,9 @@
 
 #include <cstring>
 #include <random>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/dlcp/priority.h"
 
 namespace mt::dist::dlcp {
@@ -35,19 +35,14 @@ bool same(const sockaddr_in& a, const sockaddr_in& b) {
 }  // namespace
 
 std::string format_paths(const std::vector<PathAddress>& paths) {
-  std::string out;
-  for (const auto& p : paths) {
-    if (!out.empty()) out += ',';
-    out += p.str();
-  }
-  return out;
+  std::vector<std::string> texts;
+  for (const auto& p : paths) texts.push_back(p.str());
+  return core::join(texts, ",");
 }
 
 std::vector<PathAddress> parse_paths(const std::string& text) {
   std::vector<PathAddress> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  for (const std::string& item : core::split(text, ',')) {
     const size_t colon = item.rfind(':');
     MT_CHECK(colon != std::string::npos && colon > 0, "DLCP: peer address \"", item, "\" is not host:port");
     PathAddress a;

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 
-#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -136,10 +135,9 @@ std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
              "\"ring\" (allreduce among the workers); set it to \"ps\" or start no servers");
   }
   DlcpOptions o = dlcp_options_from(c.dist, world->rank());
-  o.config_text = c.config_text;
-  o.log = c.log;
-  if (o.injector && c.log)
-    *c.log << "dlcp: dropping " << 100 * c.dist.dlcp().inject_loss() << "% of data packets on purpose "
+  static_cast<SynchronizerOptions&>(o) = c.common;
+  if (o.injector && o.log)
+    *o.log << "dlcp: dropping " << 100 * c.dist.dlcp().inject_loss() << "% of data packets on purpose "
            << "(dist.dlcp.inject_loss)" << std::endl;
   if (ps) return std::make_unique<DlcpPsSynchronizer>(c.group, c.world_with_servers, std::move(o));
   return std::make_unique<DlcpSynchronizer>(c.group, std::move(o));

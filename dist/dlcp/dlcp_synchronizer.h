@@ -2,7 +2,6 @@
 // UDP datagrams (ring_allreduce.h); each element's average divides by the ranks whose value
 // arrived. The registration here builds the ring or the parameter-server form (ps_worker.h).
 #pragma once
-#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,7 +15,7 @@
 
 namespace mt::dist::dlcp {
 
-struct DlcpOptions {
+struct DlcpOptions : SynchronizerOptions {
   ExchangeOptions exchange;
   std::vector<std::string> paths;  // local addresses; empty = towards MASTER_ADDR
   PriorityDirection direction = PriorityDirection::OutputFirst;
@@ -24,9 +23,7 @@ struct DlcpOptions {
   bool lossless_allgather = true;  // the ring
   bool lossless_pull = true;       // the parameter-server form (ps_worker.h)
   int64_t partition_bytes = 4 << 20;
-  std::string config_text;
   std::shared_ptr<PacketFaults> injector;  // tests, and dist.dlcp.inject_loss
-  std::ostream* log = nullptr;              // start-up notes
 };
 
 // The options of a validated dist config (dist.timeout_seconds is the silence that fails) for

@@ -1,6 +1,6 @@
 #include "dist/dlcp/exchange_record.h"
 
-#include <cstdio>
+#include "core/strings.h"
 
 namespace mt::dist::dlcp {
 
@@ -14,13 +14,12 @@ void ExchangeRecord::add(const ExchangeStats& iteration) {
 std::string ExchangeRecord::epoch_summary() {
   if (steps_since_epoch_ == 0) return "";
   const double it = double(steps_since_epoch_);
-  char line[512];
-  std::snprintf(line, sizeof(line),
-                "dlcp: %.2f%% of packets lost (bound %.2f%%), %.1f retransmissions, %.1f deadline endings and "
-                "%.1f ms %s per iteration; %llu packets refused",
-                100 * since_epoch_.loss(), 100 * loss_bound_, since_epoch_.retransmissions / it,
-                since_epoch_.deadline_endings / it, 1000 * since_epoch_.seconds / it, where_.c_str(),
-                static_cast<unsigned long long>(since_epoch_.rejected.rejected()));
+  const std::string line = core::formatted(
+      "dlcp: %.2f%% of packets lost (bound %.2f%%), %.1f retransmissions, %.1f deadline endings and "
+      "%.1f ms %s per iteration; %llu packets refused",
+      100 * since_epoch_.loss(), 100 * loss_bound_, since_epoch_.retransmissions / it,
+      since_epoch_.deadline_endings / it, 1000 * since_epoch_.seconds / it, where_.c_str(),
+      static_cast<unsigned long long>(since_epoch_.rejected.rejected()));
   since_epoch_ = {};
   steps_since_epoch_ = 0;
   return line;
@@ -29,11 +28,10 @@ std::string ExchangeRecord::epoch_summary() {
 std::string ExchangeRecord::metrics_fields() {
   if (steps_since_record_ == 0) return "";
   const double it = double(steps_since_record_);
-  char fields[256];
-  std::snprintf(fields, sizeof(fields),
-                "\"dlcp_loss\":%.6g,\"dlcp_retransmissions\":%.6g,\"dlcp_deadline_endings\":%.6g,\"dlcp_ms\":%.6g",
-                since_record_.loss(), since_record_.retransmissions / it, since_record_.deadline_endings / it,
-                1000 * since_record_.seconds / it);
+  const std::string fields = core::formatted(
+      "\"dlcp_loss\":%.6g,\"dlcp_retransmissions\":%.6g,\"dlcp_deadline_endings\":%.6g,\"dlcp_ms\":%.6g",
+      since_record_.loss(), since_record_.retransmissions / it, since_record_.deadline_endings / it,
+      1000 * since_record_.seconds / it);
   since_record_ = {};
   steps_since_record_ = 0;
   return fields;

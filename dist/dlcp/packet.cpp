@@ -71,16 +71,6 @@ float Packet::value(size_t i) const {
 
 bool Packet::bit(size_t i) const { return (payload[i / 8] >> (i % 8)) & 1; }
 
-const char* to_string(ParseResult r) {
-  switch (r) {
-    case ParseResult::Ok: return "ok";
-    case ParseResult::Truncated: return "truncated";
-    case ParseResult::Foreign: return "foreign";
-    case ParseResult::Malformed: return "malformed";
-  }
-  return "?";
-}
-
 ParseResult parse_packet(const uint8_t* data, size_t size, Packet* out) {
   if (data == nullptr || size < 6) return ParseResult::Truncated;
   if (get32(data) != kPacketMagic || data[4] != kPacketVersion) return ParseResult::Foreign;
@@ -155,13 +145,6 @@ void PacketCounters::count(ParseResult r) {
     case ParseResult::Foreign: ++foreign; break;
     case ParseResult::Malformed: ++malformed; break;
   }
-}
-
-std::string PacketCounters::str() const {
-  return "truncated " + std::to_string(truncated) + ", foreign " + std::to_string(foreign) + ", malformed " +
-         std::to_string(malformed) + ", stale " + std::to_string(stale) + ", out of range " +
-         std::to_string(out_of_range) + ", duplicates " + std::to_string(duplicate) + ", early dropped " +
-         std::to_string(dropped_early);
 }
 
 }  // namespace mt::dist::dlcp

@@ -79,7 +79,6 @@ enum class ParseResult {
   Foreign,      // not a DLCP packet of this version (magic or version differ)
   Malformed,    // checksum wrong, unknown kind, or fields that contradict each other
 };
-const char* to_string(ParseResult r);
 
 // Parses `size` bytes; on Ok fills *out (its payload points into `data`). Never reads past
 // data + size, never throws.
@@ -106,7 +105,6 @@ struct PacketCounters {
 
   void count(ParseResult r);
   uint64_t rejected() const { return truncated + foreign + malformed + stale + out_of_range; }
-  std::string str() const;
 };
 
 }  // namespace mt::dist::dlcp

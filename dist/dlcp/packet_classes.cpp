@@ -46,9 +46,7 @@ void classify_packets(const GradientLayout* layout, const float* values, const u
     out->contributors[p] = contributors;
     if (!classed) continue;
     const uint16_t layer = layout->layer_at(at);
-    double sum = 0;
-    for (uint32_t i = 0; i < count; ++i) sum += std::fabs(values[at + i]);
-    const double mean = sum / count / std::max<uint16_t>(contributors, 1);
+    const double mean = mean_abs(values + at, count) / std::max<uint16_t>(contributors, 1);
     const double position = layout->layers > 1 ? double(layer) / double(layout->layers - 1) : 1.0;
     out->layer[p] = layer;
     out->priority[p] =

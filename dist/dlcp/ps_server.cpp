@@ -1,11 +1,11 @@
 #include "dist/dlcp/ps_server.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <ostream>
 #include <vector>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/dlcp/ps_worker.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_protocol.h"
@@ -115,10 +115,10 @@ DlcpServerStats DlcpParameterServer::serve(std::ostream* log) {
     ++stats.iterations;
   }
   if (log) {
-    char line[256];
-    std::snprintf(line, sizeof(line), "%.2f%% of pushed packets lost, %llu pull retransmissions", 100 * stats.pushes.loss(),
-                  static_cast<unsigned long long>(stats.pulls.retransmissions));
-    *log << who() << ": done after " << stats.iterations << " iterations, " << line << std::endl;
+    *log << who() << ": done after " << stats.iterations << " iterations, "
+         << core::formatted("%.2f%% of pushed packets lost, %llu pull retransmissions", 100 * stats.pushes.loss(),
+                            static_cast<unsigned long long>(stats.pulls.retransmissions))
+         << std::endl;
   }
   return stats;
 }

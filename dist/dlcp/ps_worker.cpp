@@ -1,12 +1,11 @@
 #include "dist/dlcp/ps_worker.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <iostream>
 #include <numeric>
 
 #include "core/error.h"
-#include "core/grad_mode.h"
+#include "core/strings.h"
 #include "dist/registry.h"
 #include "dist/flat.h"
 #include "dist/ps/ps_handshake.h"
@@ -16,11 +15,9 @@
 namespace mt::dist::dlcp {
 
 std::string ps_agreement(const DlcpOptions& o) {
-  char text[200];
-  std::snprintf(text, sizeof(text), "ps values_per_packet=%d loss_bound=%.9g deadline_ms=%lld lossless_pull=%d",
-                int(o.exchange.elements_per_packet), o.exchange.loss_bound,
-                static_cast<long long>(o.exchange.deadline.count()), int(o.lossless_pull));
-  return text;
+  return core::formatted("ps values_per_packet=%d loss_bound=%.9g deadline_ms=%lld lossless_pull=%d",
+                         int(o.exchange.elements_per_packet), o.exchange.loss_bound,
+                         static_cast<long long>(o.exchange.deadline.count()), int(o.lossless_pull));
 }
 
 DlcpPsSynchronizer::DlcpPsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world,

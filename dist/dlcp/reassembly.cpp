@@ -53,17 +53,6 @@ Accepted Reassembly::accept(const Packet& p, PacketCounters* counters) {
   return Accepted::Written;
 }
 
-uint32_t Reassembly::first_missing() const {
-  const auto it = std::find(arrived_.begin(), arrived_.end(), false);
-  return static_cast<uint32_t>(it - arrived_.begin());
-}
-
-std::vector<bool> Reassembly::bitmap_from(uint32_t base, size_t max_bits) const {
-  std::vector<bool> bits;
-  for (uint32_t i = base; i < arrived_.size() && bits.size() < max_bits; ++i) bits.push_back(arrived_[i]);
-  return bits;
-}
-
 void Reassembly::zero_missing() {
   for (uint32_t i = 0; i < arrived_.size(); ++i) {
     if (arrived_[i]) continue;

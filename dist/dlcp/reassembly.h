@@ -47,10 +47,6 @@ class Reassembly {
   bool complete() const { return received_ == shape_.packets(); }
   bool arrived(uint32_t index) const { return arrived_[index]; }
   const std::vector<bool>& arrived_all() const { return arrived_; }
-  // The first packet not yet arrived (packets() when complete): an ack's base.
-  uint32_t first_missing() const;
-  // Up to max_bits arrival bits from `base` on (an ack's bitmap).
-  std::vector<bool> bitmap_from(uint32_t base, size_t max_bits) const;
   // Overwrite mode: values and counts of every missing packet become 0.
   void zero_missing();
   // From now on each written packet's class and layer go to priority[index] and layer[index]

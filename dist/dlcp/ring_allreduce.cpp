@@ -1,11 +1,9 @@
 #include "dist/dlcp/ring_allreduce.h"
 
 #include <algorithm>
-#include <cmath>
 #include <random>
 
 #include "core/error.h"
-#include "dist/replicas.h"
 
 namespace mt::dist::dlcp {
 namespace {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "dist/dlcp/packet_classes.h"
-#include "dist/dlcp/priority.h"
 #include "dist/dlcp/transport.h"
 #include "dist/comm/process_group.h"
 

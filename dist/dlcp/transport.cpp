@@ -17,6 +17,8 @@ constexpr size_t kAckBits = 8000;          // an ack's bitmap: 1000 bytes
 constexpr size_t kEarlyLimit = 1 << 16;    // packets kept per peer for a later transfer
 constexpr size_t kFinishedKept = 8;        // finished transfers answered per peer
 constexpr int kReorderThreshold = 3;       // as TCP's three duplicate acks
+constexpr int kAckEvery = 8;               // packets received per plain ack (or 1 ms)
+constexpr double kInitialWindow = 16;      // packets, per peer
 // Datagrams read before acknowledging: every packet already queued (up to the largest window),
 // so that the answer to a probe covers every packet that arrived before the probe.
 constexpr int kDrainLimit = 4096;
@@ -68,14 +70,13 @@ Transport::Transport(std::shared_ptr<DatagramEndpoint> endpoint, int rank, uint3
            options_.loss_bound, ")");
   MT_CHECK(options_.elements_per_packet >= 1 && options_.elements_per_packet <= kMaxElementsPerPacket,
            "DLCP: ", options_.elements_per_packet, " elements per packet is outside 1..", kMaxElementsPerPacket);
-  MT_CHECK(options_.ack_every >= 1, "DLCP: ack_every must be >= 1");
 }
 
 Transport::Peer& Transport::peer(int rank) {
   auto it = peers_.find(rank);
   if (it == peers_.end()) {
     it = peers_.emplace(rank, Peer{}).first;
-    it->second.window = CongestionWindow(options_.initial_window);
+    it->second.window = CongestionWindow(kInitialWindow);
   }
   return it->second;
 }
@@ -564,7 +565,7 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     now = Clock::now();
     for (Receiving& r : receiving) {
       if (r.done || (r.acks_owed == 0 && r.probes_owed.empty())) continue;
-      if (!r.probes_owed.empty() || r.acks_owed >= options_.ack_every ||
+      if (!r.probes_owed.empty() || r.acks_owed >= kAckEvery ||
           now - r.last_ack >= std::chrono::milliseconds(1) || r.reassembly.complete()) {
         // A complete transfer's "done" acks follow at the top of the loop.
         if (!r.reassembly.complete()) {

@@ -31,8 +31,6 @@ struct ExchangeOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // silence that is an Error
   uint16_t elements_per_packet = 338;                           // (1400 - 48) / 4
   Spray spray = Spray::RoundRobin;
-  int ack_every = 8;
-  double initial_window = 16;
 };
 
 // The packets a transfer may lose: floor(p * packets).
@@ -96,8 +94,6 @@ class Transport {
 
   DatagramEndpoint& endpoint() { return *endpoint_; }
   const ExchangeOptions& options() const { return options_; }
-  int rank() const { return rank_; }
-  uint32_t job() const { return job_; }
 
  private:
   struct Finished {  // a finished incoming transfer, to answer its late packets

@@ -1,6 +1,7 @@
 #include "dist/dssync/dssync_schedule.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <random>
@@ -40,15 +41,16 @@ Partition mapped(const Partition& local, const std::vector<int>& members) {
 
 int64_t lcm64(int64_t a, int64_t b) { return a / std::gcd(a, b) * b; }
 
+// Whether `group` holds ranks of more than one rack.
+bool spans(const RankGroup& group, const std::vector<int>& rack_of) {
+  return std::any_of(group.begin(), group.end(), [&](int r) { return rack_of[r] != rack_of[group[0]]; });
+}
+
 // The groups of `phase` that span more than one rack, in the phase's order.
 std::vector<RankGroup> crossing_groups(const Partition& phase, const std::vector<int>& rack_of) {
   std::vector<RankGroup> out;
-  for (const auto& grp : phase)
-    for (int r : grp)
-      if (rack_of[r] != rack_of[grp[0]]) {
-        out.push_back(grp);
-        break;
-      }
+  std::copy_if(phase.begin(), phase.end(), std::back_inserter(out),
+               [&](const RankGroup& g) { return spans(g, rack_of); });
   return out;
 }
 
@@ -303,10 +305,7 @@ bool DsSyncSchedule::crosses_racks(const Partition& partition) const {
 }
 
 bool DsSyncSchedule::spans_racks(const RankGroup& group) const {
-  if (options_.rack_of.empty()) return false;
-  for (int r : group)
-    if (options_.rack_of[r] != options_.rack_of[group[0]]) return true;
-  return false;
+  return !options_.rack_of.empty() && spans(group, options_.rack_of);
 }
 
 std::string DsSyncSchedule::describe() const {

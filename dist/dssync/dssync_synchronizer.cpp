@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "dist/comm/subgroups.h"
 #include "dist/registry.h"
 #include "dist/replicas.h"
 
@@ -55,9 +56,7 @@ void DsSyncSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
     options_.schedule.rack_of = measure_racks(*group_);
     schedule_ = std::make_unique<DsSyncSchedule>(options_.schedule);
     if (rank() == 0 && options_.log) {
-      *options_.log << "DS-Sync: racks measured at start-up:";
-      for (int r : options_.schedule.rack_of) *options_.log << ' ' << r;
-      *options_.log << '\n';
+      *options_.log << "DS-Sync: racks measured at start-up: " << join_ranks(options_.schedule.rack_of, " ") << '\n';
     }
   }
   // After the racks are known (measured or given): a needed broadcast crosses each uplink once.
@@ -97,11 +96,7 @@ bool DsSyncSynchronizer::end_iteration(optim::StepGuard& optimizer) {
     label = "global average";
   } else {
     const RankGroup& g = schedule_->group_of(t, rank());
-    std::string members;
-    for (int r : g) {
-      if (!members.empty()) members += ',';
-      members += std::to_string(r);
-    }
+    const std::string members = join_ranks(g);
     label = "group {" + members + "}";
     crossed_last_step_ = schedule_->spans_racks(g);
     if (crossed_last_step_) ++crossing_steps_;
@@ -131,8 +126,7 @@ bool DsSyncSynchronizer::end_iteration(optim::StepGuard& optimizer) {
 double DsSyncSynchronizer::measure_spread() {
   core::NoGradGuard no_grad;
   // Parameters only: the buffers are statistics, not what the ranks learn.
-  int64_t n = 0;
-  for (const auto& t : params_) n += t.numel();
+  const int64_t n = total_numel(params_);
   if (n == 0) return 0.0;
   const core::Device device = params_[0].device();
   Tensor sum = Tensor::empty({n}, core::DType::Float32, device);
@@ -229,7 +223,7 @@ void validate_dssync(const mintrain::DistConfig& d) {
 
 std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
   const mintrain::DssyncConfig& s = c.dist.dssync();
-  DsSyncOptions o;
+  auto o = options_from<DsSyncOptions>(c);
   o.schedule.group_size = s.group_size();
   o.schedule.type = s.schedule();
   o.schedule.seed = s.seed();
@@ -241,9 +235,6 @@ std::unique_ptr<Synchronizer> make_dssync(const AlgorithmContext& c) {
   o.global_average_every = s.global_average_every();
   o.spread_every = s.spread_every();
   o.measure_racks = s.measure_racks();
-  o.config_text = c.config_text;
-  o.timeline = c.timeline;
-  o.log = c.log;
   return std::make_unique<DsSyncSynchronizer>(c.group, std::move(o));
 }
 

@@ -2,7 +2,6 @@
 // rank's own gradient, then an average of the models inside the rank's group of the iteration
 // (dssync_schedule.h), on that group's communicator. Evaluation shows the world average.
 #pragma once
-#include <iosfwd>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,20 +13,16 @@
 #include "dist/comm/process_group.h"
 #include "dist/replicas.h"
 #include "dist/synchronizer.h"
-#include "dist/timeline.h"
 #include "dist/comm/topology.h"
 
 namespace mt::dist {
 
-struct DsSyncOptions {
+struct DsSyncOptions : SynchronizerOptions {
   DsSyncScheduleOptions schedule;   // world_size is taken from the group
   int global_average_every = 0;     // > 0: every K-th iteration averages over the whole world
   int spread_every = 0;             // > 0: measure (and rank 0 logs) the spread every N iterations
   bool broadcast_initial_weights = true;  // false: keep each rank's own start (tests)
   bool measure_racks = false;       // racks timed at setup (topology.h) instead of given
-  std::string config_text;          // must be the same on every rank (checked at setup)
-  std::shared_ptr<Timeline> timeline;
-  std::ostream* log = nullptr;      // rank 0 writes the schedule and the spread here
 };
 
 class DsSyncSynchronizer final : public Synchronizer {

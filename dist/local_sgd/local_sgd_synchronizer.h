@@ -1,7 +1,6 @@
 // Local SGD (docs/algorithms.md section 4; README.md): every rank steps alone, and every
 // `period` steps the ranks replace their parameters and float32 buffers by the world's average.
 #pragma once
-#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,10 +12,8 @@
 
 namespace mt::dist {
 
-struct LocalSgdOptions {
+struct LocalSgdOptions : SynchronizerOptions {
   int period = 4;             // K: steps between two averages (>= 1)
-  std::string config_text;    // must be the same on every rank (checked at setup)
-  std::ostream* log = nullptr;  // rank 0's start-up note (whether the weights were broadcast)
 };
 
 class LocalSgdSynchronizer final : public Synchronizer {

@@ -1,9 +1,7 @@
 #include "dist/predict/comm_profile.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <sstream>
 

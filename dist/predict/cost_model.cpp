@@ -2,8 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
-#include <tuple>
+#include <numeric>
 
 #include "core/error.h"
 #include "dist/comm/hierarchical_group.h"
@@ -90,7 +89,7 @@ void set_measured_curve(LinearCost& cost, std::vector<double> bytes, std::vector
   MT_CHECK(bytes.size() == seconds.size(), "a measured allreduce curve needs one time per size: ", bytes.size(),
            " sizes, ", seconds.size(), " times");
   std::vector<size_t> order(bytes.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] < bytes[b]; });
   cost.measured_bytes.clear();
   cost.measured_seconds.clear();
@@ -118,23 +117,22 @@ int Dag::add(std::string name, double seconds, const std::vector<int>& deps) {
   double ready = 0.0;
   int pred = -1;
   for (int d : deps) {
-    MT_CHECK(d >= 0 && d < id, "Dag::add: task \"", name, "\" depends on ", d,
+    if (d < 0) continue;  // none
+    MT_CHECK(d < id, "Dag::add: task \"", name, "\" depends on ", d,
              ", which is not added yet (add tasks in topological order)");
     if (pred < 0 || finish_[d] > ready) {
       ready = finish_[d];
       pred = d;
     }
   }
-  tasks_.push_back({std::move(name), seconds, deps});
+  tasks_.push_back({std::move(name), seconds});
   finish_.push_back(ready + seconds);
   critical_pred_.push_back(pred);
   return id;
 }
 
 double Dag::critical_length() const {
-  double best = 0.0;
-  for (double f : finish_) best = std::max(best, f);
-  return best;
+  return finish_.empty() ? 0.0 : *std::max_element(finish_.begin(), finish_.end());
 }
 
 std::vector<std::string> Dag::critical_path() const {
@@ -172,15 +170,14 @@ IterationDag build_iteration_dag(const std::vector<LayerCost>& layers, const Mer
   Dag& dag = it.dag;
   int prev = -1;
   for (int l = 0; l < L; ++l)
-    prev = dag.add("forward " + std::to_string(l), layers[l].forward, prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+    prev = dag.add("forward " + std::to_string(l), layers[l].forward, {prev});
   // Which message each layer's gradient completes (-1: none), for the send tasks.
   std::vector<int> completes(L, -1);
   for (size_t m = 0; m < plan.size(); ++m)
     if (!plan[m].empty()) completes.at(plan[m].back()) = static_cast<int>(m);
   std::vector<int> backward(L);
   for (int l = L - 1; l >= 0; --l) {
-    backward[l] = dag.add("backward " + std::to_string(l), layers[l].backward,
-                          prev < 0 ? std::vector<int>{} : std::vector<int>{prev});
+    backward[l] = dag.add("backward " + std::to_string(l), layers[l].backward, {prev});
     if (it.first_backward < 0) it.first_backward = backward[l];
     prev = backward[l];
     // A message sent while backward goes on takes some of the compute (none after layer 0:
@@ -291,11 +288,8 @@ namespace {
 // Forward 0..L-1 then backward L-1..0 after task `after` (-1: none); returns the last backward.
 int add_compute_chain(Dag& dag, const std::vector<LayerCost>& layers, int after) {
   int prev = after;
-  auto deps = [&] { return prev < 0 ? std::vector<int>{} : std::vector<int>{prev}; };
-  for (size_t l = 0; l < layers.size(); ++l)
-    prev = dag.add("forward " + std::to_string(l), layers[l].forward, deps());
-  for (size_t l = layers.size(); l-- > 0;)
-    prev = dag.add("backward " + std::to_string(l), layers[l].backward, deps());
+  for (size_t l = 0; l < layers.size(); ++l) prev = dag.add("forward " + std::to_string(l), layers[l].forward, {prev});
+  for (size_t l = layers.size(); l-- > 0;) prev = dag.add("backward " + std::to_string(l), layers[l].backward, {prev});
   return prev;
 }
 
@@ -360,8 +354,7 @@ Prediction predict_dssync(const std::vector<LayerCost>& layers, double update_se
                           const DssyncCost& cost) {
   Dag dag;
   const int backward_done = add_compute_chain(dag, layers, -1);
-  const int step = dag.add("local step", update_seconds,
-                           backward_done < 0 ? std::vector<int>{} : std::vector<int>{backward_done});
+  const int step = dag.add("local step", update_seconds, {backward_done});
   const int average = dag.add("group average (parameters + buffers)", cost.amortized(), {step});
   Prediction p;
   p.iteration = dag.finish(average);

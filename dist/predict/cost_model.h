@@ -94,7 +94,7 @@ void copy_curves(const LinearCost& from, LinearCost& to);
 // added), so the longest path is one pass over them.
 class Dag {
  public:
-  int add(std::string name, double seconds, const std::vector<int>& deps = {});
+  int add(std::string name, double seconds, const std::vector<int>& deps = {});  // a dependency -1: none
   size_t size() const { return tasks_.size(); }
   double finish(int task) const { return finish_[task]; }  // earliest finish time
   double start(int task) const { return finish_[task] - tasks_[task].seconds; }
@@ -105,7 +105,6 @@ class Dag {
   struct Task {
     std::string name;
     double seconds;
-    std::vector<int> deps;
   };
   std::vector<Task> tasks_;
   std::vector<double> finish_;

@@ -1,7 +1,6 @@
 #include "dist/predict/network_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include "core/error.h"
@@ -12,10 +11,6 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
   if (name == "ring") return AllreduceAlgorithm::Ring;
   if (name == "hierarchical") return AllreduceAlgorithm::Hierarchical;
   MT_FAIL("unknown allreduce algorithm \"", name, "\"; valid: \"ring\", \"hierarchical\"");
-}
-
-std::string allreduce_algorithm_name(AllreduceAlgorithm algorithm) {
-  return algorithm == AllreduceAlgorithm::Ring ? "ring" : "hierarchical";
 }
 
 NetworkModel::NetworkModel(NetworkSpec spec) : spec_(spec) {
@@ -109,7 +104,7 @@ std::string NetworkModel::describe() const {
   } else {
     os << " inside racks of " << spec_.ranks_per_rack << "; " << spec_.inter_bandwidth_gbps
        << " Gbit/s, " << spec_.inter_latency_us << " us between racks ("
-       << allreduce_algorithm_name(spec_.algorithm) << " allreduce)";
+       << (spec_.algorithm == AllreduceAlgorithm::Ring ? "ring" : "hierarchical") << " allreduce)";
   }
   return os.str();
 }

@@ -42,7 +42,6 @@ namespace mt::dist {
 
 enum class AllreduceAlgorithm { Ring, Hierarchical };
 AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);  // "ring", "hierarchical"
-std::string allreduce_algorithm_name(AllreduceAlgorithm algorithm);
 
 struct NetworkSpec {
   double bandwidth_gbps = 10.0;  // every rank's link (inside a rack), Gbit/s

@@ -23,7 +23,6 @@ class ComputeChunk {
  public:
   explicit ComputeChunk(int reps);
   void run();
-  int reps() const { return reps_; }
 
  private:
   int reps_;

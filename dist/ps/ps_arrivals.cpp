@@ -14,7 +14,7 @@ namespace mt::dist {
 struct NoteArrivals::State {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Arrival> arrived;
+  std::deque<std::vector<int64_t>> arrived;
   std::vector<std::pair<int, std::string>> failures;
   std::vector<bool> finished;  // per worker thread
 };
@@ -51,7 +51,7 @@ NoteArrivals::NoteArrivals(ProcessGroup& world, int workers, size_t per_worker, 
         if (failed.empty()) {
           const core::Tensor& note = posted[j].first;
           const int64_t* v = note.data<int64_t>();
-          state->arrived.push_back({w, std::vector<int64_t>(v, v + note.numel())});
+          state->arrived.emplace_back(v, v + note.numel());
         } else {
           state->failures.emplace_back(w, failed);
         }
@@ -82,11 +82,11 @@ NoteArrivals::~NoteArrivals() {
   }
 }
 
-NoteArrivals::Arrival NoteArrivals::next(const std::function<std::string(int, const std::string&)>& failure) {
+std::vector<int64_t> NoteArrivals::next(const std::function<std::string(int, const std::string&)>& failure) {
   std::unique_lock<std::mutex> lock(state_->mu);
   const bool came = state_->cv.wait_for(lock, backstop_, [&] { return !state_->arrived.empty() || !state_->failures.empty(); });
   if (!state_->arrived.empty()) {
-    Arrival a = std::move(state_->arrived.front());
+    std::vector<int64_t> a = std::move(state_->arrived.front());
     state_->arrived.pop_front();
     return a;
   }

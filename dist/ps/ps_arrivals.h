@@ -20,10 +20,6 @@ namespace mt::dist {
 
 class NoteArrivals {
  public:
-  struct Arrival {
-    int worker = -1;
-    std::vector<int64_t> note;  // ps::kNoteNumbers: worker, partition, receipt wanted
-  };
   // Posts `per_worker` note receives from each of the workers 0..workers-1 of `world` and starts
   // the waiting threads. `backstop`: next() gives up after this at the latest (each connection's
   // own wait times out at the world's timeout first).
@@ -32,9 +28,10 @@ class NoteArrivals {
   // left to finish at the world's timeout: it owns everything it uses.
   ~NoteArrivals();
 
-  // The next note to arrive. On a worker's failure, or nothing within the backstop, throws
-  // core::Error with the text `failure(worker, why)` (worker -1: no one failed, all were silent).
-  Arrival next(const std::function<std::string(int worker, const std::string& why)>& failure);
+  // The next note to arrive (ps::kNoteNumbers: worker, partition, receipt wanted). On a worker's
+  // failure, or nothing within the backstop, throws core::Error with the text `failure(worker,
+  // why)` (worker -1: no one failed, all were silent).
+  std::vector<int64_t> next(const std::function<std::string(int worker, const std::string& why)>& failure);
 
  private:
   struct State;

@@ -8,16 +8,13 @@
 #include "dist/replicas.h"
 
 namespace mt::dist {
-namespace {
 
 Tensor int64s(const std::vector<int64_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
 
-std::vector<int64_t> values(const Tensor& t) {
+std::vector<int64_t> int64_values(const Tensor& t) {
   const int64_t* p = t.data<int64_t>();
   return std::vector<int64_t>(p, p + t.numel());
 }
-
-}  // namespace
 
 std::string parameter_server_name(int server, int workers) {
   return "parameter server " + std::to_string(server) + " (rank " + std::to_string(workers + server) + ")";
@@ -98,11 +95,11 @@ PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers,
   };
   Tensor hello = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);
   from_worker0(world.recv(hello, 0, ps::kHelloTag), "waiting for worker 0's hello at set-up");
-  const std::vector<int64_t> theirs = values(hello);
+  const std::vector<int64_t> theirs = int64_values(hello);
   const int64_t partitions = theirs[5];
   const Tensor answer = int64s({ps::kVersion, workers, servers, partition_bytes, index, partitions});
   from_worker0(world.send(answer, 0, ps::kHelloTag), "answering worker 0's hello");
-  const std::string mismatch = ps::hello_mismatch(theirs, values(answer));
+  const std::string mismatch = ps::hello_mismatch(theirs, int64_values(answer));
   MT_CHECK(mismatch.empty(), who, " refuses the job: ", mismatch, ". Start workers and servers with the same "
            "config, WORLD_SIZE and MINTRAIN_NUM_SERVERS");
   MT_CHECK(partitions >= 0, who, ": worker 0 announced ", partitions, " partitions");
@@ -110,7 +107,7 @@ PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers,
   if (partitions == 0) return table;
   Tensor numbers = Tensor::zeros({2 * partitions}, core::DType::Int64);
   from_worker0(world.recv(numbers, 0, ps::kTableTag), "waiting for the partition table");
-  const std::vector<int64_t> t = values(numbers);
+  const std::vector<int64_t> t = int64_values(numbers);
   for (int64_t k = 0; k < partitions; ++k) {
     MT_CHECK(t[2 * k + 1] > 0 && t[2 * k + 1] * 4 <= partition_bytes, who, ": partition ", t[2 * k], " of ",
              t[2 * k + 1], " floats does not fit partition_bytes ", partition_bytes);
@@ -144,7 +141,7 @@ void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const s
         auto got = world.recv(answer, N + s, ps::kHelloTag);
         finish(sent, world, "the hello to " + server(s));
         finish(got, world, "waiting for the answer of " + server(s));
-        const std::string mismatch = ps::hello_mismatch(values(hello), values(answer));
+        const std::string mismatch = ps::hello_mismatch(int64_values(hello), int64_values(answer));
         if (!mismatch.empty()) {
           refusal += (refusal.empty() ? "" : "; ") + server(s) + " refuses the job: " + mismatch;
           continue;

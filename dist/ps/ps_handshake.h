@@ -16,6 +16,10 @@
 
 namespace mt::dist {
 
+// The int64 messages of the wire as tensors, and back.
+Tensor int64s(const std::vector<int64_t>& v);
+std::vector<int64_t> int64_values(const Tensor& t);
+
 // One server's partitions in the order it serves them: {partition id, numel} each.
 using PsServerTable = std::vector<std::pair<int64_t, int64_t>>;
 

@@ -1,19 +1,15 @@
 #include "dist/ps/ps_partition.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <numeric>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace mt::dist {
 namespace {
 
-std::string mb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g MB", bytes / (1 << 20));
-  return buf;
-}
+std::string mb(double bytes) { return core::formatted("%.3g MB", bytes / (1 << 20)); }
 
 }  // namespace
 

@@ -12,18 +12,6 @@
 #include "dist/ps/ps_protocol.h"
 
 namespace mt::dist {
-namespace {
-
-Tensor int64s(const std::vector<int64_t>& v) {
-  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
-}
-
-std::vector<int64_t> values(const Tensor& t) {
-  const int64_t* p = t.data<int64_t>();
-  return std::vector<int64_t>(p, p + t.numel());
-}
-
-}  // namespace
 
 ParameterServer::ParameterServer(std::shared_ptr<ProcessGroup> world, PsServerOptions options)
     : world_(std::move(world)), options_(options) {
@@ -137,7 +125,7 @@ PsServerStats ParameterServer::run(std::ostream* log) {
   for (;;) {
     const std::string next = "waiting for iteration " + std::to_string(stats.iterations) + " to begin";
     wait_for(post(0, next, [&] { return world_->recv(command, 0, ps::kCommandTag); }), 0, next);
-    const std::vector<int64_t> c = values(command);
+    const std::vector<int64_t> c = int64_values(command);
     if (c[0] == ps::kStop) break;
     MT_CHECK(c[0] == ps::kStep, who(), ": worker 0 sent an unknown command ", c[0]);
     const std::string iteration = "iteration " + std::to_string(c[1]);
@@ -149,11 +137,10 @@ PsServerStats ParameterServer::run(std::ostream* log) {
     stats.last_answer_order.clear();
     NoteArrivals arrivals(*world_, N, P, options_.backstop);
     for (size_t i = 0; i < expected; ++i) {
-      const auto arrival = arrivals.next([&](int w, const std::string& why) {
+      const std::vector<int64_t> note = arrivals.next([&](int w, const std::string& why) {
         return who() + ": " + (w >= 0 ? worker(w) + " is gone or silent" : missing_pushes(taken)) + " in " + iteration +
                " (waiting for its pushes' notes): " + why + "; stopping the server (the job cannot go on without it)";
       });
-      const std::vector<int64_t>& note = arrival.note;
       const int w = static_cast<int>(note[0]);
       const auto found = index_of.find(note[1]);
       MT_CHECK(w >= 0 && w < N && found != index_of.end() && !taken[found->second][static_cast<size_t>(w)], who(),

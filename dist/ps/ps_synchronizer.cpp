@@ -1,12 +1,12 @@
 #include "dist/ps/ps_synchronizer.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <future>
 #include <iostream>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "core/strings.h"
 #include "dist/registry.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_protocol.h"
@@ -16,26 +16,13 @@
 namespace mt::dist {
 namespace {
 
-Tensor int64s(const std::vector<int64_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
-
 double secs(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
-PsSchedule parse_ps_schedule(const std::string& name) {
-  if (name == "bsp") return PsSchedule::BSP;
-  if (name == "wfbp") return PsSchedule::WFBP;
-  if (name == "staggered") return PsSchedule::STAGGERED;
-  MT_FAIL("unknown dist.ps.schedule \"", name, "\"; valid names are: bsp, wfbp, staggered");
-}
-
-std::string ps_schedule_name(PsSchedule schedule) {
-  switch (schedule) {
-    case PsSchedule::BSP: return "bsp";
-    case PsSchedule::WFBP: return "wfbp";
-    case PsSchedule::STAGGERED: return "staggered";
-  }
-  return "?";
+const std::vector<std::string>& ps_schedule_names() {
+  static const std::vector<std::string> names = {"bsp", "wfbp", "staggered"};
+  return names;
 }
 
 PsSynchronizer::PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world,
@@ -82,6 +69,7 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     outgoing_.push_back(Tensor::zeros({plan_[k].numel}));
     incoming_.push_back(Tensor::zeros({plan_[k].numel}));
     notes_.push_back(int64s({workers_->rank(), static_cast<int64_t>(k), 0}));
+    receipts_.push_back(Tensor::zeros({1}, core::DType::Int64));
   }
   if (options_.schedule == PsSchedule::STAGGERED) {
     groups_ = staggered_push_groups(plan_, servers(), options_.rounds, workers_->rank());
@@ -93,8 +81,6 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   used_again_.assign(params_.size(), false);
   late_rows_.assign(params_.size(), GradientRows());
   tied_known_ = !options_.split_tied;
-  receipts_.assign(plan_.size(), Tensor());
-  for (auto& r : receipts_) r = Tensor::zeros({1}, core::DType::Int64);
   push_work_.assign(plan_.size(), nullptr);
   note_work_.assign(plan_.size(), nullptr);
   pull_work_.assign(plan_.size(), nullptr);
@@ -178,15 +164,7 @@ void PsSynchronizer::on_gradient_part(size_t param_index, const core::Tensor& pa
   const Tensor flat = part.contiguous().view({-1});
   for (size_t k : partitions_of_[param_index]) stage(k, flat);
   if (remaining > 1) return;  // more earlier uses to come
-  if (options_.schedule == PsSchedule::STAGGERED) {
-    for (size_t k : partitions_of_[param_index]) ready_[k] = true;
-    push_staggered(/*finish=*/false);
-    return;
-  }
-  for (size_t k : partitions_of_[param_index]) {
-    push(k);
-    ++pushes_from_hooks_;
-  }
+  push_from_hook(param_index);
 }
 
 void PsSynchronizer::add_last_part(size_t param_index, const core::Tensor& part) {
@@ -208,6 +186,10 @@ void PsSynchronizer::add_last_part(size_t param_index, const core::Tensor& part)
 void PsSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
   if (!micro_batches_.communicate() || options_.schedule == PsSchedule::BSP) return;
   if (tied_[param_index]) return;  // its parts went from on_gradient_part
+  push_from_hook(param_index);
+}
+
+void PsSynchronizer::push_from_hook(size_t param_index) {
   if (options_.schedule == PsSchedule::STAGGERED) {
     for (size_t k : partitions_of_.at(param_index)) ready_[k] = true;
     push_staggered(/*finish=*/false);
@@ -367,15 +349,12 @@ std::string PsSynchronizer::epoch_summary() {
   if (summary_steps_ == 0) return "";
   int64_t bytes = 0;
   for (const auto& part : plan_) bytes += part.bytes();
-  char buf[240];
-  std::snprintf(buf, sizeof(buf), "ps: %.3g MB pushed and pulled per iteration over %d servers, %.1f ms waiting per iteration",
-                static_cast<double>(bytes) / (1 << 20), servers(), summary_wait_s_ * 1e3 / summary_steps_);
-  std::string out = buf;
-  if (summary_row_bytes_ > 0) {
-    std::snprintf(buf, sizeof(buf), ", %.3g MB of tied parameters' rows received per iteration",
-                  static_cast<double>(summary_row_bytes_) / (1 << 20) / summary_steps_);
-    out += buf;
-  }
+  std::string out = core::formatted("ps: %.3g MB pushed and pulled per iteration over %d servers, %.1f ms waiting "
+                                    "per iteration", static_cast<double>(bytes) / (1 << 20), servers(),
+                                    summary_wait_s_ * 1e3 / summary_steps_);
+  if (summary_row_bytes_ > 0)
+    out += core::formatted(", %.3g MB of tied parameters' rows received per iteration",
+                           static_cast<double>(summary_row_bytes_) / (1 << 20) / summary_steps_);
   summary_steps_ = 0;
   summary_wait_s_ = 0;
   summary_row_bytes_ = 0;
@@ -397,15 +376,13 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   const int servers = c.world_with_servers->size() - c.group->size();
   MT_CHECK_CONFIG(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
            servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, or set dist.ps.servers 0");
-  PsOptions o;
-  o.schedule = parse_ps_schedule(p.schedule());
+  auto o = options_from<PsOptions>(c);
+  const auto& names = ps_schedule_names();  // the registry has checked the name
+  o.schedule = static_cast<PsSchedule>(std::find(names.begin(), names.end(), p.schedule()) - names.begin());
   o.partition_bytes = p.partition_bytes();
   o.rounds = p.rounds();
   o.split_tied = p.split_tied_gradients();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
-  o.config_text = c.config_text;
-  o.timeline = c.timeline;
-  o.log = c.log;
   return std::make_unique<PsSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
 
@@ -422,5 +399,5 @@ void serve_ps(const ServerContext& c) {
 
 MT_REGISTER_ALGORITHM(ps, {.validate = mt::dist::validate_ps,
                            .make = mt::dist::make_ps,
-                           .names = {{"ps.schedule", {"bsp", "wfbp", "staggered"}}},
+                           .names = {{"ps.schedule", mt::dist::ps_schedule_names()}},
                            .serve = mt::dist::serve_ps})

@@ -5,7 +5,6 @@
 // among the workers (row_sparse_exchange.h).
 #pragma once
 #include <chrono>
-#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,23 +14,18 @@
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
 #include "dist/ps/row_sparse_exchange.h"
-#include "dist/timeline.h"
 
 namespace mt::dist {
 
 enum class PsSchedule { BSP, WFBP, STAGGERED };
-PsSchedule parse_ps_schedule(const std::string& name);  // "bsp", "wfbp", "staggered"; else an Error listing them
-std::string ps_schedule_name(PsSchedule schedule);
+const std::vector<std::string>& ps_schedule_names();  // in PsSchedule's order
 
-struct PsOptions {
+struct PsOptions : SynchronizerOptions {
   PsSchedule schedule = PsSchedule::WFBP;
   int64_t partition_bytes = 4 << 20;
   int rounds = 4;  // STAGGERED: groups per server
   bool split_tied = true;  // WFBP, STAGGERED: tied parameters' parts exchanged apart (above)
   int grad_accumulation_steps = 1;
-  std::string config_text;             // must be the same on every worker (checked at setup)
-  std::shared_ptr<Timeline> timeline;  // optional: a span per partition, push to pull
-  std::ostream* log = nullptr;         // worker 0's start-up note (the plan)
 };
 
 class PsSynchronizer final : public Synchronizer {
@@ -41,7 +35,7 @@ class PsSynchronizer final : public Synchronizer {
   PsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world, PsOptions options);
   ~PsSynchronizer() override;  // worker 0: tells the servers to stop (errors only logged)
 
-  std::string name() const override { return "ps/" + ps_schedule_name(options_.schedule); }
+  std::string name() const override { return "ps/" + ps_schedule_names()[static_cast<size_t>(options_.schedule)]; }
   int servers() const { return world_->size() - workers_->size(); }
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
@@ -68,6 +62,7 @@ class PsSynchronizer final : public Synchronizer {
   void handshake();
   void push(size_t k);
   void push_staggered(bool finish);  // from a hook (finish false) or from step()
+  void push_from_hook(size_t param_index);  // its partitions, now (WFBP) or in their staggered group
   void on_gradient_part(size_t param_index, const core::Tensor& part, int remaining);
   void add_last_part(size_t param_index, const core::Tensor& part);
   void stage(size_t k, const core::Tensor& flat_part);  // into outgoing_[k]: copied, or added to what is staged

@@ -3,7 +3,6 @@
 #include "core/error.h"
 #include "core/grad_mode.h"
 #include "dist/compress/compressor.h"
-#include "dist/replicas.h"
 
 namespace mt::dist {
 

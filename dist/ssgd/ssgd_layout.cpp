@@ -2,21 +2,17 @@
 // initial guess, FUSION's and WFBP's rebuild from the hook order seen in the first iteration,
 // MG-WFBP's cost measurement, profile and plan. Rank 0 decides and broadcasts, so every rank
 // packs the same buckets. Apart from the communication path in ssgd_synchronizer.cpp.
-#include <cstdio>
 #include <ostream>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/replicas.h"
 #include "dist/ssgd/ssgd_synchronizer.h"
 
 namespace mt::dist {
 namespace {
 
-std::string mb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g MB", bytes / (1 << 20));
-  return buf;
-}
+std::string mb(double bytes) { return core::formatted("%.3g MB", bytes / (1 << 20)); }
 
 }  // namespace
 

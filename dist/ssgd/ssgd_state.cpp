@@ -15,11 +15,11 @@
 //    new run);
 //  - otherwise the same buckets, progress and plan as the stopped run.
 #include <bit>
-#include <cstdio>
 #include <map>
 #include <ostream>
 
 #include "core/error.h"
+#include "core/strings.h"
 #include "dist/ssgd/ssgd_synchronizer.h"
 
 namespace mt::dist {
@@ -40,11 +40,7 @@ Tensor float64_bits_tensor(const std::vector<double>& values) {
   return int64_tensor(bits);
 }
 
-std::string text_of(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+std::string text_of(double v) { return core::formatted("%g", v); }
 
 // The "ssgd.*" entries of a checkpoint's synchronizer state, read with checks that name the entry.
 class StateReader {
@@ -177,9 +173,7 @@ void SsgdSynchronizer::restore_state(const core::StateDict& state) {
     if (saved_beta != options_.beta) differ.push_back("dist.ssgd.beta " + given(saved_beta));
   }
   if (!differ.empty()) {
-    std::string what;
-    for (const auto& d : differ) what += (what.empty() ? "" : ", ") + d;
-    note("the checkpoint's S-SGD buckets were made with " + what + " (this run: " + name() +
+    note("the checkpoint's S-SGD buckets were made with " + core::join(differ) + " (this run: " + name() +
          "): starting the buckets afresh as a new run does, so the weights may differ in the last "
          "bits from a run that never stopped");
     return;

@@ -1,9 +1,7 @@
 #include "dist/ssgd/ssgd_synchronizer.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
-#include <map>
 #include <ostream>
 
 #include "core/error.h"
@@ -255,13 +253,13 @@ std::shared_ptr<ProcessGroup> gradient_group(const AlgorithmContext& c) {
                                                    s.ranks_per_rack(), c.group->size(), "dist.ssgd");
   auto group = std::make_shared<HierarchicalGroup>(c.group, racks,
                                                    std::chrono::seconds(c.dist.timeout_seconds()));
-  if (c.log && c.group->rank() == 0) *c.log << "S-SGD: " << group->describe() << '\n';
+  if (c.common.log && c.group->rank() == 0) *c.common.log << "S-SGD: " << group->describe() << '\n';
   return group;
 }
 
 std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
   const mintrain::SsgdConfig& s = c.dist.ssgd();
-  SsgdOptions o;
+  auto o = options_from<SsgdOptions>(c);
   o.schedule = parse_schedule(s.schedule());
   o.bucket_cap_mb = s.bucket_cap_mb();
   o.first_bucket_cap_mb = s.first_bucket_cap_mb();
@@ -270,9 +268,6 @@ std::unique_ptr<Synchronizer> make_ssgd(const AlgorithmContext& c) {
   o.beta = s.has_beta() ? s.beta() : -1.0;
   o.gamma = s.gamma();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
-  o.config_text = c.config_text;
-  o.timeline = c.timeline;
-  o.log = c.log;
   std::shared_ptr<ProcessGroup> group = gradient_group(c);
   std::unique_ptr<CommHook> hook = gradient_hook(c, group);
   return std::make_unique<SsgdSynchronizer>(std::move(group), std::move(o), std::move(hook));

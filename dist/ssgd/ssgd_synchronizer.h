@@ -3,7 +3,6 @@
 // (comm_hook.h) what travels. The walk through one allreduce: README.md.
 #pragma once
 #include <chrono>
-#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,11 +14,10 @@
 #include "dist/ssgd/merge_plan.h"
 #include "dist/synchronizer.h"
 #include "dist/comm/process_group.h"
-#include "dist/timeline.h"
 
 namespace mt::dist {
 
-struct SsgdOptions {
+struct SsgdOptions : SynchronizerOptions {
   Schedule schedule = Schedule::FUSION;
   double bucket_cap_mb = 25.0;        // FUSION: MiB per bucket
   double first_bucket_cap_mb = 1.0;   // FUSION: MiB of the first bucket
@@ -28,9 +26,6 @@ struct SsgdOptions {
   double beta = -1.0;                 // MGWFBP: seconds per byte; < 0 = measure at start-up
   double gamma = 0.0;                 // MGWFBP, shared cores only: compute lost per message
   int grad_accumulation_steps = 1;
-  std::string config_text;            // the same on every rank (checked at setup)
-  std::shared_ptr<Timeline> timeline; // optional
-  std::ostream* log = nullptr;        // rank 0's start-up notes
 };
 
 class SsgdSynchronizer final : public Synchronizer {
