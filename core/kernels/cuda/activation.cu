@@ -21,22 +21,19 @@ __global__ void relu_backward_kernel(const float* y, const float* gy, float* gx,
 void relu_forward(const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads>>>(x.data<float>(), y.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(relu_forward_kernel, blocks_for(n), x.data<float>(), y.data<float>(), n);
 }
 
 void relu_backward(const Tensor& y, const Tensor& gy, Tensor& gx) {
   const int64_t n = y.numel();
   if (n == 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads>>>(y.data<float>(), gy.data<float>(), gx.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(relu_backward_kernel, blocks_for(n), y.data<float>(), gy.data<float>(), gx.data<float>(), n);
 }
 
 void add_relu_forward(const Tensor& a, const Tensor& b, Tensor& y) {
   const int64_t n = y.numel();
   if (n == 0) return;
-  add_relu_forward_kernel<<<blocks_for(n), kThreads>>>(a.data<float>(), b.data<float>(), y.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(add_relu_forward_kernel, blocks_for(n), a.data<float>(), b.data<float>(), y.data<float>(), n);
 }
 
 }  // namespace mt::core::cuda

@@ -28,9 +28,8 @@ void adam_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
                exp_avg_sq.device() == param.device(),
            "internal: adam_update needs all tensors on the parameter's device");
   if (n == 0) return;
-  adam_kernel<<<blocks_for(n), kThreads>>>(param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
-                                           exp_avg_sq.data<float>(), n, u);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(adam_kernel, blocks_for(n), param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+         exp_avg_sq.data<float>(), n, u);
 }
 
 }  // namespace mt::core::cuda

@@ -160,20 +160,15 @@ void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     mean_partial = static_cast<double*>(scratch.raw_data());
     sq_partial = mean_partial + L.c * splits;
     launch_channel_partial_sums<1>(L, splits, SumOf{x.data<float>()}, mean_partial);
-    MT_CUDA_LAUNCH_CHECK();
-    bn_mean<<<blocks_for(L.c), kThreads>>>(mean_partial, splits, L, save_mean.data<float>());
-    MT_CUDA_LAUNCH_CHECK();
+    launch(bn_mean, blocks_for(L.c), mean_partial, splits, L, save_mean.data<float>());
     launch_channel_partial_sums<1>(L, splits, SquaredDeviation{x.data<float>(), save_mean.data<float>()}, sq_partial);
-    MT_CUDA_LAUNCH_CHECK();
   }
-  bn_finish_stats<<<blocks_for(L.c), kThreads>>>(mean_partial, sq_partial, splits, L, training, momentum, eps,
-                                                 ptr_or_null(running_mean), ptr_or_null(running_var),
-                                                 save_mean.data<float>(), save_invstd.data<float>());
-  MT_CUDA_LAUNCH_CHECK();
+  launch(bn_finish_stats, blocks_for(L.c), mean_partial, sq_partial, splits, L, training, momentum, eps,
+         ptr_or_null(running_mean), ptr_or_null(running_var),
+         save_mean.data<float>(), save_invstd.data<float>());
   if (x.numel() == 0) return;
   const Affine bn{ptr_or_null(weight), ptr_or_null(bias), save_mean.data<float>(), save_invstd.data<float>()};
-  bn_apply<<<blocks_for(x.numel()), kThreads>>>(x.data<float>(), y.data<float>(), L, bn, relu);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(bn_apply, blocks_for(x.numel()), x.data<float>(), y.data<float>(), L, bn, relu);
 }
 
 void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -188,13 +183,10 @@ void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& bi
   Tensor scratch = Tensor::empty({4 * L.c * splits}, DType::Float32, x.device());  // c * splits * 2 doubles
   auto* partial = static_cast<double*>(scratch.raw_data());
   launch_channel_partial_sums<2>(L, splits, GradientSums{g}, partial);
-  MT_CUDA_LAUNCH_CHECK();
-  bn_backward_finish<<<blocks_for(L.c), kThreads>>>(partial, splits, L, save_invstd.data<float>(), training,
-                                                    ptr_or_null(gw), ptr_or_null(gb), coef.data<float>());
-  MT_CUDA_LAUNCH_CHECK();
+  launch(bn_backward_finish, blocks_for(L.c), partial, splits, L, save_invstd.data<float>(), training,
+         ptr_or_null(gw), ptr_or_null(gb), coef.data<float>());
   if (!gx.defined() || x.numel() == 0) return;
-  bn_backward_apply<<<blocks_for(x.numel()), kThreads>>>(g, gx.data<float>(), L, coef.data<float>());
-  MT_CUDA_LAUNCH_CHECK();
+  launch(bn_backward_apply, blocks_for(x.numel()), g, gx.data<float>(), L, coef.data<float>());
 }
 
 }  // namespace mt::core::cuda

@@ -44,12 +44,11 @@ void cast_into(const Tensor& x, Out* dst, ComputePrecision p) {
   if (n == 0) return;
   const float* src = static_cast<const float*>(x.raw_data());
   if (x.is_contiguous()) {
-    cast_contiguous<<<blocks_for(n), kThreads>>>(src, dst, n, p);
+    launch(cast_contiguous<Out>, blocks_for(n), src, dst, n, p);
   } else {
     const Shape* st[1] = {&x.strides()};
-    cast_strided<<<blocks_for(n), kThreads>>>(src, dst, n, make_indexer<1>(x.shape(), st), p);
+    launch(cast_strided<Out>, blocks_for(n), src, dst, n, make_indexer<1>(x.shape(), st), p);
   }
-  MT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -70,12 +69,10 @@ void from_reduced(const Tensor& h, Tensor& out) {
   if (n == 0) return;
   const uint16_t* src = static_cast<const uint16_t*>(h.raw_data());
   float* dst = static_cast<float*>(out.raw_data());
-  if (h.dtype() == DType::BFloat16) {
-    from_bf16<<<blocks_for(n), kThreads>>>(src, dst, n);
-  } else {
-    from_fp16<<<blocks_for(n), kThreads>>>(src, dst, n);
-  }
-  MT_CUDA_LAUNCH_CHECK();
+  if (h.dtype() == DType::BFloat16)
+    launch(from_bf16, blocks_for(n), src, dst, n);
+  else
+    launch(from_fp16, blocks_for(n), src, dst, n);
 }
 
 Tensor rounded_copy(const Tensor& x, ComputePrecision p) {

@@ -59,10 +59,11 @@ __device__ inline double sum_partials(const double* partial, int64_t ch, int spl
   return s;
 }
 
-// Pass 1 on the device, into `partial` (c * splits * T doubles, the caller's scratch).
+// Pass 1 on the device, into `partial` (c * splits * T doubles, the caller's scratch); checks the launch.
 template <int T, typename Term>
 void launch_channel_partial_sums(const ChannelLayout& L, int splits, Term term, double* partial) {
   channel_partial_sums<T><<<static_cast<unsigned>(L.c * splits), kChannelThreads>>>(L, splits, term, partial);
+  MT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace mt::core::cuda

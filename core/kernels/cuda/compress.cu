@@ -174,8 +174,7 @@ void keep_largest(const float* v, const int32_t* candidates, int64_t count, int6
   auto* kin = static_cast<uint32_t*>(keys.raw_data());
   auto* kout = static_cast<uint32_t*>(keys_sorted.raw_data());
   auto* iout = static_cast<int32_t*>(idx_sorted.raw_data());
-  candidate_keys_kernel<<<blocks_for(count), kThreads>>>(v, candidates, count, kin);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(candidate_keys_kernel, blocks_for(count), v, candidates, count, kin);
   cub_run(dev, [&](void* temp, size_t& bytes) {
     return cub::DeviceRadixSort::SortPairsDescending(temp, bytes, kin, kout, candidates, iout,
                                                      static_cast<int>(count), 0, 32, cudaStream_t{nullptr});
@@ -198,8 +197,7 @@ Tensor fp16_encode(const Tensor& in) {
   const int64_t n = in.numel();
   Tensor out = Tensor::empty({n}, DType::Float16, in.device());
   if (n == 0) return out;
-  fp16_encode_kernel<<<blocks_for(n), kThreads>>>(v, static_cast<uint16_t*>(out.raw_data()), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(fp16_encode_kernel, blocks_for(n), v, static_cast<uint16_t*>(out.raw_data()), n);
   return out;
 }
 
@@ -209,9 +207,8 @@ Tensor fp16_decode(const Tensor& payload, int64_t numel) {
   const Tensor p = payload.contiguous();
   Tensor out = Tensor::empty({numel}, DType::Float32, p.device());
   if (numel == 0) return out;
-  fp16_decode_kernel<<<blocks_for(numel), kThreads>>>(static_cast<const uint16_t*>(p.raw_data()),
-                                                      static_cast<float*>(out.raw_data()), numel);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(fp16_decode_kernel, blocks_for(numel), static_cast<const uint16_t*>(p.raw_data()),
+         static_cast<float*>(out.raw_data()), numel);
   return out;
 }
 
@@ -220,8 +217,7 @@ Tensor two_bit_encode(const Tensor& in, float tau) {
   const int64_t n = in.numel();
   Tensor out = bytes_on(4 * ((n + 15) / 16), in.device());
   if (n == 0) return out;
-  two_bit_encode_kernel<<<blocks_for(n), kThreads>>>(v, static_cast<uint32_t*>(out.raw_data()), n, tau);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(two_bit_encode_kernel, blocks_for(n), v, static_cast<uint32_t*>(out.raw_data()), n, tau);
   return out;
 }
 
@@ -229,9 +225,8 @@ Tensor two_bit_decode(const Tensor& payload, int64_t numel, float tau) {
   const Tensor p = aligned_payload(payload, 4 * ((numel + 15) / 16), "TWO_BIT");
   Tensor out = Tensor::empty({numel}, DType::Float32, p.device());
   if (numel == 0) return out;
-  two_bit_decode_kernel<<<blocks_for(numel), kThreads>>>(static_cast<const uint32_t*>(p.raw_data()),
-                                                         static_cast<float*>(out.raw_data()), numel, tau);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(two_bit_decode_kernel, blocks_for(numel), static_cast<const uint32_t*>(p.raw_data()),
+         static_cast<float*>(out.raw_data()), numel, tau);
   return out;
 }
 
@@ -249,13 +244,11 @@ Tensor sign_encode(const Tensor& in) {
   // The block sums are doubles, held in a byte tensor (the tensor library has no float64).
   Tensor sums = bytes_on(8 * blocks, dev);
   auto* block_sums = static_cast<double*>(sums.raw_data());
-  abs_block_sums_kernel<<<blocks_for(blocks * kWarp), kThreads>>>(v, n, block_sums, blocks);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(abs_block_sums_kernel, blocks_for(blocks * kWarp), v, n, block_sums, blocks);
   sign_scale_kernel<<<1, 1>>>(block_sums, blocks, n, scale);
   MT_CUDA_LAUNCH_CHECK();
   auto* words = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(out.raw_data()) + 4);
-  sign_bits_kernel<<<blocks_for(n), kThreads>>>(v, words, n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(sign_bits_kernel, blocks_for(n), v, words, n);
   return out;
 }
 
@@ -264,10 +257,9 @@ Tensor sign_decode(const Tensor& payload, int64_t numel) {
   Tensor out = Tensor::empty({numel}, DType::Float32, p.device());
   if (numel == 0) return out;
   const auto* bytes = static_cast<const uint8_t*>(p.raw_data());
-  sign_decode_kernel<<<blocks_for(numel), kThreads>>>(reinterpret_cast<const uint32_t*>(bytes + 4),
-                                                      reinterpret_cast<const float*>(bytes),
-                                                      static_cast<float*>(out.raw_data()), numel);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(sign_decode_kernel, blocks_for(numel), reinterpret_cast<const uint32_t*>(bytes + 4),
+         reinterpret_cast<const float*>(bytes),
+         static_cast<float*>(out.raw_data()), numel);
   return out;
 }
 
@@ -291,9 +283,8 @@ Tensor topk_encode(const Tensor& in, int64_t k) {
       std::ceil(static_cast<double>(k) / static_cast<double>(n) * static_cast<double>(sample_size)));
   const int64_t pos = std::clamp<int64_t>(ks, 1, sample_size) - 1;
   Tensor sample = bytes_on(4 * sample_size, dev), sample_sorted = bytes_on(4 * sample_size, dev);
-  sample_keys_kernel<<<blocks_for(sample_size), kThreads>>>(v, stride, sample_size,
-                                                           static_cast<uint32_t*>(sample.raw_data()));
-  MT_CUDA_LAUNCH_CHECK();
+  launch(sample_keys_kernel, blocks_for(sample_size), v, stride, sample_size,
+         static_cast<uint32_t*>(sample.raw_data()));
   cub_run(dev, [&](void* temp, size_t& bytes) {
     return cub::DeviceRadixSort::SortKeysDescending(temp, bytes, static_cast<const uint32_t*>(sample.raw_data()),
                                                     static_cast<uint32_t*>(sample_sorted.raw_data()),
@@ -320,8 +311,7 @@ Tensor topk_encode(const Tensor& in, int64_t k) {
   // 3. Exactly k: too few candidates (the sample misled us) means an exact selection over all
   //    values; too many are cut by magnitude.
   if (count < k) {
-    iota_kernel<<<blocks_for(n), kThreads>>>(cand, n);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(iota_kernel, blocks_for(n), cand, n);
     count = static_cast<int>(n);
   }
   if (count > k) {
@@ -329,8 +319,7 @@ Tensor topk_encode(const Tensor& in, int64_t k) {
   } else {
     MT_CUDA_CHECK(cudaMemcpyAsync(chosen, cand, 4 * static_cast<size_t>(k), cudaMemcpyDeviceToDevice, nullptr));
   }
-  gather_kernel<<<blocks_for(k), kThreads>>>(v, chosen, k, values);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(gather_kernel, blocks_for(k), v, chosen, k, values);
   return out;
 }
 
@@ -339,10 +328,9 @@ Tensor topk_decode(const Tensor& payload, int64_t numel, int64_t k) {
   Tensor out = Tensor::zeros({numel}, DType::Float32, p.device());
   if (k == 0 || numel == 0) return out;
   const auto* bytes = static_cast<const uint8_t*>(p.raw_data());
-  scatter_kernel<<<blocks_for(k), kThreads>>>(reinterpret_cast<const float*>(bytes),
-                                              reinterpret_cast<const int32_t*>(bytes + 4 * k), k,
-                                              static_cast<float*>(out.raw_data()), numel);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(scatter_kernel, blocks_for(k), reinterpret_cast<const float*>(bytes),
+         reinterpret_cast<const int32_t*>(bytes + 4 * k), k,
+         static_cast<float*>(out.raw_data()), numel);
   return out;
 }
 

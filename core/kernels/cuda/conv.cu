@@ -78,8 +78,7 @@ __global__ void finish_channel_sums(const double* partial, int splits, int64_t o
 void bias_forward(const Geometry& g, const Tensor& bias, Tensor& y) {
   const int64_t total = g.n * g.o * g.pixels();
   if (!bias.defined() || total == 0) return;
-  add_channel_bias<<<blocks_for(total), kThreads>>>(y.data<float>(), bias.data<float>(), total, g.o, g.pixels());
-  MT_CUDA_LAUNCH_CHECK();
+  launch(add_channel_bias, blocks_for(total), y.data<float>(), bias.data<float>(), total, g.o, g.pixels());
 }
 
 void bias_backward(const Geometry& g, const Tensor& gy, Tensor& gb) {
@@ -89,9 +88,7 @@ void bias_backward(const Geometry& g, const Tensor& gy, Tensor& gb) {
   Tensor scratch = Tensor::empty({2 * g.o * splits}, DType::Float32, gy.device());  // o * splits doubles
   auto* partial = static_cast<double*>(scratch.raw_data());
   launch_channel_partial_sums<1>(L, splits, SumOf{gy.data<float>()}, partial);
-  MT_CUDA_LAUNCH_CHECK();
-  finish_channel_sums<<<blocks_for(g.o), kThreads>>>(partial, splits, g.o, gb.data<float>());
-  MT_CUDA_LAUNCH_CHECK();
+  launch(finish_channel_sums, blocks_for(g.o), partial, splits, g.o, gb.data<float>());
 }
 
 // ---------------------------------------------------------------- im2col + cuBLAS
@@ -132,8 +129,7 @@ __global__ void col2im_kernel(const float* col, float* x, Geometry g) {
 // receptive fields unfolded into col.
 const float* columns(const Geometry& g, const float* xn, const Tensor& col) {
   if (g.pointwise()) return xn;
-  im2col_kernel<<<blocks_for(g.patch() * g.pixels()), kThreads>>>(xn, col.data<float>(), g);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(im2col_kernel, blocks_for(g.patch() * g.pixels()), xn, col.data<float>(), g);
   return col.data<float>();
 }
 
@@ -168,10 +164,7 @@ void gemm_conv_backward(const Geometry& g, const Tensor& x, const Tensor& w, con
       float* target = unfold ? dcol.data<float>() : gxn;
       gemm(true, false, g.patch(), g.pixels(), g.o, 1.0f, w.data<float>(), g.patch(), gyn, g.pixels(),
            0.0f, target, g.pixels());
-      if (unfold) {
-        col2im_kernel<<<blocks_for(in_size), kThreads>>>(dcol.data<float>(), gxn, g);
-        MT_CUDA_LAUNCH_CHECK();
-      }
+      if (unfold) launch(col2im_kernel, blocks_for(in_size), dcol.data<float>(), gxn, g);
     }
   }
 }

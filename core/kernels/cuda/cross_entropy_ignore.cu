@@ -91,10 +91,9 @@ void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, i
   }
   auto* pterms = static_cast<double*>(terms.raw_data());
   if (n > 0) {
-    counted_row_terms<<<warp_blocks(n), kThreads>>>(logits.data<float>(), targets.data<int64_t>(), ignore_index,
-                                                    lse.data<float>(), pterms, n, k,
-                                                    bad);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(counted_row_terms, warp_blocks(n), logits.data<float>(), targets.data<int64_t>(), ignore_index,
+           lse.data<float>(), pterms, n, k,
+           bad);
   }
   mean_over_counted<<<1, 1024>>>(pterms, targets.data<int64_t>(), ignore_index, n, loss.data<float>(),
                                  count.data<float>());
@@ -105,10 +104,9 @@ void cross_entropy_ignore_backward(const Tensor& logits, const Tensor& targets, 
                                    const Tensor& lse, const Tensor& count, const Tensor& gloss, Tensor& gx) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   if (n * k == 0) return;
-  counted_rows_backward<<<blocks_for(n * k), kThreads>>>(logits.data<float>(), targets.data<int64_t>(),
-                                                        ignore_index, lse.data<float>(), count.data<float>(),
-                                                        gloss.data<float>(), gx.data<float>(), n, k);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(counted_rows_backward, blocks_for(n * k), logits.data<float>(), targets.data<int64_t>(),
+         ignore_index, lse.data<float>(), count.data<float>(),
+         gloss.data<float>(), gx.data<float>(), n, k);
 }
 
 }  // namespace mt::core::cuda

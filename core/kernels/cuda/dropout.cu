@@ -32,17 +32,15 @@ void dropout_forward(const Tensor& x, float p, float scale, uint64_t seed, uint6
                      Tensor& y, Tensor& mask) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  dropout_forward_kernel<<<blocks_for((n + 3) / 4), kThreads>>>(x.data<float>(), y.data<float>(),
-                                                               mask.data<uint8_t>(), n, p, scale, seed, counter);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(dropout_forward_kernel, blocks_for((n + 3) / 4), x.data<float>(), y.data<float>(),
+         mask.data<uint8_t>(), n, p, scale, seed, counter);
 }
 
 void dropout_backward(const Tensor& gy, const Tensor& mask, float scale, Tensor& gx) {
   const int64_t n = gy.numel();
   if (n == 0) return;
-  dropout_backward_kernel<<<blocks_for(n), kThreads>>>(gy.data<float>(), mask.data<uint8_t>(), scale,
-                                                      gx.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(dropout_backward_kernel, blocks_for(n), gy.data<float>(), mask.data<uint8_t>(), scale,
+         gx.data<float>(), n);
 }
 
 }  // namespace mt::core::cuda

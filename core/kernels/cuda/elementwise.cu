@@ -114,30 +114,27 @@ void fill_typed(Tensor& t, T v) {
   if (n == 0) return;
   T* p = static_cast<T*>(t.raw_data());
   if (t.is_contiguous()) {
-    fill_contiguous<<<blocks_for(n), kThreads>>>(p, n, v);
+    launch(fill_contiguous<T>, blocks_for(n), p, n, v);
   } else {
     const Shape* st[1] = {&t.strides()};
-    fill_strided<<<blocks_for(n), kThreads>>>(p, n, make_indexer<1>(t.shape(), st), v);
+    launch(fill_strided<T>, blocks_for(n), p, n, make_indexer<1>(t.shape(), st), v);
   }
-  MT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void copy_typed(const Tensor& src, Tensor& dst) {
   const int64_t n = dst.numel();
   const Shape* st[2] = {&src.strides(), &dst.strides()};
-  copy_strided<<<blocks_for(n), kThreads>>>(static_cast<const T*>(src.raw_data()),
-                                            static_cast<T*>(dst.raw_data()), n,
-                                            make_indexer<2>(dst.shape(), st));
-  MT_CUDA_LAUNCH_CHECK();
+  launch(copy_strided<T>, blocks_for(n), static_cast<const T*>(src.raw_data()),
+         static_cast<T*>(dst.raw_data()), n,
+         make_indexer<2>(dst.shape(), st));
 }
 
 template <typename S, typename D>
 void convert_typed(const Tensor& src, Tensor& dst) {
   const int64_t n = src.numel();
-  convert_kernel<<<blocks_for(n), kThreads>>>(static_cast<const S*>(src.raw_data()),
-                                              static_cast<D*>(dst.raw_data()), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(convert_kernel<S, D>, blocks_for(n), static_cast<const S*>(src.raw_data()),
+         static_cast<D*>(dst.raw_data()), n);
 }
 
 template <typename S>
@@ -194,8 +191,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   const float* pb = b.data<float>();
   float* po = out.data<float>();
   if (a.is_contiguous() && b.is_contiguous() && a.shape() == out.shape() && b.shape() == out.shape()) {
-    binary_contiguous<<<blocks_for(n), kThreads>>>(op, pa, pb, po, n);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(binary_contiguous, blocks_for(n), op, pa, pb, po, n);
     return;
   }
   // Broadcast as on the CPU: each input gets the output's rank, stride 0 where it broadcasts.
@@ -208,44 +204,38 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     if (db >= 0 && b.shape()[db] != 1) sb[d] = b.strides()[db];
   }
   const Shape* st[2] = {&sa, &sb};
-  binary_broadcast<<<blocks_for(n), kThreads>>>(op, pa, pb, po, n, make_indexer<2>(out.shape(), st));
-  MT_CUDA_LAUNCH_CHECK();
+  launch(binary_broadcast, blocks_for(n), op, pa, pb, po, n, make_indexer<2>(out.shape(), st));
 }
 
 void binary_scalar(BinaryOp op, const Tensor& a, float s, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  binary_scalar_kernel<<<blocks_for(n), kThreads>>>(op, a.data<float>(), s, out.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(binary_scalar_kernel, blocks_for(n), op, a.data<float>(), s, out.data<float>(), n);
 }
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  unary_kernel<<<blocks_for(n), kThreads>>>(op, x.data<float>(), out.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(unary_kernel, blocks_for(n), op, x.data<float>(), out.data<float>(), n);
 }
 
 void pow_scalar(const Tensor& x, float p, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  pow_kernel<<<blocks_for(n), kThreads>>>(x.data<float>(), p, out.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(pow_kernel, blocks_for(n), x.data<float>(), p, out.data<float>(), n);
 }
 
 void axpy(float alpha, const Tensor& x, Tensor& y) {
   const int64_t n = y.numel();
   if (n == 0) return;
   Tensor xc = x.is_contiguous() ? x : x.contiguous();
-  axpy_kernel<<<blocks_for(n), kThreads>>>(alpha, xc.data<float>(), y.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(axpy_kernel, blocks_for(n), alpha, xc.data<float>(), y.data<float>(), n);
 }
 
 void scale(Tensor& y, float factor) {
   const int64_t n = y.numel();
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n), kThreads>>>(y.data<float>(), factor, n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(scale_kernel, blocks_for(n), y.data<float>(), factor, n);
 }
 
 }  // namespace mt::core::cuda

@@ -74,9 +74,8 @@ void embedding_forward(const Tensor& table, const Tensor& indices, Tensor& out) 
            " is out of range for a table of " + std::to_string(rows) + " rows (valid indices are 0.." +
            std::to_string(rows - 1) + "); check the token ids against the vocabulary size";
   });
-  gather_rows<<<blocks_for(n * d), kThreads>>>(table.data<float>(), indices.data<int64_t>(), out.data<float>(),
-                                              n, rows, d, bad);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(gather_rows, blocks_for(n * d), table.data<float>(), indices.data<int64_t>(), out.data<float>(),
+         n, rows, d, bad);
 }
 
 void embedding_backward(const Tensor& gout, const Tensor& indices, Tensor& gtable) {
@@ -89,8 +88,7 @@ void embedding_backward(const Tensor& gout, const Tensor& indices, Tensor& gtabl
   Tensor keys_in = Tensor::empty({n}, DType::Int64, dev), keys_out = Tensor::empty({n}, DType::Int64, dev);
   auto* kin = static_cast<unsigned long long*>(keys_in.raw_data());
   auto* kout = static_cast<unsigned long long*>(keys_out.raw_data());
-  make_keys<<<blocks_for(n), kThreads>>>(indices.data<int64_t>(), kin, n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(make_keys, blocks_for(n), indices.data<int64_t>(), kin, n);
   // Only the bits a key can use are sorted: keys are below rows * n.
   const int end_bit = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(rows * n - 1))));
   size_t temp_bytes = 0;
@@ -100,12 +98,10 @@ void embedding_backward(const Tensor& gout, const Tensor& indices, Tensor& gtabl
   MT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp.raw_data(), temp_bytes, kin, kout, static_cast<int>(n), 0,
                                                end_bit, cudaStream_t{nullptr}));
   Tensor row = Tensor::empty({n}, DType::Int64, dev), pos = Tensor::empty({n}, DType::Int64, dev);
-  split_keys<<<blocks_for(n), kThreads>>>(kout, row.data<int64_t>(), pos.data<int64_t>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(split_keys, blocks_for(n), kout, row.data<int64_t>(), pos.data<int64_t>(), n);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, int64_t{1} << 16));
-  run_sums<<<blocks, kThreads>>>(row.data<int64_t>(), pos.data<int64_t>(), gout.data<float>(),
-                                 gtable.data<float>(), n, d);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(run_sums, blocks, row.data<int64_t>(), pos.data<int64_t>(), gout.data<float>(),
+         gtable.data<float>(), n, d);
 }
 
 }  // namespace mt::core::cuda

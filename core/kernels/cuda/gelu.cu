@@ -28,15 +28,13 @@ __global__ void gelu_backward_kernel(const float* x, const float* gy, float* gx,
 void gelu_forward(const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads>>>(x.data<float>(), y.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(gelu_forward_kernel, blocks_for(n), x.data<float>(), y.data<float>(), n);
 }
 
 void gelu_backward(const Tensor& x, const Tensor& gy, Tensor& gx) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads>>>(x.data<float>(), gy.data<float>(), gx.data<float>(), n);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(gelu_backward_kernel, blocks_for(n), x.data<float>(), gy.data<float>(), gx.data<float>(), n);
 }
 
 }  // namespace mt::core::cuda

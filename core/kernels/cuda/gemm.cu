@@ -33,8 +33,7 @@ bool needs_cublas(int64_t m, int64_t n, int64_t k, float beta, float* c, int64_t
                   int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return false;
   if (k > 0) return true;
-  scale_matrices<<<blocks_for(batch * m * n), kThreads>>>(c, m, n, ldc, stride_c, batch, beta);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(scale_matrices, blocks_for(batch * m * n), c, m, n, ldc, stride_c, batch, beta);
   return false;
 }
 }  // namespace

@@ -39,6 +39,13 @@ __device__ inline int64_t warp_stride() { return int64_t(gridDim.x) * kWarpsPerB
 // the kernel itself surface at the next synchronizing call, e.g. a copy to the host).
 #define MT_CUDA_LAUNCH_CHECK() MT_CUDA_CHECK(cudaGetLastError())
 
+// kernel<<<blocks, kThreads>>>(args...) on stream 0, checked as above.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), unsigned blocks, Args... args) {
+  kernel<<<blocks, kThreads>>>(args...);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
 // Warp-wide sum (all lanes get the result).
 template <typename T>
 __device__ inline T warp_sum(T v) {

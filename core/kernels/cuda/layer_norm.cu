@@ -97,19 +97,17 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
                         Tensor& y, Tensor& mean, Tensor& rstd) {
   const int64_t d = x.shape()[x.dim() - 1], n = d > 0 ? x.numel() / d : 0;
   if (n == 0) return;
-  layer_norm_forward_kernel<<<warp_blocks(n), kThreads>>>(x.data<float>(), weight.data<float>(), bias.data<float>(),
-                                                         eps, y.data<float>(), mean.data<float>(),
-                                                         rstd.data<float>(), n, d);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(layer_norm_forward_kernel, warp_blocks(n), x.data<float>(), weight.data<float>(), bias.data<float>(),
+         eps, y.data<float>(), mean.data<float>(),
+         rstd.data<float>(), n, d);
 }
 
 void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                          const Tensor& gy, Tensor& gx, Tensor& gweight, Tensor& gbias) {
   const int64_t d = x.shape()[x.dim() - 1], n = d > 0 ? x.numel() / d : 0;
   if (gx.defined() && n > 0) {
-    layer_norm_input_grad<<<warp_blocks(n), kThreads>>>(x.data<float>(), weight.data<float>(), mean.data<float>(),
-                                                       rstd.data<float>(), gy.data<float>(), gx.data<float>(), n, d);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(layer_norm_input_grad, warp_blocks(n), x.data<float>(), weight.data<float>(), mean.data<float>(),
+           rstd.data<float>(), gy.data<float>(), gx.data<float>(), n, d);
   }
   if ((!gweight.defined() && !gbias.defined()) || d == 0) return;
   const int64_t chunks = (n + kRowsPerChunk - 1) / kRowsPerChunk;
@@ -118,14 +116,12 @@ void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& me
   auto* pw = static_cast<double*>(partials.raw_data());
   double* pb = pw + chunks * d;
   if (chunks > 0) {
-    param_grad_partials<<<blocks_for(chunks * d), kThreads>>>(x.data<float>(), mean.data<float>(),
-                                                             rstd.data<float>(), gy.data<float>(), pw, pb, n, d,
-                                                             chunks);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(param_grad_partials, blocks_for(chunks * d), x.data<float>(), mean.data<float>(),
+           rstd.data<float>(), gy.data<float>(), pw, pb, n, d,
+           chunks);
   }
-  param_grad_totals<<<blocks_for(d), kThreads>>>(pw, pb, gweight.defined() ? gweight.data<float>() : nullptr,
-                                                gbias.defined() ? gbias.data<float>() : nullptr, d, chunks);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(param_grad_totals, blocks_for(d), pw, pb, gweight.defined() ? gweight.data<float>() : nullptr,
+         gbias.defined() ? gbias.data<float>() : nullptr, d, chunks);
 }
 
 }  // namespace mt::core::cuda

@@ -56,19 +56,17 @@ void masked_softmax_forward(const Tensor& scores, const Tensor& key_mask, float 
   const int64_t rows = sk > 0 ? scores.numel() / sk : 0;
   if (rows == 0) return;
   const int64_t rows_per_batch = scores.shape()[1] * scores.shape()[2];
-  masked_softmax_forward_kernel<<<warp_blocks(rows), kThreads>>>(
+  launch(masked_softmax_forward_kernel, warp_blocks(rows),
       scores.data<float>(), key_mask.defined() ? key_mask.data<float>() : nullptr, y.data<float>(), rows, sk,
       rows_per_batch, scale);
-  MT_CUDA_LAUNCH_CHECK();
 }
 
 void masked_softmax_backward(const Tensor& y, const Tensor& gy, float scale, Tensor& gx) {
   const int64_t sk = y.shape()[3];
   const int64_t rows = sk > 0 ? y.numel() / sk : 0;
   if (rows == 0) return;
-  masked_softmax_backward_kernel<<<warp_blocks(rows), kThreads>>>(y.data<float>(), gy.data<float>(),
-                                                                  gx.data<float>(), rows, sk, scale);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(masked_softmax_backward_kernel, warp_blocks(rows), y.data<float>(), gy.data<float>(),
+         gx.data<float>(), rows, sk, scale);
 }
 
 }  // namespace mt::core::cuda

@@ -92,8 +92,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
   float* po = out.data<float>();
   float beta = 0.0f;
   if (bias.defined() && n * o > 0) {
-    broadcast_rows<<<blocks_for(n * o), kThreads>>>(bias.data<float>(), po, n, o);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(broadcast_rows, blocks_for(n * o), bias.data<float>(), po, n, o);
     beta = 1.0f;
   }
   if (const ComputePrecision p = compute_precision(); p != ComputePrecision::FP32) {
@@ -114,10 +113,8 @@ void bias_grad(const Tensor& g, Tensor& gb) {
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>((int64_t{1} << 16) / o, n / 16));
   Tensor scratch = Tensor::empty({2 * chunks * o}, DType::Float32, g.device());  // chunks * o doubles
   auto* partial = static_cast<double*>(scratch.raw_data());
-  column_partial_sums<<<blocks_for(chunks * o), kThreads>>>(g.data<float>(), partial, n, o, chunks);
-  MT_CUDA_LAUNCH_CHECK();
-  finish_column_sums<<<blocks_for(o), kThreads>>>(partial, gb.data<float>(), o, chunks);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(column_partial_sums, blocks_for(chunks * o), g.data<float>(), partial, n, o, chunks);
+  launch(finish_column_sums, blocks_for(o), partial, gb.data<float>(), o, chunks);
 }
 
 }  // namespace mt::core::cuda

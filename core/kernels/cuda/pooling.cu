@@ -135,9 +135,8 @@ void max_pool2d_forward(const Tensor& x, int64_t kernel, int64_t stride, int64_t
   const PoolGeometry g = geometry(x, y, kernel, stride, padding);
   const int64_t total = y.numel();
   if (total == 0) return;
-  max_pool_forward<<<blocks_for(total), kThreads>>>(x.data<float>(), y.data<float>(),
-                                                    indices.data<int64_t>(), g);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(max_pool_forward, blocks_for(total), x.data<float>(), y.data<float>(),
+         indices.data<int64_t>(), g);
 }
 
 void max_pool2d_backward(const Tensor& gy, const Tensor& indices, Tensor& gx) {
@@ -147,37 +146,32 @@ void max_pool2d_backward(const Tensor& gy, const Tensor& indices, Tensor& gx) {
   if (gx.numel() == 0) return;
   MT_CUDA_CHECK(cudaMemsetAsync(gx.raw_data(), 0, gx.nbytes(), nullptr));  // float 0 is all zero bits
   if (gy.numel() == 0) return;
-  max_pool_backward<<<blocks_for(gy.numel()), kThreads>>>(gy.data<float>(), indices.data<int64_t>(),
-                                                          gx.data<float>(), planes, in_plane, out_plane);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(max_pool_backward, blocks_for(gy.numel()), gy.data<float>(), indices.data<int64_t>(),
+         gx.data<float>(), planes, in_plane, out_plane);
 }
 
 void avg_pool2d_forward(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, Tensor& y) {
   const PoolGeometry g = geometry(x, y, kernel, stride, padding);
   if (y.numel() == 0) return;
-  avg_pool_forward<<<blocks_for(y.numel()), kThreads>>>(x.data<float>(), y.data<float>(), g);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(avg_pool_forward, blocks_for(y.numel()), x.data<float>(), y.data<float>(), g);
 }
 
 void avg_pool2d_backward(const Tensor& gy, int64_t kernel, int64_t stride, int64_t padding, Tensor& gx) {
   const PoolGeometry g = geometry(gx, gy, kernel, stride, padding);
   if (gx.numel() == 0) return;
-  avg_pool_backward<<<blocks_for(gx.numel()), kThreads>>>(gy.data<float>(), gx.data<float>(), g);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(avg_pool_backward, blocks_for(gx.numel()), gy.data<float>(), gx.data<float>(), g);
 }
 
 void global_avg_pool2d_forward(const Tensor& x, Tensor& y) {
   const int64_t planes = x.shape()[0] * x.shape()[1], hw = x.shape()[2] * x.shape()[3];
   if (planes == 0) return;
-  global_avg_forward<<<warp_blocks(planes), kThreads>>>(x.data<float>(), y.data<float>(), planes, hw);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(global_avg_forward, warp_blocks(planes), x.data<float>(), y.data<float>(), planes, hw);
 }
 
 void global_avg_pool2d_backward(const Tensor& gy, Tensor& gx) {
   const int64_t planes = gx.shape()[0] * gx.shape()[1], hw = gx.shape()[2] * gx.shape()[3];
   if (planes * hw == 0) return;
-  global_avg_backward<<<blocks_for(planes * hw), kThreads>>>(gy.data<float>(), gx.data<float>(), planes, hw);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(global_avg_backward, blocks_for(planes * hw), gy.data<float>(), gx.data<float>(), planes, hw);
 }
 
 }  // namespace mt::core::cuda

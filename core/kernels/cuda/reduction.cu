@@ -100,20 +100,17 @@ double* partials(Tensor& scratch, int64_t n, const Device& device) {
 template <typename In, typename Out>
 void sum_rows(const In* x, Out* out, int64_t outer, int64_t run, const Device& device) {
   if (run <= kShortRow || outer * kWarp >= kFillThreads) {
-    sum_rows_warp<<<blocks_for(outer * kWarp), kThreads>>>(x, out, outer, run);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(sum_rows_warp<In, Out>, blocks_for(outer * kWarp), x, out, outer, run);
     return;
   }
   const int64_t chunks = std::min(ceil_div(kFillThreads, outer * kThreads), ceil_div(run, kThreads * kRowChunkPerThread));
   if (chunks <= 1) {
-    sum_row_chunks<<<grid_for(outer), kThreads>>>(x, out, outer, run, 1, run);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(sum_row_chunks<In, Out>, grid_for(outer), x, out, outer, run, 1, run);
     return;
   }
   Tensor scratch;
   double* partial = partials(scratch, outer * chunks, device);
-  sum_row_chunks<<<grid_for(outer * chunks), kThreads>>>(x, partial, outer, run, chunks, ceil_div(run, chunks));
-  MT_CUDA_LAUNCH_CHECK();
+  launch(sum_row_chunks<In, double>, grid_for(outer * chunks), x, partial, outer, run, chunks, ceil_div(run, chunks));
   sum_rows(static_cast<const double*>(partial), out, outer, chunks, device);  // [outer, chunks]
 }
 
@@ -123,14 +120,13 @@ void sum_cols(const In* x, Out* out, int64_t outer, int64_t run, int64_t inner, 
   const int64_t cols = outer * inner;
   const int64_t chunks = cols >= kFillThreads ? 1 : std::min(ceil_div(kFillThreads, cols), ceil_div(run, kColChunkRows));
   if (chunks <= 1) {
-    sum_col_chunks<<<blocks_for(cols), kThreads>>>(x, out, outer, run, inner, 1, run);
-    MT_CUDA_LAUNCH_CHECK();
+    launch(sum_col_chunks<In, Out>, blocks_for(cols), x, out, outer, run, inner, 1, run);
     return;
   }
   Tensor scratch;
   double* partial = partials(scratch, cols * chunks, device);
-  sum_col_chunks<<<blocks_for(cols * chunks), kThreads>>>(x, partial, outer, run, inner, chunks, ceil_div(run, chunks));
-  MT_CUDA_LAUNCH_CHECK();
+  launch(sum_col_chunks<In, double>, blocks_for(cols * chunks), x, partial, outer, run, inner, chunks,
+         ceil_div(run, chunks));
   sum_cols(static_cast<const double*>(partial), out, outer, chunks, inner, device);  // [outer, chunks, inner]
 }
 
@@ -221,9 +217,8 @@ void argmax_dim(const Tensor& x, int64_t dim, Tensor& indices) {
   Tensor xc = x.contiguous();
   const int64_t outer = outer_size(x.shape(), dim), inner = inner_size(x.shape(), dim), n = x.shape()[dim];
   if (outer * inner == 0) return;
-  argmax_lines<<<blocks_for(outer * inner), kThreads>>>(xc.data<float>(), indices.data<int64_t>(),
-                                                        outer, n, inner);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(argmax_lines, blocks_for(outer * inner), xc.data<float>(), indices.data<int64_t>(),
+         outer, n, inner);
 }
 
 }  // namespace mt::core::cuda

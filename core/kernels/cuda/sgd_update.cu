@@ -21,9 +21,8 @@ void sgd_update(Tensor& param, const Tensor& grad, Tensor& buffer, bool first, c
     MT_CHECK(buffer.defined() && buffer.numel() == n && buffer.device() == param.device(),
              "internal: sgd_update needs a momentum buffer like the parameter");
   }
-  sgd_kernel<<<blocks_for(n), kThreads>>>(param.data<float>(), grad.data<float>(),
-                                          u.momentum != 0.0f ? buffer.data<float>() : nullptr, n, first, u);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(sgd_kernel, blocks_for(n), param.data<float>(), grad.data<float>(),
+         u.momentum != 0.0f ? buffer.data<float>() : nullptr, n, first, u);
 }
 
 }  // namespace mt::core::cuda

@@ -144,25 +144,22 @@ __global__ void cross_entropy_backward_kernel(const float* x, const int64_t* t, 
 void softmax_forward(const Tensor& x, int64_t dim, bool log, Tensor& y) {
   const Lines L = lines(x, dim);
   if (L.count() == 0 || L.n == 0) return;
-  softmax_forward_kernel<<<warp_blocks(L.count()), kThreads>>>(x.data<float>(), y.data<float>(), L, log);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(softmax_forward_kernel, warp_blocks(L.count()), x.data<float>(), y.data<float>(), L, log);
 }
 
 void softmax_backward(const Tensor& y, const Tensor& gy, int64_t dim, bool log, Tensor& gx) {
   const Lines L = lines(y, dim);
   if (L.count() == 0 || L.n == 0) return;
-  softmax_backward_kernel<<<warp_blocks(L.count()), kThreads>>>(y.data<float>(), gy.data<float>(),
-                                                                gx.data<float>(), L, log);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(softmax_backward_kernel, warp_blocks(L.count()), y.data<float>(), gy.data<float>(),
+         gx.data<float>(), L, log);
 }
 
 void nll_loss_forward(const Tensor& log_probs, const Tensor& targets, Tensor& loss) {
   const int64_t n = log_probs.shape()[0], k = log_probs.shape()[1];
   Tensor terms = Tensor::empty({n * 2}, DType::Float32, log_probs.device());  // n doubles
   const IndexCheck pbad = check_labels("nll_loss", targets, k);
-  nll_terms<<<blocks_for(n), kThreads>>>(log_probs.data<float>(), targets.data<int64_t>(),
-                                         static_cast<double*>(terms.raw_data()), n, k, pbad);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(nll_terms, blocks_for(n), log_probs.data<float>(), targets.data<int64_t>(),
+         static_cast<double*>(terms.raw_data()), n, k, pbad);
   mean_of_terms<<<1, 1024>>>(static_cast<const double*>(terms.raw_data()), n, loss.data<float>());
   MT_CUDA_LAUNCH_CHECK();
 }
@@ -170,19 +167,17 @@ void nll_loss_forward(const Tensor& log_probs, const Tensor& targets, Tensor& lo
 void nll_loss_backward(const Tensor& gloss, const Tensor& targets, Tensor& gx) {
   const int64_t n = gx.shape()[0], k = gx.shape()[1];
   if (n * k == 0) return;
-  nll_backward_kernel<<<blocks_for(n * k), kThreads>>>(gloss.data<float>(), targets.data<int64_t>(),
-                                                      gx.data<float>(), n, k);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(nll_backward_kernel, blocks_for(n * k), gloss.data<float>(), targets.data<int64_t>(),
+         gx.data<float>(), n, k);
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& loss, Tensor& lse) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   Tensor terms = Tensor::empty({n * 2}, DType::Float32, logits.device());  // n doubles
   const IndexCheck pbad = check_labels("cross_entropy", targets, k);
-  cross_entropy_rows<<<warp_blocks(n), kThreads>>>(logits.data<float>(), targets.data<int64_t>(),
-                                                   lse.data<float>(), static_cast<double*>(terms.raw_data()),
-                                                   n, k, pbad);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(cross_entropy_rows, warp_blocks(n), logits.data<float>(), targets.data<int64_t>(),
+         lse.data<float>(), static_cast<double*>(terms.raw_data()),
+         n, k, pbad);
   mean_of_terms<<<1, 1024>>>(static_cast<const double*>(terms.raw_data()), n, loss.data<float>());
   MT_CUDA_LAUNCH_CHECK();
 }
@@ -191,10 +186,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             const Tensor& gloss, Tensor& gx) {
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   if (n * k == 0) return;
-  cross_entropy_backward_kernel<<<blocks_for(n * k), kThreads>>>(logits.data<float>(), targets.data<int64_t>(),
-                                                                lse.data<float>(), gloss.data<float>(),
-                                                                gx.data<float>(), n, k);
-  MT_CUDA_LAUNCH_CHECK();
+  launch(cross_entropy_backward_kernel, blocks_for(n * k), logits.data<float>(), targets.data<int64_t>(),
+         lse.data<float>(), gloss.data<float>(),
+         gx.data<float>(), n, k);
 }
 
 }  // namespace mt::core::cuda
