@@ -162,8 +162,6 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     case BinaryOp::Sub: binary_loop(a, b, out, [](float x, float y) { return x - y; }); break;
     case BinaryOp::Mul: binary_loop(a, b, out, [](float x, float y) { return x * y; }); break;
     case BinaryOp::Div: binary_loop(a, b, out, [](float x, float y) { return x / y; }); break;
-    case BinaryOp::Max: binary_loop(a, b, out, [](float x, float y) { return x > y ? x : y; }); break;
-    case BinaryOp::Min: binary_loop(a, b, out, [](float x, float y) { return x < y ? x : y; }); break;
   }
 }
 
@@ -173,8 +171,6 @@ void binary_scalar(BinaryOp op, const Tensor& a, float s, Tensor& out) {
     case BinaryOp::Sub: unary_loop(a, out, [s](float x) { return x - s; }); break;
     case BinaryOp::Mul: unary_loop(a, out, [s](float x) { return x * s; }); break;
     case BinaryOp::Div: unary_loop(a, out, [s](float x) { return x / s; }); break;
-    case BinaryOp::Max: unary_loop(a, out, [s](float x) { return x > s ? x : s; }); break;
-    case BinaryOp::Min: unary_loop(a, out, [s](float x) { return x < s ? x : s; }); break;
   }
 }
 
@@ -184,10 +180,8 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
     case UnaryOp::Exp: unary_loop(x, out, [](float v) { return std::exp(v); }); break;
     case UnaryOp::Log: unary_loop(x, out, [](float v) { return std::log(v); }); break;
     case UnaryOp::Sqrt: unary_loop(x, out, [](float v) { return std::sqrt(v); }); break;
-    case UnaryOp::Rsqrt: unary_loop(x, out, [](float v) { return 1.0f / std::sqrt(v); }); break;
     case UnaryOp::Abs: unary_loop(x, out, [](float v) { return std::fabs(v); }); break;
     case UnaryOp::Square: unary_loop(x, out, [](float v) { return v * v; }); break;
-    case UnaryOp::Reciprocal: unary_loop(x, out, [](float v) { return 1.0f / v; }); break;
     case UnaryOp::Sign: unary_loop(x, out, [](float v) { return float((v > 0) - (v < 0)); }); break;
     case UnaryOp::Tanh: unary_loop(x, out, [](float v) { return std::tanh(v); }); break;
     case UnaryOp::Sigmoid: unary_loop(x, out, [](float v) { return 1.0f / (1.0f + std::exp(-v)); }); break;

@@ -6,8 +6,8 @@
 
 namespace mt::core {
 
-enum class BinaryOp { Add, Sub, Mul, Div, Max, Min };
-enum class UnaryOp { Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Reciprocal, Sign, Tanh, Sigmoid };
+enum class BinaryOp { Add, Sub, Mul, Div };
+enum class UnaryOp { Neg, Exp, Log, Sqrt, Abs, Square, Sign, Tanh, Sigmoid };
 
 namespace cpu {
 void fill(Tensor& t, double value);

@@ -80,17 +80,14 @@ void cross_entropy_ignore_forward(const Tensor& logits, const Tensor& targets, i
   const int64_t n = logits.shape()[0], k = logits.shape()[1];
   const Device dev = logits.device();
   Tensor terms = Tensor::empty({std::max<int64_t>(n, 1) * 2}, DType::Float32, dev);  // n doubles
-  IndexCheck bad;
+  auto* pterms = static_cast<double*>(terms.raw_data());
   if (n > 0) {
-    bad = defer_index_check(targets, [k, ignore_index](int64_t target, int64_t pos) {
+    const IndexCheck bad = defer_index_check(targets, [k, ignore_index](int64_t target, int64_t pos) {
       return "cross_entropy_ignore: target " + std::to_string(target) + " at position " + std::to_string(pos) +
              " is out of range for " + std::to_string(k) + " classes (valid targets are 0.." + std::to_string(k - 1) +
              ", or " + std::to_string(ignore_index) + " to ignore the row); check the labels against the "
              "vocabulary size";
     });
-  }
-  auto* pterms = static_cast<double*>(terms.raw_data());
-  if (n > 0) {
     launch(counted_row_terms, warp_blocks(n), logits.data<float>(), targets.data<int64_t>(), ignore_index,
            lse.data<float>(), pterms, n, k,
            bad);

@@ -21,8 +21,6 @@ __device__ inline float apply_binary(BinaryOp op, float x, float y) {
     case BinaryOp::Sub: return x - y;
     case BinaryOp::Mul: return x * y;
     case BinaryOp::Div: return x / y;
-    case BinaryOp::Max: return x > y ? x : y;
-    case BinaryOp::Min: return x < y ? x : y;
   }
   return 0.0f;
 }
@@ -33,10 +31,8 @@ __device__ inline float apply_unary(UnaryOp op, float v) {
     case UnaryOp::Exp: return expf(v);
     case UnaryOp::Log: return logf(v);
     case UnaryOp::Sqrt: return sqrtf(v);
-    case UnaryOp::Rsqrt: return 1.0f / sqrtf(v);
     case UnaryOp::Abs: return fabsf(v);
     case UnaryOp::Square: return v * v;
-    case UnaryOp::Reciprocal: return 1.0f / v;
     case UnaryOp::Sign: return float((v > 0) - (v < 0));
     case UnaryOp::Tanh: return tanhf(v);
     case UnaryOp::Sigmoid: return 1.0f / (1.0f + expf(-v));
