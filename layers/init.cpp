@@ -31,29 +31,24 @@ void constant_(const Tensor& t, double value) {
 }
 
 namespace {
-int64_t fan_of(const Tensor& w, FanMode mode) {
-  const Fans f = compute_fans(w.shape());
-  const int64_t fan = mode == FanMode::FanIn ? f.fan_in : f.fan_out;
+double checked_fan(const Tensor& w, int64_t fan) {
   MT_CHECK(fan > 0, "cannot initialize ", w.str(), ": its fan is 0");
-  return fan;
+  return static_cast<double>(fan);
 }
 }  // namespace
 
-void kaiming_uniform_(const Tensor& w, double a, FanMode mode, core::Generator& gen) {
-  const double gain = std::sqrt(2.0 / (1.0 + a * a));
-  const double bound = gain * std::sqrt(3.0 / static_cast<double>(fan_of(w, mode)));
-  uniform_(w, -bound, bound, gen);
-}
-
-void kaiming_normal_(const Tensor& w, FanMode mode, core::Generator& gen) {
-  const double stddev = std::sqrt(2.0) / std::sqrt(static_cast<double>(fan_of(w, mode)));
+void kaiming_normal_(const Tensor& w, core::Generator& gen) {
+  const double stddev = std::sqrt(2.0) / std::sqrt(checked_fan(w, compute_fans(w.shape()).fan_out));
   normal_(w, 0.0, stddev, gen);
 }
 
 void default_init_(const Tensor& weight, const Tensor& bias, core::Generator& gen) {
-  kaiming_uniform_(weight, std::sqrt(5.0), FanMode::FanIn, gen);
+  const double fan_in = checked_fan(weight, compute_fans(weight.shape()).fan_in);
+  const double a = std::sqrt(5.0), gain = std::sqrt(2.0 / (1.0 + a * a));  // kaiming_uniform(a)
+  const double weight_bound = gain * std::sqrt(3.0 / fan_in);
+  uniform_(weight, -weight_bound, weight_bound, gen);
   if (bias.defined()) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(compute_fans(weight.shape()).fan_in));
+    const double bound = 1.0 / std::sqrt(fan_in);
     uniform_(bias, -bound, bound, gen);
   }
 }

@@ -19,8 +19,6 @@
 
 namespace mt::layers {
 
-enum class FanMode { FanIn, FanOut };
-
 struct Fans {
   int64_t fan_in = 0;
   int64_t fan_out = 0;
@@ -33,8 +31,7 @@ Fans compute_fans(const core::Shape& weight_shape);
 void uniform_(const core::Tensor& t, double low, double high, core::Generator& gen);
 void normal_(const core::Tensor& t, double mean, double stddev, core::Generator& gen);
 void constant_(const core::Tensor& t, double value);
-void kaiming_uniform_(const core::Tensor& weight, double a, FanMode mode, core::Generator& gen);
-void kaiming_normal_(const core::Tensor& weight, FanMode mode, core::Generator& gen);  // ReLU gain
+void kaiming_normal_(const core::Tensor& weight, core::Generator& gen);  // over fan_out, ReLU gain
 
 // PyTorch's default for Linear and Conv2d: kaiming_uniform(a = sqrt(5)) for the weight and
 // U(+-1/sqrt(fan_in)) for the bias (which may be undefined).

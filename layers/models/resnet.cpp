@@ -30,7 +30,7 @@ ResNetCifar::ResNetCifar(int64_t depth, int64_t in_channels, int64_t num_classes
   // default uniform init they were built with; BN stays at weight 1, bias 0; fc keeps the
   // default. Redrawing costs a few more random numbers but keeps layer constructors simple.
   for (const auto& [name, p] : named_parameters())
-    if (p.dim() == 4) kaiming_normal_(p, FanMode::FanOut, gen);
+    if (p.dim() == 4) kaiming_normal_(p, gen);
 }
 
 Tensor ResNetCifar::forward(const Tensor& x) {

@@ -36,7 +36,7 @@ ResNetImageNet::ResNetImageNet(int64_t depth, int64_t in_channels, int64_t num_c
   fc_ = register_module("fc", std::make_shared<Linear>(in, num_classes, gen));
   // As in ResNetCifar: redraw the convolutions with torchvision's kaiming normal (fan_out).
   for (const auto& [name, p] : named_parameters())
-    if (p.dim() == 4) kaiming_normal_(p, FanMode::FanOut, gen);
+    if (p.dim() == 4) kaiming_normal_(p, gen);
 }
 
 Tensor ResNetImageNet::forward(const Tensor& x) {
