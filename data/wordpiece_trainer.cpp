@@ -108,10 +108,8 @@ class MergeTrainer {
                        [](const auto& x, const auto& y) { return x.second > y.second; });
       alphabet.resize(room);
     }
-    std::vector<std::string> alphabet_tokens;
-    for (const auto& [form, count] : alphabet) alphabet_tokens.push_back(form);
-    std::sort(alphabet_tokens.begin(), alphabet_tokens.end());
-    for (const std::string& t : alphabet_tokens) add_to_vocab(t);
+    std::sort(alphabet.begin(), alphabet.end());  // by form again (forms are unique)
+    for (const auto& [form, count] : alphabet) add_to_vocab(form);
 
     // Words as piece ids; words with a character cut from the alphabet take no part.
     for (auto& [chars, count] : split_words) {
