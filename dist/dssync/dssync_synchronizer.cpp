@@ -183,26 +183,13 @@ void DsSyncSynchronizer::load_state_dict(const core::StateDict& state) {
   restore_state(state);
 }
 
-void DsSyncSynchronizer::note(const std::string& text) const {
-  if (rank() == 0 && options_.log) *options_.log << "note: " << text << std::endl;
-}
-
 void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
   const std::optional<int64_t> step = saved_step(state);
   // No step: a checkpoint of another algorithm (S-SGD); the schedule starts from its beginning,
   // which is as good as any position for replicas that all start equal.
   if (!step) return;
   step_ = *step;
-  std::string why_not;
-  const std::optional<core::StateDict> mine = rank_state(state, kRankPrefix, rank(), world_size(), &why_not);
-  if (!mine) {
-    note(why_not + ": every rank resumes from the stored average and rank 0's optimizer state, so "
-         "the run will not match one that never stopped");
-    return;
-  }
-  MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync restored without an optimizer");
-  restore_replica(*mine, model_, *optimizer_, "sync." + kRankPrefix + "rank" + std::to_string(rank()) + ".");
-  replica_states_.forget();
+  if (restore_own_replica(state, kRankPrefix, *group_, model_, *optimizer_, options_.log)) replica_states_.forget();
 }
 
 namespace {

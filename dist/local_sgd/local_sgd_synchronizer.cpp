@@ -63,14 +63,7 @@ void LocalSgdSynchronizer::load_state_dict(const core::StateDict& state) {
     steps_ = t.item_int();
     ours = true;
   }
-  if (!ours) return;
-  std::string why_not;
-  if (const auto mine = rank_state(state, "local_sgd.", group_->rank(), group_->size(), &why_not)) {
-    restore_replica(*mine, model_, *optimizer_, "sync.local_sgd.rank" + std::to_string(group_->rank()) + ".");
-  } else if (group_->rank() == 0 && options_.log) {
-    *options_.log << "note: " << why_not << ": every rank resumes from the stored average and rank 0's optimizer "
-                  << "state, so the run will not match one that never stopped" << std::endl;
-  }
+  if (ours) restore_own_replica(state, "local_sgd.", *group_, model_, *optimizer_, options_.log);
 }
 
 namespace {
