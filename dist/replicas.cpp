@@ -235,20 +235,23 @@ void append_rank_states(core::StateDict& out, const std::string& prefix,
     for (const auto& [name, t] : states[r]) out.emplace_back(prefix + "rank" + std::to_string(r) + "." + name, t);
 }
 
+std::optional<int64_t> saved_int64(const core::StateDict& state, const std::string& name) {
+  for (const auto& [n, t] : state) {
+    if (n != name) continue;
+    MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
+             " must be one int64, got ", t.str());
+    return t.to(core::Device::cpu()).data<int64_t>()[0];
+  }
+  return std::nullopt;
+}
+
 std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,
                                           int rank, int world_size, std::string* why_not) {
-  int64_t saved_ranks = 0;
+  const int64_t saved_ranks = saved_int64(state, prefix + "ranks").value_or(0);
   const std::string mine = prefix + "rank" + std::to_string(rank) + ".";
   core::StateDict out;
-  for (const auto& [name, t] : state) {
-    if (name == prefix + "ranks") {
-      MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
-               " must be one int64, got ", t.str());
-      saved_ranks = t.to(core::Device::cpu()).data<int64_t>()[0];
-    } else if (name.rfind(mine, 0) == 0) {
-      out.emplace_back(name.substr(mine.size()), t);
-    }
-  }
+  for (const auto& [name, t] : state)
+    if (name.rfind(mine, 0) == 0) out.emplace_back(name.substr(mine.size()), t);
   if (saved_ranks == 0) {
     if (why_not) *why_not = "the checkpoint holds no per-rank state (an older build, or saved without prepare_eval)";
     return std::nullopt;

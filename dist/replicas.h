@@ -96,6 +96,10 @@ class RankStates {
   bool collected_ = false;               // every rank
 };
 
+// The checkpoint entry `name` ("dssync.step"), one int64, if the state has it (another
+// algorithm's has not); another shape is an Error naming the entry.
+std::optional<int64_t> saved_int64(const core::StateDict& state, const std::string& name);
+
 // This rank's entries (names without "<prefix>rank<r>."), or nullopt with the reason in
 // *why_not when the state has none or was written by another world size.
 std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,

@@ -16,19 +16,6 @@ namespace {
 
 const std::string kRankPrefix = "dssync.";  // + "ranks", "rank<r>.<entry>" (replicas.h)
 
-int64_t one_int64(const std::string& name, const Tensor& t) {
-  MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
-           " must be one int64, got ", t.str());
-  return t.to(core::Device::cpu()).data<int64_t>()[0];
-}
-
-// The schedule position, if the state has one (not in other algorithms' checkpoints).
-std::optional<int64_t> saved_step(const core::StateDict& state) {
-  for (const auto& [name, t] : state)
-    if (name == "dssync.step") return one_int64(name, t);
-  return std::nullopt;
-}
-
 }  // namespace
 
 DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
@@ -176,7 +163,7 @@ void DsSyncSynchronizer::load_state_dict(const core::StateDict& state) {
   if (!set_up_) {
     // The step now (steps() reflects it); this rank's weights go into the tensors that setup
     // brings, so the rest waits for setup.
-    if (const auto step = saved_step(state)) step_ = *step;
+    if (const auto step = saved_int64(state, "dssync.step")) step_ = *step;
     pending_state_ = state;
     return;
   }
@@ -184,7 +171,7 @@ void DsSyncSynchronizer::load_state_dict(const core::StateDict& state) {
 }
 
 void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
-  const std::optional<int64_t> step = saved_step(state);
+  const std::optional<int64_t> step = saved_int64(state, "dssync.step");
   // No step: a checkpoint of another algorithm (S-SGD); the schedule starts from its beginning,
   // which is as good as any position for replicas that all start equal.
   if (!step) return;
