@@ -27,6 +27,8 @@ void broadcast_tensors(ProcessGroup& group, const NamedTensors& tensors, int roo
   for (const auto& [name, t] : tensors)
     if (t.dtype() == core::DType::Float32) floats.push_back(t);
   if (total_numel(floats) > 0) {
+    // On the group's device: a CPU model on an NCCL group, or a GPU model on Gloo (the
+    // parameter server's workers), is staged there and back.
     Tensor flat = flatten_values(floats).to(group.device());
     finish(group.broadcast(flat, root), group, "broadcast of the " + what + " from rank " + std::to_string(root));
     unflatten_into_values(flat, floats);

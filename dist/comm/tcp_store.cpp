@@ -122,9 +122,9 @@ void TCPStore::disconnect_locked() { net::close_fd(fd_); }
 std::vector<uint8_t> TCPStore::request(const std::vector<uint8_t>& frame,
                                        std::chrono::milliseconds timeout, const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
-  connect_locked();
   std::vector<uint8_t> answer;
   try {
+    connect_locked();
     answer = exchange(fd_, frame, net::Clock::now() + timeout);
   } catch (const core::Error& e) {
     // The reply may still come later: drop the connection so it cannot be mistaken for the

@@ -147,7 +147,7 @@ DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device
       const std::vector<double> times =
           time_allreduces(mine[p].get(), world, device, sizes[s], s == 0 ? 4 : 1, together);
       const double mean = times.empty() ? 0.0 : trimmed_mean(times);
-      // Every rank's mean in its own slot, summed: every rank learns the slowest group's.
+      // The maximum over ranks: every rank learns the slowest group's.
       Tensor slowest = Tensor::from_vector(std::vector<float>{static_cast<float>(mean)}, {1}).to(device);
       finish(world.allreduce(slowest, ReduceOp::Max), world, "collecting the DS-Sync group times");
       profile.patterns[p].size_bytes.push_back(static_cast<double>(sizes[s]) * 4.0);
