@@ -23,27 +23,15 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 void broadcast_tensors(ProcessGroup& group, const NamedTensors& tensors, int root,
                        const std::string& what) {
   core::NoGradGuard no_grad;
-  int64_t total = 0;
+  std::vector<Tensor> floats;
   for (const auto& [name, t] : tensors)
-    if (t.dtype() == core::DType::Float32) total += t.numel();
-  if (total > 0) {
+    if (t.dtype() == core::DType::Float32) floats.push_back(t);
+  if (total_numel(floats) > 0) {
     // On the group's device: a CPU model on an NCCL group, or a GPU model on Gloo (the
     // parameter server's workers), is staged there and back.
-    Tensor flat = Tensor::empty({total}, core::DType::Float32, group.device());
-    int64_t off = 0;
-    for (const auto& [name, t] : tensors) {
-      if (t.dtype() != core::DType::Float32) continue;
-      flat.narrow(0, off, t.numel()).copy_(t.contiguous().view({-1}));
-      off += t.numel();
-    }
+    Tensor flat = flatten_values(floats).to(group.device());
     finish(group.broadcast(flat, root), group, "broadcast of the " + what + " from rank " + std::to_string(root));
-    off = 0;
-    for (const auto& [name, t] : tensors) {
-      if (t.dtype() != core::DType::Float32) continue;
-      Tensor dst = t;
-      dst.copy_(flat.narrow(0, off, t.numel()));
-      off += t.numel();
-    }
+    unflatten_into_values(flat, floats);
   }
   for (const auto& [name, t] : tensors) {
     if (t.dtype() == core::DType::Float32) continue;
@@ -53,9 +41,25 @@ void broadcast_tensors(ProcessGroup& group, const NamedTensors& tensors, int roo
   }
 }
 
-// A 64-bit value as four exact float32 chunks of 16 bits (the collectives move float32).
-void put_hash(float* out, uint64_t h) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((h >> (16 * i)) & 0xffff);
+// Gathers every rank's `hashes` and returns, for each, the ranks whose value differs from rank
+// 0's. A hash travels as four exact float32 chunks of 16 bits (the collectives move float32).
+std::vector<std::vector<int>> ranks_differing(ProcessGroup& group, const std::vector<uint64_t>& hashes,
+                                              const std::string& what) {
+  const int64_t n = 4 * static_cast<int64_t>(hashes.size());
+  Tensor mine = Tensor::empty({n});
+  for (int64_t i = 0; i < n; ++i)
+    mine.data<float>()[i] = static_cast<float>((hashes[static_cast<size_t>(i / 4)] >> (16 * (i % 4))) & 0xffff);
+  mine = mine.to(group.device());  // NCCL gathers device tensors
+  Tensor all = Tensor::empty({n * group.size()}, core::DType::Float32, group.device());
+  finish(group.allgather(mine, all), group, what);
+  const std::vector<float> a = all.to(core::Device::cpu()).to_vector();
+  std::vector<std::vector<int>> differ(hashes.size());
+  for (int r = 1; r < group.size(); ++r)
+    for (size_t h = 0; h < hashes.size(); ++h) {
+      const auto theirs = a.begin() + n * r + 4 * static_cast<int64_t>(h);
+      if (!std::equal(theirs, theirs + 4, a.begin() + 4 * static_cast<int64_t>(h))) differ[h].push_back(r);
+    }
+  return differ;
 }
 
 constexpr uint64_t kFnvOffset = 1469598103934665603ull;
@@ -123,24 +127,13 @@ void check_replicas_agree(ProcessGroup& group, const layers::Module& model,
   std::ostringstream shapes;
   for (const auto& [name, t] : model.named_parameters()) shapes << name << core::shape_str(t.shape()) << ';';
   for (const auto& [name, t] : model.named_buffers()) shapes << name << core::shape_str(t.shape()) << ';';
-  Tensor mine = Tensor::empty({8});
-  put_hash(mine.data<float>(), stable_hash(config_text));
-  put_hash(mine.data<float>() + 4, stable_hash(shapes.str()));
-  mine = mine.to(group.device());  // NCCL gathers device tensors
-  Tensor all = Tensor::empty({8 * static_cast<int64_t>(group.size())}, core::DType::Float32, group.device());
-  finish(group.allgather(mine, all), group, "the start-up check of configs and models (allgather)");
-  all = all.to(core::Device::cpu());
+  const auto differ = ranks_differing(group, {stable_hash(config_text), stable_hash(shapes.str())},
+                                     "the start-up check of configs and models (allgather)");
 
-  const float* a = all.data<float>();
-  std::vector<int> config_differs, model_differs;
-  for (int r = 1; r < group.size(); ++r) {
-    if (!std::equal(a + 8 * r, a + 8 * r + 4, a)) config_differs.push_back(r);
-    if (!std::equal(a + 8 * r + 4, a + 8 * r + 8, a + 4)) model_differs.push_back(r);
-  }
-  MT_CHECK(model_differs.empty(), "rank ", group.rank(), ": the model of rank(s) ", join_ranks(model_differs, ", "),
+  MT_CHECK(differ[1].empty(), "rank ", group.rank(), ": the model of rank(s) ", join_ranks(differ[1], ", "),
            " differs from rank 0's (parameter/buffer names or shapes); every rank must build the same "
            "model: start them all with the same config and overrides");
-  MT_CHECK(config_differs.empty(), "rank ", group.rank(), ": the config of rank(s) ", join_ranks(config_differs, ", "),
+  MT_CHECK(differ[0].empty(), "rank ", group.rank(), ": the config of rank(s) ", join_ranks(differ[0], ", "),
            " differs from rank 0's (hash of the config text); start every rank with the same config "
            "file and the same --set overrides");
 }
@@ -171,16 +164,8 @@ StartingWeights make_replicas_identical(ProcessGroup& group, const layers::Modul
            ": the start-up broadcast got ", rack_of.size(), " rack ids for ", group.size(),
            " ranks; give one rack id per rank (or none)");
   const uint64_t digest = weights_digest(model);
-  Tensor mine = Tensor::empty({4});
-  put_hash(mine.data<float>(), digest);
-  mine = mine.to(group.device());
-  Tensor all = Tensor::empty({4 * static_cast<int64_t>(group.size())}, core::DType::Float32, group.device());
-  finish(group.allgather(mine, all), group, "the start-up comparison of the ranks' weights (allgather of digests)");
-  all = all.to(core::Device::cpu());
-  const float* a = all.data<float>();
-  std::vector<int> differ;
-  for (int r = 1; r < group.size(); ++r)
-    if (!std::equal(a + 4 * r, a + 4 * r + 4, a)) differ.push_back(r);
+  const std::vector<int> differ =
+      ranks_differing(group, {digest}, "the start-up comparison of the ranks' weights (allgather of digests)")[0];
   const bool chatty = log != nullptr && group.rank() == 0;
   std::ostringstream hex;
   hex << std::hex << std::setw(16) << std::setfill('0') << digest;
@@ -252,20 +237,23 @@ void append_rank_states(core::StateDict& out, const std::string& prefix,
     for (const auto& [name, t] : states[r]) out.emplace_back(prefix + "rank" + std::to_string(r) + "." + name, t);
 }
 
+std::optional<int64_t> saved_int64(const core::StateDict& state, const std::string& name) {
+  for (const auto& [n, t] : state) {
+    if (n != name) continue;
+    MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
+             " must be one int64, got ", t.str());
+    return t.to(core::Device::cpu()).data<int64_t>()[0];
+  }
+  return std::nullopt;
+}
+
 std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,
                                           int rank, int world_size, std::string* why_not) {
-  int64_t saved_ranks = 0;
+  const int64_t saved_ranks = saved_int64(state, prefix + "ranks").value_or(0);
   const std::string mine = prefix + "rank" + std::to_string(rank) + ".";
   core::StateDict out;
-  for (const auto& [name, t] : state) {
-    if (name == prefix + "ranks") {
-      MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
-               " must be one int64, got ", t.str());
-      saved_ranks = t.to(core::Device::cpu()).data<int64_t>()[0];
-    } else if (name.rfind(mine, 0) == 0) {
-      out.emplace_back(name.substr(mine.size()), t);
-    }
-  }
+  for (const auto& [name, t] : state)
+    if (name.rfind(mine, 0) == 0) out.emplace_back(name.substr(mine.size()), t);
   if (saved_ranks == 0) {
     if (why_not) *why_not = "the checkpoint holds no per-rank state (an older build, or saved without prepare_eval)";
     return std::nullopt;
@@ -287,11 +275,21 @@ core::StateDict replica_state(const ModelVector& model, const optim::Optimizer& 
   return mine;
 }
 
-void restore_replica(const core::StateDict& mine, ModelVector& model, optim::Optimizer& optimizer,
-                     const std::string& entry) {
+bool restore_own_replica(const core::StateDict& state, const std::string& prefix, const ProcessGroup& group,
+                         ModelVector& model, optim::Optimizer& optimizer, std::ostream* log) {
+  std::string why_not;
+  const std::optional<core::StateDict> mine = rank_state(state, prefix, group.rank(), group.size(), &why_not);
+  if (!mine) {
+    if (group.rank() == 0 && log) {
+      *log << "note: " << why_not << ": every rank resumes from the stored average and rank 0's optimizer "
+           << "state, so the run will not match one that never stopped" << std::endl;
+    }
+    return false;
+  }
+  const std::string entry = "sync." + prefix + "rank" + std::to_string(group.rank()) + ".";  // names it in errors
   const Tensor* local = nullptr;
   core::StateDict optim_state;
-  for (const auto& [name, t] : mine) {
+  for (const auto& [name, t] : *mine) {
     if (name == "local") local = &t;
     if (name.rfind("optim.", 0) == 0) optim_state.emplace_back(name.substr(6), t);
   }
@@ -306,6 +304,7 @@ void restore_replica(const core::StateDict& mine, ModelVector& model, optim::Opt
   // rank's own weights are what it trains on from here.
   model.drop_aside();
   model.unflatten(local->to(model.device()));
+  return true;
 }
 
 }  // namespace mt::dist

@@ -96,6 +96,10 @@ class RankStates {
   bool collected_ = false;               // every rank
 };
 
+// The checkpoint entry `name` ("dssync.step"), one int64, if the state has it (another
+// algorithm's has not); another shape is an Error naming the entry.
+std::optional<int64_t> saved_int64(const core::StateDict& state, const std::string& name);
+
 // This rank's entries (names without "<prefix>rank<r>."), or nullopt with the reason in
 // *why_not when the state has none or was written by another world size.
 std::optional<core::StateDict> rank_state(const core::StateDict& state, const std::string& prefix,
@@ -103,10 +107,11 @@ std::optional<core::StateDict> rank_state(const core::StateDict& state, const st
 
 // Ranks that train models of their own between averages (DS-Sync, local SGD) save this per rank:
 // the rank's weights ("local": the model's, or those set aside while it shows the average) and its
-// optimizer state ("optim.<name>"). restore_replica puts `mine` (rank_state's answer) back;
-// `entry` names the entries in errors ("sync.dssync.rank1.").
+// optimizer state ("optim.<name>"). restore_own_replica puts this rank's back from a checkpoint's
+// "<prefix>rank<r>.*" and returns true; when the checkpoint holds none for this world, rank 0
+// notes why in `log` and every rank keeps the stored average and rank 0's optimizer state.
 core::StateDict replica_state(const ModelVector& model, const optim::Optimizer& optimizer);
-void restore_replica(const core::StateDict& mine, ModelVector& model, optim::Optimizer& optimizer,
-                     const std::string& entry);
+bool restore_own_replica(const core::StateDict& state, const std::string& prefix, const ProcessGroup& group,
+                         ModelVector& model, optim::Optimizer& optimizer, std::ostream* log);
 
 }  // namespace mt::dist

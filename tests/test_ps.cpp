@@ -570,8 +570,8 @@ TEST_F(PsTest, ServerAnswersInTheOrderPushesArrive) {
       return;
     }
     auto workers = workers_of(c.group, kWorkers);
-    const std::vector<dist::PsServerTable> tables{dist::PsServerTable{{0, kNumel}, {1, kNumel}, {2, kNumel}}};
-    dist::greet_parameter_servers(*workers, *c.group, tables, kBytes);
+    const std::vector<dist::PsPartition> plan(3, dist::PsPartition{0, 0, kNumel, 0});  // ids 0, 1, 2 on server 0
+    dist::greet_parameter_servers(*workers, *c.group, plan, kBytes);
     auto int64s = [](std::vector<int64_t> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); };
     std::vector<std::shared_ptr<dist::Work>> sent;
     if (c.rank == 0) sent.push_back(c.group->send(int64s({dist::ps::kStep, 0}), kWorkers, dist::ps::kCommandTag));

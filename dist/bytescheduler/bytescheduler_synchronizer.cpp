@@ -146,11 +146,7 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
   }
 
   if (ps) {
-    std::vector<PsServerTable> tables(static_cast<size_t>(servers));
-    tables[0].emplace_back(0, kVoteNumel);  // the vote goes first, to server 0
-    for (size_t k = 0; k < plan_.size(); ++k)
-      tables[static_cast<size_t>(plan_[k].server)].emplace_back(static_cast<int64_t>(k + 1), plan_[k].numel);
-    greet_parameter_servers(*workers_, *world_, tables, options_.partition_bytes);
+    greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes, kVoteNumel);
     commands_ = ServerCommands(world_, workers_n_);
   } else {
     // A communicator of the engine's own: the trainer's metric averages on the workers' group

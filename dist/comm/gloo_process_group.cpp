@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -358,21 +357,8 @@ std::shared_ptr<Work> GlooProcessGroup::allgather(const Tensor& input, Tensor& o
   check_cpu_pair(input, output, who(), name);
   MT_CHECK(output.numel() == input.numel() * size_, who(), ": ", name, ": output holds ", output.numel(),
            " elements, expected ", size_, " x ", input.numel(), " = ", input.numel() * size_);
-  auto ctx = context_;
-  const auto timeout = shared_->options.timeout;
-  return issue(name, [ctx, input, output, timeout](uint32_t tag) {
-    if (input.numel() == 0) return;
-    if (ctx->size == 1) {
-      std::memcpy(output.raw_data(), input.raw_data(), input.nbytes());
-      return;
-    }
-    gloo::AllgatherOptions opts(ctx);
-    opts.setInput(static_cast<uint8_t*>(input.raw_data()), input.nbytes());
-    opts.setOutput(static_cast<uint8_t*>(output.raw_data()), output.nbytes());
-    opts.setTag(tag);
-    opts.setTimeout(timeout);
-    gloo_call([&] { gloo::allgather(opts); });
-  });
+  // An allgather is an allgatherv with equal counts.
+  return allgatherv(input, output, std::vector<int64_t>(static_cast<size_t>(size_), input.numel()));
 }
 
 std::shared_ptr<Work> GlooProcessGroup::allgatherv(const Tensor& input, Tensor& output,

@@ -125,13 +125,8 @@ WorldInfo world_from_env() {
     w.rank = parse_int("SLURM_PROCID", env("SLURM_PROCID"));
     w.world_size = parse_int("SLURM_NTASKS", env("SLURM_NTASKS"));
     w.local_rank = int_env("SLURM_LOCALID", 0);
-    if (env("SLURM_NTASKS_PER_NODE")) {
-      w.local_world_size = leading_int("SLURM_NTASKS_PER_NODE", env("SLURM_NTASKS_PER_NODE"));
-    } else if (env("SLURM_TASKS_PER_NODE")) {
-      w.local_world_size = leading_int("SLURM_TASKS_PER_NODE", env("SLURM_TASKS_PER_NODE"));
-    } else {
-      w.local_world_size = w.local_rank + 1;
-    }
+    const char* per_node = env("SLURM_NTASKS_PER_NODE") ? "SLURM_NTASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+    w.local_world_size = env(per_node) ? leading_int(per_node, env(per_node)) : w.local_rank + 1;
     if (!env("MASTER_ADDR")) {
       const char* list = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST")
                          : env("SLURM_JOB_NODELIST") ? env("SLURM_JOB_NODELIST")
@@ -186,16 +181,15 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
   // before they publish their own: rank 0 may give up (and take the store down) as soon as it
   // sees a mismatching key, so that key must be the last thing its owner needs from the store.
   const std::string ws = std::to_string(world.world_size);
+  auto key = [](int r) { return "rendezvous/rank/" + std::to_string(r); };
   auto world_size_of = [&](int r) {
-    const auto v = store->get("rendezvous/rank/" + std::to_string(r));
+    const auto v = store->get(key(r));
     return std::string(v.begin(), v.end());
   };
   const std::string ref = world.rank == 0 ? ws : world_size_of(0);
-  store->set("rendezvous/rank/" + std::to_string(world.rank), std::vector<uint8_t>(ws.begin(), ws.end()));
+  store->set(key(world.rank), std::vector<uint8_t>(ws.begin(), ws.end()));
   MT_CHECK(ref == ws, "rendezvous: rank ", world.rank, " was started with WORLD_SIZE=", ws,
            " but rank 0 with WORLD_SIZE=", ref, ": start every rank with the same world size");
-  std::vector<std::string> keys;
-  for (int r = 0; r < world.world_size; ++r) keys.push_back("rendezvous/rank/" + std::to_string(r));
   // Poll, remembering who has arrived, rather than one long blocking wait: when the deadline
   // passes every rank already knows which ranks are missing, without asking a store whose host
   // (rank 0) may be timing out and exiting at the same moment.
@@ -208,7 +202,7 @@ Rendezvous rendezvous(const WorldInfo& world, const ProcessGroupOptions& options
     std::vector<int> still;
     try {
       for (int r : missing)
-        if (!store->check({keys[static_cast<size_t>(r)]})) still.push_back(r);
+        if (!store->check({key(r)})) still.push_back(r);
     } catch (const core::Error& e) {
       // The store's host (rank 0) gave up first; what we saw last is still the answer.
       MT_FAIL("rendezvous: rank ", world.rank, " was waiting for rank(s) ", rank_list(missing), " of ",

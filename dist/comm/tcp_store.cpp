@@ -21,6 +21,17 @@ std::string key_list(const std::vector<std::string>& keys) {
   return out;
 }
 
+// One frame there and its length-prefixed answer back, by `deadline`.
+std::vector<uint8_t> exchange(int fd, const std::vector<uint8_t>& frame, net::Clock::time_point deadline) {
+  net::send_all(fd, frame.data(), frame.size(), deadline);
+  uint32_t n = 0;
+  net::recv_all(fd, &n, 4, deadline);
+  MT_CHECK(n > 0 && n <= wire::kMaxFrameBytes, "bad reply length ", n);
+  std::vector<uint8_t> answer(n);
+  net::recv_all(fd, answer.data(), n, deadline);
+  return answer;
+}
+
 }  // namespace
 
 TCPStore::TCPStore(const TCPStoreOptions& options) : options_(options), port_(options.port) {
@@ -92,12 +103,7 @@ void TCPStore::connect_locked() {
   const auto frame = wire::Writer().u8(wire::kHello).str(options_.token).frame();
   std::vector<uint8_t> answer;
   try {
-    net::send_all(fd_, frame.data(), frame.size(), deadline);
-    uint32_t n = 0;
-    net::recv_all(fd_, &n, 4, deadline);
-    MT_CHECK(n > 0 && n <= wire::kMaxFrameBytes, "bad reply length ", n);
-    answer.resize(n);
-    net::recv_all(fd_, answer.data(), n, deadline);
+    answer = exchange(fd_, frame, deadline);
   } catch (const core::Error& e) {
     disconnect_locked();
     MT_FAIL(who(), ": the store at ", address(), " did not answer the handshake: ", e.what(),
@@ -116,16 +122,10 @@ void TCPStore::disconnect_locked() { net::close_fd(fd_); }
 std::vector<uint8_t> TCPStore::request(const std::vector<uint8_t>& frame,
                                        std::chrono::milliseconds timeout, const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
-  connect_locked();
-  const auto deadline = net::Clock::now() + timeout;
   std::vector<uint8_t> answer;
   try {
-    net::send_all(fd_, frame.data(), frame.size(), deadline);
-    uint32_t n = 0;
-    net::recv_all(fd_, &n, 4, deadline);
-    MT_CHECK(n > 0 && n <= wire::kMaxFrameBytes, "bad reply length ", n);
-    answer.resize(n);
-    net::recv_all(fd_, answer.data(), n, deadline);
+    connect_locked();
+    answer = exchange(fd_, frame, net::Clock::now() + timeout);
   } catch (const core::Error& e) {
     // The reply may still come later: drop the connection so it cannot be mistaken for the
     // answer to the next request (the next request reconnects).
@@ -134,7 +134,7 @@ std::vector<uint8_t> TCPStore::request(const std::vector<uint8_t>& frame,
     if (why.find("closed by peer") != std::string::npos || why.find("reset by peer") != std::string::npos) {
       why += " (the store went away: rank 0 probably exited; see its output)";
     }
-    throw core::Error(why);
+    MT_FAIL(who(), ": store ", what, " at ", address(), ": ", why);
   }
   if (answer[0] == wire::kError) {
     wire::Reader r(answer.data() + 1, answer.size() - 1);
@@ -148,36 +148,22 @@ std::vector<uint8_t> TCPStore::request(const std::vector<uint8_t>& frame,
 void TCPStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   MT_CHECK(value.size() <= kMaxValueBytes, who(), ": store set(\"", key, "\") of ", value.size(),
            " bytes is over the store's limit of ", kMaxValueBytes, " bytes");
-  const auto frame = wire::Writer().u8(wire::kSet).str(key).bytes(value.data(), value.size()).frame();
-  try {
-    request(frame, options_.timeout, "set(\"" + key + "\")");
-  } catch (const core::Error& e) {
-    MT_FAIL(who(), ": store set(\"", key, "\") at ", address(), ": ", e.what());
-  }
+  request(wire::Writer().u8(wire::kSet).str(key).bytes(value.data(), value.size()).frame(), options_.timeout,
+          "set(\"" + key + "\")");
 }
 
 std::vector<uint8_t> TCPStore::get(const std::string& key) {
   wait({key});
-  std::vector<uint8_t> answer;
-  try {
-    answer = request(wire::Writer().u8(wire::kGet).str(key).frame(), options_.timeout,
-                     "get(\"" + key + "\")");
-  } catch (const core::Error& e) {
-    MT_FAIL(who(), ": store get(\"", key, "\") at ", address(), ": ", e.what());
-  }
+  const auto answer = request(wire::Writer().u8(wire::kGet).str(key).frame(), options_.timeout,
+                              "get(\"" + key + "\")");
   MT_CHECK(answer[0] == wire::kOk, who(), ": store get(\"", key, "\"): the key vanished");
   wire::Reader r(answer.data() + 1, answer.size() - 1);
   return r.bytes();
 }
 
 int64_t TCPStore::add(const std::string& key, int64_t delta) {
-  std::vector<uint8_t> answer;
-  try {
-    answer = request(wire::Writer().u8(wire::kAdd).str(key).i64(delta).frame(), options_.timeout,
-                     "add(\"" + key + "\")");
-  } catch (const core::Error& e) {
-    MT_FAIL(who(), ": store add(\"", key, "\") at ", address(), ": ", e.what());
-  }
+  const auto answer = request(wire::Writer().u8(wire::kAdd).str(key).i64(delta).frame(), options_.timeout,
+                              "add(\"" + key + "\")");
   wire::Reader r(answer.data() + 1, answer.size() - 1);
   return r.i64();
 }
@@ -186,12 +172,7 @@ bool TCPStore::check(const std::vector<std::string>& keys) {
   wire::Writer w;
   w.u8(wire::kCheck).u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
-  std::vector<uint8_t> answer;
-  try {
-    answer = request(w.frame(), options_.timeout, "check");
-  } catch (const core::Error& e) {
-    MT_FAIL(who(), ": store check(", key_list(keys), ") at ", address(), ": ", e.what());
-  }
+  const auto answer = request(w.frame(), options_.timeout, "check(" + key_list(keys) + ")");
   wire::Reader r(answer.data() + 1, answer.size() - 1);
   return r.u8() != 0;
 }
@@ -204,13 +185,10 @@ void TCPStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   w.u8(wire::kWait).u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
   try {
-    request(w.frame(), timeout, "wait");
+    request(w.frame(), timeout, "wait(" + key_list(keys) + ")");
     return;
   } catch (const core::Error& e) {
-    const std::string reason = e.what();
-    if (reason.find("timed out") == std::string::npos) {
-      MT_FAIL(who(), ": store wait(", key_list(keys), ") at ", address(), ": ", reason);
-    }
+    if (std::string(e.what()).find("timed out") == std::string::npos) throw;
   }
   // Timed out: name exactly the keys that are still missing (one quick check each).
   std::vector<std::string> missing;

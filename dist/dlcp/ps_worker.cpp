@@ -60,10 +60,7 @@ void DlcpPsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
   transport_ = connect_transport(*world_, options_.paths, options_.exchange, options_.injector, ps_agreement(options_));
   const int N = workers_->size();
   for (int s = 0; s < servers(); ++s) transport_->endpoint().set_peer_name(N + s, server(s));
-  std::vector<PsServerTable> tables(static_cast<size_t>(servers()));
-  for (size_t k = 0; k < plan_.size(); ++k)
-    tables[static_cast<size_t>(plan_[k].server)].emplace_back(static_cast<int64_t>(k), plan_[k].numel);
-  greet_parameter_servers(*workers_, *world_, tables, options_.partition_bytes);
+  greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes);
   failed_ = false;
 
   uint32_t largest = 0;

@@ -16,19 +16,6 @@ namespace {
 
 const std::string kRankPrefix = "dssync.";  // + "ranks", "rank<r>.<entry>" (replicas.h)
 
-int64_t one_int64(const std::string& name, const Tensor& t) {
-  MT_CHECK(t.dtype() == core::DType::Int64 && t.numel() == 1, "checkpoint entry sync.", name,
-           " must be one int64, got ", t.str());
-  return t.to(core::Device::cpu()).data<int64_t>()[0];
-}
-
-// The schedule position, if the state has one (not in other algorithms' checkpoints).
-std::optional<int64_t> saved_step(const core::StateDict& state) {
-  for (const auto& [name, t] : state)
-    if (name == "dssync.step") return one_int64(name, t);
-  return std::nullopt;
-}
-
 }  // namespace
 
 DsSyncSynchronizer::DsSyncSynchronizer(std::shared_ptr<ProcessGroup> group, DsSyncOptions options)
@@ -176,33 +163,20 @@ void DsSyncSynchronizer::load_state_dict(const core::StateDict& state) {
   if (!set_up_) {
     // The step now (steps() reflects it); this rank's weights go into the tensors that setup
     // brings, so the rest waits for setup.
-    if (const auto step = saved_step(state)) step_ = *step;
+    if (const auto step = saved_int64(state, "dssync.step")) step_ = *step;
     pending_state_ = state;
     return;
   }
   restore_state(state);
 }
 
-void DsSyncSynchronizer::note(const std::string& text) const {
-  if (rank() == 0 && options_.log) *options_.log << "note: " << text << std::endl;
-}
-
 void DsSyncSynchronizer::restore_state(const core::StateDict& state) {
-  const std::optional<int64_t> step = saved_step(state);
+  const std::optional<int64_t> step = saved_int64(state, "dssync.step");
   // No step: a checkpoint of another algorithm (S-SGD); the schedule starts from its beginning,
   // which is as good as any position for replicas that all start equal.
   if (!step) return;
   step_ = *step;
-  std::string why_not;
-  const std::optional<core::StateDict> mine = rank_state(state, kRankPrefix, rank(), world_size(), &why_not);
-  if (!mine) {
-    note(why_not + ": every rank resumes from the stored average and rank 0's optimizer state, so "
-         "the run will not match one that never stopped");
-    return;
-  }
-  MT_CHECK(optimizer_ != nullptr, "internal: DS-Sync restored without an optimizer");
-  restore_replica(*mine, model_, *optimizer_, "sync." + kRankPrefix + "rank" + std::to_string(rank()) + ".");
-  replica_states_.forget();
+  if (restore_own_replica(state, kRankPrefix, *group_, model_, *optimizer_, options_.log)) replica_states_.forget();
 }
 
 namespace {

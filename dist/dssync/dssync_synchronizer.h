@@ -63,7 +63,6 @@ class DsSyncSynchronizer final : public Synchronizer {
  private:
   void restore_local();
   void restore_state(const core::StateDict& state);
-  void note(const std::string& text) const;  // rank 0's log, if any
 
   std::shared_ptr<ProcessGroup> group_;
   DsSyncOptions options_;

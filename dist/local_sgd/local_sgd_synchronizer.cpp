@@ -55,21 +55,10 @@ void LocalSgdSynchronizer::load_state_dict(const core::StateDict& state) {
   // count places the next average, and each rank's own state replaces them.
   model_.drop_aside();
   rank_states_.forget();
-  bool ours = false;  // a checkpoint of another algorithm starts the periods afresh
-  for (const auto& [name, t] : state) {
-    if (name != "local_sgd.steps") continue;
-    MT_CHECK(t.numel() == 1 && t.dtype() == core::DType::Int64, "checkpoint entry sync.local_sgd.steps must hold "
-             "one int64 value, got ", t.str());
-    steps_ = t.item_int();
-    ours = true;
-  }
-  if (!ours) return;
-  std::string why_not;
-  if (const auto mine = rank_state(state, "local_sgd.", group_->rank(), group_->size(), &why_not)) {
-    restore_replica(*mine, model_, *optimizer_, "sync.local_sgd.rank" + std::to_string(group_->rank()) + ".");
-  } else if (group_->rank() == 0 && options_.log) {
-    *options_.log << "note: " << why_not << ": every rank resumes from the stored average and rank 0's optimizer "
-                  << "state, so the run will not match one that never stopped" << std::endl;
+  // A checkpoint of another algorithm has no steps: the periods start afresh.
+  if (const auto steps = saved_int64(state, "local_sgd.steps")) {
+    steps_ = *steps;
+    restore_own_replica(state, "local_sgd.", *group_, model_, *optimizer_, options_.log);
   }
 }
 

@@ -113,7 +113,7 @@ DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device
   std::vector<int64_t> sizes = o.sizes_floats;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  const int me = world.rank(), n = world.size();
+  const int me = world.rank();
   // This rank's group in every partition, connected in the partitions' fixed order (groups of one
   // partition are disjoint, so every group's members are all creating it: nobody waits forever).
   std::vector<std::shared_ptr<ProcessGroup>> mine;
@@ -147,14 +147,11 @@ DsSyncCommProfile profile_dssync_groups(ProcessGroup& world, core::Device device
       const std::vector<double> times =
           time_allreduces(mine[p].get(), world, device, sizes[s], s == 0 ? 4 : 1, together);
       const double mean = times.empty() ? 0.0 : trimmed_mean(times);
-      // Every rank's mean in its own slot, summed: every rank learns the slowest group's.
-      std::vector<float> slots(static_cast<size_t>(n), 0.0f);
-      slots[static_cast<size_t>(me)] = static_cast<float>(mean);
-      Tensor t = Tensor::from_vector(slots, {static_cast<int64_t>(n)}).to(device);
-      finish(world.allreduce(t), world, "collecting the DS-Sync group times");
-      const std::vector<float> all = t.to(core::Device::cpu()).to_vector();
+      // The maximum over ranks: every rank learns the slowest group's.
+      Tensor slowest = Tensor::from_vector(std::vector<float>{static_cast<float>(mean)}, {1}).to(device);
+      finish(world.allreduce(slowest, ReduceOp::Max), world, "collecting the DS-Sync group times");
       profile.patterns[p].size_bytes.push_back(static_cast<double>(sizes[s]) * 4.0);
-      profile.patterns[p].size_seconds.push_back(static_cast<double>(*std::max_element(all.begin(), all.end())));
+      profile.patterns[p].size_seconds.push_back(static_cast<double>(slowest.to(core::Device::cpu()).to_vector()[0]));
     }
   }
   return profile;

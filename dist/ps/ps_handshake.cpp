@@ -31,21 +31,11 @@ ServerCommands::ServerCommands(std::shared_ptr<ProcessGroup> world, int workers)
   work_.resize(servers);
 }
 
-template <typename F>
-void ServerCommands::with_server(int s, const std::string& what, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    failed_ = true;
-    fail_server_gone(0, workers_, s, what, e);
-  }
-}
-
 void ServerCommands::send(int64_t kind, int64_t value) {
   if (kind == ps::kStep) last_ = value;
   for (size_t s = 0; s < work_.size(); ++s) {
     const std::string what = kind == ps::kStop ? "telling it to stop" : "telling it iteration " + std::to_string(value) + " begins";
-    with_server(static_cast<int>(s), what, [&] {
+    with_server(failed_, 0, workers_, static_cast<int>(s), what, [&] {
       if (work_[s]) work_[s]->wait();
       commands_[s] = int64s({kind, value});
       work_[s] = world_->send(commands_[s], workers_ + static_cast<int>(s), ps::kCommandTag);
@@ -54,8 +44,9 @@ void ServerCommands::send(int64_t kind, int64_t value) {
 }
 
 void ServerCommands::wait() {
+  const std::string what = "telling it iteration " + std::to_string(last_) + " begins";
   for (size_t s = 0; s < work_.size(); ++s)
-    with_server(static_cast<int>(s), "telling it iteration " + std::to_string(last_) + " begins", [&] {
+    with_server(failed_, 0, workers_, static_cast<int>(s), what, [&] {
       if (work_[s]) work_[s]->wait();
     });
 }
@@ -116,8 +107,8 @@ PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers,
   return table;
 }
 
-void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
-                             int64_t partition_bytes) {
+void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsPartition>& plan,
+                             int64_t partition_bytes, int64_t vote_numel) {
   // Worker 0 speaks for the workers (they agree on the config: check_replicas_agree) and greets
   // every server; servers that accepted are told to stop when another refused, so they exit at
   // once too. The other workers learn the verdict from worker 0's broadcast, so every worker stops.
@@ -129,11 +120,11 @@ void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const s
     std::vector<int> accepted;
     for (int s = 0; s < servers; ++s) {
       try {
-        std::vector<int64_t> table;
-        for (const auto& [id, numel] : tables.at(static_cast<size_t>(s))) {
-          table.push_back(id);
-          table.push_back(numel);
-        }
+        std::vector<int64_t> table;  // {id, numel} per partition
+        if (s == 0 && vote_numel > 0) table = {0, vote_numel};
+        const int64_t first_id = vote_numel > 0 ? 1 : 0;
+        for (size_t k = 0; k < plan.size(); ++k)
+          if (plan[k].server == s) table.insert(table.end(), {first_id + static_cast<int64_t>(k), plan[k].numel});
         const int64_t count = static_cast<int64_t>(table.size() / 2);
         const Tensor hello = int64s({ps::kVersion, N, servers, partition_bytes, s, count});
         Tensor answer = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist/comm/process_group.h"
+#include "dist/ps/ps_partition.h"
 
 namespace mt::dist {
 
@@ -23,11 +24,12 @@ std::vector<int64_t> int64_values(const Tensor& t);
 // One server's partitions in the order it serves them: {partition id, numel} each.
 using PsServerTable = std::vector<std::pair<int64_t, int64_t>>;
 
-// Collective over `workers`. `world`: workers then servers (server s is rank N+s);
-// tables[s]: server s's partitions. Throws an Error naming the server and the values on a
-// refusal or a silent server.
-void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsServerTable>& tables,
-                             int64_t partition_bytes);
+// Collective over `workers`. `world`: workers then servers (server s is rank N+s); each server
+// is sent its partitions of `plan`, numbered in plan order. `vote_numel` > 0 (ByteScheduler's
+// vote): a partition of that many elements goes first, to server 0, as id 0, and the plan's ids
+// start at 1. Throws an Error naming the server and the values on a refusal or a silent server.
+void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsPartition>& plan,
+                             int64_t partition_bytes, int64_t vote_numel = 0);
 
 // The server's side (ps_server.h, dlcp/ps_server.h): waits for worker 0's hello, answers
 // with what this server believes, and returns its partition table (in push order). A mismatch is
@@ -44,6 +46,19 @@ void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, 
 // names it (for the PS, ByteScheduler-PS and DLCP-PS workers alike).
 [[noreturn]] void fail_server_gone(int worker, int workers, int server, const std::string& what, const std::exception& e);
 
+// Runs f, which talks to server `server` while `what`; an error (a dead server breaks the pair at
+// once, or a wait times out) sets `failed` (no stop message is sent at the end) and becomes
+// fail_server_gone's.
+template <typename F>
+void with_server(bool& failed, int worker, int workers, int server, const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    failed = true;
+    fail_server_gone(worker, workers, server, what, e);
+  }
+}
+
 // Worker 0's commands to the servers (ps_protocol.h: {kStep, iteration} before each iteration,
 // {kStop, iterations} at the end), one in flight per server. A server gone is an Error naming it
 // (fail_server_gone); after one, stop() sends nothing (the servers stop on their own).
@@ -56,9 +71,6 @@ class ServerCommands {
   void stop(int64_t iterations) noexcept;  // for destructors: a failure is printed, not thrown
 
  private:
-  template <typename F>
-  void with_server(int s, const std::string& what, F&& f);
-
   std::shared_ptr<ProcessGroup> world_;
   int workers_ = 0;
   int64_t last_ = -1;  // the last iteration announced

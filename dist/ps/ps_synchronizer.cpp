@@ -39,16 +39,6 @@ PsSynchronizer::~PsSynchronizer() {
   if (set_up_ && !failed_ && workers_->rank() == 0) commands_.stop(steps_);
 }
 
-template <typename F>
-void PsSynchronizer::with_server(int s, const std::string& what, F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    failed_ = true;
-    fail_server_gone(workers_->rank(), workers_->size(), s, what, e);
-  }
-}
-
 void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   params_ = optimizer.params();
   check_replicas_agree(*workers_, model, options_.config_text);
@@ -88,7 +78,7 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   pushed_at_.assign(plan_.size(), Clock::time_point{});
   pushed_.assign(plan_.size(), false);
   commands_ = ServerCommands(world_, workers_->size());
-  handshake();
+  greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes);
   if (workers_->rank() == 0 && options_.log) {
     *options_.log << "parameter server: " << servers() << " servers, " << name() << ", "
                   << describe_plan(plan_, servers(), options_.partition_bytes);
@@ -103,13 +93,6 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
           [this, i](core::Tensor&, const core::Tensor& part, int remaining) { on_gradient_part(i, part, remaining); });
   }
   set_up_ = true;
-}
-
-void PsSynchronizer::handshake() {
-  std::vector<PsServerTable> tables(static_cast<size_t>(servers()));
-  for (size_t k = 0; k < plan_.size(); ++k)
-    tables[static_cast<size_t>(plan_[k].server)].emplace_back(static_cast<int64_t>(k), plan_[k].numel);
-  greet_parameter_servers(*workers_, *world_, tables, options_.partition_bytes);
 }
 
 void PsSynchronizer::begin_iteration(int64_t iteration) {
@@ -128,7 +111,9 @@ void PsSynchronizer::push(size_t k) {
     outgoing_[k].copy_(p.grad().contiguous().view({-1}).narrow(0, part.offset, part.numel));  // to host
   }
   const int peer = workers_->size() + part.server;
-  with_server(part.server, "pushing partition " + std::to_string(k) + " of iteration " + std::to_string(micro_batches_.iteration()), [&] {
+  const std::string what = "pushing partition " + std::to_string(k) + " of iteration " +
+                           std::to_string(micro_batches_.iteration());
+  with_server(failed_, workers_->rank(), workers_->size(), part.server, what, [&] {
     pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
     if (notes_[k].data<int64_t>()[2] != 0)
       receipt_work_[k] = world_->recv(receipts_[k], peer, ps::receipt_tag(static_cast<int64_t>(k)));
@@ -208,9 +193,9 @@ void PsSynchronizer::push_staggered(bool finish) {
   const size_t window = static_cast<size_t>(std::max(2, 2 * servers()));
   auto receipt_of = [&](size_t t) { return receipt_work_[groups_[t].partitions.back()]; };
   auto wait_receipt = [&](size_t t) {
-    with_server(groups_[t].server, "waiting for its receipt of partition " + std::to_string(groups_[t].partitions.back()) +
-                                       " of iteration " + std::to_string(micro_batches_.iteration()),
-                [&] { receipt_of(t)->wait(); });
+    const std::string what = "waiting for its receipt of partition " + std::to_string(groups_[t].partitions.back()) +
+                             " of iteration " + std::to_string(micro_batches_.iteration());
+    with_server(failed_, workers_->rank(), workers_->size(), groups_[t].server, what, [&] { receipt_of(t)->wait(); });
   };
   // From a gradient hook, a group leaves only if its gradients are final and its receipt is in
   // already (backward must not wait); from step(), every group leaves, waiting as it must.
@@ -262,7 +247,7 @@ bool PsSynchronizer::end_iteration(optim::StepGuard&) {
       const PsPartition& part = plan_[k];
       const std::string what = "partition " + std::to_string(k) + " (parameter " + std::to_string(part.param) + ", " +
                                std::to_string(part.bytes()) + " bytes) of iteration " + std::to_string(micro_batches_.iteration());
-      with_server(part.server, "push/pull of " + what, [&] {
+      with_server(failed_, workers_->rank(), workers_->size(), part.server, "push/pull of " + what, [&] {
         push_work_[k]->wait();
         note_work_[k]->wait();
         pull_work_[k]->wait();

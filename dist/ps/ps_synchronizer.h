@@ -59,7 +59,6 @@ class PsSynchronizer final : public Synchronizer {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void handshake();
   void push(size_t k);
   void push_staggered(bool finish);  // from a hook (finish false) or from step()
   void push_from_hook(size_t param_index);  // its partitions, now (WFBP) or in their staggered group
@@ -67,10 +66,6 @@ class PsSynchronizer final : public Synchronizer {
   void add_last_part(size_t param_index, const core::Tensor& part);
   void stage(size_t k, const core::Tensor& flat_part);  // into outgoing_[k]: copied, or added to what is staged
   void learn_tied_parameters();  // after the first iteration's exchange
-  // Runs f; an error (a dead server breaks the pair at once, or a wait times out) becomes one
-  // naming server s and `what`, and no stop message is sent at the end.
-  template <typename F>
-  void with_server(int s, const std::string& what, F&& f);
 
   std::shared_ptr<ProcessGroup> workers_;
   std::shared_ptr<ProcessGroup> world_;
