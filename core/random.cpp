@@ -21,7 +21,10 @@ uint32_t Generator::next_u32() {
 
 float Generator::uniform() { return u32_to_unit(next_u32()); }
 
-uint64_t Generator::next_u64() { return (uint64_t(next_u32()) << 32) | next_u32(); }
+uint64_t Generator::next_u64() {
+  const uint64_t high = next_u32();  // the first draw: `a | b` would leave the order unspecified
+  return (high << 32) | next_u32();
+}
 
 uint64_t Generator::below(uint64_t n) {
   // Rejection sampling on 64 bits: no modulo bias.

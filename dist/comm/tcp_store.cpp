@@ -126,6 +126,8 @@ std::vector<uint8_t> TCPStore::request(const std::vector<uint8_t>& frame,
   try {
     connect_locked();
     answer = exchange(fd_, frame, net::Clock::now() + timeout);
+  } catch (const core::Interrupted&) {  // a stop request while it reconnected: not a store error
+    throw;
   } catch (const core::Error& e) {
     // The reply may still come later: drop the connection so it cannot be mistaken for the
     // answer to the next request (the next request reconnects).
