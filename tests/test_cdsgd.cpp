@@ -410,7 +410,7 @@ TEST(Cdsgd, Gloo_BadConfigValuesAreClearErrors) {
 }
 
 // Momentum correction's direction followed by plain SGD (what the trainer builds for it: no
-// momentum, no L2 decay; decoupled decay stays) is, bit for bit, optim::SGD with the same
+// momentum, no L2 decay; decoupled decay stays) is, to float32 rounding, optim::SGD with the same
 // momentum, dampening, Nesterov and weight decay: the velocity it exchanges is exactly SGD's
 // momentum buffer (so with lossless compression, CD-SGD/compressed S-SGD with the correction
 // are momentum SGD).
