@@ -28,6 +28,7 @@
 #include "dist/registry.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "support/counting_group.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 
@@ -388,17 +389,27 @@ void train_steps(dist::DsSyncSynchronizer& sync, layers::Module& model, optim::S
 
 }  // namespace
 
+// Equal weights and lr 0: nothing changes, and yet every step averaged this rank's weights in
+// its group of the schedule (a counting group sees the allreduces there), so a synchronizer that
+// skipped the exchange fails here.
 TEST(DsSyncGloo, EqualWeightsAndZeroLearningRateChangeNothing) {
   const auto result = mt::testing::run_ranks(4, [](mt::testing::RankContext& c) {
     core::set_num_threads(1);
     auto model = tiny_mlp(7 + c.rank);  // the start-up broadcast makes them rank 0's
     auto opt = sgd(*model, 0.0);
-    dist::DsSyncSynchronizer sync(c.group, options());
+    auto tally = std::make_shared<mt::testing::Tally>();
+    auto world = std::make_shared<mt::testing::CountingGroup>(c.group, mt::testing::world_members(4), tally);
+    dist::DsSyncSynchronizer sync(world, options());
     sync.setup(*model, *opt);
     const auto start = flat_weights(*tiny_mlp(7));
     EXPECT_EQ(flat_weights(*model), start);
     train_steps(sync, *model, *opt, c.rank, 5);
     EXPECT_EQ(flat_weights(*model), start);  // averages of equal values (sizes 2: exact)
+    std::map<std::string, int> steps_in;  // "allreduce {0,1}" -> the steps this rank averaged there
+    for (int t = 0; t < 5; ++t)
+      ++steps_in["allreduce {" + mt::testing::join_ranks(sync.schedule().group_of(t, c.rank)) + "}"];
+    ASSERT_EQ(steps_in.size(), 2u);  // the butterfly's two pair phases
+    for (const auto& [key, steps] : steps_in) EXPECT_EQ(tally->of(key), steps) << key;
     EXPECT_EQ(sync.measure_spread(), 0.0);
     EXPECT_EQ(sync.steps(), 5);
   });
