@@ -134,15 +134,17 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
   if (options_.credit_bytes > 0) {
     credit_now_ = options_.credit_bytes;
   } else {
+    std::vector<int64_t> credits;
     for (int64_t c = options_.partition_bytes;; c *= 2) {
-      search_.push_back({std::min(c, total)});
+      credits.push_back(std::min(c, total));
       if (c >= total) break;
-      if (search_.size() == 6) {  // a few candidates, a few iterations each: the search stays short
-        search_.push_back({total});
+      if (credits.size() == 6) {  // a few candidates, a few iterations each: the search stays short
+        credits.push_back(total);
         break;
       }
     }
-    credit_now_ = search_.front().credit;
+    search_ = CreditSearch(credits, options_.search_iters);
+    credit_now_ = search_.current();
   }
 
   if (ps) {
@@ -219,7 +221,7 @@ void ByteSchedulerSynchronizer::start_exchange() {
   finish_pending();
   wait_engine_idle();  // its buffers are about to be written
   // Credit of this exchange: the search's candidate, or the chosen one.
-  if (search_pos_ < search_.size()) credit_now_ = search_[search_pos_].credit;
+  if (search_.searching()) credit_now_ = search_.current();
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::fill(local_ready_.begin(), local_ready_.end(), false);
@@ -316,27 +318,12 @@ bool ByteSchedulerSynchronizer::end_iteration(optim::StepGuard& optimizer) {
 }
 
 void ByteSchedulerSynchronizer::choose_credit_after(double seconds) {
-  if (search_pos_ >= search_.size()) return;
-  const int64_t e = exchanges_;  // this step's exchange, counted from 0
-  const int iters = options_.search_iters;
-  // The interval before step e spans forward e (gated by exchange e-1) and backward e: a sample
-  // of this candidate only when e-1 ran with it too.
-  if (e % iters != 0) {
-    search_[search_pos_].seconds += seconds;
-    ++search_[search_pos_].samples;
-  }
-  if ((e + 1) % iters != 0) return;
-  if (++search_pos_ < search_.size()) return;
-  size_t best = 0;
-  auto mean = [&](const Candidate& c) { return c.samples > 0 ? c.seconds / c.samples : 1e30; };
-  for (size_t i = 1; i < search_.size(); ++i)
-    if (mean(search_[i]) < mean(search_[best])) best = i;
-  credit_now_ = search_[best].credit;
+  if (!search_.record(exchanges_, seconds)) return;
+  credit_now_ = search_.current();
   options_.credit_bytes = credit_now_;
   if (workers_->rank() == 0 && options_.log) {
-    *options_.log << "ByteScheduler credit search (worker 0's iteration time):";
-    for (const auto& c : search_) *options_.log << " " << kb(c.credit) << " " << mean(c) * 1e3 << " ms;";
-    *options_.log << " chose " << kb(credit_now_) << std::endl;
+    *options_.log << "ByteScheduler credit search (worker 0's iteration time):" << search_.describe(kb) << " chose "
+                  << kb(credit_now_) << std::endl;
   }
 }
 

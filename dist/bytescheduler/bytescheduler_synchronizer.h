@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dist/bytescheduler/bytescheduler_queue.h"
+#include "dist/bytescheduler/credit_search.h"
 #include "dist/synchronizer.h"
 #include "dist/comm/process_group.h"
 #include "dist/ps/ps_handshake.h"
@@ -64,14 +65,9 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   // (its gate opened) in the last iteration: > 0 means forward ran ahead of the exchange.
   int64_t unarrived_at_first_gate() const { return unarrived_at_first_gate_; }
   int64_t credit_bytes() const { return credit_now_; }  // of the next exchange
-  bool searching_credit() const { return search_pos_ < search_.size(); }
+  bool searching_credit() const { return search_.searching(); }
 
  private:
-  struct Candidate {
-    int64_t credit;
-    double seconds = 0;
-    int samples = 0;
-  };
   // The next forward waits, parameter by parameter, for the pending update: a forward pre-hook
   // on every module that owns parameters calls before_forward_use for each of them.
   void gate_forward(layers::Module& model);
@@ -135,8 +131,7 @@ class ByteSchedulerSynchronizer final : public Synchronizer {
   int64_t unarrived_at_first_gate_ = 0;
   bool set_up_ = false;
   Clock::time_point last_step_at_{};
-  std::vector<Candidate> search_;
-  size_t search_pos_ = 0;
+  CreditSearch search_;
   int64_t exchanges_ = 0;
   int64_t summary_steps_ = 0, summary_probes_ = 0;
   double summary_wait_s_ = 0, summary_gate_s_ = 0;
