@@ -556,7 +556,8 @@ TrainResult Trainer::train() {
     }
     for (const std::string& unused : dist::unselected_algorithm_settings(config_.dist()))
       log() << "warning: " << unused << " is set but dist.algorithm is \"" << config_.dist().algorithm()
-            << "\": its settings are not used (set dist.algorithm \"" << unused.substr(5) << "\" to run it)" << std::endl;
+            << "\": its settings are not used (set dist.algorithm \"" << unused.substr(5) << "\" to run it)"
+            << std::endl;
   }
 
   TrainResult result;

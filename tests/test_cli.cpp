@@ -189,7 +189,8 @@ TEST(Cli, ParameterServerLayoutErrorsExitThreeWithoutRestarts) {
       {"launch --nproc-per-node 2 --max-restarts 2" + train +
            " --set dist.algorithm=bytescheduler --set dist.bytescheduler.architecture=ps",
        "dist.bytescheduler.architecture \"ps\" needs parameter servers"},
-      {"launch --nproc-per-node 2 --nservers 1 --max-restarts 2" + train + " --set dist.algorithm=ps --set dist.ps.servers=2",
+      {"launch --nproc-per-node 2 --nservers 1 --max-restarts 2" + train +
+           " --set dist.algorithm=ps --set dist.ps.servers=2",
        "dist.ps.servers is 2 but the job started 1"},
       {"launch --nproc-per-node 2 --nservers 1 --max-restarts 2" + train, "but dist.algorithm \"ssgd\" uses none"}};
   for (const auto& [args, message] : cases) {

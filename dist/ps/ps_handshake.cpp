@@ -62,8 +62,9 @@ void ServerCommands::stop(int64_t iterations) noexcept {
 }
 
 void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, const std::string& setting) {
-  MT_CHECK_CONFIG(world != nullptr && world->size() > workers.size(), setting, " needs parameter servers: start them with "
-           "`mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, apps/README.md)");
+  MT_CHECK_CONFIG(world != nullptr && world->size() > workers.size(), setting, " needs parameter servers: start "
+                  "them with `mintrain launch --nservers S` (or MINTRAIN_NUM_SERVERS=S and S more ranks, "
+                  "apps/README.md)");
   MT_CHECK(world->rank() == workers.rank(), "internal: worker ", workers.rank(), " is rank ", world->rank(),
            " of the world with servers; workers must be its first ranks");
 }

@@ -359,8 +359,9 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   const mintrain::PsConfig& p = c.dist.ps();
   check_worker_world(*c.group, c.world_with_servers.get(), "dist.algorithm \"ps\"");
   const int servers = c.world_with_servers->size() - c.group->size();
-  MT_CHECK_CONFIG(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(), " but the job started ",
-           servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, or set dist.ps.servers 0");
+  MT_CHECK_CONFIG(p.servers() == 0 || p.servers() == servers, "dist.ps.servers is ", p.servers(),
+                  " but the job started ", servers, " parameter servers (MINTRAIN_NUM_SERVERS); make them agree, "
+                  "or set dist.ps.servers 0");
   auto o = options_from<PsOptions>(c);
   const auto& names = ps_schedule_names();  // the registry has checked the name
   o.schedule = static_cast<PsSchedule>(std::find(names.begin(), names.end(), p.schedule()) - names.begin());
@@ -373,9 +374,9 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
 
 void serve_ps(const ServerContext& c) {
   MT_CHECK_CONFIG(c.dist.ps().servers() == 0 || c.dist.ps().servers() == c.servers, "parameter server ",
-           c.world->rank() - c.workers, " (rank ", c.world->rank(), "): dist.ps.servers is ", c.dist.ps().servers(),
-           " but the job started ", c.servers, " servers (MINTRAIN_NUM_SERVERS); make them agree, or set "
-           "dist.ps.servers 0");
+                  c.world->rank() - c.workers, " (rank ", c.world->rank(), "): dist.ps.servers is ",
+                  c.dist.ps().servers(), " but the job started ", c.servers, " servers (MINTRAIN_NUM_SERVERS); "
+                  "make them agree, or set dist.ps.servers 0");
   ParameterServer(c.world, {c.workers, c.servers, c.dist.ps().partition_bytes()}).run(c.log);
 }
 
