@@ -5,7 +5,8 @@
 // the representatives' communicator. Checked on the helper itself and through every
 // synchronizer the trainer builds from a config (S-SGD flat and hierarchical, CD-SGD, DS-Sync
 // with racks, local SGD), and end to end: the trainer's ranks build the same model from the
-// config's seed, so a real run broadcasts nothing.
+// config's seed, so a real run broadcasts nothing. Also: after prepare_eval every rank holds the
+// same batch-norm statistics, under every synchronizer without servers.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,10 +14,13 @@
 #include <unistd.h>
 
 #include "apps/config.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/reduction.h"
 #include "core/random.h"
 #include "core/runtime.h"
 #include "dist/registry.h"
 #include "dist/replicas.h"
+#include "layers/batch_norm2d.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
 #include "support/counting_group.h"
@@ -180,6 +184,40 @@ TEST(StartingWeights, EverySynchronizerBroadcastsOnlyWhenWeightsDiffer) {
       });
       EXPECT_TRUE(result.ok_or_report()) << k.name << (apart ? ", weights apart" : ", weights identical");
     }
+  }
+}
+
+// Evaluation sees one set of batch-norm statistics: ranks that normalised different shards hold
+// different running means and variances, and after prepare_eval every rank holds the same ones,
+// for every synchronizer without servers.
+TEST(StartingWeights, EverySynchronizerEvaluatesOneSetOfBatchNormStatistics) {
+  for (const std::string dist_text : {"algorithm: \"ssgd\"", "algorithm: \"cdsgd\" cdsgd { warmup_iters: 1 }",
+                                      "algorithm: \"dssync\"", "algorithm: \"local_sgd\"",
+                                      "algorithm: \"bytescheduler\"", "algorithm: \"dlcp\""}) {
+    const auto result = testing::run_ranks(2, [&](testing::RankContext& c) {
+      core::set_num_threads(1);
+      const apps::RunConfig run = apps::parse_config("dist { " + dist_text + " }", "test");
+      auto sync = dist::make_synchronizer(c.group, run, "same config");
+      layers::BatchNorm2d bn(2);
+      auto opt = testing::guarded(sgd(bn));
+      sync->setup(bn, *opt);
+      for (int t = 0; t < 3; ++t) {
+        sync->begin_iteration(t);
+        core::Generator gen(static_cast<uint64_t>(t + 10 * c.rank));
+        const Tensor y = bn.forward(core::rand_uniform({4, 2, 3, 3}, -1.0f, 1.0f + 2.0f * c.rank, gen));
+        core::mean(core::mul(y, y)).backward();
+        testing::step(*sync, *opt);
+        opt->zero_grad();
+      }
+      sync->prepare_eval(bn);
+      for (const Tensor& buffer : {bn.running_mean(), bn.running_var()}) {
+        Tensor sum = buffer.clone();
+        c.group->allreduce(sum, dist::ReduceOp::Sum)->wait();
+        const std::vector<float> mine = buffer.to_vector(), both = sum.to_vector();
+        for (size_t i = 0; i < mine.size(); ++i) EXPECT_EQ(both[i], 2.0f * mine[i]) << "value " << i;
+      }
+    });
+    EXPECT_TRUE(result.ok_or_report()) << dist_text;
   }
 }
 

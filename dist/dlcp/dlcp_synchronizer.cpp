@@ -81,6 +81,11 @@ DlcpSynchronizer::DlcpSynchronizer(std::shared_ptr<ProcessGroup> group, DlcpOpti
   options_.paths = local_paths_or_default(options_.paths);
 }
 
+void DlcpSynchronizer::prepare_eval(layers::Module& model) {
+  // Batch-norm statistics follow each rank's shard: every rank evaluates (and rank 0 saves) rank 0's.
+  broadcast_buffers(*group_, model);
+}
+
 void DlcpSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   check_replicas_agree(*group_, model, options_.config_text);
   make_replicas_identical(*group_, model, {}, options_.log);

@@ -44,6 +44,7 @@ class DlcpSynchronizer final : public Synchronizer {
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
   void begin_iteration(int64_t iteration) override { iteration_ = iteration; }
   bool end_iteration(optim::StepGuard& optimizer) override;
+  void prepare_eval(layers::Module& model) override;  // rank 0's batch-norm statistics, as S-SGD
   bool steps_on_gradient_average() const override { return true; }
   // A checkpoint holds rank 0's model (every rank resumes from it, on any number of ranks); the
   // error-feedback residual is not kept: a resumed run starts it at zero.
