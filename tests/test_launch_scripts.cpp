@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/background_process.h"
 #include "support/multiprocess.h"
 
 namespace fs = std::filesystem;
@@ -75,67 +76,24 @@ std::vector<pid_t> processes_with(const std::string& entry) {
   return found;
 }
 
-// launch_ssh.sh HOSTFILE -- train ..., run in `dir` in the background.
-class SshJob {
- public:
+// launch_ssh.sh HOSTFILE -- train ..., run in `dir` in the background, ssh being the stand-in
+// in dir/bin.
+std::vector<std::string> ssh_job_argv(const fs::path& dir, const std::string& hosts,
+                                      const std::vector<std::string>& train_args) {
+  std::ofstream(dir / "hosts") << hosts;
+  std::vector<std::string> args = {"bash", kScripts + "launch_ssh.sh", "hosts", "--master-port",
+                                   std::to_string(mt::testing::free_port()), "--", "train", kTinyConfig};
+  args.insert(args.end(), train_args.begin(), train_args.end());
+  return args;
+}
+struct SshJob : mt::testing::BackgroundProcess {
   SshJob(const fs::path& dir, const std::string& hosts, const std::vector<std::string>& train_args,
          const std::string& token)
-      : dir_(dir) {
-    std::ofstream(dir / "hosts") << hosts;
-    const std::string port = std::to_string(mt::testing::free_port());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      if (::chdir(dir.c_str()) != 0 || !std::freopen("stdout", "w", stdout) || !std::freopen("stderr", "w", stderr)) {
-        ::_exit(126);
-      }
-      ::setenv("PATH", ((dir / "bin").string() + ":" + std::getenv("PATH")).c_str(), 1);
-      ::setenv("FAKE_SSH_LOG", (dir / "ssh.log").c_str(), 1);
-      ::setenv("MINTRAIN", kBinary.c_str(), 1);
-      ::setenv("MINTRAIN_JOB_TOKEN", token.c_str(), 1);
-      ::setenv("MT_SSH_OPTS", "-o StrictHostKeyChecking=no -p 2222", 1);
-      ::setenv("MT_STOP_TIMEOUT", "30", 1);
-      ::setenv("OMP_NUM_THREADS", "1", 1);
-      std::vector<std::string> args = {"bash", kScripts + "launch_ssh.sh", "hosts", "--master-port", port, "--",
-                                       "train", kTinyConfig};
-      args.insert(args.end(), train_args.begin(), train_args.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp("bash", argv.data());
-      ::_exit(127);
-    }
-  }
-  ~SshJob() {
-    if (!reaped_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  std::string out() const { return slurp(dir_ / "stdout"); }
-  std::string err() const { return slurp(dir_ / "stderr"); }
-  void signal(int sig) const { ::kill(pid_, sig); }
-  template <typename F>
-  bool wait_until(F ready, double seconds) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < deadline && !ready()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return ready();
-  }
-  // Its exit status, or -1 when it did not end within `seconds` (then it is killed).
-  int wait_exit(double seconds) {
-    int status = 0;
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() > deadline) return -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    reaped_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1000 - WTERMSIG(status);
-  }
-
- private:
-  fs::path dir_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
+      : BackgroundProcess(dir, ssh_job_argv(dir, hosts, train_args),
+                          {"PATH=" + (dir / "bin").string() + ":" + std::getenv("PATH"),
+                           "FAKE_SSH_LOG=" + (dir / "ssh.log").string(), "MINTRAIN=" + kBinary,
+                           "MINTRAIN_JOB_TOKEN=" + token, "MT_SSH_OPTS=-o StrictHostKeyChecking=no -p 2222",
+                           "MT_STOP_TIMEOUT=30"}) {}
 };
 
 }  // namespace

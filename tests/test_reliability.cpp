@@ -36,6 +36,7 @@
 #include "dist/synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "support/background_process.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"
 
@@ -62,72 +63,14 @@ std::string slurp(const fs::path& p) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// A `mintrain` process started in the background, its output going to files in `dir`.
-class Process {
- public:
-  // `env`: NAME=VALUE entries set for it besides (e.g. a rank's RANK and WORLD_SIZE).
-  Process(const fs::path& dir, const std::vector<std::string>& args, const std::vector<std::string>& env = {})
-      : dir_(dir) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-      ::setenv("OMP_NUM_THREADS", "1", 1);
-      ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-      ::unsetenv("MINTRAIN_RESTART_COUNT");  // in case ctest itself runs under launch
-      if (::chdir(dir.c_str()) != 0) ::_exit(126);
-      if (!std::freopen("stdout", "w", stdout) || !std::freopen("stderr", "w", stderr)) ::_exit(126);
-      std::vector<char*> argv{const_cast<char*>(kBinary.c_str())};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(kBinary.c_str(), argv.data());
-      ::_exit(127);
-    }
-  }
-  ~Process() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  std::string out() const { return slurp(dir_ / "stdout"); }
-  std::string err() const { return slurp(dir_ / "stderr"); }
-  void signal(int sig) const { ::kill(pid_, sig); }
-
-  // Polls `ready` until it holds (true) or `seconds` pass or the process exits (false).
-  template <typename F>
-  bool wait_until(F ready, double seconds) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < deadline) {
-      if (ready()) return true;
-      if (exited()) return ready();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-  // The exit status, or -1000 - signal when killed by one, or -1 on timeout (then killed).
-  int wait_exit(double seconds) {
-    wait_until([] { return false; }, seconds);
-    if (!exited()) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, &status_, 0);
-      reaped_ = true;
-      return -1;
-    }
-    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1000 - WTERMSIG(status_);
-  }
-
-  bool exited() {
-    if (reaped_) return true;
-    if (::waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
-    return reaped_;
-  }
-
- private:
-  fs::path dir_;
-  pid_t pid_ = -1;
-  int status_ = 0;
-  bool reaped_ = false;
+// `mintrain ARGS` started in the background in `dir` (tests/support/background_process.h).
+std::vector<std::string> mintrain_argv(std::vector<std::string> args) {
+  args.insert(args.begin(), kBinary);
+  return args;
+}
+struct Process : mt::testing::BackgroundProcess {
+  Process(const fs::path& dir, std::vector<std::string> args, std::vector<std::string> env = {})
+      : BackgroundProcess(dir, mintrain_argv(std::move(args)), std::move(env)) {}
 };
 
 struct Result {
