@@ -32,6 +32,11 @@ constexpr uint8_t kControlClass = kPriorityClasses - 1;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// The packets a transfer may miss: none when lossless, else the caller's budget or p of its own.
+uint32_t may_miss(const std::optional<uint32_t>& given, uint32_t packets, double loss_bound) {
+  return loss_bound > 0 ? std::min(packets, given.value_or(allowed_missing(packets, loss_bound))) : 0;
+}
+
 }  // namespace
 
 Spray spray_from(const std::string& name) {
@@ -44,6 +49,11 @@ uint32_t allowed_missing(uint32_t packets, double loss_bound) {
   return static_cast<uint32_t>(std::floor(loss_bound * packets + 1e-9));
 }
 
+uint32_t LossBudget::packets(uint32_t weight) const {
+  const double left = bound - double(spent);
+  return left <= 0 ? 0 : static_cast<uint32_t>(std::floor(left / weight + 1e-9));
+}
+
 void ExchangeStats::add(const ExchangeStats& o) {
   packets_sent += o.packets_sent;
   retransmissions += o.retransmissions;
@@ -53,6 +63,8 @@ void ExchangeStats::add(const ExchangeStats& o) {
   packets_missing += o.packets_missing;
   deadline_endings += o.deadline_endings;
   window_decreases += o.window_decreases;
+  contributions += o.contributions;
+  contributions_lost += o.contributions_lost;
   seconds += o.seconds;
   rejected.truncated += o.rejected.truncated;
   rejected.foreign += o.rejected.foreign;
@@ -176,7 +188,7 @@ struct Transport::Sending {
     header.bucket = out->bucket;
     header.transfer = to->next_send++;
     header.total = shape.packets();
-    allowed = allowed_missing(shape.packets(), loss_bound);
+    allowed = may_miss(out->may_miss, shape.packets(), loss_bound);
     paths = t->endpoint_->paths_to(out->peer);
     if (to->paths.size() != paths) to->paths = PathSet(paths);
     flying_on_path.assign(static_cast<size_t>(paths), 0);
@@ -388,7 +400,7 @@ struct Transport::Receiving {
                    i->values, i->counts, i->mode),
         last_ack(start), last_heard(start) {
     reassembly.record_tags(i->packet_priority, i->packet_layer);
-    needed = reassembly.packets() - allowed_missing(reassembly.packets(), loss_bound);
+    needed = reassembly.packets() - may_miss(i->may_miss, reassembly.packets(), loss_bound);
     header.iteration = reassembly.id().iteration;
     header.transfer = reassembly.id().transfer;
   }
@@ -449,6 +461,8 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     }
     stats.packets_received += r.reassembly.received();
     stats.packets_missing += r.reassembly.packets() - r.reassembly.received();
+    stats.contributions += r.reassembly.packets();
+    stats.contributions_lost += r.reassembly.packets() - r.reassembly.received();
     Peer& from = peer(r.in->peer);
     from.finished.push_back({r.header.transfer, r.header.iteration, r.reassembly.arrived_all(), r.reassembly.received()});
     if (from.finished.size() > kFinishedKept) from.finished.pop_front();
