@@ -55,24 +55,16 @@ uint32_t LossBudget::packets(uint32_t weight) const {
 }
 
 void ExchangeStats::add(const ExchangeStats& o) {
-  packets_sent += o.packets_sent;
-  retransmissions += o.retransmissions;
-  probes += o.probes;
-  packets_expected += o.packets_expected;
-  packets_received += o.packets_received;
-  packets_missing += o.packets_missing;
-  deadline_endings += o.deadline_endings;
-  window_decreases += o.window_decreases;
-  contributions += o.contributions;
-  contributions_lost += o.contributions_lost;
+  using S = ExchangeStats;
+  for (auto field : {&S::packets_sent, &S::retransmissions, &S::probes, &S::packets_expected, &S::packets_received,
+                     &S::packets_missing, &S::deadline_endings, &S::window_decreases, &S::contributions,
+                     &S::contributions_lost})
+    this->*field += o.*field;
+  using C = PacketCounters;
+  for (auto field : {&C::truncated, &C::foreign, &C::malformed, &C::stale, &C::out_of_range, &C::duplicate,
+                     &C::dropped_early})
+    rejected.*field += o.rejected.*field;
   seconds += o.seconds;
-  rejected.truncated += o.rejected.truncated;
-  rejected.foreign += o.rejected.foreign;
-  rejected.malformed += o.rejected.malformed;
-  rejected.stale += o.rejected.stale;
-  rejected.out_of_range += o.rejected.out_of_range;
-  rejected.duplicate += o.rejected.duplicate;
-  rejected.dropped_early += o.rejected.dropped_early;
 }
 
 Transport::Transport(std::shared_ptr<DatagramEndpoint> endpoint, int rank, uint32_t job, ExchangeOptions options)
