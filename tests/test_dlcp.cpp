@@ -427,7 +427,9 @@ TEST(DlcpRing, KnownDropsGiveThePartialSumsAndEndAtTheDeadline) {
     for (uint32_t i = 0; i < n; ++i) differ += mine[i] != f[i];
     EXPECT_GT(differ, 0);
     EXPECT_EQ(s.contributions, 160u) << "this rank's share: one per packet range";
-    if (c.rank == 1) EXPECT_GE(s.retransmissions, 2 * late.size()) << "the late losses were resent";
+    if (c.rank == 1) {
+      EXPECT_GE(s.retransmissions, 2 * late.size()) << "the late losses were resent";
+    }
     if (c.rank == 2) {
       EXPECT_EQ(s.deadline_endings, 1u);  // reduce-scatter step 0 from rank 1
       EXPECT_EQ(s.packets_missing, first.size());
@@ -663,8 +665,8 @@ TEST(DlcpSync, TrainsAsOneRankWithNTimesTheBatch) {
 // resent: the weights are the reference's bit for bit. At p = 5 % each exchange's accepted loss
 // stays within p of the contributions on every rank, the first step changes only the weights in
 // the lost packets' ranges, and after 8 steps the weights differ from the reference's by less
-// than a fifth of the distance training moved them (the lost contributions are at most 5 % of
-// each step's; a run that dropped whole chunks' gradients would not stay that close).
+// than a quarter of the distance training moved them (measured: 0.16 with 4.4 % of the
+// contributions lost; 0.45 when p = 30 % let a quarter of them go).
 TEST(DlcpSync, ALossyRunStaysWithinTheBoundOfTheLosslessRun) {
   const int workers = 4, steps = 8;
   const uint16_t per_packet = 8;
@@ -727,7 +729,7 @@ TEST(DlcpSync, ALossyRunStaysWithinTheBoundOfTheLosslessRun) {
       }
     EXPECT_LE(changed, int64_t(lost_first) * per_packet) << "weights outside the lost ranges changed";
     EXPECT_GT(apart, 0.0) << "the lossy run trained exactly as the lossless one";
-    EXPECT_LT(std::sqrt(apart), 0.2 * std::sqrt(moved));
+    EXPECT_LT(std::sqrt(apart), 0.25 * std::sqrt(moved));
     if (c.rank == 0)
       std::printf("lost %.0f contributions of %llu (4 ranks, %d steps); distance %.3g of %.3g moved\n", lost_all,
                   static_cast<unsigned long long>(4 * ranges * steps), steps, std::sqrt(apart), std::sqrt(moved));

@@ -291,9 +291,9 @@ TEST(DlcpLossBound, TheRingWeighsALossByThePartialSumsItCarries) {
   budget.spend(1, ring_loss_weight(4, 1));
   EXPECT_EQ(budget.packets(ring_loss_weight(4, 2)), 0u) << "a third loss would take 6 contributions of the 4 allowed";
   // The last step's loss alone fits: 3 of 4.
-  EXPECT_EQ(LossBudget{0.01 * 400}.packets(ring_loss_weight(4, 2)), 1u);
-  EXPECT_EQ(LossBudget{4.0, 4}.packets(1), 0u);
-  EXPECT_EQ(LossBudget{4.0, 5}.packets(1), 0u) << "an overspent budget allows nothing";
+  EXPECT_EQ((LossBudget{0.01 * 400}.packets(ring_loss_weight(4, 2))), 1u);
+  EXPECT_EQ((LossBudget{4.0, 4}.packets(1)), 0u);
+  EXPECT_EQ((LossBudget{4.0, 5}.packets(1)), 0u) << "an overspent budget allows nothing";
 }
 
 TEST(DlcpLossBound, AtAnyRingSizeTheAcceptedShareStaysWithinP) {
@@ -313,7 +313,9 @@ TEST(DlcpLossBound, AtAnyRingSizeTheAcceptedShareStaysWithinP) {
       budget.spend(random() % 2 ? may : may / 2, weight);
     }
     EXPECT_LE(double(budget.spent), 0.01 * double(ranges)) << ranks << " ranks";
-    if (ranks >= 4) EXPECT_GT(double(per_transfer), 0.01 * double(ranges)) << ranks << " ranks";
+    if (ranks >= 4) {
+      EXPECT_GT(double(per_transfer), 0.01 * double(ranges)) << ranks << " ranks";
+    }
   }
   // The parameter-server form: a lost push or pull packet is one contribution; with a lossy
   // pull, p is shared between the two.
