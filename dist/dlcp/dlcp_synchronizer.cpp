@@ -124,10 +124,6 @@ bool DlcpSynchronizer::end_iteration(optim::StepGuard&) {
   return false;  // the trainer steps on the average
 }
 
-std::string DlcpSynchronizer::epoch_summary() { return record_.epoch_summary(); }
-
-std::string DlcpSynchronizer::metrics_fields() { return record_.metrics_fields(); }
-
 namespace {
 
 std::unique_ptr<Synchronizer> make_dlcp(const AlgorithmContext& c) {
