@@ -351,7 +351,7 @@ struct Transport::Sending {
     if (receiver_done || acked == slots.size()) {
       done = true;
     } else if (receiver_has_enough && next_new == order.size() && now - enough_at >= options.deadline + rto) {
-      done = true;  // it has (1 - p) and stops at its deadline by itself
+      done = true;  // it has what it needs and stops at its deadline by itself
     } else if (now - last_probe >= rto * (1 << std::min(unanswered_rounds, kMaxProbeBackoffShift))) {
       // The oldest unacknowledged packet waited a retransmission timeout: probe (the answer
       // settles whether it is lost). Idle with nothing in flight: ask for the state, so that a

@@ -1,10 +1,12 @@
 // DLCP's bounded-loss exchange (README.md): one buffer sent and one received per exchange (a ring
 // step), or several to and from several peers at once (exchange_all). A receiver stops at every
-// packet, or at (1 - p) of them once the deadline passed since the transfer's first packet; a
+// packet, or once the deadline passed since the transfer's first packet and the packets still
+// missing are within what it may miss (floor(p x packets), or what the caller's budget left); a
 // sender goes in priority order within a congestion window, sprays over the paths not avoided,
 // and takes a packet as lost only from three later acks or from a probe's answer (never from
 // silence alone: the receiver may still be computing). Lost packets are resent on another path,
-// and only beyond p. Silence for `timeout` is an Error naming the peer and its addresses.
+// and only beyond what the receiver may miss. Silence for `timeout` is an Error naming the peer
+// and its addresses.
 #pragma once
 #include <chrono>
 #include <cstdint>
