@@ -293,6 +293,30 @@ TEST(DsSyncSchedule, LimitedCrossingKeepsEveryRackWithinItsFlows) {
   }
 }
 
+// With the racks known, the default cross_period 1 cannot keep the default crossing limit (every
+// iteration would cross, and the ranks left behind cannot average among themselves): the config
+// is refused, saying how to set it, and cross_ranks_per_rack 0 gives the plain butterfly.
+TEST(DsSyncSchedule, RacksWithCrossPeriodOneNeedTheLimitLifted) {
+  dist::DsSyncScheduleOptions o;
+  o.world_size = 8;
+  o.rack_of = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (const char* type : {"butterfly", "random"}) {
+    o.type = type;
+    try {
+      dist::DsSyncSchedule s(o);
+      ADD_FAILURE() << type << ": racks with cross_period 1 and a crossing limit accepted:\n" << s.describe();
+    } catch (const core::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("cross_period: 2 or more"), std::string::npos) << what;
+      EXPECT_NE(what.find("cross_ranks_per_rack: 0"), std::string::npos) << what;
+    }
+  }
+  o.type = "butterfly";
+  o.cross_ranks_per_rack = 0;
+  const dist::DsSyncSchedule plain(o);
+  for (int64_t t = 0; t < plain.cycle(); ++t) EXPECT_EQ(plain.at(t), make_schedule(8, 2).at(t)) << "iteration " << t;
+}
+
 TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   auto expect_error = [](dist::DsSyncScheduleOptions o, const std::string& needle) {
     try {
@@ -324,6 +348,9 @@ TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   bad.rack_of = {0, 0, 1, 1};
   bad.cross_period = 2;
   expect_error(bad, "dist.dssync.cross_period");
+  bad.cross_period = 1;  // racks with the random schedule: only without period and limit
+  bad.cross_ranks_per_rack = 0;
+  EXPECT_NO_THROW(dist::DsSyncSchedule{bad});
   bad = o;
   bad.type = "random";
   bad.pool_size = 0;
