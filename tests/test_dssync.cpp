@@ -593,14 +593,23 @@ TEST(DsSyncGloo, TrainerLearnsOnFourRanks) {
   mo.timeout = std::chrono::seconds(120);
   const auto result = mt::testing::run_ranks(4, [&](mt::testing::RankContext& c) {
     std::ostringstream log;
+    auto tally = std::make_shared<mt::testing::Tally>();
+    auto world = std::make_shared<mt::testing::CountingGroup>(c.group, mt::testing::world_members(4), tally);
     const double acc = mt::testing::train_synthetic_mlp(
-        c.group, c.rank, dir.string(),
+        world, c.rank, dir.string(),
         {"dist.algorithm=dssync", "dist.dssync.spread_every=32", "dist.timeline_file=trace-{rank}.json"},
         log);
     EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes = 10%
+    // What S-SGD would not do, in 96 steps: average in pairs, not over the world, every step.
+    EXPECT_LT(tally->of("allreduce {0,1,2,3}"), 48);
+    EXPECT_GE(tally->all_of("allreduce") - tally->of("allreduce {0,1,2,3}"), 96);
     if (c.rank == 0) {
       EXPECT_NE(log.str().find("DS-Sync schedule: butterfly"), std::string::npos) << log.str();
-      EXPECT_NE(log.str().find("model spread"), std::string::npos) << log.str();
+      // ... and the replicas differ between the averages.
+      const std::string spread = "model spread (RMS distance to the average) ";
+      const size_t at = log.str().find(spread);
+      ASSERT_NE(at, std::string::npos) << log.str();
+      EXPECT_GT(std::stod(log.str().substr(at + spread.size())), 0.0) << log.str();
       EXPECT_NE(log.str().find("dssync/butterfly"), std::string::npos) << log.str();
     }
   }, mo);
