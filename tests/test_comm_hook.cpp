@@ -1,6 +1,6 @@
 // Communication hooks (dist/ssgd/comm_hook.h, dist/ssgd/compressing_hook.h): what travels for one S-SGD
 // bucket. On real Gloo ranks forked on loopback: each hook's average of one bucket against a
-// reference computed here (dense mean, float16 rounding, error feedback with the compressor's
+// reference computed here (dense mean, float16 and bfloat16 rounding, error feedback with the compressor's
 // own round trip), the residual surviving a new bucket layout; compressed S-SGD is S-SGD with the
 // compressing hook on every schedule (the identity compressor gives dense S-SGD's bits, FUSION
 // compresses while backward still runs, momentum correction with lossless compression is
@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/ops/nn.h"
+#include "core/precision.h"
 #include "core/runtime.h"
 #include "dist/ssgd/comm_hook.h"
 #include "dist/ssgd/compressing_hook.h"
@@ -155,6 +156,33 @@ TEST(CommHook, Gloo_AllreduceAndFp16HooksAverageOneBucket) {
     EXPECT_TRUE(any_rounded) << "float16 travelled as float32?";
     EXPECT_FALSE(half->exact_average());
     EXPECT_EQ(half->name(), "fp16");
+  }).ok_or_report());
+}
+
+// The bfloat16 hook: on 2 ranks each element is one sum, so its bits are known exactly: each
+// share grad / 2 rounded to bfloat16, the sum rounded again; not the exact mean, and coarser than
+// float16.
+TEST(CommHook, Gloo_Bf16HookRoundsEachShareAndTheSum) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    OneBucket one;
+    auto bf16 = dist::make_bf16_hook(ctx.group);
+    bf16->set_layout(one.layout, one.params);
+    EXPECT_EQ(bf16->name(), "bf16");
+    EXPECT_FALSE(bf16->exact_average());
+    EXPECT_FALSE(bf16->keeps_state_per_rank());
+    const auto got = exchange(*bf16, one.bucket(bucket_grad(ctx.rank, 0)));
+    auto fp16 = dist::make_fp16_hook(ctx.group);
+    fp16->set_layout(one.layout, one.params);
+    const auto half = exchange(*fp16, one.bucket(bucket_grad(ctx.rank, 0)));
+    double bf16_error = 0, fp16_error = 0;
+    for (size_t i = 0; i < 8; ++i) {
+      const float a = bucket_grad(0, 0)[i] * 0.5f, b = bucket_grad(1, 0)[i] * 0.5f;
+      EXPECT_EQ(got[i], core::round_to_bf16(core::round_to_bf16(a) + core::round_to_bf16(b))) << i;
+      bf16_error += std::fabs(got[i] - (double(a) + b));
+      fp16_error += std::fabs(half[i] - (double(a) + b));
+    }
+    EXPECT_GT(bf16_error, 0.0) << "bfloat16 travelled as float32?";
+    EXPECT_GT(bf16_error, 4 * fp16_error) << "bfloat16 travelled as float16?";
   }).ok_or_report());
 }
 
@@ -391,11 +419,27 @@ TEST(CompressedSsgd, Gloo_BadHookConfigIsAClearError) {
     const std::string unknown = make([](mintrain::DistConfig& d) { d.mutable_ssgd()->set_hook("int8"); });
     EXPECT_TRUE(contains(unknown, "dist.ssgd.hook")) << unknown;
     EXPECT_TRUE(contains(unknown, "fp16")) << unknown;  // the valid names
+    EXPECT_TRUE(contains(unknown, "bf16, powersgd")) << unknown;
+    const std::string rank = make([](mintrain::DistConfig& d) { d.mutable_ssgd()->mutable_powersgd()->set_rank(0); });
+    EXPECT_TRUE(contains(rank, "dist.ssgd.powersgd.rank must be >= 1 (got 0)")) << rank;
+    const std::string start = make([](mintrain::DistConfig& d) { d.mutable_ssgd()->mutable_powersgd()->set_start_iter(-1); });
+    EXPECT_TRUE(contains(start, "dist.ssgd.powersgd.start_iter must be >= 0 (got -1)")) << start;
+    const std::string rate = make([](mintrain::DistConfig& d) {
+      d.mutable_ssgd()->mutable_powersgd()->set_min_compression_rate(0);
+    });
+    EXPECT_TRUE(contains(rate, "dist.ssgd.powersgd.min_compression_rate must be > 0")) << rate;
     // And the working ones build the synchronizer they say.
     mintrain::RunConfig run;
     run.mutable_dist()->set_algorithm("ssgd");
     run.mutable_dist()->mutable_compressor()->set_type("sign");
     EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/sign");
+    run.mutable_dist()->mutable_compressor()->set_type("none");
+    run.mutable_dist()->mutable_ssgd()->set_hook("bf16");
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/bf16");
+    run.mutable_dist()->mutable_ssgd()->set_hook("powersgd");
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/powersgd(rank=2)");
+    run.mutable_dist()->mutable_ssgd()->mutable_powersgd()->set_rank(1);
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/powersgd(rank=1)");
   }).ok_or_report());
 }
 
