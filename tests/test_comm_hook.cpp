@@ -17,6 +17,7 @@
 #include "core/runtime.h"
 #include "dist/ssgd/comm_hook.h"
 #include "dist/ssgd/compressing_hook.h"
+#include "dist/ssgd/powersgd_hook.h"
 #include "dist/compress/compressor.h"
 #include "dist/registry.h"
 #include "dist/ssgd/ssgd_synchronizer.h"
@@ -505,5 +506,43 @@ TEST(CommHook, Gpu_CompressingHookOnADeviceBucketMatchesTheCpu) {
       on_gpu->end_iteration();
     }
     EXPECT_EQ(state_entry(*on_gpu, "residual").to_vector(), state_entry(*on_cpu, "residual").to_vector());
+  }
+}
+
+// The 16-bit hooks on a GPU bucket write the CPU's bits; PowerSGD (an 8 x 8 matrix at rank 1,
+// two iterations: the residual and Q carried on the device) the CPU's values up to the order of
+// cuBLAS's sums.
+TEST(CommHook, Gpu_HalfAndPowerSgdHooksOnADeviceBucketMatchTheCpu) {
+  MT_REQUIRE_GPU();
+  const core::Device gpu = core::Device::cuda(0);
+  auto group = std::make_shared<SoloGroup>();
+  const std::vector<std::function<std::unique_ptr<dist::CommHook>()>> hooks = {
+      [&] { return dist::make_fp16_hook(group); }, [&] { return dist::make_bf16_hook(group); },
+      [&] { return dist::make_powersgd_hook(group, {.rank = 1, .start_iter = 0}); }};
+  for (const auto& make : hooks) {
+    auto on_cpu = make(), on_gpu = make();
+    const bool powersgd = on_cpu->name() == "powersgd(rank=1)";
+    SCOPED_TRACE(on_cpu->name());
+    const std::vector<Tensor> params = {Tensor::zeros({8, 8})};
+    on_cpu->set_layout({{0}}, params);
+    on_gpu->set_layout({{0}}, {params[0].to(gpu)});
+    for (int it = 0; it < 2; ++it) {
+      std::vector<float> g(64);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.77f * float(i * i) + float(it));
+      dist::GradBucket c{.index = 0, .grad = Tensor::from_vector(g, {64}), .params = params};
+      dist::GradBucket d{.index = 0, .grad = c.grad.to(gpu), .params = {params[0].to(gpu)}};
+      const auto want = exchange(*on_cpu, c);
+      const auto got = exchange(*on_gpu, d);
+      EXPECT_TRUE(d.grad.device().is_cuda());
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (powersgd) {
+          EXPECT_NEAR(got[i], want[i], 1e-5) << it << " " << i;
+        } else {
+          EXPECT_EQ(got[i], want[i]) << it << " " << i;
+        }
+      }
+      on_cpu->end_iteration();
+      on_gpu->end_iteration();
+    }
   }
 }
