@@ -29,6 +29,7 @@
 
 using namespace mt;
 using core::Tensor;
+using mt::testing::state_entry;
 using mt::testing::contains;
 using mt::testing::error_of;
 
@@ -61,14 +62,6 @@ std::vector<float> exchange(dist::CommHook& hook, const dist::GradBucket& b) {
   hook.send(b);
   hook.finish(b);
   return b.grad.to_vector();
-}
-
-Tensor state_entry(const dist::CommHook& hook, const std::string& name) {
-  core::StateDict state;
-  hook.append_state(state);
-  for (const auto& [k, t] : state)
-    if (k == name) return t;
-  return {};
 }
 
 // ---- Training a tiny MLP ----
@@ -401,6 +394,29 @@ TEST(CompressedSsgd, Gloo_Fp16HookTrainsCloseToDense) {
     for (size_t i = 0; i < w1.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(w1[i]) - w2[i]));
     EXPECT_GT(max_diff, 0.0);
     EXPECT_LT(max_diff, 1e-3);
+  }).ok_or_report());
+}
+
+// The PowerSGD hook through S-SGD (FUSION: its buckets change after the first iteration): while
+// it warms up it is dense S-SGD, bit for bit; compressing, it moves the weights elsewhere.
+TEST(CompressedSsgd, Gloo_PowerSgdHookIsDenseWhileItWarmsUp) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    std::vector<std::vector<float>> weights;
+    for (const int64_t start_iter : {-1, 100, 1}) {  // -1: the dense hook
+      auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+      auto opt = sgd(*model, 0.9);
+      dist::SsgdSynchronizer sync(ctx.group, ssgd_options(dist::Schedule::FUSION),
+                                  start_iter < 0 ? nullptr
+                                                 : dist::make_powersgd_hook(ctx.group, {.rank = 1, .start_iter = start_iter,
+                                                                                        .min_compression_rate = 1.0}));
+      sync.setup(*model, *opt);
+      EXPECT_EQ(sync.steps_on_gradient_average(), start_iter < 0);
+      train_steps(sync, *model, *opt, 4, ctx.rank);
+      weights.push_back(all_weights(*model));
+    }
+    EXPECT_EQ(weights[1], weights[0]);
+    EXPECT_NE(weights[2], weights[0]);
   }).ok_or_report());
 }
 

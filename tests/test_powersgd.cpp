@@ -2,8 +2,9 @@
 // bucket against the paper's algorithm computed here in double precision (P = M Q summed,
 // Gram-Schmidt, Q = M^T P averaged, M ~ P Q^T, error feedback, Q kept from one iteration to the
 // next), the warm-up iterations as plain allreduce, what travels ((n + m) r values per matrix, not
-// n m, and not the exact mean), the state surviving a checkpoint; Gram-Schmidt on its own; and the
-// hook through S-SGD. Exact resume through the Trainer: tests/test_dist_resume.cpp.
+// n m, and not the exact mean), the state surviving a checkpoint; Gram-Schmidt on its own. The
+// hook through S-SGD and its bad settings: tests/test_comm_hook.cpp; exact resume through the
+// Trainer: tests/test_dist_resume.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,10 +15,13 @@
 #include "dist/ssgd/powersgd_hook.h"
 #include "dist/ssgd/ssgd_synchronizer.h"
 #include "dist/comm/store.h"
+#include "support/counting_group.h"
+#include "support/dist_training.h"
 #include "support/multiprocess.h"
 
 using namespace mt;
 using core::Tensor;
+using mt::testing::state_entry;
 
 namespace {
 
@@ -77,43 +81,6 @@ dist::GradBucket bucket_of(const Model& model, int rank, int it) {
   for (size_t p : model.layout[0]) b.params.push_back(model.params[p]);
   return b;
 }
-
-Tensor state_entry(const dist::CommHook& hook, const std::string& name) {
-  core::StateDict state;
-  hook.append_state(state);
-  for (const auto& [k, t] : state)
-    if (k == name) return t;
-  return {};
-}
-
-// Every value a group's allreduces carry, one entry per call.
-class CountingGroup final : public dist::ProcessGroup {
- public:
-  explicit CountingGroup(std::shared_ptr<dist::ProcessGroup> inner) : inner_(std::move(inner)) {}
-  std::vector<int64_t> allreduced;
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return inner_->backend(); }
-  std::string describe() const override { return inner_->describe(); }
-  std::shared_ptr<dist::Work> allreduce(Tensor& t, dist::ReduceOp op) override {
-    allreduced.push_back(t.numel());
-    return inner_->allreduce(t, op);
-  }
-  std::shared_ptr<dist::Work> broadcast(Tensor& t, int root) override { return inner_->broadcast(t, root); }
-  std::shared_ptr<dist::Work> allgather(const Tensor& in, Tensor& out) override { return inner_->allgather(in, out); }
-  std::shared_ptr<dist::Work> allgatherv(const Tensor& in, Tensor& out, const std::vector<int64_t>& c) override {
-    return inner_->allgatherv(in, out, c);
-  }
-  std::shared_ptr<dist::Work> reduce_scatter(const Tensor& in, Tensor& out) override {
-    return inner_->reduce_scatter(in, out);
-  }
-  void barrier() override { inner_->barrier(); }
-  std::shared_ptr<dist::ProcessGroup> subgroup(const std::vector<int>& r) override { return inner_->subgroup(r); }
-  void release_subgroup(const std::vector<int>& r) override { inner_->release_subgroup(r); }
-
- private:
-  std::shared_ptr<dist::ProcessGroup> inner_;
-};
 
 }  // namespace
 
@@ -231,7 +198,8 @@ TEST(PowerSgd, Gloo_OneBucketFollowsThePaperOnThreeRanks) {
 TEST(PowerSgd, Gloo_SendsLowRankFactorsNotTheGradient) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     core::set_num_threads(1);
-    auto counting = std::make_shared<CountingGroup>(ctx.group);
+    auto tally = std::make_shared<mt::testing::Tally>();
+    auto counting = std::make_shared<mt::testing::CountingGroup>(ctx.group, mt::testing::world_members(2), tally);
     auto hook = dist::make_powersgd_hook(counting, {.rank = 1, .start_iter = 1});
     const std::vector<Tensor> params = {Tensor::zeros({16, 16}), Tensor::zeros({4})};
     hook->set_layout({{0, 1}}, params);
@@ -246,7 +214,7 @@ TEST(PowerSgd, Gloo_SendsLowRankFactorsNotTheGradient) {
       dist::GradBucket b;
       b.grad = Tensor::from_vector(g, {260});
       b.params = params;
-      counting->allreduced.clear();
+      tally->allreduced.clear();
       hook->send(b);
       hook->finish(b);
       hook->end_iteration();
@@ -256,10 +224,10 @@ TEST(PowerSgd, Gloo_SendsLowRankFactorsNotTheGradient) {
       for (size_t i = 256; i < 260; ++i) bias_diff = std::max(bias_diff, std::fabs(got[i] - mean[i]));
       EXPECT_LT(bias_diff, 1e-6) << it;
       if (it == 0) {
-        EXPECT_EQ(counting->allreduced, std::vector<int64_t>({260}));
+        EXPECT_EQ(tally->allreduced, std::vector<int64_t>({260}));
         EXPECT_LT(matrix_diff, 1e-6);
       } else {
-        EXPECT_EQ(counting->allreduced, std::vector<int64_t>({4, 16, 16}));  // the bias, P, Q
+        EXPECT_EQ(tally->allreduced, std::vector<int64_t>({4, 16, 16}));  // the bias, P, Q
         EXPECT_GT(matrix_diff, 0.1) << "a rank-1 approximation of a full-rank mean";
       }
     }

@@ -183,12 +183,14 @@ class PowerSgdHook final : public CommHook {
     std::shared_ptr<Work> uncompressed_work, p_work;
   };
 
-  // fn(parameter index, its piece of the bucket) in bucket order.
+  // fn(parameter index, its piece of the bucket) in bucket order. (A bucket of one parameter is
+  // that gradient itself, in its shape.)
   template <typename Fn>
   void for_each_piece(const GradBucket& bucket, Fn fn) const {
+    const Tensor flat = bucket.grad.reshape({-1});
     int64_t offset = 0;
     for (size_t i : layout_.at(bucket.index)) {
-      fn(i, bucket.grad.narrow(0, offset, matrices_[i].numel));
+      fn(i, flat.narrow(0, offset, matrices_[i].numel));
       offset += matrices_[i].numel;
     }
   }
