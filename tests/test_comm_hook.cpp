@@ -406,10 +406,9 @@ TEST(CompressedSsgd, Gloo_PowerSgdHookIsDenseWhileItWarmsUp) {
     for (const int64_t start_iter : {-1, 100, 1}) {  // -1: the dense hook
       auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
       auto opt = sgd(*model, 0.9);
+      const dist::PowerSgdOptions o{.rank = 1, .start_iter = start_iter, .min_compression_rate = 1.0};
       dist::SsgdSynchronizer sync(ctx.group, ssgd_options(dist::Schedule::FUSION),
-                                  start_iter < 0 ? nullptr
-                                                 : dist::make_powersgd_hook(ctx.group, {.rank = 1, .start_iter = start_iter,
-                                                                                        .min_compression_rate = 1.0}));
+                                  start_iter < 0 ? nullptr : dist::make_powersgd_hook(ctx.group, o));
       sync.setup(*model, *opt);
       EXPECT_EQ(sync.steps_on_gradient_average(), start_iter < 0);
       train_steps(sync, *model, *opt, 4, ctx.rank);
@@ -439,7 +438,9 @@ TEST(CompressedSsgd, Gloo_BadHookConfigIsAClearError) {
     EXPECT_TRUE(contains(unknown, "bf16, powersgd")) << unknown;
     const std::string rank = make([](mintrain::DistConfig& d) { d.mutable_ssgd()->mutable_powersgd()->set_rank(0); });
     EXPECT_TRUE(contains(rank, "dist.ssgd.powersgd.rank must be >= 1 (got 0)")) << rank;
-    const std::string start = make([](mintrain::DistConfig& d) { d.mutable_ssgd()->mutable_powersgd()->set_start_iter(-1); });
+    const std::string start = make([](mintrain::DistConfig& d) {
+      d.mutable_ssgd()->mutable_powersgd()->set_start_iter(-1);
+    });
     EXPECT_TRUE(contains(start, "dist.ssgd.powersgd.start_iter must be >= 0 (got -1)")) << start;
     const std::string rate = make([](mintrain::DistConfig& d) {
       d.mutable_ssgd()->mutable_powersgd()->set_min_compression_rate(0);

@@ -68,14 +68,16 @@ Matrix gradient(int rank, int it, size_t p, int64_t n, int64_t m) {
   Matrix g = zeros(n, m);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j)
-      g[i][j] = std::sin(0.37 * double(i * m + j) + 1.1 * rank + 2.3 * it + 0.5 * double(p)) + 0.3 * std::cos(double(i * j));
+      g[i][j] = std::sin(0.37 * double(i * m + j) + 1.1 * rank + 2.3 * it + 0.5 * double(p)) +
+                0.3 * std::cos(double(i * j));
   return g;
 }
 
 dist::GradBucket bucket_of(const Model& model, int rank, int it) {
   std::vector<float> flat;
   for (size_t p : model.layout[0])
-    for (const auto& row : gradient(rank, it, p, model.n[p], model.m[p])) flat.insert(flat.end(), row.begin(), row.end());
+    for (const auto& row : gradient(rank, it, p, model.n[p], model.m[p]))
+      flat.insert(flat.end(), row.begin(), row.end());
   dist::GradBucket b;
   b.grad = Tensor::from_vector(flat, {static_cast<int64_t>(flat.size())});
   for (size_t p : model.layout[0]) b.params.push_back(model.params[p]);
@@ -173,7 +175,7 @@ TEST(PowerSgd, Gloo_OneBucketFollowsThePaperOnThreeRanks) {
         }
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < m; ++j)
-            ASSERT_NEAR(got[offset + i * m + j], want[i][j], 2e-4) << "parameter " << p << " (" << i << ", " << j << ")";
+            ASSERT_NEAR(got[offset + i * m + j], want[i][j], 2e-4) << "parameter " << p << " at " << i << ", " << j;
         offset += n * m;
       }
       // The hook's state in parameter order: Q (shared) and this rank's residual.

@@ -122,7 +122,8 @@ void bf16_reduce(void* c, const void* a, const void* b, size_t n) {
   const auto* y = static_cast<const uint16_t*>(b);
   for (size_t i = 0; i < n; ++i) {
     const float u = core::bf16_bits_to_float(x[i]), v = core::bf16_bits_to_float(y[i]);
-    out[i] = core::float_to_bf16_bits(Op == ReduceOp::Sum ? u + v : Op == ReduceOp::Max ? std::max(u, v) : std::min(u, v));
+    const float w = Op == ReduceOp::Sum ? u + v : Op == ReduceOp::Max ? std::max(u, v) : std::min(u, v);
+    out[i] = core::float_to_bf16_bits(w);
   }
 }
 

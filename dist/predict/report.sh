@@ -58,8 +58,9 @@
 #            ssgd_hierarchical (FUSION, each allreduce reduce-scattered in the rack, its shards
 #            across the racks, allgathered in the rack; racks of --nproc/2 on every preset;
 #            predicted on two_racks only, by `mintrain model --allreduce hierarchical`)
-#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) ssgd_powersgd (S-SGD's PowerSGD hook at rank 2,
-#            compressing after the first progress window, as the DDP row) ssgd_bf16 (its bf16 hook) dssync ps_bsp ps_wfbp ps_staggered (parameter server;
+#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) ssgd_powersgd (S-SGD's PowerSGD hook at
+#            rank 2, compressing after the first progress window, as the DDP row) ssgd_bf16 (its bf16
+#            hook) dssync ps_bsp ps_wfbp ps_staggered (parameter server;
 #            ps_staggered predicted as WFBP-PS's DAG, on flat)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone (the rows above)
@@ -268,7 +269,8 @@ algo_sets() {
     ssgd_hierarchical) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion dist.ssgd.allreduce=hierarchical dist.ssgd.ranks_per_rack=$RACK" ;;
     ssgd_two_bit) echo "dist.algorithm=ssgd dist.compressor.type=TWO_BIT" ;;
     # DDP's PowerSGD row compresses after its warm-up window (start_powerSGD_iter): the same here.
-    ssgd_powersgd) echo "dist.algorithm=ssgd dist.ssgd.hook=powersgd dist.ssgd.powersgd.rank=2 dist.ssgd.powersgd.start_iter=$every" ;;
+    ssgd_powersgd) echo "dist.algorithm=ssgd dist.ssgd.hook=powersgd dist.ssgd.powersgd.rank=2" \
+                        "dist.ssgd.powersgd.start_iter=$every" ;;
     ssgd_bf16) echo "dist.algorithm=ssgd dist.ssgd.hook=bf16" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compressor.type=TWO_BIT dist.cdsgd.warmup_iters=20" ;;

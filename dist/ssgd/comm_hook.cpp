@@ -42,7 +42,9 @@ class HalfHook final : public CommHook {
  public:
   // Each rank's value is rounded before the sum: not the exact average.
   HalfHook(std::shared_ptr<ProcessGroup> group, std::unique_ptr<Compressor> format)
-      : CommHook({.name = format->name(), .exact_average = false}), group_(std::move(group)), format_(std::move(format)) {}
+      : CommHook({.name = format->name(), .exact_average = false}),
+        group_(std::move(group)),
+        format_(std::move(format)) {}
 
   std::shared_ptr<Work> send(const GradBucket& bucket) override {
     core::NoGradGuard no_grad;

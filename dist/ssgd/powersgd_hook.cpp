@@ -67,7 +67,7 @@ class PowerSgdHook final : public CommHook {
         x.n = params[i].shape()[0];
         x.m = x.numel / x.n;
         x.r = std::min<int64_t>({x.n, x.m, options_.rank});
-        x.compressed = static_cast<double>(x.n + x.m) * x.r * options_.min_compression_rate < static_cast<double>(x.numel);
+        x.compressed = double(x.n + x.m) * double(x.r) * options_.min_compression_rate < double(x.numel);
       }
       matrices_.push_back(x);
       if (x.compressed) {
@@ -147,7 +147,8 @@ class PowerSgdHook final : public CommHook {
   }
 
   std::string epoch_summary() override {
-    const std::string s = describe_exchanges(name(), stats_, stats_.exchanges / std::max<int64_t>(1, int64_t(layout_.size())));
+    const int64_t buckets = std::max<int64_t>(1, static_cast<int64_t>(layout_.size()));
+    const std::string s = describe_exchanges(name(), stats_, stats_.exchanges / buckets);
     stats_ = {};
     return s.empty() ? s : "S-SGD " + s;
   }
