@@ -1,6 +1,6 @@
 // Communication hooks (dist/ssgd/comm_hook.h, dist/ssgd/compressing_hook.h): what travels for one S-SGD
 // bucket. On real Gloo ranks forked on loopback: each hook's average of one bucket against a
-// reference computed here (dense mean, float16 rounding, error feedback with the compressor's
+// reference computed here (dense mean, float16 and bfloat16 rounding, error feedback with the compressor's
 // own round trip), the residual surviving a new bucket layout; compressed S-SGD is S-SGD with the
 // compressing hook on every schedule (the identity compressor gives dense S-SGD's bits, FUSION
 // compresses while backward still runs, momentum correction with lossless compression is
@@ -13,9 +13,11 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/ops/nn.h"
+#include "core/precision.h"
 #include "core/runtime.h"
 #include "dist/ssgd/comm_hook.h"
 #include "dist/ssgd/compressing_hook.h"
+#include "dist/ssgd/powersgd_hook.h"
 #include "dist/compress/compressor.h"
 #include "dist/registry.h"
 #include "dist/ssgd/ssgd_synchronizer.h"
@@ -27,6 +29,7 @@
 
 using namespace mt;
 using core::Tensor;
+using mt::testing::state_entry;
 using mt::testing::contains;
 using mt::testing::error_of;
 
@@ -59,14 +62,6 @@ std::vector<float> exchange(dist::CommHook& hook, const dist::GradBucket& b) {
   hook.send(b);
   hook.finish(b);
   return b.grad.to_vector();
-}
-
-Tensor state_entry(const dist::CommHook& hook, const std::string& name) {
-  core::StateDict state;
-  hook.append_state(state);
-  for (const auto& [k, t] : state)
-    if (k == name) return t;
-  return {};
 }
 
 // ---- Training a tiny MLP ----
@@ -155,6 +150,33 @@ TEST(CommHook, Gloo_AllreduceAndFp16HooksAverageOneBucket) {
     EXPECT_TRUE(any_rounded) << "float16 travelled as float32?";
     EXPECT_FALSE(half->exact_average());
     EXPECT_EQ(half->name(), "fp16");
+  }).ok_or_report());
+}
+
+// The bfloat16 hook: on 2 ranks each element is one sum, so its bits are known exactly: each
+// share grad / 2 rounded to bfloat16, the sum rounded again; not the exact mean, and coarser than
+// float16.
+TEST(CommHook, Gloo_Bf16HookRoundsEachShareAndTheSum) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    OneBucket one;
+    auto bf16 = dist::make_bf16_hook(ctx.group);
+    bf16->set_layout(one.layout, one.params);
+    EXPECT_EQ(bf16->name(), "bf16");
+    EXPECT_FALSE(bf16->exact_average());
+    EXPECT_FALSE(bf16->keeps_state_per_rank());
+    const auto got = exchange(*bf16, one.bucket(bucket_grad(ctx.rank, 0)));
+    auto fp16 = dist::make_fp16_hook(ctx.group);
+    fp16->set_layout(one.layout, one.params);
+    const auto half = exchange(*fp16, one.bucket(bucket_grad(ctx.rank, 0)));
+    double bf16_error = 0, fp16_error = 0;
+    for (size_t i = 0; i < 8; ++i) {
+      const float a = bucket_grad(0, 0)[i] * 0.5f, b = bucket_grad(1, 0)[i] * 0.5f;
+      EXPECT_EQ(got[i], core::round_to_bf16(core::round_to_bf16(a) + core::round_to_bf16(b))) << i;
+      bf16_error += std::fabs(got[i] - (double(a) + b));
+      fp16_error += std::fabs(half[i] - (double(a) + b));
+    }
+    EXPECT_GT(bf16_error, 0.0) << "bfloat16 travelled as float32?";
+    EXPECT_GT(bf16_error, 4 * fp16_error) << "bfloat16 travelled as float16?";
   }).ok_or_report());
 }
 
@@ -375,6 +397,28 @@ TEST(CompressedSsgd, Gloo_Fp16HookTrainsCloseToDense) {
   }).ok_or_report());
 }
 
+// The PowerSGD hook through S-SGD (FUSION: its buckets change after the first iteration): while
+// it warms up it is dense S-SGD, bit for bit; compressing, it moves the weights elsewhere.
+TEST(CompressedSsgd, Gloo_PowerSgdHookIsDenseWhileItWarmsUp) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    core::set_num_threads(1);
+    std::vector<std::vector<float>> weights;
+    for (const int64_t start_iter : {-1, 100, 1}) {  // -1: the dense hook
+      auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+      auto opt = sgd(*model, 0.9);
+      const dist::PowerSgdOptions o{.rank = 1, .start_iter = start_iter, .min_compression_rate = 1.0};
+      dist::SsgdSynchronizer sync(ctx.group, ssgd_options(dist::Schedule::FUSION),
+                                  start_iter < 0 ? nullptr : dist::make_powersgd_hook(ctx.group, o));
+      sync.setup(*model, *opt);
+      EXPECT_EQ(sync.steps_on_gradient_average(), start_iter < 0);
+      train_steps(sync, *model, *opt, 4, ctx.rank);
+      weights.push_back(all_weights(*model));
+    }
+    EXPECT_EQ(weights[1], weights[0]);
+    EXPECT_NE(weights[2], weights[0]);
+  }).ok_or_report());
+}
+
 TEST(CompressedSsgd, Gloo_BadHookConfigIsAClearError) {
   EXPECT_TRUE(mt::testing::run_ranks(1, [](mt::testing::RankContext& ctx) {
     auto make = [&](const std::function<void(mintrain::DistConfig&)>& edit) {
@@ -391,11 +435,29 @@ TEST(CompressedSsgd, Gloo_BadHookConfigIsAClearError) {
     const std::string unknown = make([](mintrain::DistConfig& d) { d.mutable_ssgd()->set_hook("int8"); });
     EXPECT_TRUE(contains(unknown, "dist.ssgd.hook")) << unknown;
     EXPECT_TRUE(contains(unknown, "fp16")) << unknown;  // the valid names
+    EXPECT_TRUE(contains(unknown, "bf16, powersgd")) << unknown;
+    const std::string rank = make([](mintrain::DistConfig& d) { d.mutable_ssgd()->mutable_powersgd()->set_rank(0); });
+    EXPECT_TRUE(contains(rank, "dist.ssgd.powersgd.rank must be >= 1 (got 0)")) << rank;
+    const std::string start = make([](mintrain::DistConfig& d) {
+      d.mutable_ssgd()->mutable_powersgd()->set_start_iter(-1);
+    });
+    EXPECT_TRUE(contains(start, "dist.ssgd.powersgd.start_iter must be >= 0 (got -1)")) << start;
+    const std::string rate = make([](mintrain::DistConfig& d) {
+      d.mutable_ssgd()->mutable_powersgd()->set_min_compression_rate(0);
+    });
+    EXPECT_TRUE(contains(rate, "dist.ssgd.powersgd.min_compression_rate must be > 0")) << rate;
     // And the working ones build the synchronizer they say.
     mintrain::RunConfig run;
     run.mutable_dist()->set_algorithm("ssgd");
     run.mutable_dist()->mutable_compressor()->set_type("sign");
     EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/sign");
+    run.mutable_dist()->mutable_compressor()->set_type("none");
+    run.mutable_dist()->mutable_ssgd()->set_hook("bf16");
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/bf16");
+    run.mutable_dist()->mutable_ssgd()->set_hook("powersgd");
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/powersgd(rank=2)");
+    run.mutable_dist()->mutable_ssgd()->mutable_powersgd()->set_rank(1);
+    EXPECT_EQ(dist::make_synchronizer(ctx.group, run)->name(), "ssgd/powersgd(rank=1)");
   }).ok_or_report());
 }
 
@@ -461,5 +523,43 @@ TEST(CommHook, Gpu_CompressingHookOnADeviceBucketMatchesTheCpu) {
       on_gpu->end_iteration();
     }
     EXPECT_EQ(state_entry(*on_gpu, "residual").to_vector(), state_entry(*on_cpu, "residual").to_vector());
+  }
+}
+
+// The 16-bit hooks on a GPU bucket write the CPU's bits; PowerSGD (an 8 x 8 matrix at rank 1,
+// two iterations: the residual and Q carried on the device) the CPU's values up to the order of
+// cuBLAS's sums.
+TEST(CommHook, Gpu_HalfAndPowerSgdHooksOnADeviceBucketMatchTheCpu) {
+  MT_REQUIRE_GPU();
+  const core::Device gpu = core::Device::cuda(0);
+  auto group = std::make_shared<SoloGroup>();
+  const std::vector<std::function<std::unique_ptr<dist::CommHook>()>> hooks = {
+      [&] { return dist::make_fp16_hook(group); }, [&] { return dist::make_bf16_hook(group); },
+      [&] { return dist::make_powersgd_hook(group, {.rank = 1, .start_iter = 0}); }};
+  for (const auto& make : hooks) {
+    auto on_cpu = make(), on_gpu = make();
+    const bool powersgd = on_cpu->name() == "powersgd(rank=1)";
+    SCOPED_TRACE(on_cpu->name());
+    const std::vector<Tensor> params = {Tensor::zeros({8, 8})};
+    on_cpu->set_layout({{0}}, params);
+    on_gpu->set_layout({{0}}, {params[0].to(gpu)});
+    for (int it = 0; it < 2; ++it) {
+      std::vector<float> g(64);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.77f * float(i * i) + float(it));
+      dist::GradBucket c{.index = 0, .grad = Tensor::from_vector(g, {64}), .params = params};
+      dist::GradBucket d{.index = 0, .grad = c.grad.to(gpu), .params = {params[0].to(gpu)}};
+      const auto want = exchange(*on_cpu, c);
+      const auto got = exchange(*on_gpu, d);
+      EXPECT_TRUE(d.grad.device().is_cuda());
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (powersgd) {
+          EXPECT_NEAR(got[i], want[i], 1e-5) << it << " " << i;
+        } else {
+          EXPECT_EQ(got[i], want[i]) << it << " " << i;
+        }
+      }
+      on_cpu->end_iteration();
+      on_gpu->end_iteration();
+    }
   }
 }

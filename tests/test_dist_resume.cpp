@@ -176,6 +176,11 @@ TEST(DistResume, Gloo_CdsgdTwoBit) {
 TEST(DistResume, Gloo_CompressedSsgdTopkWithWarmUp) {
   check_resume_is_exact(2, {"dist.compressor.type=TOPK", "dist.compressor.topk_ratio=0.05", "dist.compressor.topk_warmup_iters=20"}, 13);
 }
+// PowerSGD: the iteration (warm-up over at 3), the shared Q and each rank's own residual.
+TEST(DistResume, Gloo_SsgdPowerSgdHook) {
+  check_resume_is_exact(2, {"dist.ssgd.hook=powersgd", "dist.ssgd.powersgd.rank=1", "dist.ssgd.powersgd.start_iter=3"},
+                        13);
+}
 // Compressed FUSION on 3 ranks: per-bucket residuals and velocities, kept in parameter order,
 // survive the buckets' rebuild after the first iteration and the resume's restored layout.
 TEST(DistResume, Gloo_CompressedFusionTwoBitThreeRanks) {

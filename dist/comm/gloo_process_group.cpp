@@ -22,6 +22,7 @@
 #include <gloo/types.h>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "dist/comm/silent_ranks.h"
 
 namespace mt::dist {
@@ -112,6 +113,20 @@ ReduceFn reduce_fn(ReduceOp op) {
   return &gloo::sum<T>;
 }
 
+// Gloo has no bfloat16: each pair is widened to float32, combined and rounded back to nearest
+// even (core/precision.h), as NCCL does.
+template <ReduceOp Op>
+void bf16_reduce(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<uint16_t*>(c);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    const float u = core::bf16_bits_to_float(x[i]), v = core::bf16_bits_to_float(y[i]);
+    const float w = Op == ReduceOp::Sum ? u + v : Op == ReduceOp::Max ? std::max(u, v) : std::min(u, v);
+    out[i] = core::float_to_bf16_bits(w);
+  }
+}
+
 // `who` and `name` name the collective when the dtype cannot be reduced.
 ReduceFn reduce_fn(core::DType dtype, ReduceOp op, const std::string& who, const std::string& name) {
   switch (dtype) {
@@ -119,9 +134,13 @@ ReduceFn reduce_fn(core::DType dtype, ReduceOp op, const std::string& who, const
     case core::DType::Int64: return reduce_fn<int64_t>(op);
     // FP16 gradient compression (compressor_fp16.cpp) sums halves.
     case core::DType::Float16: return reduce_fn<gloo::float16>(op);
+    // The bf16 hook (dist/ssgd/comm_hook.h) sums bfloat16.
+    case core::DType::BFloat16:
+      return op == ReduceOp::Sum ? &bf16_reduce<ReduceOp::Sum>
+           : op == ReduceOp::Max ? &bf16_reduce<ReduceOp::Max> : &bf16_reduce<ReduceOp::Min>;
     default:
       MT_FAIL(who, ": ", name, ": dtype ", core::dtype_name(dtype),
-              " cannot be reduced (float32, int64 and float16 can)");
+              " cannot be reduced (float32, int64, float16 and bfloat16 can)");
   }
 }
 
@@ -324,7 +343,7 @@ std::shared_ptr<Work> GlooProcessGroup::allreduce(Tensor& tensor, ReduceOp op) {
     const size_t n = static_cast<size_t>(tensor.numel());
     if (tensor.dtype() == core::DType::Float32) opts.setOutput(tensor.data<float>(), n);
     else if (tensor.dtype() == core::DType::Int64) opts.setOutput(tensor.data<int64_t>(), n);
-    else opts.setOutput(static_cast<gloo::float16*>(tensor.raw_data()), n);
+    else opts.setOutput(static_cast<gloo::float16*>(tensor.raw_data()), n);  // any 16-bit float
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setReduceFunction(fn);
     opts.setTag(tag);

@@ -64,6 +64,7 @@ std::unique_ptr<Compressor> make_compressor(const CompressionOptions& options);
 // One per file (compressor_*.cpp).
 std::unique_ptr<Compressor> make_none_compressor();
 std::unique_ptr<Compressor> make_fp16_compressor();
+std::unique_ptr<Compressor> make_bf16_compressor();  // the bf16 hook's (comm_hook.h), no config type
 std::unique_ptr<Compressor> make_two_bit_compressor(float tau);
 std::unique_ptr<Compressor> make_topk_compressor(double ratio);
 std::unique_ptr<Compressor> make_sign_compressor();

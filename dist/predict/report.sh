@@ -58,7 +58,9 @@
 #            ssgd_hierarchical (FUSION, each allreduce reduce-scattered in the rack, its shards
 #            across the racks, allgathered in the rack; racks of --nproc/2 on every preset;
 #            predicted on two_racks only, by `mintrain model --allreduce hierarchical`)
-#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) dssync ps_bsp ps_wfbp ps_staggered (parameter server;
+#            cdsgd_two_bit ssgd_two_bit (compressed S-SGD) ssgd_powersgd (S-SGD's PowerSGD hook at
+#            rank 2, compressing after the first progress window, as the DDP row) ssgd_bf16 (its bf16
+#            hook) dssync ps_bsp ps_wfbp ps_staggered (parameter server;
 #            ps_staggered predicted as WFBP-PS's DAG, on flat)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone (the rows above)
@@ -170,8 +172,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|pytorch_ddp_powersgd|one_worker|compute_alone) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|ssgd_powersgd|ssgd_bf16|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|pytorch_ddp_powersgd|one_worker|compute_alone) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit ssgd_powersgd ssgd_bf16 dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone)" >&2; exit 2 ;;
   esac
 done
 [[ -f $config ]] || { echo "report.sh: no config file '$config' (--config)" >&2; exit 2; }
@@ -250,7 +252,8 @@ read -r -a algorithms <<<"$algorithm_list"
 declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]="S-SGD FUSION"
                   [ssgd_mgwfbp]="S-SGD MGWFBP" [ssgd_hierarchical]="S-SGD hierarchical allreduce"
                   [cdsgd_two_bit]="CD-SGD TWO_BIT"
-                  [ssgd_two_bit]="compressed S-SGD TWO_BIT"
+                  [ssgd_two_bit]="compressed S-SGD TWO_BIT" [ssgd_powersgd]="S-SGD + PowerSGD hook (rank 2)"
+                  [ssgd_bf16]="S-SGD + bf16 hook"
                   [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS" [ps_staggered]="Staggered-PS"
                   [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS"
                   [pytorch_ddp]="PyTorch DDP (Gloo)" [pytorch_ddp_powersgd]="PyTorch DDP + PowerSGD hook (rank 2)"
@@ -265,6 +268,10 @@ algo_sets() {
     ssgd_mgwfbp) echo "dist.algorithm=ssgd dist.ssgd.schedule=mgwfbp" ;;
     ssgd_hierarchical) echo "dist.algorithm=ssgd dist.ssgd.schedule=fusion dist.ssgd.allreduce=hierarchical dist.ssgd.ranks_per_rack=$RACK" ;;
     ssgd_two_bit) echo "dist.algorithm=ssgd dist.compressor.type=TWO_BIT" ;;
+    # DDP's PowerSGD row compresses after its warm-up window (start_powerSGD_iter): the same here.
+    ssgd_powersgd) echo "dist.algorithm=ssgd dist.ssgd.hook=powersgd dist.ssgd.powersgd.rank=2" \
+                        "dist.ssgd.powersgd.start_iter=$every" ;;
+    ssgd_bf16) echo "dist.algorithm=ssgd dist.ssgd.hook=bf16" ;;
     # The default 100 full-precision warm-up iterations would be most of a quick run.
     cdsgd_two_bit) echo "dist.algorithm=cdsgd dist.compressor.type=TWO_BIT dist.cdsgd.warmup_iters=20" ;;
     ps_bsp) echo "dist.algorithm=ps dist.ps.schedule=bsp" ;;

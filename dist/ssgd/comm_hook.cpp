@@ -11,7 +11,7 @@ std::string GradBucket::describe() const {
          std::to_string(grad.numel()) + " values)";
 }
 
-std::vector<std::string> comm_hook_names() { return {"allreduce", "fp16"}; }
+std::vector<std::string> comm_hook_names() { return {"allreduce", "fp16", "bf16", "powersgd"}; }
 
 namespace {
 
@@ -37,26 +37,29 @@ class AllreduceHook final : public CommHook {
   std::vector<std::shared_ptr<Work>> works_;  // per bucket, this iteration's
 };
 
-class Fp16Hook final : public CommHook {
+// fp16 and bf16: the same exchange in another 16-bit format.
+class HalfHook final : public CommHook {
  public:
-  // Each rank's value is rounded to float16 before the sum: not the exact average.
-  explicit Fp16Hook(std::shared_ptr<ProcessGroup> group)
-      : CommHook({.name = "fp16", .exact_average = false}), group_(std::move(group)) {}
+  // Each rank's value is rounded before the sum: not the exact average.
+  HalfHook(std::shared_ptr<ProcessGroup> group, std::unique_ptr<Compressor> format)
+      : CommHook({.name = format->name(), .exact_average = false}),
+        group_(std::move(group)),
+        format_(std::move(format)) {}
 
   std::shared_ptr<Work> send(const GradBucket& bucket) override {
     core::NoGradGuard no_grad;
     // Divided before the sum, as PyTorch does: N gradients summed in float16 overflow sooner.
     Tensor(bucket.grad).mul_(1.0f / static_cast<float>(group_->size()));
     Slot& slot = slots_.at(bucket.index);
-    slot.half = fp16_->compress(bucket.grad.reshape({-1}));
+    slot.half = format_->compress(bucket.grad.reshape({-1}));
     slot.work = group_->allreduce(slot.half, ReduceOp::Sum);
     return slot.work;
   }
   void finish(const GradBucket& bucket) override {
     Slot& slot = slots_.at(bucket.index);
-    dist::finish(slot.work, *group_, "float16 allreduce of " + bucket.describe());
+    dist::finish(slot.work, *group_, name() + " allreduce of " + bucket.describe());
     core::NoGradGuard no_grad;
-    Tensor(bucket.grad).copy_(fp16_->decompress(slot.half, bucket.grad.numel()));
+    Tensor(bucket.grad).copy_(format_->decompress(slot.half, bucket.grad.numel()));
     slot = {};
   }
   void set_layout(const std::vector<std::vector<size_t>>& layout, const std::vector<Tensor>&) override {
@@ -69,7 +72,7 @@ class Fp16Hook final : public CommHook {
     std::shared_ptr<Work> work;
   };
   std::shared_ptr<ProcessGroup> group_;
-  std::unique_ptr<Compressor> fp16_ = make_fp16_compressor();  // round to nearest even, both devices
+  std::unique_ptr<Compressor> format_;  // round to nearest even, both devices
   std::vector<Slot> slots_;  // per bucket, this iteration's message
 };
 
@@ -82,7 +85,12 @@ std::unique_ptr<CommHook> make_allreduce_hook(std::shared_ptr<ProcessGroup> grou
 
 std::unique_ptr<CommHook> make_fp16_hook(std::shared_ptr<ProcessGroup> group) {
   MT_CHECK(group != nullptr, "a communication hook needs a process group");
-  return std::make_unique<Fp16Hook>(std::move(group));
+  return std::make_unique<HalfHook>(std::move(group), make_fp16_compressor());
+}
+
+std::unique_ptr<CommHook> make_bf16_hook(std::shared_ptr<ProcessGroup> group) {
+  MT_CHECK(group != nullptr, "a communication hook needs a process group");
+  return std::make_unique<HalfHook>(std::move(group), make_bf16_compressor());
 }
 
 }  // namespace mt::dist

@@ -1,6 +1,6 @@
 // Communication hooks, after PyTorch DDP's: *what* travels for one bucket of S-SGD (the schedule
 // decides when). send starts the exchange and returns it; finish waits and leaves the average in
-// the bucket. Dense, float16 and compressed S-SGD are one synchronizer with three hooks.
+// the bucket. Dense, 16-bit, low-rank and compressed S-SGD are one synchronizer with five hooks.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -60,6 +60,9 @@ std::unique_ptr<CommHook> make_allreduce_hook(std::shared_ptr<ProcessGroup> grou
 // grad / N sent as float16 (halves the bytes; no error feedback, so no state), summed by the
 // allreduce and widened back: PyTorch's fp16_compress_hook.
 std::unique_ptr<CommHook> make_fp16_hook(std::shared_ptr<ProcessGroup> group);
-std::vector<std::string> comm_hook_names();  // dist.ssgd.hook: "allreduce", "fp16"
+// The same in bfloat16 (float32's range, 8 significant bits): PyTorch's bf16_compress_hook.
+std::unique_ptr<CommHook> make_bf16_hook(std::shared_ptr<ProcessGroup> group);
+// PowerSGD (powersgd_hook.h) is the fourth.
+std::vector<std::string> comm_hook_names();  // dist.ssgd.hook: "allreduce", "fp16", "bf16", "powersgd"
 
 }  // namespace mt::dist

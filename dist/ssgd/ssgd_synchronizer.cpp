@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "dist/ssgd/compressing_hook.h"
+#include "dist/ssgd/powersgd_hook.h"
 #include "dist/compress/compression_config.h"
 #include "dist/registry.h"
 #include "dist/comm/hierarchical_group.h"
@@ -227,6 +228,9 @@ void validate_ssgd(const mintrain::DistConfig& d) {
     MT_CHECK(s.hook() == "allreduce", "dist.ssgd.allreduce \"hierarchical\" carries float32 gradients only; "
              "set dist.ssgd.hook \"allreduce\" or dist.ssgd.allreduce \"flat\"");
   }
+  check_at_least("dist.ssgd.powersgd.rank", s.powersgd().rank(), 1);
+  check_at_least("dist.ssgd.powersgd.start_iter", s.powersgd().start_iter(), 0);
+  check_above("dist.ssgd.powersgd.min_compression_rate", s.powersgd().min_compression_rate(), 0.0);
   validate_compressor(d.compressor());
   MT_CHECK(s.hook() == "allreduce" || d.compressor().type() == "none", "dist.ssgd.hook \"", s.hook(),
            "\" and dist.compressor.type \"", d.compressor().type(), "\" both say what travels; set one: "
@@ -241,7 +245,13 @@ std::unique_ptr<CommHook> gradient_hook(const AlgorithmContext& c, std::shared_p
     o.momentum_correction = momentum_correction_options(c);
     return make_compressing_hook(std::move(group), std::move(o));
   }
-  if (c.dist.ssgd().hook() == "fp16") return make_fp16_hook(std::move(group));
+  const mintrain::SsgdConfig& s = c.dist.ssgd();
+  if (s.hook() == "fp16") return make_fp16_hook(std::move(group));
+  if (s.hook() == "bf16") return make_bf16_hook(std::move(group));
+  if (s.hook() == "powersgd")
+    return make_powersgd_hook(std::move(group), {.rank = s.powersgd().rank(),
+                                                 .start_iter = s.powersgd().start_iter(),
+                                                 .min_compression_rate = s.powersgd().min_compression_rate()});
   return make_allreduce_hook(std::move(group));
 }
 

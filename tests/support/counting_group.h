@@ -38,6 +38,7 @@ inline std::string world_members(int n) {
 struct Tally {
   std::mutex mutex;
   std::map<std::string, int> issued;
+  std::vector<int64_t> allreduced;  // every allreduce's number of values, in the order issued
   void add(const std::string& op, const std::string& members) {
     std::lock_guard<std::mutex> lock(mutex);
     ++issued[op + " {" + members + "}"];
@@ -69,6 +70,10 @@ class CountingGroup final : public dist::ProcessGroup {
   std::string describe() const override { return inner_->describe(); }
   std::shared_ptr<dist::Work> allreduce(core::Tensor& t, dist::ReduceOp op) override {
     tally_->add("allreduce", members_);
+    {
+      std::lock_guard<std::mutex> lock(tally_->mutex);
+      tally_->allreduced.push_back(t.numel());
+    }
     return inner_->allreduce(t, op);
   }
   std::shared_ptr<dist::Work> broadcast(core::Tensor& t, int root) override {

@@ -76,6 +76,14 @@ std::vector<std::vector<float>> weights_of(const layers::Module& model) {
   return w;
 }
 
+core::Tensor state_entry(const dist::CommHook& hook, const std::string& name) {
+  core::StateDict state;
+  hook.append_state(state);
+  for (const auto& [k, t] : state)
+    if (k == name) return t;
+  return {};
+}
+
 std::shared_ptr<std::vector<size_t>> record_launched_buckets(const dist::SsgdSynchronizer& sync,
                                                              const std::vector<core::Tensor>& params) {
   auto counts = std::make_shared<std::vector<size_t>>();

@@ -60,6 +60,9 @@ MultiprocessOptions fault_options(int group_timeout_s);
 // Kills this process with SIGKILL after `delay`, from a thread: a rank dying mid-run.
 void die_after(std::chrono::milliseconds delay);
 
+// The entry `name` of a communication hook's state (undefined when it has none).
+core::Tensor state_entry(const dist::CommHook& hook, const std::string& name);
+
 // Whether S-SGD sends while backward runs: registers on every parameter a grad-ready hook (after
 // the synchronizer's) that appends how many of sync's buckets have gone to the process group.
 // After a backward pass, entry k is the count when the k-th gradient was ready (clear it before
