@@ -3,7 +3,10 @@
 // stale-iteration, stale-transfer and out-of-range packets are counted and never written (guard
 // elements around the buffer stay untouched); shuffled, duplicated and partly dropped packets
 // reassemble to the right values with dropped ones zero and counts corrected; priority classes
-// and DSCP; the loss allowance; AIMD; per-path health (a path that lost half its recent packets
+// and DSCP; the loss allowance, and the bound in gradient contributions (a ring's late losses
+// weigh the partial sums they carry, so a budget of p x contributions refuses what a per-transfer
+// count of packets accepts; at any N the accepted share stays within p; the parameter-server
+// form halves p between push and pull when the pull may lose); AIMD; per-path health (a path that lost half its recent packets
 // or stayed silent is avoided, with a doubling but bounded avoidance; the timeout comes from the
 // fastest usable path).
 #include <gtest/gtest.h>
@@ -17,7 +20,9 @@
 #include "dist/dlcp/packet.h"
 #include "dist/dlcp/path_health.h"
 #include "dist/dlcp/priority.h"
+#include "dist/dlcp/ps_worker.h"
 #include "dist/dlcp/reassembly.h"
+#include "dist/dlcp/ring_allreduce.h"
 #include "dist/dlcp/transport.h"
 
 using namespace mt::dist::dlcp;
@@ -266,6 +271,59 @@ TEST(DlcpWindow, AimdAndLossAllowance) {
   EXPECT_EQ(allowed_missing(100, 0.0), 0u);
   EXPECT_EQ(allowed_missing(100, 0.03), 3u);
   EXPECT_EQ(allowed_missing(99, 0.03), 2u);
+}
+
+TEST(DlcpLossBound, TheRingWeighsALossByThePartialSumsItCarries) {
+  // Reduce-scatter step s carries s + 1 ranks' partial sums; an allgather packet lost at step s
+  // leaves N - 1 - s ranks without its range's sum.
+  const std::vector<uint32_t> weights = {1, 2, 3, 3, 2, 1};
+  for (int step = 0; step < 6; ++step) EXPECT_EQ(ring_loss_weight(4, step), weights[size_t(step)]) << step;
+  // 4 chunks of 100 packets: 400 ranges, this rank's share of the 1600 contributions; p = 1 %
+  // lets it lose 4 of them.
+  ASSERT_EQ(ring_packet_ranges(4 * 100 * 8, 4, 8), 400u);
+  LossBudget budget{0.01 * 400};
+  // One packet lost at each reduce-scatter step: a count per transfer (floor(p x 100) = 1)
+  // accepts all three, 1 + 2 + 3 = 6 contributions, 1.5 % of them.
+  EXPECT_EQ(allowed_missing(100, 0.01), 1u);
+  EXPECT_EQ(budget.packets(ring_loss_weight(4, 0)), 4u);
+  budget.spend(1, ring_loss_weight(4, 0));
+  EXPECT_EQ(budget.packets(ring_loss_weight(4, 1)), 1u);
+  budget.spend(1, ring_loss_weight(4, 1));
+  EXPECT_EQ(budget.packets(ring_loss_weight(4, 2)), 0u) << "a third loss would take 6 contributions of the 4 allowed";
+  // The last step's loss alone fits: 3 of 4.
+  EXPECT_EQ((LossBudget{0.01 * 400}.packets(ring_loss_weight(4, 2))), 1u);
+  EXPECT_EQ((LossBudget{4.0, 4}.packets(1)), 0u);
+  EXPECT_EQ((LossBudget{4.0, 5}.packets(1)), 0u) << "an overspent budget allows nothing";
+}
+
+TEST(DlcpLossBound, AtAnyRingSizeTheAcceptedShareStaysWithinP) {
+  // Every transfer losing as many packets as it may, on a 1 % bound: the per-transfer count's
+  // weighted loss grows about as p (N - 1) / 2, the budget's stays within p.
+  std::mt19937 random(3);
+  for (int ranks : {2, 4, 8, 16, 64}) {
+    const uint16_t per_packet = 8;
+    const uint32_t elements = uint32_t(ranks) * 400 * per_packet + 5;  // a short last packet
+    const uint64_t ranges = ring_packet_ranges(elements, ranks, per_packet);
+    LossBudget budget{0.01 * double(ranges)};
+    uint64_t per_transfer = 0;
+    for (int step = 0; step < 2 * (ranks - 1); ++step) {
+      const uint32_t weight = ring_loss_weight(ranks, step);
+      per_transfer += uint64_t(allowed_missing(400, 0.01)) * weight;
+      const uint32_t may = budget.packets(weight);
+      budget.spend(random() % 2 ? may : may / 2, weight);
+    }
+    EXPECT_LE(double(budget.spent), 0.01 * double(ranges)) << ranks << " ranks";
+    if (ranks >= 4) {
+      EXPECT_GT(double(per_transfer), 0.01 * double(ranges)) << ranks << " ranks";
+    }
+  }
+  // The parameter-server form: a lost push or pull packet is one contribution; with a lossy
+  // pull, p is shared between the two.
+  DlcpOptions o;
+  o.exchange.loss_bound = 0.02;
+  EXPECT_DOUBLE_EQ(ps_exchange_options(o).loss_bound, 0.02);
+  o.lossless_pull = false;
+  EXPECT_DOUBLE_EQ(ps_exchange_options(o).loss_bound, 0.01);
 }
 
 TEST(DlcpPaths, ALossyPathIsAvoidedWithABoundedBackoff) {

@@ -6,7 +6,8 @@
 // faulty link), and training gives bit for bit the weights of the Gloo parameter server; with
 // p > 0 and a known set of dropped push packets the sums are the partial sums (the dropped
 // worker's values missing, counts 1) that plain averaging would not give, the server's
-// exchange ends at the deadline, and error feedback keeps the lost values on their sender; settings that workers and servers must share are compared; bad
+// exchange ends at the deadline, the loss is reported as the fraction of contributions (one per
+// pushed packet), and error feedback keeps the lost values on their sender; settings that workers and servers must share are compared; bad
 // dist.dlcp values are refused naming the field; a killed server is named by the workers and a
 // killed worker by the servers; `launch --nservers` trains and writes the loss to the metrics.
 #include <gtest/gtest.h>
@@ -277,6 +278,8 @@ TEST(DlcpPs, KnownDropsGiveThePartialSumsAndEndAtTheDeadline) {
       const DlcpServerStats s = serve(c.group, kWorkers, kServers, run);
       EXPECT_EQ(s.pushes.deadline_endings, 1u) << "worker 1's push ends at the deadline";
       EXPECT_EQ(s.pushes.packets_missing, dropped.size());
+      // One contribution per lost push packet, of the workers' 2 x packets.
+      EXPECT_DOUBLE_EQ(s.pushes.loss(), double(dropped.size()) / (kWorkers * packets));
       return;
     }
     auto workers = workers_of(c.group, kWorkers);
@@ -322,6 +325,10 @@ TEST(DlcpPs, KnownDropsGiveThePartialSumsAndEndAtTheDeadline) {
       EXPECT_EQ(ps.last_push().retransmissions, 0u) << "the loss stays within p: nothing is resent";
       EXPECT_EQ(s.packets_missing, dropped.size()) << "the server did not acknowledge the dropped packets";
     }
+    // Each worker's share of the contributions is its pushed packets; worker 1 lost two of them
+    // (the lossless pull loses none).
+    EXPECT_EQ(s.contributions, packets);
+    EXPECT_DOUBLE_EQ(s.loss(), c.rank == 1 ? double(dropped.size()) / packets : 0.0);
     EXPECT_GE(seconds, deadline_ms / 1000.0 * 0.95) << "ended before the deadline";
     EXPECT_LT(seconds, deadline_ms / 1000.0 + 1.5) << "ended long after the deadline";
   });

@@ -293,6 +293,30 @@ TEST(DsSyncSchedule, LimitedCrossingKeepsEveryRackWithinItsFlows) {
   }
 }
 
+// With the racks known, the default cross_period 1 cannot keep the default crossing limit (every
+// iteration would cross, and the ranks left behind cannot average among themselves): the config
+// is refused, saying how to set it, and cross_ranks_per_rack 0 gives the plain butterfly.
+TEST(DsSyncSchedule, RacksWithCrossPeriodOneNeedTheLimitLifted) {
+  dist::DsSyncScheduleOptions o;
+  o.world_size = 8;
+  o.rack_of = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (const char* type : {"butterfly", "random"}) {
+    o.type = type;
+    try {
+      dist::DsSyncSchedule s(o);
+      ADD_FAILURE() << type << ": racks with cross_period 1 and a crossing limit accepted:\n" << s.describe();
+    } catch (const core::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("cross_period: 2 or more"), std::string::npos) << what;
+      EXPECT_NE(what.find("cross_ranks_per_rack: 0"), std::string::npos) << what;
+    }
+  }
+  o.type = "butterfly";
+  o.cross_ranks_per_rack = 0;
+  const dist::DsSyncSchedule plain(o);
+  for (int64_t t = 0; t < plain.cycle(); ++t) EXPECT_EQ(plain.at(t), make_schedule(8, 2).at(t)) << "iteration " << t;
+}
+
 TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   auto expect_error = [](dist::DsSyncScheduleOptions o, const std::string& needle) {
     try {
@@ -324,6 +348,9 @@ TEST(DsSyncSchedule, BadOptionsAreClearErrors) {
   bad.rack_of = {0, 0, 1, 1};
   bad.cross_period = 2;
   expect_error(bad, "dist.dssync.cross_period");
+  bad.cross_period = 1;  // racks with the random schedule: only without period and limit
+  bad.cross_ranks_per_rack = 0;
+  EXPECT_NO_THROW(dist::DsSyncSchedule{bad});
   bad = o;
   bad.type = "random";
   bad.pool_size = 0;
@@ -566,14 +593,23 @@ TEST(DsSyncGloo, TrainerLearnsOnFourRanks) {
   mo.timeout = std::chrono::seconds(120);
   const auto result = mt::testing::run_ranks(4, [&](mt::testing::RankContext& c) {
     std::ostringstream log;
+    auto tally = std::make_shared<mt::testing::Tally>();
+    auto world = std::make_shared<mt::testing::CountingGroup>(c.group, mt::testing::world_members(4), tally);
     const double acc = mt::testing::train_synthetic_mlp(
-        c.group, c.rank, dir.string(),
+        world, c.rank, dir.string(),
         {"dist.algorithm=dssync", "dist.dssync.spread_every=32", "dist.timeline_file=trace-{rank}.json"},
         log);
     EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes = 10%
+    // What S-SGD would not do, in 96 steps: average in pairs, not over the world, every step.
+    EXPECT_LT(tally->of("allreduce {0,1,2,3}"), 48);
+    EXPECT_GE(tally->all_of("allreduce") - tally->of("allreduce {0,1,2,3}"), 96);
     if (c.rank == 0) {
       EXPECT_NE(log.str().find("DS-Sync schedule: butterfly"), std::string::npos) << log.str();
-      EXPECT_NE(log.str().find("model spread"), std::string::npos) << log.str();
+      // ... and the replicas differ between the averages.
+      const std::string spread = "model spread (RMS distance to the average) ";
+      const size_t at = log.str().find(spread);
+      ASSERT_NE(at, std::string::npos) << log.str();
+      EXPECT_GT(std::stod(log.str().substr(at + spread.size())), 0.0) << log.str();
       EXPECT_NE(log.str().find("dssync/butterfly"), std::string::npos) << log.str();
     }
   }, mo);

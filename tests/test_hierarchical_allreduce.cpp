@@ -275,10 +275,18 @@ TEST(HierarchicalAllreduce, TrainerLearnsOnFourRanksInTwoRacks) {
   mo.timeout = std::chrono::seconds(120);
   const auto result = mt::testing::run_ranks(4, [&](mt::testing::RankContext& c) {
     std::ostringstream log;
+    auto tally = std::make_shared<Tally>();
+    auto world = std::make_shared<CountingGroup>(c.group, world_members(4), tally);
     const double acc = mt::testing::train_synthetic_mlp(
-        c.group, c.rank, dir.string(),
+        world, c.rank, dir.string(),
         {"dist.algorithm=ssgd", "dist.ssgd.allreduce=HIERARCHICAL", "dist.ssgd.ranks_per_rack=2"}, log);
     EXPECT_GT(acc, 60.0) << log.str();  // chance is 1/classes
+    // What the flat ring would not do, in 96 steps: the gradients reduce-scattered in the rack and
+    // summed across racks by the shard's holders; the world's allreduces are the metrics' only.
+    const std::string rack = c.rank < 2 ? "{0,1}" : "{2,3}", across = c.rank % 2 == 0 ? "{0,2}" : "{1,3}";
+    EXPECT_GE(tally->of("reduce_scatter " + rack), 96);
+    EXPECT_GE(tally->of("allreduce " + across), 96);
+    EXPECT_LT(tally->of("allreduce {0,1,2,3}"), 48);
     if (c.rank == 0) {
       EXPECT_NE(log.str().find("S-SGD: hierarchical (rack {0,1}, representatives {0,2}, sums in 2 shards)"), std::string::npos)
           << log.str();

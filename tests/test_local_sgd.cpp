@@ -12,6 +12,7 @@
 #include "dist/local_sgd/local_sgd_synchronizer.h"
 #include "dist/registry.h"
 #include "optim/registry.h"
+#include "support/counting_group.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"
@@ -180,10 +181,15 @@ TEST(LocalSgd, Gloo_TrainerLearnsOnTwoRanks) {
   mo.timeout = std::chrono::seconds(120);
   EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
     std::ostringstream log0;
+    auto tally = std::make_shared<mt::testing::Tally>();
+    auto world = std::make_shared<mt::testing::CountingGroup>(ctx.group, mt::testing::world_members(2), tally);
     const double acc = mt::testing::train_synthetic_mlp(
-        ctx.group, ctx.rank, (dir / "out").string(), {"dist.algorithm=local_sgd", "dist.local_sgd.period=4"}, log0);
+        world, ctx.rank, (dir / "out").string(), {"dist.algorithm=local_sgd", "dist.local_sgd.period=4"}, log0);
     if (ctx.rank == 0) {
       EXPECT_GT(acc, 60.0) << log0.str();
+      // What S-SGD would not do: 192 steps, a world average every 4th (48), not every step.
+      EXPECT_GE(tally->of("allreduce {0,1}"), 48);
+      EXPECT_LT(tally->of("allreduce {0,1}"), 96);
       EXPECT_TRUE(mt::testing::contains(log0.str(), "local_sgd/every 4")) << log0.str();
     }
   }, mo).ok_or_report());

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# DLCP against S-SGD over TCP in training, under hotspots (DLCP's tail-latency check, on LeNet-5):
+# DLCP against S-SGD over TCP in training, under hotspots (DLCP's tail-latency check, on MODEL):
 # 4 emulated hosts (netns_testbed.sh, two_paths preset: two racks of 2, host links RATE, two
 # inter-rack planes of INTER_RATE each, switch ports with DSCP priority bands), host 0 flooding
 # host 2 across plane A (eth0) for ON s every ON+OFF s with `cross`. One rank per host trains
-# configs/lenet_fashion_mnist.prototxt for ITERS iterations (data.limit_train_batches) with a
+# configs/lenet_fashion_mnist.prototxt (its model MODEL) for ITERS iterations (data.limit_train_batches) with a
 # timeline (dist.timeline_file) and a metrics record every METRICS_EVERY iterations, then
 # evaluates; first S-SGD BSP over Gloo (TCP on eth0), then DLCP's ring at p = LOSS on eth0 too (dist.dlcp.paths empty: the address that reaches the
 # master), then with ALGOS' dlcp_spray the same ring sprayed over both planes (dist.dlcp.paths
@@ -17,7 +17,9 @@
 # Ctrl-C.
 #
 #   bench_dlcp_train_netns.sh [ITERS] [BATCH]     # defaults: 200 16 (per rank)
-# Env: BUILD (build/release), RATE (100mbit), INTER_RATE (25mbit), ON/OFF (1 1), LOSS (0.01),
+# Env: MODEL (lenet5; resnet20's 800 packet ranges let p = 1 % lose 8 contributions an iteration),
+#      EVAL_BATCHES (0: the whole test set; else data.limit_eval_batches), BUILD (build/release),
+#      RATE (100mbit), INTER_RATE (25mbit), ON/OFF (1 1), LOSS (0.01),
 #      DEADLINE_MS (20), WARMUP (5), METRICS_EVERY (50), ALGOS ("ssgd dlcp"; add dlcp_spray), MASTER_PORT (29588), OUT (a new
 #      folder under /tmp), MT_TESTBED_PREFIX (mt-dlcpt), DLCP_GLOO_INTERFACE (eth0: where the DLCP
 #      runs' own TCP traffic goes, the stop vote and the metrics; eth1 takes it off the flooded
@@ -27,6 +29,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ITERS=${1:-200}
 BATCH=${2:-16}
+MODEL=${MODEL:-lenet5}
+EVAL_BATCHES=${EVAL_BATCHES:-0}
 BUILD=${BUILD:-build/release}
 RATE=${RATE:-100mbit}
 export INTER_RATE=${INTER_RATE:-25mbit}
@@ -83,6 +87,7 @@ for algo in $ALGOS; do
     "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
         MASTER_ADDR=10.77.0.1 MASTER_PORT=$PORT OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
         "$MINTRAIN" train "$config" --output "$OUT/$algo-run" --overwrite \
+        --set model.name="$MODEL" --set data.limit_eval_batches="$EVAL_BATCHES" \
         --set data.batch_size="$BATCH" --set epochs=1 --set data.limit_train_batches="$ITERS" \
         --set logging.metrics_every_iters="$METRICS_EVERY" --set dist.timeline_file="$OUT/$algo-tl-{rank}.json" \
         >"$OUT/$algo-rank$r.log" 2>&1 &
@@ -99,7 +104,7 @@ for algo in $ALGOS; do
   fi
 done
 
-echo "LeNet-5, 4 hosts (two_paths, PRIO_QUEUES=1, host links $RATE, inter-rack planes $INTER_RATE each)," \
+echo "$MODEL, 4 hosts (two_paths, PRIO_QUEUES=1, host links $RATE, inter-rack planes $INTER_RATE each)," \
      "cross 0 2 $ON $OFF; batch $BATCH per rank, $ITERS iterations, first $WARMUP left out; logs in $OUT"
 echo "| algorithm | iteration p50 ms | p99 ms | max ms | DLCP loss | resends / iteration | test accuracy |"
 echo "|---|---|---|---|---|---|---|"

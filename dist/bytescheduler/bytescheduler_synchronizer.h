@@ -24,6 +24,10 @@ namespace mt::dist {
 
 enum class BsArchitecture { A2A, PS };
 
+// dist.bytescheduler.partition_bytes 0: the partition measured fastest for the architecture
+// (docs/PERF.md, ByteScheduler).
+int64_t default_partition_bytes(BsArchitecture architecture);
+
 struct ByteSchedulerOptions : SynchronizerOptions {
   BsArchitecture architecture = BsArchitecture::A2A;
   int64_t partition_bytes = 512 << 10;

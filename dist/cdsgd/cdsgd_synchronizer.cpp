@@ -155,7 +155,8 @@ void CdsgdSynchronizer::start_iteration_if_needed() {
   }
 }
 
-void CdsgdSynchronizer::begin_iteration(int64_t) {
+void CdsgdSynchronizer::begin_iteration(int64_t iteration) {
+  micro_batches_.begin(iteration);
   rank_states_.forget();
   if (showing_global_) {  // after evaluation / a checkpoint: back to the local weights
     unflatten_into_values(local_, params_);
@@ -165,6 +166,7 @@ void CdsgdSynchronizer::begin_iteration(int64_t) {
 
 void CdsgdSynchronizer::on_gradient_ready(size_t param_index, core::Tensor& param) {
   if (!pipeline_ || showing_global_ || param_index >= bucket_of_.size()) return;
+  if (!micro_batches_.communicate()) return;  // an earlier micro-batch: gradients just accumulate locally
   start_iteration_if_needed();
   ParamBucket& b = buckets_[static_cast<size_t>(bucket_of_[param_index])];
   const size_t slot = param_index - b.first;
@@ -242,6 +244,7 @@ bool CdsgdSynchronizer::end_iteration(optim::StepGuard& optimizer) {
            "setup(); it steps the global weights with the one given to setup");
   MT_CHECK(!showing_global_, "rank ", rank(), ": CD-SGD end_iteration() after prepare_eval() without "
            "begin_iteration(); call begin_iteration before each iteration's forward");
+  micro_batches_.check_step("rank", rank());
   // 1. Whatever backward did not hand over yet (no hooks, unused parameters: their gradients,
   //    or zeros) goes now, in bucket order.
   start_iteration_if_needed();
@@ -461,9 +464,6 @@ void validate_cdsgd(const mintrain::DistConfig& d) {
 }
 
 std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
-  MT_CHECK(c.dist.grad_accumulation_steps() == 1, "dist.grad_accumulation_steps must be 1 with dist.algorithm "
-           "\"cdsgd\" (gradient accumulation is implemented for uncompressed S-SGD only), got ",
-           c.dist.grad_accumulation_steps());
   const mintrain::CdsgdConfig& cd = c.dist.cdsgd();
   auto o = options_from<CdsgdOptions>(c);
   o.compression = compression_options(c.dist.compressor());
@@ -488,7 +488,10 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
   o.local_step.decoupled_weight_decay = decoupled;
   o.local_step.weight_decay = o.momentum_correction && !decoupled ? 0.0 : c.optimizer.weight_decay();
   o.local_step.no_decay_1d = c.optimizer.no_decay_1d();
-  o.samples_per_rank = cd.tau_scale() == "sample_sum" && c.batch_size > 0 ? c.batch_size : 1;
+  // The accumulated gradient is the mean over every micro-batch's samples.
+  o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
+  const int64_t samples = c.batch_size * o.grad_accumulation_steps;
+  o.samples_per_rank = cd.tau_scale() == "sample_sum" && samples > 0 ? samples : 1;
   o.bucket_cap_mb = cd.bucket_cap_mb();
   o.exchange = cd.exchange();
   o.timeout = std::chrono::seconds(c.dist.timeout_seconds());

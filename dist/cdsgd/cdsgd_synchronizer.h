@@ -36,6 +36,8 @@ struct CdsgdOptions : SynchronizerOptions {
   // Set: used instead of compression.type (tests: a compressor slowed on purpose).
   std::shared_ptr<const Compressor> compressor;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // the worker threads' tasks
+  // Micro-batches per step: the gradients accumulate locally; compressed and sent after the last.
+  int grad_accumulation_steps = 1;
 };
 
 class CdsgdSynchronizer final : public Synchronizer {
@@ -133,6 +135,7 @@ class CdsgdSynchronizer final : public Synchronizer {
   int64_t steps_before_encoding_done_ = 0;
   int64_t iterations_since_summary_ = 0, full_since_summary_ = 0;
   double blocked_seconds_ = 0;  // the training thread, waiting for the previous exchange
+  MicroBatches micro_batches_{options_.grad_accumulation_steps};
 };
 
 }  // namespace mt::dist

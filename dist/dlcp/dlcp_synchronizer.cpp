@@ -19,7 +19,7 @@ namespace mt::dist::dlcp {
 void validate_dlcp_config(const mintrain::DistConfig& d) {
   const mintrain::DlcpConfig& c = d.dlcp();
   MT_CHECK(c.loss_bound() >= 0 && c.loss_bound() <= 0.5, "dist.dlcp.loss_bound must be in [0, 0.5] (got ",
-           c.loss_bound(), "): the fraction of a transfer's packets that may be lost");
+           c.loss_bound(), "): the fraction of an exchange's gradient contributions that may be lost");
   check_at_least("dist.dlcp.deadline_ms", c.deadline_ms(), 1);
   MT_CHECK(c.packet_bytes() >= int(kHeaderBytes) + 4 && c.packet_bytes() <= int(kMaxDatagramBytes),
            "dist.dlcp.packet_bytes must be in ", kHeaderBytes + 4, "..", kMaxDatagramBytes, " (got ", c.packet_bytes(),
@@ -123,10 +123,6 @@ bool DlcpSynchronizer::end_iteration(optim::StepGuard&) {
   record_.add(stats);
   return false;  // the trainer steps on the average
 }
-
-std::string DlcpSynchronizer::epoch_summary() { return record_.epoch_summary(); }
-
-std::string DlcpSynchronizer::metrics_fields() { return record_.metrics_fields(); }
 
 namespace {
 

@@ -49,8 +49,8 @@ class DlcpSynchronizer final : public Synchronizer {
   // A checkpoint holds rank 0's model (every rank resumes from it, on any number of ranks); the
   // error-feedback residual is not kept: a resumed run starts it at zero.
   bool keeps_state_per_rank() const override { return false; }
-  std::string epoch_summary() override;
-  std::string metrics_fields() override;
+  std::string epoch_summary() override { return record_.epoch_summary(); }
+  std::string metrics_fields() override { return record_.metrics_fields(); }
 
   const ExchangeStats& total() const { return record_.total(); }
   Transport& transport() { return *transport_; }

@@ -15,7 +15,7 @@ std::string ExchangeRecord::epoch_summary() {
   if (steps_since_epoch_ == 0) return "";
   const double it = double(steps_since_epoch_);
   const std::string line = core::formatted(
-      "dlcp: %.2f%% of packets lost (bound %.2f%%), %.1f retransmissions, %.1f deadline endings and "
+      "dlcp: %.2f%% of gradient contributions lost (bound %.2f%%), %.1f retransmissions, %.1f deadline endings and "
       "%.1f ms %s per iteration; %llu packets refused",
       100 * since_epoch_.loss(), 100 * loss_bound_, since_epoch_.retransmissions / it,
       since_epoch_.deadline_endings / it, 1000 * since_epoch_.seconds / it, where_.c_str(),

@@ -38,7 +38,7 @@ DlcpServerStats DlcpParameterServer::run(std::ostream* log) {
 DlcpServerStats DlcpParameterServer::serve(std::ostream* log) {
   const int N = options_.workers;
   const DlcpOptions& o = options_.dlcp;
-  auto transport = connect_transport(*world_, o.paths, o.exchange, o.injector, ps_agreement(o));
+  auto transport = connect_transport(*world_, o.paths, ps_exchange_options(o), o.injector, ps_agreement(o));
   for (int w = 0; w < N; ++w) transport->endpoint().set_peer_name(w, parameter_server_worker_name(w));
   for (int s = 0; s < options_.servers; ++s)
     transport->endpoint().set_peer_name(N + s, parameter_server_name(s, N));
@@ -116,7 +116,7 @@ DlcpServerStats DlcpParameterServer::serve(std::ostream* log) {
   }
   if (log) {
     *log << who() << ": done after " << stats.iterations << " iterations, "
-         << core::formatted("%.2f%% of pushed packets lost, %llu pull retransmissions", 100 * stats.pushes.loss(),
+         << core::formatted("%.2f%% of pushed contributions lost, %llu pull retransmissions", 100 * stats.pushes.loss(),
                             static_cast<unsigned long long>(stats.pulls.retransmissions))
          << std::endl;
   }

@@ -20,6 +20,12 @@ std::string ps_agreement(const DlcpOptions& o) {
                          static_cast<long long>(o.exchange.deadline.count()), int(o.lossless_pull));
 }
 
+ExchangeOptions ps_exchange_options(const DlcpOptions& o) {
+  ExchangeOptions e = o.exchange;
+  if (!o.lossless_pull) e.loss_bound /= 2;
+  return e;
+}
+
 DlcpPsSynchronizer::DlcpPsSynchronizer(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world,
                                        DlcpOptions options)
     : workers_(std::move(workers)), world_(std::move(world)), options_(std::move(options)) {
@@ -57,7 +63,8 @@ void DlcpPsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimize
   // The datagram endpoints of every worker and server (collective over the world), then the
   // servers' handshake over Gloo.
   failed_ = true;  // until the handshake is through, no stop message
-  transport_ = connect_transport(*world_, options_.paths, options_.exchange, options_.injector, ps_agreement(options_));
+  transport_ = connect_transport(*world_, options_.paths, ps_exchange_options(options_), options_.injector,
+                                 ps_agreement(options_));
   const int N = workers_->size();
   for (int s = 0; s < servers(); ++s) transport_->endpoint().set_peer_name(N + s, server(s));
   greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes);
@@ -122,6 +129,8 @@ ExchangeStats DlcpPsSynchronizer::push_pull(float* flat, uint16_t* counts) {
     const std::vector<uint32_t>& lost = unacknowledged[static_cast<size_t>(s)];
     stats.packets_expected += shape.packets();
     stats.packets_missing += lost.size();
+    stats.contributions += shape.packets();
+    stats.contributions_lost += lost.size();
     stats.deadline_endings += lost.empty() ? 0 : 1;
     if (residual_.empty()) continue;
     const float* buffer = push_[static_cast<size_t>(s)].data();
@@ -147,6 +156,7 @@ ExchangeStats DlcpPsSynchronizer::push_pull(float* flat, uint16_t* counts) {
     MT_FAIL("worker ", workers_->rank(), ": pulling iteration ", iteration_, " from the parameter servers: ", e.what());
   }
   stats.add(last_pull_);
+  stats.contributions -= last_pull_.contributions;  // this worker's share: its pushed packets
   for (int s = 0; s < servers(); ++s) {
     const ServerBuffer& b = buffers_[static_cast<size_t>(s)];
     scatter(b, pull_[static_cast<size_t>(s)].data(), flat);

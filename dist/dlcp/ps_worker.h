@@ -18,6 +18,11 @@ namespace mt::dist::dlcp {
 
 // What workers and servers must agree on, as text (connect_transport compares it on every rank).
 std::string ps_agreement(const DlcpOptions& options);
+// The transport's options in this form: a lost push packet costs one contribution (a worker's
+// values for its range), and so does a lost pull packet (one worker of N lacks the range's sum:
+// N of the N x N contributions the workers apply). With a lossless pull the push may lose p;
+// with a lossy one push and pull may each lose p / 2, so the two together stay within p.
+ExchangeOptions ps_exchange_options(const DlcpOptions& options);
 
 class DlcpPsSynchronizer final : public Synchronizer {
  public:

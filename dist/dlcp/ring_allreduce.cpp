@@ -64,6 +64,17 @@ uint32_t chunk_begin(uint32_t elements, int ranks, int chunk) {
   return static_cast<uint32_t>(uint64_t(elements) * uint64_t(chunk) / uint64_t(ranks));
 }
 
+uint32_t ring_loss_weight(int ranks, int step) {
+  return static_cast<uint32_t>(step < ranks - 1 ? step + 1 : 2 * (ranks - 1) - step);
+}
+
+uint64_t ring_packet_ranges(uint32_t elements, int ranks, uint16_t per_packet) {
+  uint64_t ranges = 0;
+  for (int c = 0; c < ranks; ++c)
+    ranges += TransferShape{chunk_begin(elements, ranks, c + 1) - chunk_begin(elements, ranks, c), per_packet}.packets();
+  return ranges;
+}
+
 ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* values, uint16_t* counts,
                              uint32_t elements, uint32_t iteration, uint16_t bucket, const RingOptions& options) {
   MT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "DLCP ring: rank ", rank, " of ", ranks);
@@ -74,7 +85,12 @@ ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* v
   const int next = (rank + 1) % ranks, prev = mod(rank - 1, ranks);
   const uint16_t per_packet = transport.options().elements_per_packet;
   const double buffer_mean_abs = options.layout ? mean_abs(values, elements) : 0.0;
+  const uint64_t ranges = ring_packet_ranges(elements, ranks, per_packet);
+  const double bound = transport.options().loss_bound * double(ranges);
+  LossBudget sent{bound}, received{bound};  // the next rank's (as this rank knows it) and this rank's
+  int index = 0;
   auto step = [&](int send_chunk, int recv_chunk, WriteMode mode, bool reduce_scatter) {
+    const uint32_t weight = ring_loss_weight(ranks, index++);
     const uint32_t sb = chunk_begin(elements, ranks, send_chunk), se = chunk_begin(elements, ranks, send_chunk + 1);
     const uint32_t rb = chunk_begin(elements, ranks, recv_chunk), re = chunk_begin(elements, ranks, recv_chunk + 1);
     OutgoingTransfer out;
@@ -84,7 +100,10 @@ ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* v
     IncomingTransfer in;
     in.peer = prev, in.iteration = iteration, in.values = values + rb, in.counts = counts + rb;
     in.elements = re - rb, in.mode = mode;
+    out.may_miss = sent.packets(weight), in.may_miss = received.packets(weight);
     const ExchangeStats s = transport.exchange(&out, &in, !reduce_scatter && options.lossless_allgather);
+    sent.spend(s.unacknowledged.size(), weight);
+    received.spend(s.packets_missing, weight);
     if (reduce_scatter && options.residual) {
       const TransferShape shape{se - sb, per_packet};
       for (uint32_t p : s.unacknowledged)
@@ -97,6 +116,8 @@ ExchangeStats ring_allreduce(Transport& transport, int rank, int ranks, float* v
   for (int s = 0; s < ranks - 1; ++s) step(mod(rank - s, ranks), mod(rank - s - 1, ranks), WriteMode::Add, true);
   // Allgather: rank r owns chunk r + 1 and passes the finished chunks on.
   for (int s = 0; s < ranks - 1; ++s) step(mod(rank + 1 - s, ranks), mod(rank - s, ranks), WriteMode::Overwrite, false);
+  total.contributions = ranges;
+  total.contributions_lost = received.spent;
   return total;
 }
 

@@ -32,6 +32,11 @@ constexpr uint8_t kControlClass = kPriorityClasses - 1;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// The packets a transfer may miss: none when lossless, else the caller's budget or p of its own.
+uint32_t may_miss(const std::optional<uint32_t>& given, uint32_t packets, double loss_bound) {
+  return loss_bound > 0 ? std::min(packets, given.value_or(allowed_missing(packets, loss_bound))) : 0;
+}
+
 }  // namespace
 
 Spray spray_from(const std::string& name) {
@@ -44,23 +49,22 @@ uint32_t allowed_missing(uint32_t packets, double loss_bound) {
   return static_cast<uint32_t>(std::floor(loss_bound * packets + 1e-9));
 }
 
+uint32_t LossBudget::packets(uint32_t weight) const {
+  const double left = bound - double(spent);
+  return left <= 0 ? 0 : static_cast<uint32_t>(std::floor(left / weight + 1e-9));
+}
+
 void ExchangeStats::add(const ExchangeStats& o) {
-  packets_sent += o.packets_sent;
-  retransmissions += o.retransmissions;
-  probes += o.probes;
-  packets_expected += o.packets_expected;
-  packets_received += o.packets_received;
-  packets_missing += o.packets_missing;
-  deadline_endings += o.deadline_endings;
-  window_decreases += o.window_decreases;
+  using S = ExchangeStats;
+  for (auto field : {&S::packets_sent, &S::retransmissions, &S::probes, &S::packets_expected, &S::packets_received,
+                     &S::packets_missing, &S::deadline_endings, &S::window_decreases, &S::contributions,
+                     &S::contributions_lost})
+    this->*field += o.*field;
+  using C = PacketCounters;
+  for (auto field : {&C::truncated, &C::foreign, &C::malformed, &C::stale, &C::out_of_range, &C::duplicate,
+                     &C::dropped_early})
+    rejected.*field += o.rejected.*field;
   seconds += o.seconds;
-  rejected.truncated += o.rejected.truncated;
-  rejected.foreign += o.rejected.foreign;
-  rejected.malformed += o.rejected.malformed;
-  rejected.stale += o.rejected.stale;
-  rejected.out_of_range += o.rejected.out_of_range;
-  rejected.duplicate += o.rejected.duplicate;
-  rejected.dropped_early += o.rejected.dropped_early;
 }
 
 Transport::Transport(std::shared_ptr<DatagramEndpoint> endpoint, int rank, uint32_t job, ExchangeOptions options)
@@ -176,7 +180,7 @@ struct Transport::Sending {
     header.bucket = out->bucket;
     header.transfer = to->next_send++;
     header.total = shape.packets();
-    allowed = allowed_missing(shape.packets(), loss_bound);
+    allowed = may_miss(out->may_miss, shape.packets(), loss_bound);
     paths = t->endpoint_->paths_to(out->peer);
     if (to->paths.size() != paths) to->paths = PathSet(paths);
     flying_on_path.assign(static_cast<size_t>(paths), 0);
@@ -347,7 +351,7 @@ struct Transport::Sending {
     if (receiver_done || acked == slots.size()) {
       done = true;
     } else if (receiver_has_enough && next_new == order.size() && now - enough_at >= options.deadline + rto) {
-      done = true;  // it has (1 - p) and stops at its deadline by itself
+      done = true;  // it has what it needs and stops at its deadline by itself
     } else if (now - last_probe >= rto * (1 << std::min(unanswered_rounds, kMaxProbeBackoffShift))) {
       // The oldest unacknowledged packet waited a retransmission timeout: probe (the answer
       // settles whether it is lost). Idle with nothing in flight: ask for the state, so that a
@@ -388,7 +392,7 @@ struct Transport::Receiving {
                    i->values, i->counts, i->mode),
         last_ack(start), last_heard(start) {
     reassembly.record_tags(i->packet_priority, i->packet_layer);
-    needed = reassembly.packets() - allowed_missing(reassembly.packets(), loss_bound);
+    needed = reassembly.packets() - may_miss(i->may_miss, reassembly.packets(), loss_bound);
     header.iteration = reassembly.id().iteration;
     header.transfer = reassembly.id().transfer;
   }
@@ -449,6 +453,8 @@ ExchangeStats Transport::exchange_all(const std::vector<OutgoingTransfer>& outs,
     }
     stats.packets_received += r.reassembly.received();
     stats.packets_missing += r.reassembly.packets() - r.reassembly.received();
+    stats.contributions += r.reassembly.packets();
+    stats.contributions_lost += r.reassembly.packets() - r.reassembly.received();
     Peer& from = peer(r.in->peer);
     from.finished.push_back({r.header.transfer, r.header.iteration, r.reassembly.arrived_all(), r.reassembly.received()});
     if (from.finished.size() > kFinishedKept) from.finished.pop_front();

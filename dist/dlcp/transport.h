@@ -1,16 +1,19 @@
 // DLCP's bounded-loss exchange (README.md): one buffer sent and one received per exchange (a ring
 // step), or several to and from several peers at once (exchange_all). A receiver stops at every
-// packet, or at (1 - p) of them once the deadline passed since the transfer's first packet; a
+// packet, or once the deadline passed since the transfer's first packet and the packets still
+// missing are within what it may miss (floor(p x packets), or what the caller's budget left); a
 // sender goes in priority order within a congestion window, sprays over the paths not avoided,
 // and takes a packet as lost only from three later acks or from a probe's answer (never from
 // silence alone: the receiver may still be computing). Lost packets are resent on another path,
-// and only beyond p. Silence for `timeout` is an Error naming the peer and its addresses.
+// and only beyond what the receiver may miss. Silence for `timeout` is an Error naming the peer
+// and its addresses.
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +36,17 @@ struct ExchangeOptions {
   Spray spray = Spray::RoundRobin;
 };
 
-// The packets a transfer may lose: floor(p * packets).
+// The packets a transfer may lose on its own: floor(p * packets).
 uint32_t allowed_missing(uint32_t packets, double loss_bound);
+
+// p's share of one exchange in contributions (one rank's values for one packet's range): a
+// packet that carries `weight` of them may be lost only while the spent stays within the bound.
+struct LossBudget {
+  double bound = 0;  // p x the contributions at stake
+  uint64_t spent = 0;
+  uint32_t packets(uint32_t weight) const;  // lost packets of this weight still allowed
+  void spend(uint64_t packets, uint32_t weight) { spent += packets * weight; }
+};
 
 struct OutgoingTransfer {
   int peer = -1;
@@ -45,6 +57,7 @@ struct OutgoingTransfer {
   std::vector<uint16_t> contributors;  // per packet (ranks summed into it); empty = 1
   std::vector<uint8_t> priority;       // per packet; empty = class 0
   std::vector<uint16_t> layer;         // per packet; empty = 0
+  std::optional<uint32_t> may_miss;    // packets the receiver may miss; unset: floor(p * packets)
 };
 
 struct IncomingTransfer {
@@ -58,6 +71,7 @@ struct IncomingTransfer {
   // arrived (left as they were for the others), so a relay can send the packet on with them.
   uint8_t* packet_priority = nullptr;
   uint16_t* packet_layer = nullptr;
+  std::optional<uint32_t> may_miss;  // as the sender's; it must not exceed this
 };
 
 struct ExchangeStats {
@@ -69,13 +83,16 @@ struct ExchangeStats {
   uint64_t packets_missing = 0;    // accepted as lost at the deadline
   uint64_t deadline_endings = 0;   // incoming transfers that ended at the deadline, incomplete
   uint64_t window_decreases = 0;
+  // The loss p bounds: contributions at stake and lost. A transfer's packet is one contribution
+  // (its sender's values); the ring and the parameter-server worker weigh their own.
+  uint64_t contributions = 0, contributions_lost = 0;
   double seconds = 0;
   PacketCounters rejected;
   // Outgoing packets the receiver did not get, as far as the sender knows at the end
   // (exchange(); exchange_all reports them per transfer).
   std::vector<uint32_t> unacknowledged;
 
-  double loss() const { return packets_expected ? double(packets_missing) / double(packets_expected) : 0.0; }
+  double loss() const { return contributions ? double(contributions_lost) / double(contributions) : 0.0; }
   void add(const ExchangeStats& other);  // sums (unacknowledged is not merged)
 };
 

@@ -187,6 +187,12 @@ DsSyncSchedule::DsSyncSchedule(DsSyncScheduleOptions options) : options_(std::mo
                options_.rack_of[r], "; rack ids must be >= 0");
   }
   std::set<int> racks(options_.rack_of.begin(), options_.rack_of.end());
+  // Crossing every iteration with a limit would leave the in-rack averaging only the ranks not
+  // crossing, which can cut the world in two (8 ranks in two racks, 2 crossing): refused.
+  MT_CHECK(racks.size() <= 1 || options_.cross_period > 1 || options_.cross_ranks_per_rack == 0,
+           "the racks are known and dist.dssync.cross_period is 1: every iteration would cross racks, and the "
+           "crossing limit dist.dssync.cross_ranks_per_rack (default 1) would cut the in-rack averaging; set "
+           "cross_period: 2 or more, or cross_ranks_per_rack: 0 for the plain butterfly");
   const bool bottleneck = racks.size() > 1 && options_.cross_period > 1;
 
   auto add = [&](const Partition& p) {

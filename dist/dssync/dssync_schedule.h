@@ -25,7 +25,8 @@ struct DsSyncScheduleOptions {
   uint64_t seed = 0;               // random: the shared seed
   int pool_size = 16;              // random: partitions prepared at start
   std::vector<int> rack_of;        // rack id of every rank; empty = one rack
-  int cross_period = 1;            // > 1 with several racks: cross-rack groups every that many iterations
+  int cross_period = 1;            // with several racks: cross-rack groups every that many iterations;
+                                   // 1 (every iteration) only with cross_ranks_per_rack 0
   int cross_ranks_per_rack = 1;    // ranks of a rack crossing per crossing iteration; 0 = no limit
 };
 

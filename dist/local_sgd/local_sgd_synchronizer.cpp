@@ -67,8 +67,6 @@ namespace {
 void validate_local_sgd(const mintrain::DistConfig& d) { check_at_least("dist.local_sgd.period", d.local_sgd().period(), 1); }
 
 std::unique_ptr<Synchronizer> make_local_sgd(const AlgorithmContext& c) {
-  MT_CHECK(c.dist.grad_accumulation_steps() == 1, "dist.grad_accumulation_steps must be 1 with dist.algorithm "
-           "\"local_sgd\" (its steps are local already), got ", c.dist.grad_accumulation_steps());
   auto o = options_from<LocalSgdOptions>(c);
   o.period = c.dist.local_sgd().period();
   return std::make_unique<LocalSgdSynchronizer>(c.group, std::move(o));
