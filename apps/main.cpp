@@ -62,7 +62,7 @@ const char* kTrainUsage =
     "                     match (fine-tuning); a folder that holds another run is refused unless\n"
     "                     --resume or --overwrite (which moves the old run aside, deleting nothing)\n";
 const char* kSurveyUsage =
-    "  survey CONFIG [--set k=v ...] [--iters N]\n"
+    "  survey CONFIG [--set k=v ...] [--iters N] [--output DIR]\n"
     "                     (under launch) time every lossless synchronization this job can run\n"
     "                     (dist.algorithm \"auto\"'s candidates) for N iterations each (20) and\n"
     "                     print them measured next to predicted, the fastest marked\n";
@@ -308,7 +308,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
 // --iters iterations, rank 0's log printing the table (predicted next to measured, the fastest
 // marked). It is auto's start with every candidate tried, then the run ends.
 int cmd_survey(const std::vector<std::string>& argv) {
-  const Args a = parse_args("survey", argv, {"--iters"}, {});
+  const Args a = parse_args("survey", argv, {"--iters", "--output"}, {});
   RunConfig config = run_config(a);
   const int iters = a.options.count("--iters") ? std::stoi(a.options.at("--iters")) : 20;
   if (iters < 1) throw UsageError("survey: --iters must be >= 1");
@@ -320,11 +320,13 @@ int cmd_survey(const std::vector<std::string>& argv) {
   int total = 2 + s.profile_iters();
   for (const auto& c : mt::dist::candidates_for(config.dist(), config.optimizer().max_grad_norm() > 0))
     total += c.warmup_iters + iters;
-  config.set_epochs(1);
-  config.mutable_data()->set_limit_train_batches(total);
+  config.set_max_steps(total);
+  config.set_epochs(std::max(config.epochs(), total));  // max_steps ends it
+  config.mutable_eval()->set_every_epochs(0);
   config.mutable_data()->set_limit_eval_batches(1);
   config.mutable_checkpoint()->set_dir("");  // no checkpoints
-  config.set_output_dir(config.output_dir() + "-survey");
+  const auto output = a.options.find("--output");
+  config.set_output_dir(output != a.options.end() ? output->second : config.output_dir() + "-survey");
   mt::apps::TrainerOptions opt;
   opt.overwrite = true;
   mt::apps::Trainer trainer(config, opt);

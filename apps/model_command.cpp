@@ -483,11 +483,11 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
   }
 
   // dist.algorithm "auto" starts from this order (its trials then measure the best few).
-  dist::MeasuredNetwork measured{ring_cost(network, s, at),
+  dist::MeasuredNetwork auto_network{ring_cost(network, s, at),
                                  network.two_level() ? network.allreduce(at, dist::AllreduceAlgorithm::Hierarchical)
                                                      : dist::LinkCost{}};
   std::vector<dist::Candidate> ranked = dist::candidates_for(dc, config.optimizer().max_grad_norm() > 0);
-  dist::rank_candidates(ranked, profile, measured);
+  dist::rank_candidates(ranked, profile, auto_network);
   out << "\ndist.algorithm \"auto\" at N = " << at << ", best predicted first:";
   for (const dist::Candidate& c : ranked) out << " " << c.name << " " << ms(c.predicted) << (&c == &ranked.back() ? "" : ",");
   out << "\n";

@@ -162,6 +162,7 @@ TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
     Tensor t = Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())});
     ctx.group->broadcast(t, 0)->wait();
     EXPECT_EQ(t.to_vector(), mine) << "rank " << ctx.rank << " decided differently from rank 0";
+    sync.prepare_eval(*model);  // ByteScheduler applies the last update before the next forward: now
     auto plain = mt::testing::tiny_mlp(7, kImage, kClasses);
     auto plain_opt = mt::testing::reference_sgd(*plain);
     dist::SsgdOptions so;

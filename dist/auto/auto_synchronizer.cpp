@@ -78,9 +78,9 @@ void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   backward_.assign(optimizer.params().size(), 0.0);
   ready_.assign(optimizer.params().size(), {});
   if (options_.log && group_->rank() == 0)
-    *options_.log << "auto: profiling " << options_.profile_iters << " iterations as S-SGD BSP, then trying the "
-                  << (options_.trials > 0 ? "best " + std::to_string(options_.trials) : std::string("every"))
-                  << " of " << candidates_for(dist_, clips_).size() << " candidates the cost model ranks, "
+    *options_.log << "auto: profiling " << options_.profile_iters << " iterations as S-SGD BSP, then trying "
+                  << (options_.trials > 0 ? "the best " + std::to_string(options_.trials) + " of " : "all ")
+                  << candidates_for(dist_, clips_).size() << " candidates as the cost model ranks them, "
                   << options_.trial_iters << " iterations each" << std::endl;
   mintrain::DistConfig all = dist_;
   all.mutable_auto_()->clear_candidates();

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "dist/bytescheduler/bytescheduler_synchronizer.h"
 #include "dist/predict/cost_model.h"
 #include "dist/predict/partition_cost_model.h"
 
@@ -73,8 +74,10 @@ void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& pro
     const bool hierarchical = c.name.rfind("hierarchical/", 0) == 0;
     const LinearCost cost(hierarchical ? network.hierarchical : network.flat);
     if (c.dist.algorithm() == "bytescheduler") {
+      const int64_t partition = c.dist.bytescheduler().partition_bytes();  // 0: by architecture
       const CreditChoice choice = best_credit(layers, profile.update_seconds, Architecture::AllReduce,
-                                              c.dist.bytescheduler().partition_bytes(), cost, PsLinks{});
+                                              partition > 0 ? partition : default_partition_bytes(BsArchitecture::A2A),
+                                              cost, PsLinks{});
       c.predicted = choice.prediction.iteration;
       c.dist.mutable_bytescheduler()->set_credit_bytes(static_cast<int64_t>(choice.credit_bytes));
       continue;
