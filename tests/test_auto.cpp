@@ -183,8 +183,9 @@ TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
   }, mo).ok_or_report());
 }
 
-// From the config alone: rank 0's log shows the ranking and the choice.
-TEST(Auto, Gloo_TrainerLogsTheDecision) {
+// From the config alone, with racks (two of one rank): every candidate, the hierarchical ones
+// too, is tried, and rank 0's log shows the ranking, the times and the choice.
+TEST(Auto, Gloo_TrainerTriesEveryCandidateWithRacksAndLogsTheDecision) {
   const fs::path dir = fs::temp_directory_path() / ("mt_auto_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   mt::testing::MultiprocessOptions mo;
@@ -193,12 +194,16 @@ TEST(Auto, Gloo_TrainerLogsTheDecision) {
     std::ostringstream log0;
     mt::testing::train_synthetic_mlp(ctx.group, ctx.rank, (dir / "out").string(),
                                      {"dist.algorithm=auto", "dist.auto.profile_iters=2", "dist.auto.trial_iters=2",
-                                      "dist.auto.trials=2", "epochs=1"},
+                                      "dist.auto.trials=0", "dist.ssgd.ranks_per_rack=1", "epochs=1"},
                                      log0);
     if (ctx.rank == 0) {
-      EXPECT_TRUE(mt::testing::contains(log0.str(), "auto at iteration")) << log0.str();
-      EXPECT_TRUE(mt::testing::contains(log0.str(), "<- chosen")) << log0.str();
-      EXPECT_FALSE(mt::testing::contains(log0.str(), "dist.ssgd is set")) << log0.str();
+      const std::string log = log0.str();
+      EXPECT_TRUE(mt::testing::contains(log, "auto at iteration")) << log;
+      EXPECT_TRUE(mt::testing::contains(log, "<- chosen")) << log;
+      for (const char* name : {"hierarchical/fusion", "hierarchical/mgwfbp", "bytescheduler/a2a"})
+        EXPECT_TRUE(mt::testing::contains(log, name)) << name << "\n" << log;
+      EXPECT_FALSE(mt::testing::contains(log, "           -")) << "a candidate was not tried\n" << log;
+      EXPECT_FALSE(mt::testing::contains(log, "dist.ssgd is set")) << log;  // auto reads it
     }
   }, mo).ok_or_report());
   fs::remove_all(dir);
