@@ -42,6 +42,7 @@
 #include "core/error.h"
 #include "core/serialize.h"
 #include "core/strings.h"
+#include "dist/auto/candidates.h"
 #include "dist/registry.h"
 
 namespace {
@@ -60,6 +61,11 @@ const char* kTrainUsage =
     "                     fresh run starting from a checkpoint's weights where names and shapes\n"
     "                     match (fine-tuning); a folder that holds another run is refused unless\n"
     "                     --resume or --overwrite (which moves the old run aside, deleting nothing)\n";
+const char* kSurveyUsage =
+    "  survey CONFIG [--set k=v ...] [--iters N] [--output DIR]\n"
+    "                     (under launch) time every lossless synchronization this job can run\n"
+    "                     (dist.algorithm \"auto\"'s candidates) for N iterations each (20) and\n"
+    "                     print them measured next to predicted, the fastest marked\n";
 const char* kEvalUsage =
     "  eval CONFIG --checkpoint PATH [--set k=v ...]\n"
     "                     test accuracy and loss of a checkpoint\n";
@@ -113,7 +119,7 @@ const char* kTail =
     "0, `train` without --resume behaves as --resume auto.\n";
 
 std::string usage() {
-  return std::string("usage: mintrain <command> [args]\n\ncommands:\n") + kTrainUsage + kEvalUsage +
+  return std::string("usage: mintrain <command> [args]\n\ncommands:\n") + kTrainUsage + kEvalUsage + kSurveyUsage +
          kLaunchUsage + kModelUsage + kProfileCommUsage + kTokenizeSummary + kPlotSummary +
          "  help               this text, with the models, optimizers, schedules, datasets and\n"
          "                     distributed algorithms\n"
@@ -298,6 +304,36 @@ int cmd_eval(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// The survey on the job's own machines: every candidate of dist.algorithm "auto" timed for
+// --iters iterations, rank 0's log printing the table (predicted next to measured, the fastest
+// marked). It is auto's start with every candidate tried, then the run ends.
+int cmd_survey(const std::vector<std::string>& argv) {
+  const Args a = parse_args("survey", argv, {"--iters", "--output"}, {});
+  RunConfig config = run_config(a);
+  const int iters = a.options.count("--iters") ? std::stoi(a.options.at("--iters")) : 20;
+  if (iters < 1) throw UsageError("survey: --iters must be >= 1");
+  mintrain::AutoConfig& s = *config.mutable_dist()->mutable_auto_();
+  config.mutable_dist()->set_algorithm("auto");
+  s.set_trials(0);
+  s.set_trial_iters(iters);
+  s.set_max_redecisions(0);
+  int total = 2 + s.profile_iters();
+  for (const auto& c : mt::dist::candidates_for(config.dist(), config.optimizer().max_grad_norm() > 0))
+    total += c.warmup_iters + iters;
+  config.set_max_steps(total);
+  config.set_epochs(std::max(config.epochs(), total));  // max_steps ends it
+  config.mutable_eval()->set_every_epochs(0);
+  config.mutable_data()->set_limit_eval_batches(1);
+  config.mutable_checkpoint()->set_dir("");  // no checkpoints
+  const auto output = a.options.find("--output");
+  config.set_output_dir(output != a.options.end() ? output->second : config.output_dir() + "-survey");
+  mt::apps::TrainerOptions opt;
+  opt.overwrite = true;
+  mt::apps::Trainer trainer(config, opt);
+  trainer.train();
+  return 0;
+}
+
 int cmd_launch(const std::vector<std::string>& argv) {
   return mt::apps::run_launch(mt::apps::parse_launch_args(argv), "/proc/self/exe");
 }
@@ -328,6 +364,7 @@ const std::map<std::string, Command>& commands() {
       {"train", {cmd_train, kTrainUsage}},
       {"eval", {cmd_eval, kEvalUsage}},
       {"launch", {cmd_launch, kLaunchUsage}},
+      {"survey", {cmd_survey, kSurveyUsage}},
       {"model", {[](const auto& argv) { return mt::apps::run_model_command(argv, std::cout); }, ""}},
       {"profile-comm",
        {[](const auto& argv) { return mt::apps::run_profile_comm_command(argv, std::cout); }, kProfileCommUsage}},

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "core/strings.h"
+#include "dist/auto/candidates.h"
 #include "dist/compress/compression_config.h"
 #include "dist/compress/compressor.h"
 #include "dist/compress/error_feedback.h"
@@ -480,6 +481,16 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                        ps(r, r.wfbp_ps), ps(r, r.bytescheduler_ps)},
                       {mb(r.credit_a2a), r.ps_modelled ? mb(r.credit_ps) : std::string("-")});
   }
+
+  // dist.algorithm "auto" starts from this order (its trials then measure the best few).
+  dist::MeasuredNetwork auto_network{ring_cost(network, s, at),
+                                 network.two_level() ? network.allreduce(at, dist::AllreduceAlgorithm::Hierarchical)
+                                                     : dist::LinkCost{}};
+  std::vector<dist::Candidate> ranked = dist::candidates_for(dc, config.optimizer().max_grad_norm() > 0);
+  dist::rank_candidates(ranked, profile, auto_network);
+  out << "\ndist.algorithm \"auto\" at N = " << at << ", best predicted first:";
+  for (const dist::Candidate& c : ranked) out << " " << c.name << " " << ms(c.predicted) << (&c == &ranked.back() ? "" : ",");
+  out << "\n";
 
   const ScalingRow r = dist::predict_row(profile, network, s, at);
   out << "\ncritical paths at N = " << at << " (forward/backward numbers are layers, allreduce numbers messages):\n";

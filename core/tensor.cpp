@@ -353,4 +353,9 @@ void Tensor::register_grad_contribution_hook(GradContributionHook hook) const {
   impl().grad_contribution_hooks.push_back(std::move(hook));
 }
 
+void Tensor::clear_grad_hooks() const {
+  impl().grad_ready_hooks.clear();
+  impl().grad_contribution_hooks.clear();
+}
+
 }  // namespace mt::core

@@ -139,6 +139,8 @@ class Tensor {
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   void register_grad_ready_hook(GradReadyHook hook) const;
   void register_grad_contribution_hook(GradContributionHook hook) const;
+  // Drops both kinds of hooks: a synchronizer replaced mid-run (dist/auto) takes its own away.
+  void clear_grad_hooks() const;
 
   TensorImpl* unsafe_impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -103,9 +103,12 @@ bool uses_parameter_servers(const mintrain::DistConfig& d) {
 
 std::vector<std::string> unselected_algorithm_settings(const mintrain::DistConfig& d) {
   std::vector<std::string> unused;
+  const auto selected = registry().find(d.algorithm());
+  const std::vector<std::string> read = selected == registry().end() ? std::vector<std::string>{} : selected->second.reads;
   for (const auto& [name, a] : registry()) {
     const auto* field = d.GetDescriptor()->FindFieldByName(name);
-    if (name != d.algorithm() && field && field->message_type() && d.GetReflection()->HasField(d, field))
+    if (name != d.algorithm() && std::find(read.begin(), read.end(), name) == read.end() && field &&
+        field->message_type() && d.GetReflection()->HasField(d, field))
       unused.push_back("dist." + name);
   }
   return unused;

@@ -61,6 +61,8 @@ struct Algorithm {
   // setting that asks for them (no field: always), e.g. {"dlcp.architecture", {"ps"}}.
   void (*serve)(const ServerContext& context) = nullptr;
   Option servers_if;
+  // Other algorithms' messages it reads (auto runs S-SGD and ByteScheduler with their settings).
+  std::vector<std::string> reads = {};
 };
 
 bool register_algorithm(const std::string& name, Algorithm algorithm);

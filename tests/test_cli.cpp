@@ -122,7 +122,7 @@ TEST(Cli, BadOverridePathListsFields) {
 }
 
 TEST(Cli, EverySubcommandHasHelp) {
-  for (const std::string cmd : {"train", "eval", "launch", "model", "profile-comm"}) {
+  for (const std::string cmd : {"train", "eval", "launch", "model", "profile-comm", "survey"}) {
     SCOPED_TRACE(cmd);
     for (const std::string flag : {"--help", "-h"}) {
       const Result r = run(cmd + " " + flag);
@@ -200,6 +200,19 @@ TEST(Cli, ParameterServerLayoutErrorsExitThreeWithoutRestarts) {
     EXPECT_TRUE(has(r.err, message)) << r.err;
     EXPECT_FALSE(has(r.err, "restart 1/")) << r.err;
   }
+}
+
+// The survey on the job's own ranks: every candidate of dist.algorithm "auto" measured, the
+// fastest marked, then the run ends.
+TEST(Cli, SurveyMeasuresEveryCandidate) {
+  const fs::path out = temp_dir() / "survey";
+  const Result r = run("launch --nproc-per-node 2 -- survey " + kConfigs + "mlp_synthetic.prototxt --iters 2 --output " +
+                       out.string());
+  EXPECT_EQ(r.status, 0) << r.err;
+  for (const std::string name : {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "bytescheduler/a2a"})
+    EXPECT_TRUE(has(r.out, "] " + std::string(2, ' ') + name)) << name << "\n" << r.out;
+  EXPECT_TRUE(has(r.out, "<- chosen")) << r.out;
+  EXPECT_FALSE(has(r.out, "           -")) << "a candidate was not measured\n" << r.out;
 }
 
 // Settings of an algorithm that dist.algorithm does not select do nothing: the run says so.

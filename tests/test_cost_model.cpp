@@ -496,6 +496,9 @@ TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
   EXPECT_TRUE(has(out, "    29.800 ( 18%)")) << out;  // 5.5 / 29.8
   EXPECT_TRUE(has(out, "critical paths at N = 4")) << out;
   EXPECT_TRUE(has(out, "BSP 29.800 ms: forward 0..1 > backward 1..0 > allreduce 0 > update")) << out;
+  // dist.algorithm "auto" starts from the same model's order.
+  EXPECT_TRUE(has(out, "dist.algorithm \"auto\" at N = 4, best predicted first: ")) << out;
+  EXPECT_TRUE(has(out, "ssgd/bsp 29.800 ms")) << out;
 }
 
 // The measured curves timed Gloo's flat ring: a hierarchical prediction across racks must not

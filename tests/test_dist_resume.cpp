@@ -203,6 +203,11 @@ TEST(DistResume, Gloo_ByteSchedulerAllToAll) {
   check_resume_is_exact(2, {"dist.algorithm=bytescheduler", "dist.bytescheduler.partition_bytes=4096"}, 21);
 }
 TEST(DistResume, Gloo_DlcpRing) { check_resume_is_exact(2, {"dist.algorithm=dlcp"}, 21); }
+// Stopped in its trials: the resumed run takes the synchronizer then in use, without trials; on
+// two ranks every candidate's step is the same bit for bit, so the runs agree anyway.
+TEST(DistResume, Gloo_AutoInItsTrials) {
+  check_resume_is_exact(2, {"dist.algorithm=auto", "dist.auto.profile_iters=2", "dist.auto.trial_iters=3"}, 11);
+}
 
 // A checkpoint of one algorithm resumes under another: it loads, and rank 0 says what starts afresh.
 TEST(DistResume, Gloo_CheckpointOfAnotherAlgorithmLoads) {

@@ -15,7 +15,8 @@ optim           core
 data            core
 dist            core layers optim data
 dist/predict    core layers optim data dist
-apps            core layers optim data dist dist/predict
+dist/auto       core layers optim data dist dist/predict
+apps            core layers optim data dist dist/predict dist/auto
 '
 
 dirs=()

@@ -63,6 +63,7 @@
 #            hook) dssync ps_bsp ps_wfbp ps_staggered (parameter server;
 #            ps_staggered predicted as WFBP-PS's DAG, on flat)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
+#            auto (dist.algorithm "auto": its trials included in the run; racks of --nproc/2 on two_racks)
 #            pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone (the rows above)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
 # --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
@@ -172,8 +173,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|ssgd_powersgd|ssgd_bf16|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|pytorch_ddp|pytorch_ddp_powersgd|one_worker|compute_alone) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit ssgd_powersgd ssgd_bf16 dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|ssgd_powersgd|ssgd_bf16|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|auto|pytorch_ddp|pytorch_ddp_powersgd|one_worker|compute_alone) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit ssgd_powersgd ssgd_bf16 dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps auto pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone)" >&2; exit 2 ;;
   esac
 done
 [[ -f $config ]] || { echo "report.sh: no config file '$config' (--config)" >&2; exit 2; }
@@ -256,6 +257,7 @@ declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]=
                   [ssgd_bf16]="S-SGD + bf16 hook"
                   [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS" [ps_staggered]="Staggered-PS"
                   [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS"
+                  [auto]="auto (picks its own)"
                   [pytorch_ddp]="PyTorch DDP (Gloo)" [pytorch_ddp_powersgd]="PyTorch DDP + PowerSGD hook (rank 2)"
                   [one_worker]="1 worker alone"
                   [compute_alone]="N workers alone (no communication)")
@@ -280,6 +282,8 @@ algo_sets() {
     # ByteScheduler's allreduce form sums host copies on Gloo (the CPU's backend anyway).
     bytescheduler_a2a) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=a2a" ;;
     bytescheduler_ps) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=ps" ;;
+    auto) echo "dist.algorithm=auto"
+          [[ $2 == two_racks ]] && echo "dist.ssgd.ranks_per_rack=$RACK" ;;
     dssync) echo "dist.algorithm=dssync dist.dssync.group_size=$DSSYNC_GROUP"
             [[ $2 == two_racks ]] && echo "dist.dssync.ranks_per_rack=$RACK dist.dssync.cross_period=2" ;;
   esac

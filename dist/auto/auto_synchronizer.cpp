@@ -1,0 +1,334 @@
+#include "dist/auto/auto_synchronizer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <ostream>
+#include <sstream>
+
+#include "core/strings.h"
+#include "dist/comm/hierarchical_group.h"
+#include "dist/comm/topology.h"
+#include "dist/predict/model_profile.h"
+
+namespace mt::dist {
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string ms(double seconds) {
+  if (seconds < 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+std::string AutoDecision::describe() const {
+  std::ostringstream s;
+  s << "auto at iteration " << iteration << " (" << reason << "): " << names[winner]
+    << (measured[winner] >= 0 ? " measured fastest" : " predicted fastest, not tried") << "\n";
+  s << "  candidate              predicted    measured\n";
+  for (size_t i = 0; i < names.size(); ++i) {
+    char line[128];
+    std::snprintf(line, sizeof line, "  %-20s %11s %11s%s\n", names[i].c_str(), ms(predicted[i]).c_str(),
+                  ms(measured[i]).c_str(), i == winner ? "  <- chosen" : "");
+    s << line;
+  }
+  return s.str();
+}
+
+std::string AutoDecision::json() const {
+  std::ostringstream s;
+  s << "{\"iteration\":" << iteration << ",\"reason\":\"" << reason << "\",\"winner\":\"" << names[winner]
+    << "\",\"candidates\":[";
+  for (size_t i = 0; i < names.size(); ++i) {
+    s << (i ? "," : "") << "{\"name\":\"" << names[i] << "\",\"predicted_s\":" << predicted[i] << ",\"measured_s\":";
+    if (measured[i] >= 0) s << measured[i]; else s << "null";
+    s << "}";
+  }
+  return s.str() + "]}";
+}
+
+AutoSynchronizer::AutoSynchronizer(std::shared_ptr<ProcessGroup> group, mintrain::DistConfig dist,
+                                   mintrain::OptimizerConfig optimizer, int64_t batch_size, AutoOptions options)
+    : group_(std::move(group)),
+      dist_(std::move(dist)),
+      optimizer_config_(std::move(optimizer)),
+      batch_size_(batch_size),
+      clips_(optimizer_config_.max_grad_norm() > 0),
+      options_(std::move(options)),
+      drift_(options_.drift_share, options_.drift_window, options_.max_redecisions) {
+  candidates_for(dist_, clips_);  // an unknown candidate fails before any collective
+}
+
+AutoSynchronizer::~AutoSynchronizer() {
+  if (!model_) return;
+  for (const Tensor& p : optimizer_->params()) p.clear_grad_hooks();  // they point at current_
+}
+
+std::string AutoSynchronizer::name() const { return "auto(" + current_name_ + ")"; }
+
+void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
+  model_ = &model;
+  optimizer_ = &optimizer;
+  backward_.assign(optimizer.params().size(), 0.0);
+  ready_.assign(optimizer.params().size(), {});
+  if (options_.log && group_->rank() == 0)
+    *options_.log << "auto: profiling " << options_.profile_iters << " iterations as S-SGD BSP, then trying "
+                  << (options_.trials > 0 ? "the best " + std::to_string(options_.trials) + " of " : "all ")
+                  << candidates_for(dist_, clips_).size() << " candidates as the cost model ranks them, "
+                  << options_.trial_iters << " iterations each" << std::endl;
+  mintrain::DistConfig all = dist_;
+  all.mutable_auto_()->clear_candidates();
+  switch_to(candidates_for(all, clips_).front());  // S-SGD BSP: nothing travels during backward
+}
+
+void AutoSynchronizer::switch_to(const Candidate& candidate) {
+  for (const Tensor& p : optimizer_->params()) p.clear_grad_hooks();
+  current_.reset();  // finishes what is in flight
+  const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_, nullptr, batch_size_};
+  current_ = find_algorithm(candidate.dist.algorithm()).make(context);
+  current_->setup(*model_, *optimizer_);
+  current_name_ = candidate.name;
+  time_gradients();
+}
+
+void AutoSynchronizer::time_gradients() {
+  const auto& params = optimizer_->params();
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].register_grad_ready_hook([this, i](core::Tensor&) {
+      if (phase_ == Phase::Profile) ready_[i] = Clock::now();
+    });
+}
+
+std::vector<float> AutoSynchronizer::agreed(std::vector<float> values, ReduceOp op) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor t = Tensor::from_vector(values, {n}).to(group_->device());
+  finish(group_->allreduce(t, op), *group_, "auto: agreeing on its measurements");
+  // One rank's result everywhere: the decisions compare these numbers, so they must be bit-equal.
+  finish(group_->broadcast(t, 0), *group_, "auto: agreeing on its measurements");
+  return t.to(core::Device::cpu()).to_vector();
+}
+
+void AutoSynchronizer::begin_iteration(int64_t iteration) {
+  const Clock::time_point now = Clock::now();
+  if (iteration != iteration_) {
+    if (iteration_ >= 0 && !untimed_) {
+      if (phase_ == Phase::Profile && profiled_ > 0) update_ += seconds_between(ended_, now);
+      iteration_done(seconds_between(began_, now));
+    }
+    untimed_ = false;
+    iteration_ = iteration;
+    began_ = Clock::now();  // after a switch: its cost is the trial's warm-up, not this iteration's
+  }
+  micro_batch_began_ = Clock::now();
+  std::fill(ready_.begin(), ready_.end(), Clock::time_point{});
+  current_->begin_iteration(iteration);
+}
+
+bool AutoSynchronizer::end_iteration(optim::StepGuard& optimizer) {
+  if (phase_ == Phase::Profile && phase_iters_ >= 1) {
+    // Backward seconds of each parameter: the gap to the gradient that was ready before it.
+    std::vector<size_t> order;
+    for (size_t i = 0; i < ready_.size(); ++i)
+      if (ready_[i] != Clock::time_point{}) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ready_[a] < ready_[b]; });
+    if (!order.empty()) {
+      forward_ += seconds_between(micro_batch_began_, ready_[order[0]]);
+      for (size_t k = 1; k < order.size(); ++k) backward_[order[k]] += seconds_between(ready_[order[k - 1]], ready_[order[k]]);
+      ++profiled_;
+    }
+  }
+  const bool stepped = current_->end_iteration(optimizer);
+  ended_ = Clock::now();
+  return stepped;
+}
+
+void AutoSynchronizer::iteration_done(double seconds) {
+  ++phase_iters_;
+  switch (phase_) {
+    case Phase::Profile:
+      if (profiled_ == options_.profile_iters) profile_done();
+      return;
+    case Phase::Trial: {
+      const int warmup = ranked_[trial_].warmup_iters;
+      if (phase_iters_ > warmup) trial_sum_ += seconds;
+      if (phase_iters_ < warmup + options_.trial_iters) return;
+      measured_[trial_] = trial_sum_ / options_.trial_iters;
+      const size_t tried = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
+      if (++trial_ == tried) return trials_done();
+      phase_iters_ = 0;
+      trial_sum_ = 0.0;
+      return switch_to(ranked_[trial_]);
+    }
+    case Phase::Run:
+      if (!drift_.add(seconds)) return;
+      const double mean = agreed({static_cast<float>(drift_.window_mean())}, ReduceOp::Max)[0];
+      const double baseline = drift_.baseline();
+      if (!drift_.drifted(mean)) return;
+      const std::string why = "drift: " + ms(mean) + " an iteration against " + ms(baseline);
+      if (options_.log && group_->rank() == 0) *options_.log << "auto at iteration " << iteration_ << ": " << why
+                                                             << " over " << options_.drift_window << " iterations; deciding again" << std::endl;
+      start_trials(why);
+      return;
+  }
+}
+
+void AutoSynchronizer::profile_done() {
+  // The profile every rank ranks with: the mean over ranks of each rank's means.
+  const size_t P = backward_.size();
+  std::vector<float> mine(P + 2);
+  for (size_t i = 0; i < P; ++i) mine[i] = static_cast<float>(backward_[i] / profiled_);
+  mine[P] = static_cast<float>(forward_ / profiled_);
+  mine[P + 1] = static_cast<float>(update_ / profiled_);
+  const std::vector<float> sum = agreed(mine, ReduceOp::Sum);
+  const double n = group_->size();
+  profile_ = ModelProfile{};
+  const double backward_total = std::accumulate(sum.begin(), sum.begin() + P, 0.0) / n;
+  const auto& params = optimizer_->params();
+  for (size_t i = 0; i < P; ++i) {
+    LayerProfile l;
+    l.name = "parameter " + std::to_string(i);
+    l.backward = sum[i] / n;
+    // The forward total split as backward is (each layer's forward is about half its backward).
+    l.forward = backward_total > 0 ? sum[P] / n * l.backward / backward_total : sum[P] / n / P;
+    l.bytes = static_cast<double>(params[i].numel()) * 4.0;
+    profile_.layers.push_back(l);
+  }
+  profile_.update_seconds = sum[P + 1] / n;
+  start_trials("start");
+}
+
+void AutoSynchronizer::start_trials(const std::string& reason) {
+  current_->prepare_eval(*model_);  // nothing in flight while the network is measured
+  MeasuredNetwork network;
+  network.flat = measure_link_cost(*group_, group_->device());
+  const mintrain::SsgdConfig& s = dist_.ssgd();
+  if (!s.rack().empty() || s.ranks_per_rack() > 0) {
+    const std::vector<int> racks = racks_from_config(std::vector<int>(s.rack().begin(), s.rack().end()),
+                                                     s.ranks_per_rack(), group_->size(), "dist.ssgd");
+    HierarchicalGroup hierarchical(group_, racks, std::chrono::seconds(dist_.timeout_seconds()));
+    network.hierarchical = measure_link_cost(hierarchical, group_->device());
+  }
+  ranked_ = candidates_for(dist_, clips_);
+  rank_candidates(ranked_, profile_, network);
+  reason_ = reason;
+  measured_.assign(ranked_.size(), -1.0);
+  phase_ = Phase::Trial;
+  trial_ = 0;
+  phase_iters_ = 0;
+  trial_sum_ = 0.0;
+  switch_to(ranked_[0]);
+}
+
+void AutoSynchronizer::trials_done() {
+  std::vector<float> mine(measured_.begin(), measured_.end());
+  const std::vector<float> slowest = agreed(mine, ReduceOp::Max);  // an iteration lasts as long as its slowest rank
+  AutoDecision d;
+  d.iteration = iteration_;
+  d.reason = reason_;
+  for (size_t i = 0; i < ranked_.size(); ++i) {
+    d.names.push_back(ranked_[i].name);
+    d.predicted.push_back(ranked_[i].predicted);
+    d.measured.push_back(slowest[i]);
+  }
+  d.winner = fastest(d.measured);
+  if (options_.log && group_->rank() == 0) *options_.log << d.describe() << std::flush;
+  if (d.winner != trial_ - 1) switch_to(ranked_[d.winner]);
+  drift_.rebase(0.0);  // the winner's first window is the reference: longer than a trial
+  decisions_.push_back(std::move(d));
+  phase_ = Phase::Run;
+  phase_iters_ = 0;
+}
+
+void AutoSynchronizer::prepare_eval(layers::Module& model) {
+  untimed_ = true;
+  current_->prepare_eval(model);
+}
+
+void AutoSynchronizer::prepare_checkpoint(layers::Module& model) {
+  untimed_ = true;
+  current_->prepare_checkpoint(model);
+}
+
+std::string AutoSynchronizer::epoch_summary() {
+  const std::string inner = current_->epoch_summary();
+  return "auto: " + current_name_ + (inner.empty() ? "" : "; " + inner);
+}
+
+std::string AutoSynchronizer::metrics_fields() {
+  std::string fields = "\"auto_synchronizer\":\"" + current_name_ + "\"";
+  for (; decisions_reported_ < decisions_.size(); ++decisions_reported_)
+    fields += ",\"auto_decision\":" + decisions_[decisions_reported_].json();
+  const std::string inner = current_->metrics_fields();
+  return inner.empty() ? fields : fields + "," + inner;
+}
+
+core::StateDict AutoSynchronizer::state_dict() const {
+  core::StateDict state = current_->state_dict();
+  const std::vector<std::string> names = candidate_names();
+  const auto it = std::find(names.begin(), names.end(), current_name_);
+  state.emplace_back("auto.synchronizer", Tensor::from_vector(std::vector<float>{static_cast<float>(it - names.begin())}, {1}));
+  return state;
+}
+
+void AutoSynchronizer::load_state_dict(const core::StateDict& state) {
+  core::StateDict inner;
+  std::string saved;
+  for (const auto& [key, tensor] : state) {
+    if (key != "auto.synchronizer") {
+      inner.emplace_back(key, tensor);
+      continue;
+    }
+    const size_t index = static_cast<size_t>(tensor.to_vector()[0]);
+    if (index < candidate_names().size()) saved = candidate_names()[index];
+  }
+  // The choice the checkpoint ran with, without trials; drift still decides again.
+  for (const Candidate& c : candidates_for(dist_, clips_))
+    if (c.name == saved && phase_ == Phase::Profile) {
+      switch_to(c);
+      phase_ = Phase::Run;
+      phase_iters_ = 0;
+      drift_.rebase(0.0);
+    }
+  current_->load_state_dict(inner);
+}
+
+namespace {
+
+void validate_auto(const mintrain::DistConfig& d) {
+  const mintrain::AutoConfig& a = d.auto_();
+  check_at_least("dist.auto.profile_iters", a.profile_iters(), 1);
+  check_at_least("dist.auto.trials", a.trials(), 0);
+  check_at_least("dist.auto.trial_iters", a.trial_iters(), 1);
+  check_above("dist.auto.drift_share", a.drift_share(), 0.0);
+  check_at_least("dist.auto.drift_window", a.drift_window(), 1);
+  check_at_least("dist.auto.max_redecisions", a.max_redecisions(), 0);
+  candidates_for(d, false);
+}
+
+std::unique_ptr<Synchronizer> make_auto(const AlgorithmContext& c) {
+  MT_CHECK(c.world_with_servers == nullptr, "dist.algorithm \"auto\" chooses among synchronizations without "
+           "parameter servers, but the job started servers; start none, or set dist.algorithm \"ps\" or "
+           "\"bytescheduler\" with architecture \"ps\"");
+  const mintrain::AutoConfig& a = c.dist.auto_();
+  auto o = options_from<AutoOptions>(c);
+  o.profile_iters = a.profile_iters();
+  o.trials = a.trials();
+  o.trial_iters = a.trial_iters();
+  o.drift_share = a.drift_share();
+  o.drift_window = a.drift_window();
+  o.max_redecisions = a.max_redecisions();
+  return std::make_unique<AutoSynchronizer>(c.group, c.dist, c.optimizer, c.batch_size, std::move(o));
+}
+
+}  // namespace
+}  // namespace mt::dist
+
+MT_REGISTER_ALGORITHM(auto, {.validate = mt::dist::validate_auto,
+                             .make = mt::dist::make_auto,
+                             .reads = {"ssgd", "bytescheduler"}})

@@ -1,0 +1,108 @@
+// dist.algorithm "auto": the job picks its own synchronization (README.md). It profiles a few
+// iterations as S-SGD BSP, ranks the candidates (candidates.h) with the cost model, runs the
+// best few for a short timed trial each and keeps the fastest; it decides again when the
+// iteration time drifts (decision.h). Every decision is taken from numbers all ranks agreed on,
+// at the same iteration on every rank, between two iterations.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/auto/candidates.h"
+#include "dist/auto/decision.h"
+#include "dist/predict/model_profile.h"
+#include "dist/registry.h"
+
+namespace mt::dist {
+
+struct AutoOptions : SynchronizerOptions {
+  int profile_iters = 5;
+  int trials = 3;  // 0: every candidate (the survey)
+  int trial_iters = 10;
+  double drift_share = 0.25;
+  int drift_window = 50;
+  int max_redecisions = 2;
+};
+
+// One decision and its evidence.
+struct AutoDecision {
+  int64_t iteration = 0;  // the first iteration of the winner
+  std::string reason;     // "start", "drift: 0.412 s against 0.301 s", "resumed"
+  std::vector<std::string> names;  // ranked, best predicted first
+  std::vector<double> predicted, measured;  // seconds per iteration; measured < 0: not tried
+  size_t winner = 0;
+  std::string describe() const;  // the log's table
+  std::string json() const;      // the metrics file's object
+};
+
+class AutoSynchronizer final : public Synchronizer {
+ public:
+  AutoSynchronizer(std::shared_ptr<ProcessGroup> group, mintrain::DistConfig dist, mintrain::OptimizerConfig optimizer,
+                   int64_t batch_size, AutoOptions options);
+  ~AutoSynchronizer() override;
+  std::string name() const override;  // "auto(ssgd/mgwfbp)"
+
+  void setup(layers::Module& model, optim::Optimizer& optimizer) override;
+  void begin_iteration(int64_t iteration) override;
+  bool end_iteration(optim::StepGuard& optimizer) override;
+  void prepare_eval(layers::Module& model) override;
+  void prepare_checkpoint(layers::Module& model) override;
+  bool steps_on_gradient_average() const override { return true; }
+  bool keeps_state_per_rank() const override { return false; }
+  std::string epoch_summary() override;
+  std::string metrics_fields() override;
+  core::StateDict state_dict() const override;
+  void load_state_dict(const core::StateDict& state) override;
+
+  const std::vector<AutoDecision>& decisions() const { return decisions_; }
+  const std::string& current() const { return current_name_; }
+
+ private:
+  enum class Phase { Profile, Trial, Run };
+  using Clock = std::chrono::steady_clock;
+
+  void iteration_done(double seconds);  // the previous iteration's time, between two iterations
+  void profile_done();
+  void start_trials(const std::string& reason);  // measures the network, ranks, tries the best
+  void trials_done();
+  void switch_to(const Candidate& candidate);
+  void time_gradients();  // this rank's grad-ready times, while profiling
+  std::vector<float> agreed(std::vector<float> values, ReduceOp op);  // over ranks, then rank 0's
+
+  std::shared_ptr<ProcessGroup> group_;
+  mintrain::DistConfig dist_;
+  mintrain::OptimizerConfig optimizer_config_;
+  int64_t batch_size_;
+  bool clips_;  // optimizer.max_grad_norm > 0: ByteScheduler cannot run (it steps layer by layer)
+  AutoOptions options_;
+  layers::Module* model_ = nullptr;
+  optim::Optimizer* optimizer_ = nullptr;
+  std::unique_ptr<Synchronizer> current_;
+  std::string current_name_;
+
+  Phase phase_ = Phase::Profile;
+  ModelProfile profile_;           // what the cost model ranks with, agreed by all ranks
+  std::vector<Candidate> ranked_;  // the last ranking
+  std::string reason_;             // why the trials under way began
+  size_t trial_ = 0;               // the candidate under trial
+  int phase_iters_ = 0;            // iterations since the phase (or trial) began
+  double trial_sum_ = 0.0;
+  std::vector<double> measured_;   // this rank's trial means
+  std::vector<AutoDecision> decisions_;
+  size_t decisions_reported_ = 0;  // metrics_fields wrote the ones before
+  DriftWatch drift_;
+
+  int64_t iteration_ = -1;
+  Clock::time_point began_, ended_, micro_batch_began_;
+  bool untimed_ = true;  // the next interval spans an evaluation, a checkpoint or a switch
+  // The profile: per parameter the summed backward seconds (gaps between grad-ready times in
+  // the order they came), forward and update seconds, over the profiled iterations.
+  std::vector<Clock::time_point> ready_;
+  std::vector<double> backward_;
+  double forward_ = 0.0, update_ = 0.0;
+  int profiled_ = 0;
+};
+
+}  // namespace mt::dist

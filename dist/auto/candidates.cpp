@@ -1,0 +1,98 @@
+#include "dist/auto/candidates.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "dist/bytescheduler/bytescheduler_synchronizer.h"
+#include "dist/predict/cost_model.h"
+#include "dist/predict/partition_cost_model.h"
+
+namespace mt::dist {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+Candidate ssgd(const mintrain::DistConfig& base, const std::string& schedule, bool hierarchical) {
+  Candidate c{(hierarchical ? "hierarchical/" : "ssgd/") + schedule, base};
+  c.dist.set_algorithm("ssgd");
+  c.dist.mutable_ssgd()->set_schedule(schedule);
+  c.dist.mutable_ssgd()->set_allreduce(hierarchical ? "hierarchical" : "flat");
+  // MG-WFBP profiles its own backward for profile_iters iterations (as BSP) before its plan.
+  if (schedule == "mgwfbp") c.warmup_iters += base.ssgd().profile_iters() + 2;
+  return c;
+}
+
+// Algorithms that train differently from S-SGD: each rank's own weights, a delayed or lossy
+// average. auto switches only between candidates that train alike.
+bool lossy(const std::string& name) {
+  for (const char* a : {"cdsgd", "dssync", "local_sgd", "dlcp"})
+    if (name == a || name.rfind(std::string(a) + "/", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> candidate_names() {
+  return {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "hierarchical/fusion", "hierarchical/mgwfbp",
+          "bytescheduler/a2a"};
+}
+
+std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients) {
+  mintrain::DistConfig base = dist;
+  base.clear_auto_();
+  base.mutable_compressor()->set_type("none");
+  base.mutable_ssgd()->set_hook("allreduce");
+  std::vector<Candidate> all;
+  for (const char* s : {"bsp", "wfbp", "fusion", "mgwfbp"}) all.push_back(ssgd(base, s, false));
+  if (!dist.ssgd().rack().empty() || dist.ssgd().ranks_per_rack() > 0)
+    for (const char* s : {"fusion", "mgwfbp"}) all.push_back(ssgd(base, s, true));
+  Candidate bs{"bytescheduler/a2a", base};
+  bs.dist.set_algorithm("bytescheduler");
+  bs.dist.mutable_bytescheduler()->set_architecture("a2a");
+  if (!clips_gradients) all.push_back(bs);
+
+  const auto& named = dist.auto_().candidates();
+  if (named.empty()) return all;
+  std::vector<Candidate> kept;
+  for (const std::string& name : named) {
+    MT_CHECK(!lossy(name), "dist.auto.candidates: \"", name, "\" trains differently from S-SGD (each rank's own "
+             "weights, or a delayed or lossy average), and auto switches only between synchronizations that train "
+             "alike; run it with dist.algorithm \"", name.substr(0, name.find('/')), "\"");
+    const auto it = std::find_if(all.begin(), all.end(), [&](const Candidate& c) { return c.name == name; });
+    MT_CHECK(it != all.end(), "dist.auto.candidates: \"", name, "\" is not a candidate of this job; valid names: ",
+             core::join(candidate_names()), " (hierarchical/ ones need dist.ssgd.rack or ranks_per_rack; "
+             "bytescheduler/a2a needs optimizer.max_grad_norm 0)");
+    kept.push_back(*it);
+  }
+  return kept;
+}
+
+void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& profile, const MeasuredNetwork& network) {
+  const std::vector<LayerCost> layers = profile.layer_costs();
+  for (Candidate& c : candidates) {
+    const bool hierarchical = c.name.rfind("hierarchical/", 0) == 0;
+    const LinearCost cost(hierarchical ? network.hierarchical : network.flat);
+    if (c.dist.algorithm() == "bytescheduler") {
+      const int64_t partition = c.dist.bytescheduler().partition_bytes();  // 0: by architecture
+      const CreditChoice choice = best_credit(layers, profile.update_seconds, Architecture::AllReduce,
+                                              partition > 0 ? partition : default_partition_bytes(BsArchitecture::A2A),
+                                              cost, PsLinks{});
+      c.predicted = choice.prediction.iteration;
+      c.dist.mutable_bytescheduler()->set_credit_bytes(static_cast<int64_t>(choice.credit_bytes));
+      continue;
+    }
+    mintrain::SsgdConfig& s = *c.dist.mutable_ssgd();
+    c.predicted = predict_schedule(parse_schedule(s.schedule()), layers, cost, profile.update_seconds,
+                                   s.bucket_cap_mb() * kMiB, s.first_bucket_cap_mb() * kMiB)
+                      .iteration;
+    if (s.schedule() == "mgwfbp" && !s.has_alpha()) {
+      s.set_alpha(cost.alpha);
+      s.set_beta(cost.beta);
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.predicted < b.predicted; });
+}
+
+}  // namespace mt::dist

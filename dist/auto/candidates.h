@@ -1,0 +1,42 @@
+// The synchronizations dist.algorithm "auto" chooses from, and the order the cost model puts
+// them in. Only lossless ones: each steps every rank on the same average gradient, so switching
+// between them mid-run changes the speed, never the training.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "dist/comm/link_cost.h"
+#include "dist/predict/model_profile.h"
+#include "mintrain.pb.h"
+
+namespace mt::dist {
+
+struct Candidate {
+  std::string name;           // "ssgd/mgwfbp", "hierarchical/fusion", "bytescheduler/a2a"
+  mintrain::DistConfig dist;  // what the registry builds for it
+  int warmup_iters = 2;       // iterations after switching to it that are not timed
+  double predicted = 0.0;     // seconds per iteration, from the cost model (rank_candidates)
+};
+
+// Every candidate this job can run: S-SGD's BSP, WFBP, FUSION and MG-WFBP; FUSION and MG-WFBP
+// over the hierarchical allreduce when the racks are known (dist.ssgd.rack or ranks_per_rack);
+// ByteScheduler on allreduce unless the optimizer clips by the global norm (it steps layer by
+// layer). dist.auto.candidates keeps the ones it names (an unknown or lossy name is an Error
+// saying why).
+std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients);
+// The names candidates_for can give (for `mintrain help` and the errors).
+std::vector<std::string> candidate_names();
+
+// The network as the job measured it, per kind of allreduce (link_cost.h).
+struct MeasuredNetwork {
+  LinkCost flat;
+  LinkCost hierarchical;  // the racks' allreduce, when there are racks
+};
+
+// Predicts each candidate's iteration time from the measured profile and network (the DAGs of
+// dist/predict) and sorts them fastest first, equals in list order. Also hands each candidate
+// what the measurement already knows: MG-WFBP the network's alpha and beta, ByteScheduler the
+// credit the model finds fastest (so neither measures again when tried).
+void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& profile, const MeasuredNetwork& network);
+
+}  // namespace mt::dist

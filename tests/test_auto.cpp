@@ -1,0 +1,213 @@
+// dist.algorithm "auto" (dist/auto/): the decision on known tables (fastest measured wins, ties
+// to the better prediction), drift that fires once under lasting contention, candidates ranked
+// by the cost model with lossy ones refused, and on loopback ranks a run through every
+// candidate that keeps the weights identical on every rank and equal to plain SGD on the global
+// batch, with every rank taking the same decisions although their own timings differ.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "core/ops/nn.h"
+#include "dist/auto/auto_synchronizer.h"
+#include "dist/auto/candidates.h"
+#include "dist/auto/decision.h"
+#include "support/dist_training.h"
+#include "support/multiprocess.h"
+#include "support/test_helpers.h"
+
+namespace mt {
+namespace {
+
+using core::Tensor;
+namespace fs = std::filesystem;
+
+TEST(AutoDecision, FastestMeasuredWinsTiesGoToTheBetterPrediction) {
+  EXPECT_EQ(dist::fastest({0.30, 0.20, 0.25}), 1u);
+  EXPECT_EQ(dist::fastest({0.30, 0.20, 0.20}), 1u);  // listed best predicted first
+  EXPECT_EQ(dist::fastest({-1.0, 0.50, 0.40}), 2u);  // -1: not tried, never chosen
+  const std::string e = mt::testing::error_of([] { dist::fastest({-1.0, -1.0}); });
+  EXPECT_TRUE(mt::testing::contains(e, "no candidate was measured")) << e;
+}
+
+TEST(AutoDecision, DriftFiresOnceUnderLastingContentionNotInALoop) {
+  dist::DriftWatch drift(/*share=*/0.25, /*window=*/4, /*max_fires=*/3);
+  drift.rebase(0.0);  // after a decision: the first window is the reference
+  auto window = [&](double seconds) {
+    for (int i = 0; i < 3; ++i) EXPECT_FALSE(drift.add(seconds));
+    EXPECT_TRUE(drift.add(seconds));
+    return drift.drifted(drift.window_mean());
+  };
+  EXPECT_FALSE(window(1.0));
+  EXPECT_DOUBLE_EQ(drift.baseline(), 1.0);
+  EXPECT_FALSE(window(1.2));  // within 25%
+  EXPECT_TRUE(window(2.0));   // contention came: decide again ...
+  drift.rebase(0.0);          // ... and the new choice's first window is the reference
+  EXPECT_FALSE(window(2.0));
+  EXPECT_FALSE(window(2.1));  // the contention lasts: no second decision
+  EXPECT_EQ(drift.fires(), 1);
+  dist::DriftWatch capped(0.25, 1, 0);
+  capped.rebase(1.0);
+  EXPECT_TRUE(capped.add(5.0));
+  EXPECT_FALSE(capped.drifted(5.0));  // max_redecisions 0: never
+}
+
+mintrain::DistConfig dist_config(const std::vector<std::string>& candidates = {}) {
+  mintrain::DistConfig d;
+  d.set_algorithm("auto");
+  for (const auto& c : candidates) d.mutable_auto_()->add_candidates(c);
+  return d;
+}
+
+std::vector<std::string> names_of(const std::vector<dist::Candidate>& candidates) {
+  std::vector<std::string> names;
+  for (const auto& c : candidates) names.push_back(c.name);
+  return names;
+}
+
+TEST(AutoCandidates, LosslessOnlyRacksAddHierarchicalClippingDropsByteScheduler) {
+  EXPECT_EQ(names_of(dist::candidates_for(dist_config(), false)),
+            (std::vector<std::string>{"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "bytescheduler/a2a"}));
+  EXPECT_EQ(names_of(dist::candidates_for(dist_config(), true)).back(), "ssgd/mgwfbp");
+  mintrain::DistConfig racks = dist_config();
+  racks.mutable_ssgd()->set_ranks_per_rack(2);
+  EXPECT_EQ(names_of(dist::candidates_for(racks, false)).size(), 7u);
+  EXPECT_EQ(names_of(dist::candidates_for(dist_config({"ssgd/fusion", "ssgd/bsp"}), false)),
+            (std::vector<std::string>{"ssgd/fusion", "ssgd/bsp"}));
+  for (const char* lossy : {"cdsgd", "dssync", "local_sgd", "dlcp"}) {
+    const std::string e = mt::testing::error_of([&] { dist::candidates_for(dist_config({lossy}), false); });
+    EXPECT_TRUE(mt::testing::contains(e, "trains differently from S-SGD")) << e;
+    EXPECT_TRUE(mt::testing::contains(e, std::string("dist.algorithm \"") + lossy)) << e;
+  }
+  const std::string e = mt::testing::error_of([] { dist::candidates_for(dist_config({"hierarchical/fusion"}), false); });
+  EXPECT_TRUE(mt::testing::contains(e, "need dist.ssgd.rack or ranks_per_rack")) << e;
+}
+
+// Ten equal layers; on a network where a message costs 5 ms of start-up, WFBP (one message per
+// layer) is predicted slowest and S-SGD's merged schedules fastest; MG-WFBP is handed the
+// measured alpha and beta and ByteScheduler a credit.
+TEST(AutoCandidates, RankedByTheCostModel) {
+  dist::ModelProfile profile;
+  for (int i = 0; i < 10; ++i) profile.layers.push_back({"l" + std::to_string(i), 1e-3, 2e-3, 4e5});
+  profile.update_seconds = 1e-3;
+  dist::MeasuredNetwork network;
+  network.flat = dist::LinkCost(5e-3, 1e-9);
+  auto ranked = dist::candidates_for(dist_config(), false);
+  dist::rank_candidates(ranked, profile, network);
+  for (size_t i = 1; i < ranked.size(); ++i) EXPECT_LE(ranked[i - 1].predicted, ranked[i].predicted);
+  EXPECT_EQ(ranked.back().name, "ssgd/wfbp");
+  EXPECT_GT(ranked.back().predicted, 10 * 5e-3);  // ten start-ups
+  for (const auto& c : ranked) {
+    if (c.name == "ssgd/mgwfbp") EXPECT_DOUBLE_EQ(c.dist.ssgd().alpha(), 5e-3);
+    if (c.name == "bytescheduler/a2a") EXPECT_GT(c.dist.bytescheduler().credit_bytes(), 0);
+  }
+}
+
+constexpr int64_t kImage = 6, kClasses = 4, kRows = 8;
+
+// One step of rank `rank`'s half of global batch `step`; each rank's mean loss over its half,
+// averaged by the exchange, is the global batch's.
+void train_step(dist::Synchronizer& sync, layers::Module& model, optim::StepGuard& opt, int step, int rank) {
+  auto [x, y] = mt::testing::synthetic_batch(step, kRows, kImage, kClasses);
+  const Tensor xs = x.narrow(0, rank * kRows / 2, kRows / 2).contiguous();
+  const Tensor ys = y.narrow(0, rank * kRows / 2, kRows / 2).contiguous();
+  core::cross_entropy(model.forward(xs), ys).backward();
+  mt::testing::step(sync, opt);
+  opt.zero_grad();
+}
+
+// Two ranks try every candidate (trials 0), each iteration at least 5 ms (so that scheduling
+// noise stays small against it); then contention arrives (every iteration 20 ms longer on both ranks) and auto decides again, once. Rank 1 is slower than rank 0 under
+// S-SGD FUSION only, so the ranks' own timings disagree; the decisions must not. The weights
+// end bit for bit as S-SGD's from the start: on two ranks every candidate's average is
+// (a + b) / 2 of the same gradients, and the optimizer is the same.
+TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
+  constexpr int kSteps = 90;
+  mt::testing::MultiprocessOptions mo;
+  mo.timeout = std::chrono::seconds(120);
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto opt = mt::testing::reference_sgd(*model);
+    dist::AutoOptions o;
+    o.config_text = "same config";
+    o.profile_iters = 2;
+    o.trials = 0;
+    o.trial_iters = 2;
+    o.drift_window = 4;
+    o.drift_share = 1.0;
+    o.max_redecisions = 5;  // a loop would show as more than one drift decision
+    mintrain::DistConfig d = dist_config();
+    d.mutable_ssgd()->set_profile_iters(1);
+    dist::AutoSynchronizer sync(ctx.group, d, mintrain::OptimizerConfig(), kRows / 2, o);
+    sync.setup(*model, *opt);
+    int contention_from = -1;
+    for (int s = 0; s < kSteps; ++s) {
+      sync.begin_iteration(s);
+      if (ctx.rank == 1 && sync.current() == "ssgd/fusion") std::this_thread::sleep_for(std::chrono::milliseconds(4));
+      if (contention_from < 0 && sync.decisions().size() == 1 && s % 8 == 0) contention_from = s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(contention_from >= 0 ? 25 : 5));
+      train_step(sync, *model, *opt, s, ctx.rank);
+    }
+    ASSERT_EQ(sync.decisions().size(), 2u) << "one decision at start, one after the contention";
+    const auto& first = sync.decisions()[0];
+    EXPECT_EQ(first.names.size(), 5u);
+    for (double m : first.measured) EXPECT_GE(m, 0.0) << "trials 0 tries every candidate";
+    EXPECT_EQ(sync.decisions()[1].reason.rfind("drift", 0), 0u) << sync.decisions()[1].reason;
+    // The same decisions on both ranks: rank 0's winners, broadcast, against this rank's.
+    std::vector<float> mine;
+    for (const auto& decision : sync.decisions()) mine.push_back(static_cast<float>(decision.winner));
+    for (const auto& decision : sync.decisions()) mine.push_back(static_cast<float>(decision.measured[decision.winner]));
+    Tensor t = Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())});
+    ctx.group->broadcast(t, 0)->wait();
+    EXPECT_EQ(t.to_vector(), mine) << "rank " << ctx.rank << " decided differently from rank 0";
+    sync.prepare_eval(*model);  // ByteScheduler applies the last update before the next forward: now
+    auto plain = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto plain_opt = mt::testing::reference_sgd(*plain);
+    dist::SsgdOptions so;
+    so.config_text = "same config";
+    dist::SsgdSynchronizer ssgd(ctx.group, so);
+    ssgd.setup(*plain, *plain_opt);
+    for (int s = 0; s < kSteps; ++s) {
+      ssgd.begin_iteration(s);
+      train_step(ssgd, *plain, *plain_opt, s, ctx.rank);
+    }
+    EXPECT_EQ(mt::testing::weights_of(*model), mt::testing::weights_of(*plain));
+    // Identical on every rank: rank 0's weights, broadcast, against this rank's.
+    for (const auto& [name, tensor] : model->named_parameters()) {
+      Tensor rank0 = tensor.clone();
+      ctx.group->broadcast(rank0, 0)->wait();
+      EXPECT_EQ(rank0.to_vector(), tensor.to_vector()) << name;
+    }
+  }, mo).ok_or_report());
+}
+
+// From the config alone, with racks (two of one rank): every candidate, the hierarchical ones
+// too, is tried, and rank 0's log shows the ranking, the times and the choice.
+TEST(Auto, Gloo_TrainerTriesEveryCandidateWithRacksAndLogsTheDecision) {
+  const fs::path dir = fs::temp_directory_path() / ("mt_auto_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  mt::testing::MultiprocessOptions mo;
+  mo.timeout = std::chrono::seconds(120);
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    std::ostringstream log0;
+    mt::testing::train_synthetic_mlp(ctx.group, ctx.rank, (dir / "out").string(),
+                                     {"dist.algorithm=auto", "dist.auto.profile_iters=2", "dist.auto.trial_iters=2",
+                                      "dist.auto.trials=0", "dist.ssgd.ranks_per_rack=1", "epochs=1"},
+                                     log0);
+    if (ctx.rank == 0) {
+      const std::string log = log0.str();
+      EXPECT_TRUE(mt::testing::contains(log, "auto at iteration")) << log;
+      EXPECT_TRUE(mt::testing::contains(log, "<- chosen")) << log;
+      for (const char* name : {"hierarchical/fusion", "hierarchical/mgwfbp", "bytescheduler/a2a"})
+        EXPECT_TRUE(mt::testing::contains(log, name)) << name << "\n" << log;
+      EXPECT_FALSE(mt::testing::contains(log, "           -")) << "a candidate was not tried\n" << log;
+      EXPECT_FALSE(mt::testing::contains(log, "dist.ssgd is set")) << log;  // auto reads it
+    }
+  }, mo).ok_or_report());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mt
