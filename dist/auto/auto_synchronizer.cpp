@@ -89,6 +89,9 @@ void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
 
 void AutoSynchronizer::switch_to(const Candidate& candidate) {
   for (const Tensor& p : optimizer_->params()) p.clear_grad_hooks();
+  // Rank 0's batch-norm statistics everywhere (the parameters are equal already), so the next
+  // synchronizer's start-up check finds identical replicas and broadcasts nothing.
+  if (current_) current_->prepare_eval(*model_);
   current_.reset();  // finishes what is in flight
   const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_, nullptr, batch_size_};
   current_ = find_algorithm(candidate.dist.algorithm()).make(context);
@@ -206,13 +209,14 @@ void AutoSynchronizer::profile_done() {
 void AutoSynchronizer::start_trials(const std::string& reason) {
   current_->prepare_eval(*model_);  // nothing in flight while the network is measured
   MeasuredNetwork network;
-  network.flat = measure_link_cost(*group_, group_->device());
+  // Messages no larger than the gradient: a 4 MiB allreduce takes seconds on a slow link.
+  network.flat = measure_link_cost(*group_, group_->device(), profile_.gradient_bytes());
   const mintrain::SsgdConfig& s = dist_.ssgd();
   if (!s.rack().empty() || s.ranks_per_rack() > 0) {
     const std::vector<int> racks = racks_from_config(std::vector<int>(s.rack().begin(), s.rack().end()),
                                                      s.ranks_per_rack(), group_->size(), "dist.ssgd");
     HierarchicalGroup hierarchical(group_, racks, std::chrono::seconds(dist_.timeout_seconds()));
-    network.hierarchical = measure_link_cost(hierarchical, group_->device());
+    network.hierarchical = measure_link_cost(hierarchical, group_->device(), profile_.gradient_bytes());
   }
   ranked_ = candidates_for(dist_, clips_);
   rank_candidates(ranked_, profile_, network);

@@ -30,7 +30,8 @@ struct LinkCost {
 LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 // Times allreduces of 1 KiB .. 4 MiB on `group` (a warm-up, then the median of a few each) and
-// fits alpha and beta. Collective; every rank returns rank 0's fit, so all plan alike.
-LinkCost measure_link_cost(ProcessGroup& group, core::Device device);
+// fits alpha and beta. Collective; every rank returns rank 0's fit, so all plan alike. Sizes
+// above max_bytes are skipped (the two smallest always run): on a slow link 4 MiB takes seconds.
+LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes = 4 << 20);
 
 }  // namespace mt::dist
