@@ -585,18 +585,17 @@ namespace {
 // TWO_BIT quantisation of one value at threshold t (the compressor's rule).
 float two_bit(float v, float t) { return v >= t ? t : (v <= -t ? -t : 0.0f); }
 
-}  // namespace
-
-// The scalar reference, by hand, on 2 ranks: TWO_BIT with threshold tau on the
+// A scalar reference, by hand, on 2 ranks: TWO_BIT with threshold tau on the
 // per-sample-sum scale (2 samples per rank: tau / 2 on the mean gradient), one warm-up step
 // (full precision, synchronous), then 4 delayed steps with k = 3 (the third is full precision:
-// it sends g + r, whose average is mean(g + r), and clears r), lambda 0.5 and a local rate of
+// it sends the plain g, whose average is mean(g), and keeps r for the fourth, the reference's
+// k-step form; "flush" sends g + r and clears r), lambda 0.5 and a local rate of
 // 0.5 x the global one. Each rank computes every rank's residual, the exchanged averages, the
 // global steps (one step late) and its own local steps, and compares weights after every step,
 // the residual and the global weights shown at the end. Plain BSP in CD-SGD's place fails this
 // test: there the local weights equal W after every step.
-TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
-  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+void two_bit_scalar_reference(bool flush) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [flush](mt::testing::RankContext& ctx) {
     const int N = 2, delayed_steps = 4;
     const float a = 0.3f, f = 0.5f, lambda = 0.5f, tau = 0.6f;
     const int64_t B = 2;
@@ -608,6 +607,7 @@ TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
     o.compression.tau = tau;
     o.samples_per_rank = B;
     o.local_lr_factor = f;
+    o.flush_on_full_precision = flush;
     dist::CdsgdSynchronizer sync(ctx.group, o);
     sync.setup(model, *opt);
     EXPECT_NE(sync.name().find("two_bit(tau=0.3"), std::string::npos) << sync.name();
@@ -640,9 +640,14 @@ TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
         for (int i = 0; i < N; ++i) {
           g[i][j] = grad(i, j);
           const float v = g[i][j] + r[i][j];
-          const float sent = full ? v : two_bit(v, t);
-          r[i][j] = full ? 0.0f : v - sent;
-          sum += sent;
+          if (full) {
+            sum += flush ? v : g[i][j];
+            if (flush) r[i][j] = 0.0f;
+          } else {
+            const float sent = two_bit(v, t);
+            r[i][j] = v - sent;
+            sum += sent;
+          }
         }
         avg[j] = sum * (1.0f / N);
       }
@@ -674,6 +679,11 @@ TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
     EXPECT_GT(largest, 1e-3f);
   }).ok_or_report());
 }
+
+}  // namespace
+
+TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) { two_bit_scalar_reference(false); }
+TEST(Cdsgd, Gloo_TwoBitScalarReferenceFlushingTheResidualEveryThird) { two_bit_scalar_reference(true); }
 
 namespace {
 
@@ -887,6 +897,9 @@ TEST(Cdsgd, Gloo_ConfigFieldsReachTheSynchronizer) {
     EXPECT_EQ(options_of(plain).samples_per_rank, 16);
     EXPECT_EQ(plain->name(), "cdsgd/two_bit(tau=" + std::to_string(0.5f / 16) + ")+momentum-correction");
     EXPECT_TRUE(plain->takes_over_momentum());
+    EXPECT_FALSE(options_of(plain).flush_on_full_precision);
+    EXPECT_TRUE(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_k_step("flush"); }))
+                    .flush_on_full_precision);
     EXPECT_NEAR(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_local_lr(0.05); })).local_lr_factor,
                 0.25, 1e-12);
     EXPECT_EQ(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_tau_scale("batch_mean"); }))
@@ -910,6 +923,8 @@ TEST(Cdsgd, Gloo_ConfigFieldsReachTheSynchronizer) {
     EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_tau_scale("per_batch"); }).find("dist.cdsgd.tau_scale"),
               std::string::npos);
     EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_exchange("ring"); }).find("dist.cdsgd.exchange"),
+              std::string::npos);
+    EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_k_step("clear"); }).find("dist.cdsgd.k_step"),
               std::string::npos);
     EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_bucket_cap_mb(0); }).find("dist.cdsgd.bucket_cap_mb"),
               std::string::npos);

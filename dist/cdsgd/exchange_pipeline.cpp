@@ -86,8 +86,8 @@ void ExchangePipeline::encode(PipelineIteration& it, size_t b, const Tensor& val
   GradientExchange& ex = *exchanges_[b];
   if (it.warm_up_iteration >= 0) ex.warm_up(options_, it.warm_up_iteration);
   Tensor v = values;
-  // Lossy only: a NaN would stay in the residual for good. A full-precision exchange clears the
-  // residual and carries the NaN to every rank's average, whose guard skips the step everywhere.
+  // Lossy only: a NaN would stay in the residual for good. A full-precision exchange leaves the
+  // residual alone and carries the NaN to every rank's average, whose guard skips the step everywhere.
   if (!it.full_precision && !all_finite(v)) {
     ++nonfinite_buckets_;
     v = Tensor::zeros({v.numel()});
@@ -147,6 +147,10 @@ void ExchangePipeline::set_residual(const Tensor& flat) {
   const Tensor f = flat.contiguous().reshape({numel_});
   for (size_t b = 0; b < buckets_.size(); ++b)
     exchanges_[b]->error_feedback().residual().copy_(f.narrow(0, buckets_[b].offset, buckets_[b].numel));
+}
+
+void ExchangePipeline::set_flush_on_full_precision(bool flush) {
+  for (auto& ex : exchanges_) ex->set_flush_on_full_precision(flush);
 }
 
 ExchangeStats ExchangePipeline::take_stats() {

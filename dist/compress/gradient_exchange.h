@@ -1,7 +1,8 @@
 // One compressed exchange of a flat gradient vector (compressed S-SGD and CD-SGD, one per bucket):
 // launch() applies error feedback, compresses and enqueues the collective, returning at once;
 // wait() returns the average over ranks of the decoded gradients. A full-precision exchange sends
-// g + r as float32 and clears r. Buffers live on the gradient's device.
+// g as float32 and keeps r for the next compressed one (CD-SGD's k-step correction). Buffers live
+// on the gradient's device.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -73,6 +74,8 @@ class GradientExchange {
   // Non-summable payloads from now on go this way (default Allgather).
   void set_route(ExchangeRoute route) { route_ = route; }
   ExchangeRoute route() const { return route_; }
+  // Full-precision exchanges from now on send g + r and clear r instead.
+  void set_flush_on_full_precision(bool flush) { flush_on_full_precision_ = flush; }
   ErrorFeedback& error_feedback() { return feedback_; }
   ExchangeStats& stats() { return stats_; }
 
@@ -82,6 +85,7 @@ class GradientExchange {
   ErrorFeedback feedback_;
   ExchangeStats stats_;
   ExchangeRoute route_ = ExchangeRoute::Allgather;
+  bool flush_on_full_precision_ = false;
 };
 
 }  // namespace mt::dist
