@@ -297,33 +297,25 @@ int add_compute_chain(Dag& dag, const std::vector<LayerCost>& layers, int after)
 
 Prediction predict_cdsgd_period(const std::vector<LayerCost>& layers, double update_seconds,
                                 const CdsgdCost& cost, bool full_precision) {
-  // The training thread, from handing exchange t over to handing t+1 over.
-  Dag train;
+  // The training thread from handing exchange t over to handing t+1 over; the communication side
+  // (encoder thread, link, decoder thread) from the same moment.
+  Dag train, comm;
   const int backward_done =
       add_compute_chain(train, layers, train.add("apply exchange t-1 + local step", 2.0 * update_seconds));
-  // The communication side from the same moment: encoder thread, link, decoder thread.
-  struct Stage {
-    std::string name;
-    double seconds;
-  };
-  std::vector<Stage> stages;
-  if (!full_precision) stages.push_back({"compress t", cost.compress});
-  const size_t on_link = stages.size();
-  stages.push_back({full_precision ? "exchange t (float32 allreduce)" : "exchange t (compressed)",
-                    full_precision ? cost.full_exchange : cost.exchange});
-  if (!full_precision) stages.push_back({"decode t", cost.decompress});
-  Dag comm;
-  for (const Stage& st : stages) comm.add(st.name, st.seconds, {static_cast<int>(comm.size()) - 1});
+  const int encoded = full_precision ? -1 : comm.add("compress t", cost.compress);
+  const int exchange = comm.add(full_precision ? "exchange t (float32 allreduce)" : "exchange t (compressed)",
+                                full_precision ? cost.full_exchange : cost.exchange, {encoded});
+  if (!full_precision) comm.add("decode t", cost.decompress, {exchange});
   Prediction p;
   p.backward_end = train.finish(backward_done);
-  p.comm_end = comm.finish(static_cast<int>(on_link));
+  p.comm_end = comm.finish(exchange);
   // The largest cycle mean: the training thread, each communication stage, the one-step delay.
   p.iteration = train.critical_length();
   p.critical_path = train.critical_path();
-  for (const Stage& st : stages)
-    if (st.seconds > p.iteration) {
-      p.iteration = st.seconds;
-      p.critical_path = {st.name};
+  for (int s = 0; s < static_cast<int>(comm.size()); ++s)
+    if (comm.finish(s) - comm.start(s) > p.iteration) {
+      p.iteration = comm.finish(s) - comm.start(s);
+      p.critical_path = {comm.name(s)};
     }
   const double delay_cycle = (train.critical_length() + comm.critical_length()) / 2.0;
   if (delay_cycle > p.iteration) {

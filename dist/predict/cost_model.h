@@ -98,6 +98,7 @@ class Dag {
   size_t size() const { return tasks_.size(); }
   double finish(int task) const { return finish_[task]; }  // earliest finish time
   double start(int task) const { return finish_[task] - tasks_[task].seconds; }
+  const std::string& name(int task) const { return tasks_[task].name; }
   double critical_length() const;                    // the latest finish over all tasks
   std::vector<std::string> critical_path() const;    // task names along it, first to last
 
