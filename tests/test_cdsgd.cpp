@@ -339,8 +339,8 @@ TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
     std::ostringstream log;
     // The config's momentum 0.9 (nesterov): 2-bit gradients and the one-step delay need the
     // momentum correction (on by default) to train with it (docs/PERF.md). k = 5: in a run of
-    // 96 steps a full-precision step every 5th speeds the start (with the default k = 0 this
-    // job reaches about 52%).
+    // 96 steps a full-precision step every 5th speeds the start (with k = 0 this job reaches
+    // about 52%).
     const double acc = mt::testing::train_synthetic_mlp(
         ctx.group, ctx.rank, dir.string(),
         {"dist.algorithm=cdsgd", "dist.compressor.type=TWO_BIT", "dist.compressor.tau=0.05",
@@ -585,17 +585,19 @@ namespace {
 // TWO_BIT quantisation of one value at threshold t (the compressor's rule).
 float two_bit(float v, float t) { return v >= t ? t : (v <= -t ? -t : 0.0f); }
 
+}  // namespace
+
 // A scalar reference, by hand, on 2 ranks: TWO_BIT with threshold tau on the
 // per-sample-sum scale (2 samples per rank: tau / 2 on the mean gradient), one warm-up step
 // (full precision, synchronous), then 4 delayed steps with k = 3 (the third is full precision:
 // it sends the plain g, whose average is mean(g), and keeps r for the fourth, the reference's
-// k-step form; "flush" sends g + r and clears r), lambda 0.5 and a local rate of
+// k-step form; sending g + r and clearing r fails this test), lambda 0.5 and a local rate of
 // 0.5 x the global one. Each rank computes every rank's residual, the exchanged averages, the
 // global steps (one step late) and its own local steps, and compares weights after every step,
 // the residual and the global weights shown at the end. Plain BSP in CD-SGD's place fails this
 // test: there the local weights equal W after every step.
-void two_bit_scalar_reference(bool flush) {
-  EXPECT_TRUE(mt::testing::run_ranks(2, [flush](mt::testing::RankContext& ctx) {
+TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     const int N = 2, delayed_steps = 4;
     const float a = 0.3f, f = 0.5f, lambda = 0.5f, tau = 0.6f;
     const int64_t B = 2;
@@ -607,7 +609,6 @@ void two_bit_scalar_reference(bool flush) {
     o.compression.tau = tau;
     o.samples_per_rank = B;
     o.local_lr_factor = f;
-    o.flush_on_full_precision = flush;
     dist::CdsgdSynchronizer sync(ctx.group, o);
     sync.setup(model, *opt);
     EXPECT_NE(sync.name().find("two_bit(tau=0.3"), std::string::npos) << sync.name();
@@ -640,14 +641,9 @@ void two_bit_scalar_reference(bool flush) {
         for (int i = 0; i < N; ++i) {
           g[i][j] = grad(i, j);
           const float v = g[i][j] + r[i][j];
-          if (full) {
-            sum += flush ? v : g[i][j];
-            if (flush) r[i][j] = 0.0f;
-          } else {
-            const float sent = two_bit(v, t);
-            r[i][j] = v - sent;
-            sum += sent;
-          }
+          const float sent = full ? g[i][j] : two_bit(v, t);
+          if (!full) r[i][j] = v - sent;
+          sum += sent;
         }
         avg[j] = sum * (1.0f / N);
       }
@@ -679,11 +675,6 @@ void two_bit_scalar_reference(bool flush) {
     EXPECT_GT(largest, 1e-3f);
   }).ok_or_report());
 }
-
-}  // namespace
-
-TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) { two_bit_scalar_reference(false); }
-TEST(Cdsgd, Gloo_TwoBitScalarReferenceFlushingTheResidualEveryThird) { two_bit_scalar_reference(true); }
 
 namespace {
 
@@ -897,9 +888,6 @@ TEST(Cdsgd, Gloo_ConfigFieldsReachTheSynchronizer) {
     EXPECT_EQ(options_of(plain).samples_per_rank, 16);
     EXPECT_EQ(plain->name(), "cdsgd/two_bit(tau=" + std::to_string(0.5f / 16) + ")+momentum-correction");
     EXPECT_TRUE(plain->takes_over_momentum());
-    EXPECT_FALSE(options_of(plain).flush_on_full_precision);
-    EXPECT_TRUE(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_k_step("flush"); }))
-                    .flush_on_full_precision);
     EXPECT_NEAR(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_local_lr(0.05); })).local_lr_factor,
                 0.25, 1e-12);
     EXPECT_EQ(options_of(build([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_tau_scale("batch_mean"); }))
@@ -923,8 +911,6 @@ TEST(Cdsgd, Gloo_ConfigFieldsReachTheSynchronizer) {
     EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_tau_scale("per_batch"); }).find("dist.cdsgd.tau_scale"),
               std::string::npos);
     EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_exchange("ring"); }).find("dist.cdsgd.exchange"),
-              std::string::npos);
-    EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_k_step("clear"); }).find("dist.cdsgd.k_step"),
               std::string::npos);
     EXPECT_NE(error([](Run& r) { r.mutable_dist()->mutable_cdsgd()->set_bucket_cap_mb(0); }).find("dist.cdsgd.bucket_cap_mb"),
               std::string::npos);

@@ -96,7 +96,6 @@ void CdsgdSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer
   pipeline_ = std::make_unique<ExchangePipeline>(exchange_group, compressor_, options_.compression,
                                                  std::move(ranges), route, options_.timeout,
                                                  exchange_device, options_.timeline);
-  pipeline_->set_flush_on_full_precision(options_.flush_on_full_precision);
   global_ = flatten_values(params_);
   if (options_.momentum_correction) {
     momentum_.clear();
@@ -470,7 +469,6 @@ std::unique_ptr<Synchronizer> make_cdsgd(const AlgorithmContext& c) {
   o.compression = compression_options(c.dist.compressor());
   o.warmup_iters = cd.warmup_iters();
   o.k = cd.k();
-  o.flush_on_full_precision = cd.k_step() == "flush";
   o.lambda = cd.lambda();
   // cdsgd.momentum_correction (default on); the older compressor.momentum_correction when only
   // it is set. The shared helper reads the compressor's field, so hand it the decision there.
@@ -504,5 +502,4 @@ MT_REGISTER_ALGORITHM(cdsgd, {.validate = mt::dist::validate_cdsgd,
                                .make = mt::dist::make_cdsgd,
                                .names = {{"compressor.type", mt::dist::compressor_names()},
                                          {"cdsgd.tau_scale", {"sample_sum", "batch_mean"}},
-                                         {"cdsgd.exchange", {"auto", "allgather", "reduce_scatter"}},
-                                         {"cdsgd.k_step", {"keep_residual", "flush"}}}})
+                                         {"cdsgd.exchange", {"auto", "allgather", "reduce_scatter"}}}})

@@ -149,10 +149,6 @@ void ExchangePipeline::set_residual(const Tensor& flat) {
     exchanges_[b]->error_feedback().residual().copy_(f.narrow(0, buckets_[b].offset, buckets_[b].numel));
 }
 
-void ExchangePipeline::set_flush_on_full_precision(bool flush) {
-  for (auto& ex : exchanges_) ex->set_flush_on_full_precision(flush);
-}
-
 ExchangeStats ExchangePipeline::take_stats() {
   ExchangeStats sum;
   for (auto& ex : exchanges_) {

@@ -72,8 +72,6 @@ class ExchangePipeline {
   void set_residual(const Tensor& flat);
   const Compressor& compressor() const { return *compressor_; }
   ExchangeRoute route() const { return route_; }
-  // Full-precision exchanges send g + r and clear r (default: g, keeping r).
-  void set_flush_on_full_precision(bool flush);
   // Summed over the buckets since the last call; resets them (drain() first).
   ExchangeStats take_stats();
   int64_t nonfinite_buckets() const { return nonfinite_buckets_.load(); }

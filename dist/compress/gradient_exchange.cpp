@@ -33,14 +33,9 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
   e.full_precision = full_precision;
   Tensor decoded;  // this rank's own decoded payload (lossy exchanges)
   if (full_precision) {
-    MT_CHECK(flat_grad.numel() == e.numel, "internal: a full-precision exchange of ", flat_grad.numel(),
-             " values on an exchange of ", e.numel);
-    if (flush_on_full_precision_) {
-      e.payload = feedback_.corrected(flat_grad);
-      feedback_.clear();
-    } else {
-      e.payload = flat_grad.contiguous().reshape({e.numel}).clone();  // reduced in place
-    }
+    // The plain gradient; the residual waits for the next compressed exchange (CD-SGD's k-step
+    // correction as its reference; sending g + r and clearing r trained worse, docs/PERF.md).
+    e.payload = flat_grad.contiguous().reshape({e.numel}).clone();  // reduced in place
     e.summable = true;
   } else {
     e.summable = compressor_->summable();

@@ -74,8 +74,6 @@ class GradientExchange {
   // Non-summable payloads from now on go this way (default Allgather).
   void set_route(ExchangeRoute route) { route_ = route; }
   ExchangeRoute route() const { return route_; }
-  // Full-precision exchanges from now on send g + r and clear r instead.
-  void set_flush_on_full_precision(bool flush) { flush_on_full_precision_ = flush; }
   ErrorFeedback& error_feedback() { return feedback_; }
   ExchangeStats& stats() { return stats_; }
 
@@ -85,7 +83,6 @@ class GradientExchange {
   ErrorFeedback feedback_;
   ExchangeStats stats_;
   ExchangeRoute route_ = ExchangeRoute::Allgather;
-  bool flush_on_full_precision_ = false;
 };
 
 }  // namespace mt::dist
