@@ -342,8 +342,8 @@ TEST(Cdsgd, Gloo_TrainerLearnsOnFourRanks) {
     auto world = std::make_shared<mt::testing::CountingGroup>(ctx.group, mt::testing::world_members(4), tally);
     // The config's momentum 0.9 (nesterov): 2-bit gradients and the one-step delay need the
     // momentum correction (on by default) to train with it (docs/PERF.md). k = 5: in a run of
-    // 96 steps a full-precision step every 5th speeds the start (with the default k = 0 this
-    // job reaches about 52%).
+    // 96 steps a full-precision step every 5th speeds the start (with k = 0 this job reaches
+    // about 52%).
     const double acc = mt::testing::train_synthetic_mlp(
         world, ctx.rank, dir.string(),
         {"dist.algorithm=cdsgd", "dist.compressor.type=TWO_BIT", "dist.compressor.tau=0.05",
@@ -596,10 +596,11 @@ float two_bit(float v, float t) { return v >= t ? t : (v <= -t ? -t : 0.0f); }
 
 }  // namespace
 
-// The scalar reference, by hand, on 2 ranks: TWO_BIT with threshold tau on the
+// A scalar reference, by hand, on 2 ranks: TWO_BIT with threshold tau on the
 // per-sample-sum scale (2 samples per rank: tau / 2 on the mean gradient), one warm-up step
 // (full precision, synchronous), then 4 delayed steps with k = 3 (the third is full precision:
-// it sends g + r, whose average is mean(g + r), and clears r), lambda 0.5 and a local rate of
+// it sends the plain g, whose average is mean(g), and keeps r for the fourth, the reference's
+// k-step form; sending g + r and clearing r fails this test), lambda 0.5 and a local rate of
 // 0.5 x the global one. Each rank computes every rank's residual, the exchanged averages, the
 // global steps (one step late) and its own local steps, and compares weights after every step,
 // the residual and the global weights shown at the end. Plain BSP in CD-SGD's place fails this
@@ -649,8 +650,8 @@ TEST(Cdsgd, Gloo_TwoBitScalarReferenceWithFullPrecisionEveryThird) {
         for (int i = 0; i < N; ++i) {
           g[i][j] = grad(i, j);
           const float v = g[i][j] + r[i][j];
-          const float sent = full ? v : two_bit(v, t);
-          r[i][j] = full ? 0.0f : v - sent;
+          const float sent = full ? g[i][j] : two_bit(v, t);
+          if (!full) r[i][j] = v - sent;
           sum += sent;
         }
         avg[j] = sum * (1.0f / N);

@@ -19,7 +19,7 @@ namespace mt::dist {
 struct CdsgdOptions : SynchronizerOptions {
   CompressionOptions compression;  // default NONE; the reference uses TWO_BIT tau 0.5
   int warmup_iters = 100;          // plain S-SGD iterations first (reference code: 1000)
-  int k = 0;                       // every k-th iteration after warm-up is full precision; 0 = never
+  int k = 5;                       // every k-th iteration after warm-up is full precision; 0 = never
   double lambda = 0.04;            // delay-compensation strength; 0 = OD-SGD
   std::optional<MomentumCorrectionOptions> momentum_correction;  // set: DGC momentum correction
   // The local step's rate as a multiple of the optimizer's current one (cdsgd.local_lr /

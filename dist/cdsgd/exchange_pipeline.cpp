@@ -86,8 +86,8 @@ void ExchangePipeline::encode(PipelineIteration& it, size_t b, const Tensor& val
   GradientExchange& ex = *exchanges_[b];
   if (it.warm_up_iteration >= 0) ex.warm_up(options_, it.warm_up_iteration);
   Tensor v = values;
-  // Lossy only: a NaN would stay in the residual for good. A full-precision exchange clears the
-  // residual and carries the NaN to every rank's average, whose guard skips the step everywhere.
+  // Lossy only: a NaN would stay in the residual for good. A full-precision exchange leaves the
+  // residual alone and carries the NaN to every rank's average, whose guard skips the step everywhere.
   if (!it.full_precision && !all_finite(v)) {
     ++nonfinite_buckets_;
     v = Tensor::zeros({v.numel()});

@@ -23,7 +23,6 @@ class ErrorFeedback {
   // bits as the three steps, in one pass over memory where the compressor can
   // (Compressor::compress_with_feedback).
   Tensor compress(const Compressor& compressor, const Tensor& grad, Tensor* decoded = nullptr);
-  void clear() { residual_.zero_(); }
   int64_t numel() const { return residual_.numel(); }
   const Tensor& residual() const { return residual_; }
   Tensor& residual() { return residual_; }

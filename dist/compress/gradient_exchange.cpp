@@ -33,9 +33,10 @@ PendingExchange GradientExchange::launch(const Tensor& flat_grad, bool full_prec
   e.full_precision = full_precision;
   Tensor decoded;  // this rank's own decoded payload (lossy exchanges)
   if (full_precision) {
-    e.payload = feedback_.corrected(flat_grad);
+    // The plain gradient; the residual waits for the next compressed exchange (CD-SGD's k-step
+    // correction as its reference; sending g + r and clearing r trained worse, docs/PERF.md).
+    e.payload = flat_grad.contiguous().reshape({e.numel}).clone();  // reduced in place
     e.summable = true;
-    feedback_.clear();
   } else {
     e.summable = compressor_->summable();
     // The decoded values are written only where something reads them.

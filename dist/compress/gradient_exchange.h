@@ -1,7 +1,8 @@
 // One compressed exchange of a flat gradient vector (compressed S-SGD and CD-SGD, one per bucket):
 // launch() applies error feedback, compresses and enqueues the collective, returning at once;
 // wait() returns the average over ranks of the decoded gradients. A full-precision exchange sends
-// g + r as float32 and clears r. Buffers live on the gradient's device.
+// g as float32 and keeps r for the next compressed one (CD-SGD's k-step correction). Buffers live
+// on the gradient's device.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -297,22 +297,32 @@ int add_compute_chain(Dag& dag, const std::vector<LayerCost>& layers, int after)
 
 Prediction predict_cdsgd_period(const std::vector<LayerCost>& layers, double update_seconds,
                                 const CdsgdCost& cost, bool full_precision) {
-  Dag dag;
-  // The period starts when exchange t gets the link; exchange t-1 is complete by then.
-  const int exchange = dag.add(full_precision ? "exchange t (float32 allreduce)" : "exchange t (compressed)",
-                               full_precision ? cost.full_exchange : cost.exchange);
-  const int apply = dag.add(full_precision ? "apply exchange t-1 + local step"
-                                           : "decode exchange t-1 + apply + local step",
-                            (full_precision ? 0.0 : cost.decompress) + 2.0 * update_seconds);
-  int chain = add_compute_chain(dag, layers, apply);
-  const int backward_done = chain;
-  if (!full_precision) chain = dag.add("compress t+1", cost.compress, {chain});
-  const int next = dag.add("exchange t+1 starts", 0.0, {chain, exchange});
+  // The training thread from handing exchange t over to handing t+1 over; the communication side
+  // (encoder thread, link, decoder thread) from the same moment.
+  Dag train, comm;
+  const int backward_done =
+      add_compute_chain(train, layers, train.add("apply exchange t-1 + local step", 2.0 * update_seconds));
+  const int encoded = full_precision ? -1 : comm.add("compress t", cost.compress);
+  const int exchange = comm.add(full_precision ? "exchange t (float32 allreduce)" : "exchange t (compressed)",
+                                full_precision ? cost.full_exchange : cost.exchange, {encoded});
+  if (!full_precision) comm.add("decode t", cost.decompress, {exchange});
   Prediction p;
-  p.iteration = dag.finish(next);
-  p.backward_end = dag.finish(backward_done);
-  p.comm_end = dag.finish(exchange);
-  p.critical_path = dag.critical_path();
+  p.backward_end = train.finish(backward_done);
+  p.comm_end = comm.finish(exchange);
+  // The largest cycle mean: the training thread, each communication stage, the one-step delay.
+  p.iteration = train.critical_length();
+  p.critical_path = train.critical_path();
+  for (int s = 0; s < static_cast<int>(comm.size()); ++s)
+    if (comm.finish(s) - comm.start(s) > p.iteration) {
+      p.iteration = comm.finish(s) - comm.start(s);
+      p.critical_path = {comm.name(s)};
+    }
+  const double delay_cycle = (train.critical_length() + comm.critical_length()) / 2.0;
+  if (delay_cycle > p.iteration) {
+    p.iteration = delay_cycle;
+    p.critical_path = comm.critical_path();
+    for (const auto& name : train.critical_path()) p.critical_path.push_back(name);
+  }
   return p;
 }
 

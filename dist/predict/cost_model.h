@@ -98,6 +98,7 @@ class Dag {
   size_t size() const { return tasks_.size(); }
   double finish(int task) const { return finish_[task]; }  // earliest finish time
   double start(int task) const { return finish_[task] - tasks_[task].seconds; }
+  const std::string& name(int task) const { return tasks_[task].name; }
   double critical_length() const;                    // the latest finish over all tasks
   std::vector<std::string> critical_path() const;    // task names along it, first to last
 
@@ -144,20 +145,18 @@ Prediction predict_schedule(Schedule schedule, const std::vector<LayerCost>& lay
 
 // ---- CD-SGD and DS-Sync (docs/algorithms.md sections 2 and 3) ----
 //
-// CD-SGD, steady state (after the warm-up iterations, which are S-SGD BSP). Iteration t launches
-// the exchange of its compressed gradient and then, before its local step, waits for exchange
-// t-1, so exchange t runs while iteration t+1 computes. One period, from the moment exchange t
-// starts on the link:
-//   exchange t (link)                                 || apply t-1 (decode + global optimizer
-//                                                        step) and local step -> forward ->
-//                                                        backward -> compress t+1
-//   exchange t+1 starts when both are done (one link, FIFO)
-// so the period is max(compute, exchange) with compute = decompress + 2 x update + forward +
-// backward + compress (the local step is costed as a second optimizer step: it reads weights and
-// gradient and writes weights like one; the two weight copies are folded into it). Every k-th
-// iteration (cdsgd_k) is full precision: no compress/decode, a float32 allreduce instead; each
-// iteration is bounded by its own exchange (the one-step delay hides at most one iteration of
-// compute), so the prediction is the mean ((k-1) compressed + 1 full) / k.
+// CD-SGD, steady state (after the warm-up iterations, which are S-SGD BSP). Iteration t hands its
+// gradients to the communication side and then, before its local step, waits for exchange t-1, so
+// exchange t runs while iteration t+1 computes. Three threads and the link, each in FIFO order:
+//   training thread: apply t-1 (global optimizer step) and local step -> forward -> backward
+//   encoder thread: compress t (error feedback included); link: exchange t; decoder thread: decode t
+// The period is the largest cycle mean of that pipeline: compute = 2 x update + forward + backward
+// (the local step is costed as a second optimizer step: it reads weights and gradient and writes
+// weights like one; the two weight copies are folded into it), each communication stage alone, and
+// (compute + compress + exchange + decode) / 2: exchange t must be decoded before the end of
+// iteration t+1 applies it, a cycle over two iterations. Every k-th iteration (cdsgd_k) is full
+// precision: no compress/decode, a float32 allreduce instead; the prediction is the mean
+// ((k-1) compressed + 1 full) / k.
 struct CdsgdCost {
   double compress = 0.0;       // seconds: error feedback + compress the whole flat gradient
   double decompress = 0.0;     // seconds: decode every payload of one exchange and sum them
@@ -165,7 +164,7 @@ struct CdsgdCost {
   double full_exchange = 0.0;  // seconds: one full-precision exchange (float32 allreduce)
   int full_precision_every = 0;  // dist.cdsgd_k: every k-th iteration full precision; 0 = never
 };
-// One period's DAG (full_precision: the float32 iteration). critical_path names the bottleneck.
+// One period (full_precision: the float32 iteration). critical_path names the bottleneck's tasks.
 Prediction predict_cdsgd_period(const std::vector<LayerCost>& layers, double update_seconds,
                                 const CdsgdCost& cost, bool full_precision);
 // The mean period over the k-step cycle; critical_path is the compressed period's (the full one's
