@@ -20,7 +20,7 @@ apps::RunConfig with(const std::vector<std::string>& overrides) {
 }
 
 TEST(DistConfig, EveryAlgorithmIsRegisteredByName) {
-  EXPECT_EQ(dist::algorithm_names(), (std::vector<std::string>{"bytescheduler", "cdsgd", "dlcp", "dssync", "local_sgd", "ps", "ssgd"}));
+  EXPECT_EQ(dist::algorithm_names(), (std::vector<std::string>{"auto", "bytescheduler", "cdsgd", "dlcp", "dssync", "local_sgd", "ps", "ssgd"}));
   const std::string e = error_of([] { dist::find_algorithm("parameter_server"); });
   EXPECT_TRUE(contains(e, "unknown dist.algorithm \"parameter_server\"")) << e;
   EXPECT_TRUE(contains(e, "local_sgd")) << e;

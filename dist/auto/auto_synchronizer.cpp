@@ -1,6 +1,7 @@
 #include "dist/auto/auto_synchronizer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <numeric>
 #include <ostream>
@@ -97,6 +98,7 @@ void AutoSynchronizer::switch_to(const Candidate& candidate) {
   current_ = find_algorithm(candidate.dist.algorithm()).make(context);
   current_->setup(*model_, *optimizer_);
   current_name_ = candidate.name;
+  current_config_ = candidate.dist;
   time_gradients();
 }
 
@@ -176,7 +178,10 @@ void AutoSynchronizer::iteration_done(double seconds) {
       const std::string why = "drift: " + ms(mean) + " an iteration against " + ms(baseline);
       if (options_.log && group_->rank() == 0) *options_.log << "auto at iteration " << iteration_ << ": " << why
                                                              << " over " << options_.drift_window << " iterations; deciding again" << std::endl;
-      start_trials(why);
+      if (!profile_.layers.empty()) return start_trials(why);
+      profile_reason_ = why;  // resumed: no profile yet
+      phase_ = Phase::Profile;
+      phase_iters_ = profiled_ = 0;
       return;
   }
 }
@@ -203,7 +208,9 @@ void AutoSynchronizer::profile_done() {
     profile_.layers.push_back(l);
   }
   profile_.update_seconds = sum[P + 1] / n;
-  start_trials("start");
+  std::fill(backward_.begin(), backward_.end(), 0.0);
+  forward_ = update_ = 0.0;
+  start_trials(profile_reason_);
 }
 
 void AutoSynchronizer::start_trials(const std::string& reason) {
@@ -272,33 +279,45 @@ std::string AutoSynchronizer::metrics_fields() {
   return inner.empty() ? fields : fields + "," + inner;
 }
 
+// "auto.synchronizer": the candidate in use, and what the measurement handed it (MG-WFBP's alpha
+// and beta as float64 bits, ByteScheduler's credit), so a resume builds it exactly as it ran.
 core::StateDict AutoSynchronizer::state_dict() const {
   core::StateDict state = current_->state_dict();
   const std::vector<std::string> names = candidate_names();
-  const auto it = std::find(names.begin(), names.end(), current_name_);
-  state.emplace_back("auto.synchronizer", Tensor::from_vector(std::vector<float>{static_cast<float>(it - names.begin())}, {1}));
+  const mintrain::DistConfig& d = current_config_;
+  const std::vector<int64_t> saved = {std::find(names.begin(), names.end(), current_name_) - names.begin(),
+                                      std::bit_cast<int64_t>(d.ssgd().has_alpha() ? d.ssgd().alpha() : -1.0),
+                                      std::bit_cast<int64_t>(d.ssgd().has_beta() ? d.ssgd().beta() : -1.0),
+                                      d.bytescheduler().credit_bytes()};
+  state.emplace_back("auto.synchronizer", Tensor::from_vector(saved, {4}));
   return state;
 }
 
 void AutoSynchronizer::load_state_dict(const core::StateDict& state) {
   core::StateDict inner;
-  std::string saved;
+  std::vector<int64_t> saved;
   for (const auto& [key, tensor] : state) {
-    if (key != "auto.synchronizer") {
+    if (key == "auto.synchronizer" && tensor.dtype() == core::DType::Int64 && tensor.numel() == 4) {
+      const Tensor host = tensor.contiguous();
+      saved.assign(host.data<int64_t>(), host.data<int64_t>() + 4);
+    } else {
       inner.emplace_back(key, tensor);
-      continue;
     }
-    const size_t index = static_cast<size_t>(tensor.to_vector()[0]);
-    if (index < candidate_names().size()) saved = candidate_names()[index];
   }
-  // The choice the checkpoint ran with, without trials; drift still decides again.
-  for (const Candidate& c : candidates_for(dist_, clips_))
-    if (c.name == saved && phase_ == Phase::Profile) {
-      switch_to(c);
-      phase_ = Phase::Run;
-      phase_iters_ = 0;
-      drift_.rebase(0.0);
-    }
+  // The choice the checkpoint ran with, without trials; drift decides again (profiling first).
+  const auto names = candidate_names();
+  for (Candidate c : candidates_for(dist_, clips_)) {
+    if (saved.empty() || saved[0] < 0 || saved[0] >= static_cast<int64_t>(names.size()) || c.name != names[saved[0]] ||
+        phase_ != Phase::Profile)
+      continue;
+    if (std::bit_cast<double>(saved[1]) >= 0) c.dist.mutable_ssgd()->set_alpha(std::bit_cast<double>(saved[1]));
+    if (std::bit_cast<double>(saved[2]) >= 0) c.dist.mutable_ssgd()->set_beta(std::bit_cast<double>(saved[2]));
+    c.dist.mutable_bytescheduler()->set_credit_bytes(saved[3]);
+    switch_to(c);
+    phase_ = Phase::Run;
+    phase_iters_ = 0;
+    drift_.rebase(0.0);
+  }
   current_->load_state_dict(inner);
 }
 

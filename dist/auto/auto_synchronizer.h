@@ -81,11 +81,13 @@ class AutoSynchronizer final : public Synchronizer {
   optim::Optimizer* optimizer_ = nullptr;
   std::unique_ptr<Synchronizer> current_;
   std::string current_name_;
+  mintrain::DistConfig current_config_;
 
   Phase phase_ = Phase::Profile;
   ModelProfile profile_;           // what the cost model ranks with, agreed by all ranks
   std::vector<Candidate> ranked_;  // the last ranking
   std::string reason_;             // why the trials under way began
+  std::string profile_reason_ = "start";  // why the profiling under way began
   size_t trial_ = 0;               // the candidate under trial
   int phase_iters_ = 0;            // iterations since the phase (or trial) began
   double trial_sum_ = 0.0;
