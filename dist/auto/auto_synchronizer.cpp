@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
 #include <numeric>
 #include <ostream>
 #include <sstream>
@@ -19,12 +18,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::string ms(double seconds) {
-  if (seconds < 0) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
-  return buf;
-}
+std::string ms(double seconds) { return seconds < 0 ? "-" : core::formatted("%.1f ms", seconds * 1e3); }
 
 }  // namespace
 
@@ -33,12 +27,9 @@ std::string AutoDecision::describe() const {
   s << "auto at iteration " << iteration << " (" << reason << "): " << names[winner]
     << (measured[winner] >= 0 ? " measured fastest" : " predicted fastest, not tried") << "\n";
   s << "  candidate              predicted    measured\n";
-  for (size_t i = 0; i < names.size(); ++i) {
-    char line[128];
-    std::snprintf(line, sizeof line, "  %-20s %11s %11s%s\n", names[i].c_str(), ms(predicted[i]).c_str(),
-                  ms(measured[i]).c_str(), i == winner ? "  <- chosen" : "");
-    s << line;
-  }
+  for (size_t i = 0; i < names.size(); ++i)
+    s << core::formatted("  %-20s %11s %11s%s\n", names[i].c_str(), ms(predicted[i]).c_str(), ms(measured[i]).c_str(),
+                         i == winner ? "  <- chosen" : "");
   return s.str();
 }
 
