@@ -100,8 +100,12 @@ TEST(AutoCandidates, RankedByTheCostModel) {
   EXPECT_EQ(ranked.back().name, "ssgd/wfbp");
   EXPECT_GT(ranked.back().predicted, 10 * 5e-3);  // ten start-ups
   for (const auto& c : ranked) {
-    if (c.name == "ssgd/mgwfbp") EXPECT_DOUBLE_EQ(c.dist.ssgd().alpha(), 5e-3);
-    if (c.name == "bytescheduler/a2a") EXPECT_GT(c.dist.bytescheduler().credit_bytes(), 0);
+    if (c.name == "ssgd/mgwfbp") {
+      EXPECT_DOUBLE_EQ(c.dist.ssgd().alpha(), 5e-3);
+    }
+    if (c.name == "bytescheduler/a2a") {
+      EXPECT_GT(c.dist.bytescheduler().credit_bytes(), 0);
+    }
   }
 }
 
