@@ -25,8 +25,11 @@ bash apps/scripts/build.sh test "${arch[@]}"
 # Suites run side by side, one OpenMP thread each (the preset's environment): OpenMP threads
 # that outnumber the cores spin at barriers waiting for descheduled peers and slow everything
 # down many times over.
+# A failed test runs once more and fails only if it fails twice: Gloo's loopback connect
+# sometimes ends in "Connection closed by peer" while many multi-process suites start at once
+# (rare, not understood; a test's own failure repeats). The log shows every first failure.
 status=0
-ctest --preset test -j"$(nproc)" | tee "$log" || status=$?
+ctest --preset test -j"$(nproc)" --repeat until-pass:2 | tee "$log" || status=$?
 # The line counts print with the results, passed or failed, so growth is seen.
 bash apps/scripts/line_counts.sh || status=1
 bash apps/scripts/include_check.sh || status=1
