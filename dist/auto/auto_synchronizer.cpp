@@ -74,9 +74,14 @@ void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
                   << (options_.trials > 0 ? "the best " + std::to_string(options_.trials) + " of " : "all ")
                   << candidates_for(dist_, clips_).size() << " candidates as the cost model ranks them, "
                   << options_.trial_iters << " iterations each" << std::endl;
+  switch_to(profiling_candidate());
+}
+
+// S-SGD BSP, named or not: nothing travels during backward, so the gaps are backward's alone.
+Candidate AutoSynchronizer::profiling_candidate() const {
   mintrain::DistConfig all = dist_;
   all.mutable_auto_()->clear_candidates();
-  switch_to(candidates_for(all, clips_).front());  // S-SGD BSP: nothing travels during backward
+  return candidates_for(all, clips_).front();
 }
 
 void AutoSynchronizer::switch_to(const Candidate& candidate) {
@@ -170,10 +175,10 @@ void AutoSynchronizer::iteration_done(double seconds) {
       if (options_.log && group_->rank() == 0) *options_.log << "auto at iteration " << iteration_ << ": " << why
                                                              << " over " << options_.drift_window << " iterations; deciding again" << std::endl;
       if (!profile_.layers.empty()) return start_trials(why);
-      profile_reason_ = why;  // resumed: no profile yet
+      profile_reason_ = why;  // resumed: no profile yet, so profile first, as BSP
       phase_ = Phase::Profile;
       phase_iters_ = profiled_ = 0;
-      return;
+      return switch_to(profiling_candidate());
   }
 }
 

@@ -68,6 +68,7 @@ class AutoSynchronizer final : public Synchronizer {
   void start_trials(const std::string& reason);  // measures the network, ranks, tries the best
   void trials_done();
   void switch_to(const Candidate& candidate);
+  Candidate profiling_candidate() const;
   void time_gradients();  // this rank's grad-ready times, while profiling
   std::vector<float> agreed(std::vector<float> values, ReduceOp op);  // over ranks, then rank 0's
 
