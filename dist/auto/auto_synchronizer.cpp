@@ -62,7 +62,7 @@ AutoSynchronizer::~AutoSynchronizer() {
   for (const Tensor& p : optimizer_->params()) p.clear_grad_hooks();  // they point at current_
 }
 
-std::string AutoSynchronizer::name() const { return "auto(" + current_name_ + ")"; }
+std::string AutoSynchronizer::name() const { return "auto(" + in_use_.name + ")"; }
 
 void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   model_ = &model;
@@ -93,8 +93,7 @@ void AutoSynchronizer::switch_to(const Candidate& candidate) {
   const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_, nullptr, batch_size_};
   current_ = find_algorithm(candidate.dist.algorithm()).make(context);
   current_->setup(*model_, *optimizer_);
-  current_name_ = candidate.name;
-  current_config_ = candidate.dist;
+  in_use_ = candidate;
   time_gradients();
 }
 
@@ -264,11 +263,11 @@ void AutoSynchronizer::prepare_checkpoint(layers::Module& model) {
 
 std::string AutoSynchronizer::epoch_summary() {
   const std::string inner = current_->epoch_summary();
-  return "auto: " + current_name_ + (inner.empty() ? "" : "; " + inner);
+  return "auto: " + in_use_.name + (inner.empty() ? "" : "; " + inner);
 }
 
 std::string AutoSynchronizer::metrics_fields() {
-  std::string fields = "\"auto_synchronizer\":\"" + current_name_ + "\"";
+  std::string fields = "\"auto_synchronizer\":\"" + in_use_.name + "\"";
   for (; decisions_reported_ < decisions_.size(); ++decisions_reported_)
     fields += ",\"auto_decision\":" + decisions_[decisions_reported_].json();
   const std::string inner = current_->metrics_fields();
@@ -280,8 +279,8 @@ std::string AutoSynchronizer::metrics_fields() {
 core::StateDict AutoSynchronizer::state_dict() const {
   core::StateDict state = current_->state_dict();
   const std::vector<std::string> names = candidate_names();
-  const mintrain::DistConfig& d = current_config_;
-  const std::vector<int64_t> saved = {std::find(names.begin(), names.end(), current_name_) - names.begin(),
+  const mintrain::DistConfig& d = in_use_.dist;
+  const std::vector<int64_t> saved = {std::find(names.begin(), names.end(), in_use_.name) - names.begin(),
                                       std::bit_cast<int64_t>(d.ssgd().has_alpha() ? d.ssgd().alpha() : -1.0),
                                       std::bit_cast<int64_t>(d.ssgd().has_beta() ? d.ssgd().beta() : -1.0),
                                       d.bytescheduler().credit_bytes()};

@@ -57,7 +57,7 @@ class AutoSynchronizer final : public Synchronizer {
   void load_state_dict(const core::StateDict& state) override;
 
   const std::vector<AutoDecision>& decisions() const { return decisions_; }
-  const std::string& current() const { return current_name_; }
+  const std::string& current() const { return in_use_.name; }
 
  private:
   enum class Phase { Profile, Trial, Run };
@@ -81,8 +81,7 @@ class AutoSynchronizer final : public Synchronizer {
   layers::Module* model_ = nullptr;
   optim::Optimizer* optimizer_ = nullptr;
   std::unique_ptr<Synchronizer> current_;
-  std::string current_name_;
-  mintrain::DistConfig current_config_;
+  Candidate in_use_;  // what current_ was built from
 
   Phase phase_ = Phase::Profile;
   ModelProfile profile_;           // what the cost model ranks with, agreed by all ranks
