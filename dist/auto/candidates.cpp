@@ -74,10 +74,8 @@ void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& pro
     const bool hierarchical = c.name.rfind("hierarchical/", 0) == 0;
     const LinearCost cost(hierarchical ? network.hierarchical : network.flat);
     if (c.dist.algorithm() == "bytescheduler") {
-      const int64_t partition = c.dist.bytescheduler().partition_bytes();  // 0: by architecture
       const CreditChoice choice = best_credit(layers, profile.update_seconds, Architecture::AllReduce,
-                                              partition > 0 ? partition : default_partition_bytes(BsArchitecture::A2A),
-                                              cost, PsLinks{});
+                                              partition_bytes_of(c.dist.bytescheduler()), cost, PsLinks{});
       c.predicted = choice.prediction.iteration;
       c.dist.mutable_bytescheduler()->set_credit_bytes(static_cast<int64_t>(choice.credit_bytes));
       continue;

@@ -622,9 +622,13 @@ BsArchitecture architecture_of(const mintrain::ByteSchedulerConfig& b) {
   return b.architecture() == "ps" ? BsArchitecture::PS : BsArchitecture::A2A;  // checked by the registry
 }
 
+}  // namespace
+
 int64_t partition_bytes_of(const mintrain::ByteSchedulerConfig& b) {
   return b.partition_bytes() > 0 ? b.partition_bytes() : default_partition_bytes(architecture_of(b));
 }
+
+namespace {
 
 void validate_bytescheduler(const mintrain::DistConfig& d) {
   const mintrain::ByteSchedulerConfig& b = d.bytescheduler();

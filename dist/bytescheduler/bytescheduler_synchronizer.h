@@ -19,6 +19,7 @@
 #include "dist/comm/process_group.h"
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
+#include "mintrain.pb.h"
 
 namespace mt::dist {
 
@@ -27,6 +28,8 @@ enum class BsArchitecture { A2A, PS };
 // dist.bytescheduler.partition_bytes 0: the partition measured fastest for the architecture
 // (docs/PERF.md, ByteScheduler).
 int64_t default_partition_bytes(BsArchitecture architecture);
+// The config's largest partition, its architecture's default where it says 0.
+int64_t partition_bytes_of(const mintrain::ByteSchedulerConfig& config);
 
 struct ByteSchedulerOptions : SynchronizerOptions {
   BsArchitecture architecture = BsArchitecture::A2A;
