@@ -42,7 +42,7 @@
 #include "core/error.h"
 #include "core/serialize.h"
 #include "core/strings.h"
-#include "dist/auto/candidates.h"
+#include "dist/auto/auto_synchronizer.h"
 #include "dist/registry.h"
 
 namespace {
@@ -317,11 +317,9 @@ int cmd_survey(const std::vector<std::string>& argv) {
   s.set_trials(0);
   s.set_trial_iters(iters);
   s.set_max_redecisions(0);
-  int total = 2 + s.profile_iters();
-  for (const auto& c : mt::dist::candidates_for(config.dist(), config.optimizer().max_grad_norm() > 0))
-    total += c.warmup_iters + iters;
+  const int64_t total = mt::dist::iterations_to_try_all(config.dist(), config.optimizer().max_grad_norm() > 0);
   config.set_max_steps(total);
-  config.set_epochs(std::max(config.epochs(), total));  // max_steps ends it
+  config.set_epochs(static_cast<int32_t>(std::max<int64_t>(config.epochs(), total)));  // max_steps ends it
   config.mutable_eval()->set_every_epochs(0);
   config.mutable_data()->set_limit_eval_batches(1);
   config.mutable_checkpoint()->set_dir("");  // no checkpoints

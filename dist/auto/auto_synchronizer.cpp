@@ -45,6 +45,14 @@ std::string AutoDecision::json() const {
   return s.str() + "]}";
 }
 
+int64_t iterations_to_try_all(const mintrain::DistConfig& dist, bool clips_gradients) {
+  // The profile's first iteration is not timed, and an iteration's time is known when the next
+  // one begins: two more than the phases' own lengths.
+  int64_t total = 2 + dist.auto_().profile_iters();
+  for (const Candidate& c : candidates_for(dist, clips_gradients)) total += c.warmup_iters + dist.auto_().trial_iters();
+  return total;
+}
+
 AutoSynchronizer::AutoSynchronizer(std::shared_ptr<ProcessGroup> group, mintrain::DistConfig dist,
                                    mintrain::OptimizerConfig optimizer, int64_t batch_size, AutoOptions options)
     : group_(std::move(group)),
@@ -84,12 +92,17 @@ Candidate AutoSynchronizer::profiling_candidate() const {
   return candidates_for(all, clips_).front();
 }
 
-void AutoSynchronizer::switch_to(const Candidate& candidate) {
+void AutoSynchronizer::retire_current() {
+  if (!current_) return;
   for (const Tensor& p : optimizer_->params()) p.clear_grad_hooks();
   // Rank 0's batch-norm statistics everywhere (the parameters are equal already), so the next
   // synchronizer's start-up check finds identical replicas and broadcasts nothing.
-  if (current_) current_->prepare_eval(*model_);
+  current_->prepare_eval(*model_);
   current_.reset();  // finishes what is in flight
+}
+
+void AutoSynchronizer::switch_to(const Candidate& candidate) {
+  retire_current();
   const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_, nullptr, batch_size_};
   current_ = find_algorithm(candidate.dist.algorithm()).make(context);
   current_->setup(*model_, *optimizer_);
@@ -209,7 +222,7 @@ void AutoSynchronizer::profile_done() {
 }
 
 void AutoSynchronizer::start_trials(const std::string& reason) {
-  current_->prepare_eval(*model_);  // nothing in flight while the network is measured
+  retire_current();  // nothing in flight while the network is measured
   MeasuredNetwork network;
   // Messages no larger than the gradient: a 4 MiB allreduce takes seconds on a slow link.
   network.flat = measure_link_cost(*group_, group_->device(), profile_.gradient_bytes());

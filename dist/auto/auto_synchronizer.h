@@ -37,6 +37,10 @@ struct AutoDecision {
   std::string json() const;      // the metrics file's object
 };
 
+// The iterations auto runs before its first decision when it tries every candidate
+// (dist.auto.trials 0), each for dist.auto.trial_iters: what `mintrain survey` trains.
+int64_t iterations_to_try_all(const mintrain::DistConfig& dist, bool clips_gradients);
+
 class AutoSynchronizer final : public Synchronizer {
  public:
   AutoSynchronizer(std::shared_ptr<ProcessGroup> group, mintrain::DistConfig dist, mintrain::OptimizerConfig optimizer,
@@ -67,6 +71,7 @@ class AutoSynchronizer final : public Synchronizer {
   void profile_done();
   void start_trials(const std::string& reason);  // measures the network, ranks, tries the best
   void trials_done();
+  void retire_current();  // hooks off, batch-norm buffers equal, nothing in flight
   void switch_to(const Candidate& candidate);
   Candidate profiling_candidate() const;
   void time_gradients();  // this rank's grad-ready times, while profiling
