@@ -5,6 +5,7 @@
 // batch, with every rank taking the same decisions although their own timings differ.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "dist/auto/auto_synchronizer.h"
 #include "dist/auto/candidates.h"
 #include "dist/auto/decision.h"
+#include "support/counting_group.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 #include "support/test_helpers.h"
@@ -122,6 +124,51 @@ void train_step(dist::Synchronizer& sync, layers::Module& model, optim::StepGuar
   opt.zero_grad();
 }
 
+// auto times the network with MG-WFBP's sizes (to 4 MiB) but skips a size whose allreduce would
+// take longer than its limit, judged from the size before it: on a slow link 4 MiB takes seconds.
+TEST(AutoNetwork, Gloo_MeasurementSkipsSizesOverItsTimeLimit) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
+    auto tally = std::make_shared<mt::testing::Tally>();
+    mt::testing::CountingGroup group(ctx.group, mt::testing::world_members(2), tally);
+    auto largest = [&] { return *std::max_element(tally->allreduced.begin(), tally->allreduced.end()); };
+    dist::measure_link_cost(group, core::Device::cpu(), 4 << 20, 1e-12);
+    EXPECT_EQ(largest(), 2048) << "any time is over 1e-12 s: only the two smallest sizes run";
+    tally->allreduced.clear();
+    const dist::LinkCost all = dist::measure_link_cost(group, core::Device::cpu(), 4 << 20, 0.0);
+    EXPECT_EQ(largest(), 1 << 20) << "no time limit: every size up to 4 MiB";
+    EXPECT_GT(all.beta, 0.0);
+  }).ok_or_report());
+}
+
+// A trial a third of the way in and 1.5x slower than another candidate ends early: FUSION,
+// slowed by 40 ms an iteration on both ranks, times 2 of its 6 iterations and does not win.
+TEST(Auto, Gloo_AFarSlowerTrialEndsEarly) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto opt = mt::testing::reference_sgd(*model);
+    dist::AutoOptions o;
+    o.config_text = "same config";
+    o.profile_iters = 2;
+    o.trials = 2;
+    o.trial_iters = 6;
+    mintrain::DistConfig d = dist_config();
+    for (const char* name : {"ssgd/bsp", "ssgd/fusion"}) d.mutable_auto_()->add_candidates(name);
+    dist::AutoSynchronizer sync(ctx.group, d, mintrain::OptimizerConfig(), kRows / 2, o);
+    sync.setup(*model, *opt);
+    for (int s = 0; s < 30 && sync.decisions().empty(); ++s) {
+      sync.begin_iteration(s);
+      std::this_thread::sleep_for(std::chrono::milliseconds(sync.current() == "ssgd/fusion" ? 40 : 2));
+      train_step(sync, *model, *opt, s, ctx.rank);
+    }
+    ASSERT_EQ(sync.decisions().size(), 1u);
+    const auto& d0 = sync.decisions()[0];
+    for (size_t i = 0; i < d0.names.size(); ++i) {
+      if (d0.names[i] == "ssgd/fusion") EXPECT_EQ(d0.timed[i], 2) << "FUSION's trial was not ended early";
+    }
+    EXPECT_EQ(d0.names[d0.winner], "ssgd/bsp");
+  }).ok_or_report());
+}
+
 // Two ranks try every candidate (trials 0), each iteration at least 5 ms (so that scheduling
 // noise stays small against it); then contention arrives (every iteration 20 ms longer on both ranks) and auto decides again, once. Rank 1 is slower than rank 0 under
 // S-SGD FUSION only, so the ranks' own timings disagree; the decisions must not. The weights
@@ -158,6 +205,7 @@ TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
     const auto& first = sync.decisions()[0];
     EXPECT_EQ(first.names.size(), 5u);
     for (double m : first.measured) EXPECT_GE(m, 0.0) << "trials 0 tries every candidate";
+    for (int timed : first.timed) EXPECT_EQ(timed, 2) << "the survey ends no trial early";
     EXPECT_EQ(sync.decisions()[1].reason.rfind("drift", 0), 0u) << sync.decisions()[1].reason;
     // The same decisions on both ranks: rank 0's winners, broadcast, against this rank's.
     std::vector<float> mine;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <numeric>
 #include <ostream>
 #include <sstream>
@@ -26,10 +27,10 @@ std::string AutoDecision::describe() const {
   std::ostringstream s;
   s << "auto at iteration " << iteration << " (" << reason << "): " << names[winner]
     << (measured[winner] >= 0 ? " measured fastest" : " predicted fastest, not tried") << "\n";
-  s << "  candidate              predicted    measured\n";
+  s << "  candidate              predicted    measured  iterations\n";
   for (size_t i = 0; i < names.size(); ++i)
-    s << core::formatted("  %-20s %11s %11s%s\n", names[i].c_str(), ms(predicted[i]).c_str(), ms(measured[i]).c_str(),
-                         i == winner ? "  <- chosen" : "");
+    s << core::formatted("  %-20s %11s %11s %11s%s\n", names[i].c_str(), ms(predicted[i]).c_str(), ms(measured[i]).c_str(),
+                         timed[i] > 0 ? std::to_string(timed[i]).c_str() : "-", i == winner ? "  <- chosen" : "");
   return s.str();
 }
 
@@ -40,7 +41,7 @@ std::string AutoDecision::json() const {
   for (size_t i = 0; i < names.size(); ++i) {
     s << (i ? "," : "") << "{\"name\":\"" << names[i] << "\",\"predicted_s\":" << predicted[i] << ",\"measured_s\":";
     if (measured[i] >= 0) s << measured[i]; else s << "null";
-    s << "}";
+    s << ",\"timed_iterations\":" << timed[i] << "}";
   }
   return s.str() + "]}";
 }
@@ -170,10 +171,11 @@ void AutoSynchronizer::iteration_done(double seconds) {
     case Phase::Trial: {
       const int warmup = ranked_[trial_].warmup_iters;
       if (phase_iters_ > warmup) trial_sum_ += seconds;
-      if (phase_iters_ < warmup + options_.trial_iters) return;
-      measured_[trial_] = trial_sum_ / options_.trial_iters;
-      const size_t tried = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
-      if (++trial_ == tried) return trials_done();
+      const int timed = phase_iters_ - warmup;
+      if (timed < options_.trial_iters && !far_off(timed)) return;
+      measured_[trial_] = trial_sum_ / timed;
+      timed_[trial_] = timed;
+      if (++trial_ == tried()) return trials_done();
       phase_iters_ = 0;
       trial_sum_ = 0.0;
       return switch_to(ranked_[trial_]);
@@ -192,6 +194,26 @@ void AutoSynchronizer::iteration_done(double seconds) {
       phase_iters_ = profiled_ = 0;
       return switch_to(profiling_candidate());
   }
+}
+
+size_t AutoSynchronizer::tried() const {
+  return options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
+}
+
+// A trial ends early, a third of the way in, when it is already kFarOff times slower than what
+// another tried candidate measured (or, not tried yet, is predicted) to take: it is not going to
+// win, and a slow trial is the costliest part of a decision. Not in the survey, which times all.
+bool AutoSynchronizer::far_off(int timed) {
+  constexpr double kFarOff = 1.5;
+  if (options_.trials == 0 || timed != std::max(2, options_.trial_iters / 3) || timed >= options_.trial_iters)
+    return false;
+  std::vector<float> mine = {static_cast<float>(trial_sum_ / timed)};
+  for (size_t i = 0; i < trial_; ++i) mine.push_back(static_cast<float>(measured_[i]));
+  const std::vector<float> slowest = agreed(mine, ReduceOp::Max);  // every rank compares the same numbers
+  double others = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < tried(); ++i)
+    if (i != trial_) others = std::min(others, i < trial_ ? static_cast<double>(slowest[i + 1]) : ranked_[i].predicted);
+  return slowest[0] > kFarOff * others;
 }
 
 void AutoSynchronizer::profile_done() {
@@ -224,19 +246,21 @@ void AutoSynchronizer::profile_done() {
 void AutoSynchronizer::start_trials(const std::string& reason) {
   retire_current();  // nothing in flight while the network is measured
   MeasuredNetwork network;
-  // Messages no larger than the gradient: a 4 MiB allreduce takes seconds on a slow link.
-  network.flat = measure_link_cost(*group_, group_->device(), profile_.gradient_bytes());
+  // The sizes MG-WFBP times on its own (to 4 MiB), so it is handed the cost it would fit, but
+  // none that would take over a second: on a slow link a 4 MiB allreduce takes seconds.
+  network.flat = measure_link_cost(*group_, group_->device(), 4 << 20, 1.0);
   const mintrain::SsgdConfig& s = dist_.ssgd();
   if (!s.rack().empty() || s.ranks_per_rack() > 0) {
     const std::vector<int> racks = racks_from_config(std::vector<int>(s.rack().begin(), s.rack().end()),
                                                      s.ranks_per_rack(), group_->size(), "dist.ssgd");
     HierarchicalGroup hierarchical(group_, racks, std::chrono::seconds(dist_.timeout_seconds()));
-    network.hierarchical = measure_link_cost(hierarchical, group_->device(), profile_.gradient_bytes());
+    network.hierarchical = measure_link_cost(hierarchical, group_->device(), 4 << 20, 1.0);
   }
   ranked_ = candidates_for(dist_, clips_);
   rank_candidates(ranked_, profile_, network);
   reason_ = reason;
   measured_.assign(ranked_.size(), -1.0);
+  timed_.assign(ranked_.size(), 0);
   phase_ = Phase::Trial;
   trial_ = 0;
   phase_iters_ = 0;
@@ -255,6 +279,7 @@ void AutoSynchronizer::trials_done() {
     d.predicted.push_back(ranked_[i].predicted);
     d.measured.push_back(slowest[i]);
   }
+  d.timed = timed_;
   d.winner = fastest(d.measured);
   if (options_.log && group_->rank() == 0) *options_.log << d.describe() << std::flush;
   if (d.winner != trial_ - 1) switch_to(ranked_[d.winner]);

@@ -32,6 +32,7 @@ struct AutoDecision {
   std::string reason;     // "start", "drift: 0.412 s against 0.301 s", "resumed"
   std::vector<std::string> names;  // ranked, best predicted first
   std::vector<double> predicted, measured;  // seconds per iteration; measured < 0: not tried
+  std::vector<int> timed;  // iterations timed per candidate: trial_iters, fewer when ended early
   size_t winner = 0;
   std::string describe() const;  // the log's table
   std::string json() const;      // the metrics file's object
@@ -71,6 +72,8 @@ class AutoSynchronizer final : public Synchronizer {
   void profile_done();
   void start_trials(const std::string& reason);  // measures the network, ranks, tries the best
   void trials_done();
+  size_t tried() const;     // how many of ranked_ the trials run
+  bool far_off(int timed);  // collective: the trial under way is ended early
   void retire_current();  // hooks off, batch-norm buffers equal, nothing in flight
   void switch_to(const Candidate& candidate);
   Candidate profiling_candidate() const;
@@ -97,6 +100,7 @@ class AutoSynchronizer final : public Synchronizer {
   int phase_iters_ = 0;            // iterations since the phase (or trial) began
   double trial_sum_ = 0.0;
   std::vector<double> measured_;   // this rank's trial means
+  std::vector<int> timed_;         // and the iterations they are over
   std::vector<AutoDecision> decisions_;
   size_t decisions_reported_ = 0;  // metrics_fields wrote the ones before
   DriftWatch drift_;

@@ -33,12 +33,17 @@ LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<doubl
   return c;
 }
 
-LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes) {
+LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes, double max_seconds) {
   using Clock = std::chrono::steady_clock;
   constexpr int kTimed = 5;
   std::vector<double> bytes, seconds;
   for (int64_t floats : {256, 2048, 16384, 131072, 1048576}) {
     if (floats > 2048 && floats * 4.0 > max_bytes) break;
+    if (floats > 2048 && max_seconds > 0) {
+      Tensor last = Tensor::from_vector(std::vector<float>{static_cast<float>(seconds.back())}, {1}).to(device);
+      finish(group.broadcast(last, 0), group, "broadcast of rank 0's allreduce time");
+      if (last.to_vector()[0] * (floats * 4.0 / bytes.back()) > max_seconds) break;
+    }
     Tensor t = Tensor::zeros({floats}, core::DType::Float32, device);
     const std::string what = "timing an allreduce of " + std::to_string(floats * 4) + " bytes (MG-WFBP's network cost)";
     finish(group.allreduce(t), group, what);  // warm-up: connections, buffers

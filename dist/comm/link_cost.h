@@ -32,6 +32,9 @@ LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<doubl
 // Times allreduces of 1 KiB .. 4 MiB on `group` (a warm-up, then the median of a few each) and
 // fits alpha and beta. Collective; every rank returns rank 0's fit, so all plan alike. Sizes
 // above max_bytes are skipped (the two smallest always run): on a slow link 4 MiB takes seconds.
-LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes = 4 << 20);
+// max_seconds > 0 also skips a size whose allreduce would take longer than that, judged from
+// the size before it (rank 0's time, so every rank skips alike).
+LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes = 4 << 20,
+                           double max_seconds = 0.0);
 
 }  // namespace mt::dist
