@@ -165,6 +165,14 @@ TEST(BenchTrain, BinaryExitsNonZeroWithTheReason) {
   EXPECT_TRUE(contains(r.output, "--device cuda:7: not available here"));
 }
 
+TEST(BenchTrainPeer, DdpAccuracyPeerNamesAMissingDataset) {
+  SKIP_WITHOUT_TORCH();
+  const Outcome r = run(torch_python() + " " + kSource + "/apps/bench/pytorch_ddp_accuracy.py --nproc 1 --data /nonexistent");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "no train-images-idx3-ubyte[.gz]")) << r.output;
+  EXPECT_TRUE(contains(r.output, "in /nonexistent; apt-get install dataset-fashion-mnist")) << r.output;
+}
+
 TEST(BenchTrainPeer, ParameterCountsMatchOurs) {
   SKIP_WITHOUT_TORCH();
   const std::vector<std::string> models = {"mlp", "lenet5", "resnet20", "resnet50", "bert_tiny"};

@@ -54,15 +54,20 @@ def read_idx(torch, path):
     return torch.frombuffer(bytearray(raw[4 + 4 * dims:]), dtype=torch.uint8).view(*shape)
 
 
-def load_split(torch, folder, prefix):
+def split_files(folder, prefix):
+    """The images and labels files of a split, or None when the folder lacks them."""
     for suffix in (".gz", ""):
         images = os.path.join(folder, f"{prefix}-images-idx3-ubyte{suffix}")
         labels = os.path.join(folder, f"{prefix}-labels-idx1-ubyte{suffix}")
         if os.path.exists(images) and os.path.exists(labels):
-            x = (read_idx(torch, images).float().div(255.0) - MEAN) / STD
-            return x.unsqueeze(1), read_idx(torch, labels).long()
-    raise FileNotFoundError(f"no {prefix}-images-idx3-ubyte[.gz] and {prefix}-labels-idx1-ubyte[.gz] in "
-                            f"{folder}; apt-get install dataset-fashion-mnist or pass --data")
+            return images, labels
+    return None
+
+
+def load_split(torch, folder, prefix):
+    images, labels = split_files(folder, prefix)
+    x = (read_idx(torch, images).float().div(255.0) - MEAN) / STD
+    return x.unsqueeze(1), read_idx(torch, labels).long()
 
 
 def lr_at(epoch, epochs, base=0.05, warmup=0.2, start_factor=0.1):
@@ -125,6 +130,11 @@ def rank_main(rank, args):
 
 def main(argv):
     args = parse_args(argv)
+    for prefix in ("train", "t10k"):
+        if split_files(args.data, prefix) is None:
+            print(f"pytorch_ddp_accuracy error=no {prefix}-images-idx3-ubyte[.gz] and {prefix}-labels-idx1-ubyte[.gz] "
+                  f"in {args.data}; apt-get install dataset-fashion-mnist, or pass --data FOLDER", flush=True)
+            return 1
     try:
         import torch.multiprocessing as mp
     except ImportError as e:
