@@ -140,17 +140,23 @@ TEST(AutoNetwork, Gloo_MeasurementSkipsSizesOverItsTimeLimit) {
   }).ok_or_report());
 }
 
+// auto's options for the loopback runs: 2 profiled iterations, then `trials` of `trial_iters`.
+dist::AutoOptions loopback_options(int trials, int trial_iters) {
+  dist::AutoOptions o;
+  o.config_text = "same config";
+  o.profile_iters = 2;
+  o.trials = trials;
+  o.trial_iters = trial_iters;
+  return o;
+}
+
 // A trial a third of the way in and 1.5x slower than another candidate ends early: FUSION,
 // slowed by 40 ms an iteration on both ranks, times 2 of its 6 iterations and does not win.
 TEST(Auto, Gloo_AFarSlowerTrialEndsEarly) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
     auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
     auto opt = mt::testing::reference_sgd(*model);
-    dist::AutoOptions o;
-    o.config_text = "same config";
-    o.profile_iters = 2;
-    o.trials = 2;
-    o.trial_iters = 6;
+    const dist::AutoOptions o = loopback_options(/*trials=*/2, /*trial_iters=*/6);
     mintrain::DistConfig d = dist_config();
     for (const char* name : {"ssgd/bsp", "ssgd/fusion"}) d.mutable_auto_()->add_candidates(name);
     dist::AutoSynchronizer sync(ctx.group, d, mintrain::OptimizerConfig(), kRows / 2, o);
@@ -162,9 +168,9 @@ TEST(Auto, Gloo_AFarSlowerTrialEndsEarly) {
     }
     ASSERT_EQ(sync.decisions().size(), 1u);
     const auto& d0 = sync.decisions()[0];
-    for (size_t i = 0; i < d0.names.size(); ++i) {
-      if (d0.names[i] == "ssgd/fusion") EXPECT_EQ(d0.timed[i], 2) << "FUSION's trial was not ended early";
-    }
+    const size_t fusion = std::find(d0.names.begin(), d0.names.end(), "ssgd/fusion") - d0.names.begin();
+    ASSERT_LT(fusion, d0.names.size());
+    EXPECT_EQ(d0.timed[fusion], 2) << "FUSION's trial was not ended early";
     EXPECT_EQ(d0.names[d0.winner], "ssgd/bsp");
   }).ok_or_report());
 }
@@ -181,11 +187,7 @@ TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
     auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
     auto opt = mt::testing::reference_sgd(*model);
-    dist::AutoOptions o;
-    o.config_text = "same config";
-    o.profile_iters = 2;
-    o.trials = 0;
-    o.trial_iters = 2;
+    dist::AutoOptions o = loopback_options(/*trials=*/0, /*trial_iters=*/2);
     o.drift_window = 4;
     o.drift_share = 1.0;
     o.max_redecisions = 5;  // a loop would show as more than one drift decision
