@@ -194,45 +194,50 @@ TEST(PowerSgd, Gloo_OneBucketFollowsThePaperOnThreeRanks) {
   }).ok_or_report());
 }
 
-// What travels: a 16 x 16 full-rank gradient and a bias at rank 1 send the bias, P (16 values)
-// and Q (16), not 256 values; the average is then not the exact mean. The warm-up iteration
-// before sends the whole bucket in one allreduce and gives the exact mean.
+// What travels: a 16 x 16 full-rank gradient, a bias and a 2 x 100 matrix too small to gain at
+// rank 1 send the bias and the small matrix uncompressed, P (16 values) and Q (16), not 256 values
+// for the large one; its average is then not the exact mean. The warm-up iteration before sends
+// the whole bucket in one allreduce and gives the exact mean. The summary counts what travelled.
 TEST(PowerSgd, Gloo_SendsLowRankFactorsNotTheGradient) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [](mt::testing::RankContext& ctx) {
     core::set_num_threads(1);
     auto tally = std::make_shared<mt::testing::Tally>();
     auto counting = std::make_shared<mt::testing::CountingGroup>(ctx.group, mt::testing::world_members(2), tally);
     auto hook = dist::make_powersgd_hook(counting, {.rank = 1, .start_iter = 1});
-    const std::vector<Tensor> params = {Tensor::zeros({16, 16}), Tensor::zeros({4})};
-    hook->set_layout({{0, 1}}, params);
+    const std::vector<Tensor> params = {Tensor::zeros({16, 16}), Tensor::zeros({4}), Tensor::zeros({2, 100})};
+    constexpr size_t kValues = 256 + 4 + 200;
+    hook->set_layout({{0, 1, 2}}, params);
     for (int it = 0; it < 2; ++it) {
-      std::vector<float> g(260);
-      std::vector<double> mean(260);
+      std::vector<float> g(kValues);
+      std::vector<double> mean(kValues);
       for (size_t i = 0; i < g.size(); ++i) {
         auto value = [&](int r) { return std::sin(0.91 * double(i * i) + 1.7 * r + it); };
         g[i] = static_cast<float>(value(ctx.rank));
         mean[i] = (value(0) + value(1)) / 2;
       }
       dist::GradBucket b;
-      b.grad = Tensor::from_vector(g, {260});
+      b.grad = Tensor::from_vector(g, {static_cast<int64_t>(kValues)});
       b.params = params;
       tally->allreduced.clear();
       hook->send(b);
       hook->finish(b);
       hook->end_iteration();
       const std::vector<float> got = b.grad.to_vector();
-      double matrix_diff = 0, bias_diff = 0;
+      double matrix_diff = 0, uncompressed_diff = 0;
       for (size_t i = 0; i < 256; ++i) matrix_diff = std::max(matrix_diff, std::fabs(got[i] - mean[i]));
-      for (size_t i = 256; i < 260; ++i) bias_diff = std::max(bias_diff, std::fabs(got[i] - mean[i]));
-      EXPECT_LT(bias_diff, 1e-6) << it;
+      for (size_t i = 256; i < kValues; ++i) uncompressed_diff = std::max(uncompressed_diff, std::fabs(got[i] - mean[i]));
+      EXPECT_LT(uncompressed_diff, 1e-6) << it;
       if (it == 0) {
-        EXPECT_EQ(tally->allreduced, std::vector<int64_t>({260}));
+        EXPECT_EQ(tally->allreduced, std::vector<int64_t>({static_cast<int64_t>(kValues)}));
         EXPECT_LT(matrix_diff, 1e-6);
       } else {
-        EXPECT_EQ(tally->allreduced, std::vector<int64_t>({4, 16, 16}));  // the bias, P, Q
+        EXPECT_EQ(tally->allreduced, std::vector<int64_t>({204, 16, 16}));  // bias and small matrix, P, Q
         EXPECT_GT(matrix_diff, 0.1) << "a rank-1 approximation of a full-rank mean";
       }
     }
+    // (460 + 204 + 16 + 16) values of 4 bytes over 2 iterations: 1392 bytes an iteration.
+    const std::string summary = hook->epoch_summary();
+    EXPECT_NE(summary.find("1.4 KB sent per iteration"), std::string::npos) << summary;
   }).ok_or_report());
 }
 

@@ -205,8 +205,7 @@ size_t AutoSynchronizer::tried() const {
 // win, and a slow trial is the costliest part of a decision. Not in the survey, which times all.
 bool AutoSynchronizer::far_off(int timed) {
   constexpr double kFarOff = 1.5;
-  if (options_.trials == 0 || timed != std::max(2, options_.trial_iters / 3) || timed >= options_.trial_iters)
-    return false;
+  if (options_.trials == 0 || timed != std::max(2, options_.trial_iters / 3)) return false;
   std::vector<float> mine = {static_cast<float>(trial_sum_ / timed)};
   for (size_t i = 0; i < trial_; ++i) mine.push_back(static_cast<float>(measured_[i]));
   const std::vector<float> slowest = agreed(mine, ReduceOp::Max);  // every rank compares the same numbers

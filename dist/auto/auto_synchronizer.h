@@ -73,7 +73,7 @@ class AutoSynchronizer final : public Synchronizer {
   void start_trials(const std::string& reason);  // measures the network, ranks, tries the best
   void trials_done();
   size_t tried() const;     // how many of ranked_ the trials run
-  bool far_off(int timed);  // collective: the trial under way is ended early
+  bool far_off(int timed);  // collective, while timed < trial_iters: the trial under way ends early
   void retire_current();  // hooks off, batch-norm buffers equal, nothing in flight
   void switch_to(const Candidate& candidate);
   Candidate profiling_candidate() const;

@@ -44,7 +44,9 @@ class HalfHook final : public CommHook {
   HalfHook(std::shared_ptr<ProcessGroup> group, std::unique_ptr<Compressor> format)
       : CommHook({.name = format->name(), .exact_average = false}),
         group_(std::move(group)),
-        format_(std::move(format)) {}
+        format_(std::move(format)) {
+    MT_CHECK(group_ != nullptr, "a communication hook needs a process group");
+  }
 
   std::shared_ptr<Work> send(const GradBucket& bucket) override {
     core::NoGradGuard no_grad;
@@ -84,12 +86,10 @@ std::unique_ptr<CommHook> make_allreduce_hook(std::shared_ptr<ProcessGroup> grou
 }
 
 std::unique_ptr<CommHook> make_fp16_hook(std::shared_ptr<ProcessGroup> group) {
-  MT_CHECK(group != nullptr, "a communication hook needs a process group");
   return std::make_unique<HalfHook>(std::move(group), make_fp16_compressor());
 }
 
 std::unique_ptr<CommHook> make_bf16_hook(std::shared_ptr<ProcessGroup> group) {
-  MT_CHECK(group != nullptr, "a communication hook needs a process group");
   return std::make_unique<HalfHook>(std::move(group), make_bf16_compressor());
 }
 

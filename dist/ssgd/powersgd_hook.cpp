@@ -95,10 +95,12 @@ class PowerSgdHook final : public CommHook {
     int64_t un = 0, pn = 0, qn = 0;
     for (size_t i : layout_.at(bucket.index)) {
       const Matrix& x = matrices_[i];
-      (x.compressed ? pn : un) += x.compressed ? x.n * x.r : x.numel;
-      qn += x.m * x.r;
+      pn += x.compressed ? x.n * x.r : 0;
+      qn += x.compressed ? x.m * x.r : 0;
+      un += x.compressed ? 0 : x.numel;
     }
     stats_.bytes_sent += 4.0 * static_cast<double>(un + pn + qn);
+    s.qn = qn;
     const core::Device device = bucket.grad.device();
     s.uncompressed = Tensor::empty({un}, core::DType::Float32, device);
     s.p = Tensor::empty({pn}, core::DType::Float32, device);
@@ -181,6 +183,7 @@ class PowerSgdHook final : public CommHook {
   struct Slot {
     bool dense = false;              // a warm-up iteration: the whole bucket in `uncompressed`
     Tensor uncompressed, p;          // summed by the allreduces
+    int64_t qn = 0;                  // Q's values, sent after P
     std::shared_ptr<Work> uncompressed_work, p_work;
   };
 
@@ -201,16 +204,14 @@ class PowerSgdHook final : public CommHook {
   void finish_matrices(const GradBucket& bucket, Slot& s, const std::string& of) {
     dist::finish(s.p_work, *group_, "PowerSGD's allreduce of P" + of);
     Tensor p = s.p.to(core::Device::cpu()).contiguous();
-    int64_t qn = 0;
     for (int64_t off = 0; size_t i : layout_.at(bucket.index)) {
       const Matrix& x = matrices_[i];
       if (!x.compressed) continue;
       orthogonalize_columns(p.data<float>() + off, x.n, x.r);
       off += x.n * x.r;
-      qn += x.m * x.r;
     }
     p = p.to(s.p.device());
-    Tensor q = Tensor::empty({qn}, core::DType::Float32, s.p.device());
+    Tensor q = Tensor::empty({s.qn}, core::DType::Float32, s.p.device());
     std::vector<Tensor> ps;
     int64_t po = 0, qo = 0;
     for_each_piece(bucket, [&](size_t i, Tensor piece) {
