@@ -65,7 +65,8 @@ const char* kSurveyUsage =
     "  survey CONFIG [--set k=v ...] [--iters N] [--output DIR]\n"
     "                     (under launch) time every lossless synchronization this job can run\n"
     "                     (dist.algorithm \"auto\"'s candidates) for N iterations each (20) and\n"
-    "                     print them measured next to predicted, the fastest marked\n";
+    "                     print them measured next to predicted, the fastest marked (with\n"
+    "                     launch --nservers S, the parameter server's schedules too)\n";
 const char* kEvalUsage =
     "  eval CONFIG --checkpoint PATH [--set k=v ...]\n"
     "                     test accuracy and loss of a checkpoint\n";
@@ -317,7 +318,9 @@ int cmd_survey(const std::vector<std::string>& argv) {
   s.set_trials(0);
   s.set_trial_iters(iters);
   s.set_max_redecisions(0);
-  const int64_t total = mt::dist::iterations_to_try_all(config.dist(), config.optimizer().max_grad_norm() > 0);
+  const mt::dist::WorldInfo world = mt::dist::world_from_env();
+  const int64_t total =
+      mt::dist::iterations_to_try_all(config.dist(), config.optimizer().max_grad_norm() > 0, world.servers);
   config.set_max_steps(total);
   config.set_epochs(static_cast<int32_t>(std::max<int64_t>(config.epochs(), total)));  // max_steps ends it
   config.mutable_eval()->set_every_epochs(0);
@@ -325,6 +328,7 @@ int cmd_survey(const std::vector<std::string>& argv) {
   config.mutable_checkpoint()->set_dir("");  // no checkpoints
   const auto output = a.options.find("--output");
   config.set_output_dir(output != a.options.end() ? output->second : config.output_dir() + "-survey");
+  if (world.servers > 0 && world.is_server()) return mt::apps::run_parameter_server(config, world, std::cout);
   mt::apps::TrainerOptions opt;
   opt.overwrite = true;
   mt::apps::Trainer trainer(config, opt);

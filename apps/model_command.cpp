@@ -116,7 +116,8 @@ const char* kModelUsage =
     "    calibrate together, each one's times at its own n (apps/README.md, \"Measured networks\")\n"
     "  --shared-cores: also the profile's core-sharing terms (gamma, the compute lost while a message\n"
     "    is in flight, the during-compute curve), for ranks that share CPU cores\n"
-    "  --servers S: parameter servers of the PS methods (default dist.ps.servers, or 1);\n"
+    "  --servers S: parameter servers of the PS methods (default dist.ps.servers, or 1); given, the\n"
+    "    auto ranking holds the PS candidates too (a job started with S servers);\n"
     "  --partition-bytes B: their and ByteScheduler's largest partition (default dist.ps.partition_bytes);\n"
     "  --credit-bytes C: ByteScheduler's credit (default: the fastest of B x 1, 2, 4, ..., per N)";
 
@@ -482,11 +483,17 @@ int run_model_command(const std::vector<std::string>& args, std::ostream& out) {
                       {mb(r.credit_a2a), r.ps_modelled ? mb(r.credit_ps) : std::string("-")});
   }
 
-  // dist.algorithm "auto" starts from this order (its trials then measure the best few).
+  // dist.algorithm "auto" starts from this order (its trials then measure the best few); the PS
+  // candidates when --servers says the job starts servers (one level only, as above).
   dist::MeasuredNetwork auto_network{ring_cost(network, s, at),
                                  network.two_level() ? network.allreduce(at, dist::AllreduceAlgorithm::Hierarchical)
-                                                     : dist::LinkCost{}};
-  std::vector<dist::Candidate> ranked = dist::candidates_for(dc, config.optimizer().max_grad_norm() > 0);
+                                                     : dist::LinkCost{},
+                                 dist::PsLinks{}};
+  const int auto_servers = servers && !network.two_level() ? s.ps_servers : 0;
+  if (auto_servers > 0) auto_network.servers = network.ps_links(at, auto_servers);
+  mintrain::DistConfig auto_dist = dc;
+  auto_dist.mutable_ps()->set_partition_bytes(s.partition_bytes);
+  std::vector<dist::Candidate> ranked = dist::candidates_for(auto_dist, config.optimizer().max_grad_norm() > 0, auto_servers);
   dist::rank_candidates(ranked, profile, auto_network);
   out << "\ndist.algorithm \"auto\" at N = " << at << ", best predicted first:";
   for (const dist::Candidate& c : ranked) out << " " << c.name << " " << ms(c.predicted) << (&c == &ranked.back() ? "" : ",");

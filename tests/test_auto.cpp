@@ -70,21 +70,36 @@ std::vector<std::string> names_of(const std::vector<dist::Candidate>& candidates
 }
 
 TEST(AutoCandidates, LosslessOnlyRacksAddHierarchicalClippingDropsByteScheduler) {
-  EXPECT_EQ(names_of(dist::candidates_for(dist_config(), false)),
+  EXPECT_EQ(names_of(dist::candidates_for(dist_config(), false, 0)),
             (std::vector<std::string>{"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "bytescheduler/a2a"}));
-  EXPECT_EQ(names_of(dist::candidates_for(dist_config(), true)).back(), "ssgd/mgwfbp");
+  EXPECT_EQ(names_of(dist::candidates_for(dist_config(), true, 0)).back(), "ssgd/mgwfbp");
   mintrain::DistConfig racks = dist_config();
   racks.mutable_ssgd()->set_ranks_per_rack(2);
-  EXPECT_EQ(names_of(dist::candidates_for(racks, false)).size(), 7u);
-  EXPECT_EQ(names_of(dist::candidates_for(dist_config({"ssgd/fusion", "ssgd/bsp"}), false)),
+  EXPECT_EQ(names_of(dist::candidates_for(racks, false, 0)).size(), 7u);
+  EXPECT_EQ(names_of(dist::candidates_for(dist_config({"ssgd/fusion", "ssgd/bsp"}), false, 0)),
             (std::vector<std::string>{"ssgd/fusion", "ssgd/bsp"}));
   for (const char* lossy : {"cdsgd", "dssync", "local_sgd", "dlcp"}) {
-    const std::string e = mt::testing::error_of([&] { dist::candidates_for(dist_config({lossy}), false); });
+    const std::string e = mt::testing::error_of([&] { dist::candidates_for(dist_config({lossy}), false, 0); });
     EXPECT_TRUE(mt::testing::contains(e, "trains differently from S-SGD")) << e;
     EXPECT_TRUE(mt::testing::contains(e, std::string("dist.algorithm \"") + lossy)) << e;
   }
-  const std::string e = mt::testing::error_of([] { dist::candidates_for(dist_config({"hierarchical/fusion"}), false); });
+  const std::string e = mt::testing::error_of([] { dist::candidates_for(dist_config({"hierarchical/fusion"}), false, 0); });
   EXPECT_TRUE(mt::testing::contains(e, "need dist.ssgd.rack or ranks_per_rack")) << e;
+}
+
+// Servers add the parameter server's three schedules with dist.ps's settings; without servers
+// naming one says how to start them.
+TEST(AutoCandidates, ServersAddTheParameterServerSchedules) {
+  mintrain::DistConfig d = dist_config();
+  d.mutable_ps()->set_partition_bytes(16384);
+  const auto all = dist::candidates_for(d, false, 2);
+  ASSERT_EQ(all.size(), 8u);
+  EXPECT_EQ(names_of({all.end() - 3, all.end()}), (std::vector<std::string>{"ps/bsp", "ps/wfbp", "ps/staggered"}));
+  EXPECT_EQ(all.back().dist.algorithm(), "ps");
+  EXPECT_EQ(all.back().dist.ps().schedule(), "staggered");
+  EXPECT_EQ(all.back().dist.ps().partition_bytes(), 16384);
+  const std::string e = mt::testing::error_of([] { dist::candidates_for(dist_config({"ps/wfbp"}), false, 0); });
+  EXPECT_TRUE(mt::testing::contains(e, "--nservers")) << e;
 }
 
 // Ten equal layers; on a network where a message costs 5 ms of start-up, WFBP (one message per
@@ -96,7 +111,7 @@ TEST(AutoCandidates, RankedByTheCostModel) {
   profile.update_seconds = 1e-3;
   dist::MeasuredNetwork network;
   network.flat = dist::LinkCost(5e-3, 1e-9);
-  auto ranked = dist::candidates_for(dist_config(), false);
+  auto ranked = dist::candidates_for(dist_config(), false, 0);
   dist::rank_candidates(ranked, profile, network);
   for (size_t i = 1; i < ranked.size(); ++i) EXPECT_LE(ranked[i - 1].predicted, ranked[i].predicted);
   EXPECT_EQ(ranked.back().name, "ssgd/wfbp");
@@ -109,6 +124,18 @@ TEST(AutoCandidates, RankedByTheCostModel) {
       EXPECT_GT(c.dist.bytescheduler().credit_bytes(), 0);
     }
   }
+  // A slow allreduce and fast links to two servers: the parameter server is predicted fastest,
+  // WFBP-PS (pushes during backward) ahead of BSP-PS.
+  network.flat = dist::LinkCost(5e-3, 1e-7);
+  network.servers = {2, 2, 1e-5, 1e-9, 1e-9};
+  ranked = dist::candidates_for(dist_config(), false, 2);
+  dist::rank_candidates(ranked, profile, network);
+  EXPECT_EQ(ranked[0].name.rfind("ps/", 0), 0u) << ranked[0].name;
+  auto at = [&](const std::string& name) {
+    return std::find_if(ranked.begin(), ranked.end(), [&](const dist::Candidate& c) { return c.name == name; });
+  };
+  EXPECT_LT(at("ps/wfbp"), at("ps/bsp"));
+  EXPECT_LT(at("ps/bsp"), at("ssgd/bsp"));
 }
 
 constexpr int64_t kImage = 6, kClasses = 4, kRows = 8;
@@ -234,6 +261,61 @@ TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
       ctx.group->broadcast(rank0, 0)->wait();
       EXPECT_EQ(rank0.to_vector(), tensor.to_vector()) << name;
     }
+  }, mo).ok_or_report());
+}
+
+// Two workers and two parameter servers try four candidates, two of them the parameter server's
+// schedules: the servers serve each of those in turn and idle between (their log counts the
+// sessions, and a session's end), and the workers end with S-SGD's weights, as on any candidate.
+TEST(Auto, Gloo_ParameterServerCandidatesServeInTurnAndTrainAlike) {
+  constexpr int kWorkers = 2, kServers = 2;
+  mintrain::DistConfig d = dist_config({"ssgd/bsp", "ps/wfbp", "ssgd/fusion", "ps/staggered"});
+  d.mutable_ps()->set_partition_bytes(64);  // several partitions a layer
+  const dist::AutoOptions o = loopback_options(/*trials=*/0, /*trial_iters=*/2);
+  const int steps = static_cast<int>(dist::iterations_to_try_all(d, false, kServers)) + 3;
+  mt::testing::MultiprocessOptions mo;
+  mo.timeout = std::chrono::seconds(120);
+  EXPECT_TRUE(mt::testing::run_ranks(kWorkers + kServers, [&](mt::testing::RankContext& ctx) {
+    if (ctx.rank >= kWorkers) {
+      std::ostringstream log;
+      dist::serve_auto_session({ctx.group, d, kWorkers, kServers, &log});
+      const std::string text = log.str();
+      size_t sessions = 0, ends = 0;
+      for (size_t at = text.find("serving "); at != std::string::npos; at = text.find("serving ", at + 1)) ++sessions;
+      for (size_t at = text.find("done after"); at != std::string::npos; at = text.find("done after", at + 1)) ++ends;
+      EXPECT_GE(sessions, 2u) << text;  // each PS trial, and the winner's run when it is one
+      EXPECT_EQ(ends, sessions) << text;
+      return;
+    }
+    auto workers = ctx.group->subgroup({0, 1});
+    auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto opt = mt::testing::reference_sgd(*model);
+    {
+      dist::AutoSynchronizer sync(workers, d, mintrain::OptimizerConfig(), kRows / 2, o, ctx.group);
+      sync.setup(*model, *opt);
+      for (int s = 0; s < steps; ++s) {
+        sync.begin_iteration(s);
+        train_step(sync, *model, *opt, s, ctx.rank);
+      }
+      ASSERT_EQ(sync.decisions().size(), 1u);
+      const auto& first = sync.decisions()[0];
+      for (size_t i = 0; i < first.names.size(); ++i) {
+        EXPECT_GE(first.measured[i], 0.0) << first.names[i];
+        EXPECT_GT(first.predicted[i], 0.0) << first.names[i];
+      }
+      sync.prepare_eval(*model);
+    }  // worker 0 ends the servers' session
+    auto plain = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto plain_opt = mt::testing::reference_sgd(*plain);
+    dist::SsgdOptions so;
+    so.config_text = "same config";
+    dist::SsgdSynchronizer ssgd(workers, so);
+    ssgd.setup(*plain, *plain_opt);
+    for (int s = 0; s < steps; ++s) {
+      ssgd.begin_iteration(s);
+      train_step(ssgd, *plain, *plain_opt, s, ctx.rank);
+    }
+    EXPECT_EQ(mt::testing::weights_of(*model), mt::testing::weights_of(*plain));
   }, mo).ok_or_report());
 }
 

@@ -202,14 +202,16 @@ TEST(Cli, ParameterServerLayoutErrorsExitThreeWithoutRestarts) {
   }
 }
 
-// The survey on the job's own ranks: every candidate of dist.algorithm "auto" measured, the
-// fastest marked, then the run ends.
+// The survey on the job's own ranks and a parameter server: every candidate of dist.algorithm
+// "auto" measured, the parameter server's schedules too, the fastest marked, then the run ends
+// and the server with it (launch exits 0 only when every rank did).
 TEST(Cli, SurveyMeasuresEveryCandidate) {
   const fs::path out = temp_dir() / "survey";
-  const Result r = run("launch --nproc-per-node 2 -- survey " + kConfigs + "mlp_synthetic.prototxt --iters 2 --output " +
-                       out.string());
+  const Result r = run("launch --nproc-per-node 2 --nservers 1 -- survey " + kConfigs +
+                       "mlp_synthetic.prototxt --iters 2 --output " + out.string());
   EXPECT_EQ(r.status, 0) << r.err;
-  for (const std::string name : {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "bytescheduler/a2a"})
+  for (const std::string name : {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "bytescheduler/a2a", "ps/bsp",
+                                 "ps/wfbp", "ps/staggered"})
     EXPECT_TRUE(has(r.out, "] " + std::string(2, ' ') + name)) << name << "\n" << r.out;
   EXPECT_TRUE(has(r.out, "<- chosen")) << r.out;
   EXPECT_FALSE(has(r.out, "           -")) << "a candidate was not measured\n" << r.out;

@@ -805,7 +805,7 @@ TEST(PsLaunch, ServersWithAnAlgorithmThatUsesNoneAreRefused) {
                              " --output run --set epochs=1 --set dist.timeout_seconds=10");
   EXPECT_NE(r.status, 0) << r.out << r.err;
   // Worker or server, whichever speaks first (the launcher then stops the other).
-  EXPECT_TRUE(has(r.err, "but dist.algorithm \"ssgd\" uses none; set dist.algorithm \"ps\" (or \"bytescheduler\" or \"dlcp\" with architecture \"ps\") or start no servers"))
+  EXPECT_TRUE(has(r.err, "but dist.algorithm \"ssgd\" uses none; set dist.algorithm \"auto\" or \"ps\" (or \"bytescheduler\" or \"dlcp\" with architecture \"ps\") or start no servers"))
       << r.err;
 }
 

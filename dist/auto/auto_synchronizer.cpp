@@ -10,6 +10,7 @@
 #include "core/strings.h"
 #include "dist/comm/hierarchical_group.h"
 #include "dist/comm/topology.h"
+#include "dist/ps/ps_synchronizer.h"
 #include "dist/predict/model_profile.h"
 
 namespace mt::dist {
@@ -46,29 +47,44 @@ std::string AutoDecision::json() const {
   return s.str() + "]}";
 }
 
-int64_t iterations_to_try_all(const mintrain::DistConfig& dist, bool clips_gradients) {
+int64_t iterations_to_try_all(const mintrain::DistConfig& dist, bool clips_gradients, int servers) {
   // The profile's first iteration is not timed, and an iteration's time is known when the next
   // one begins: two more than the phases' own lengths.
   int64_t total = 2 + dist.auto_().profile_iters();
-  for (const Candidate& c : candidates_for(dist, clips_gradients)) total += c.warmup_iters + dist.auto_().trial_iters();
+  for (const Candidate& c : candidates_for(dist, clips_gradients, servers)) total += c.warmup_iters + dist.auto_().trial_iters();
   return total;
 }
 
 AutoSynchronizer::AutoSynchronizer(std::shared_ptr<ProcessGroup> group, mintrain::DistConfig dist,
-                                   mintrain::OptimizerConfig optimizer, int64_t batch_size, AutoOptions options)
+                                   mintrain::OptimizerConfig optimizer, int64_t batch_size, AutoOptions options,
+                                   std::shared_ptr<ProcessGroup> world_with_servers)
     : group_(std::move(group)),
       dist_(std::move(dist)),
       optimizer_config_(std::move(optimizer)),
       batch_size_(batch_size),
       clips_(optimizer_config_.max_grad_norm() > 0),
       options_(std::move(options)),
+      world_with_servers_(std::move(world_with_servers)),
       drift_(options_.drift_share, options_.drift_window, options_.max_redecisions) {
-  candidates_for(dist_, clips_);  // an unknown candidate fails before any collective
+  if (world_with_servers_) session_ = std::make_unique<ServerSession>(group_, world_with_servers_);
+  candidates_for(dist_, clips_, servers());  // an unknown candidate fails before any collective
 }
 
 AutoSynchronizer::~AutoSynchronizer() {
-  if (!model_) return;
-  for (const Tensor& p : optimizer_->params()) p.clear_grad_hooks();  // they point at current_
+  if (model_)
+    for (const Tensor& p : optimizer_->params()) p.clear_grad_hooks();  // they point at current_
+  current_.reset();  // a parameter-server candidate tells its servers to stop serving it
+  if (session_ && !failed_) session_->end();
+}
+
+template <typename F>
+auto AutoSynchronizer::failing(F&& f) {
+  try {
+    return f();
+  } catch (...) {
+    failed_ = true;
+    throw;
+  }
 }
 
 std::string AutoSynchronizer::name() const { return "auto(" + in_use_.name + ")"; }
@@ -81,7 +97,7 @@ void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   if (options_.log && group_->rank() == 0)
     *options_.log << "auto: profiling " << options_.profile_iters << " iterations as S-SGD BSP, then trying "
                   << (options_.trials > 0 ? "the best " + std::to_string(options_.trials) + " of " : "all ")
-                  << candidates_for(dist_, clips_).size() << " candidates as the cost model ranks them, "
+                  << candidates_for(dist_, clips_, servers()).size() << " candidates as the cost model ranks them, "
                   << options_.trial_iters << " iterations each" << std::endl;
   switch_to(profiling_candidate());
 }
@@ -90,7 +106,7 @@ void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
 Candidate AutoSynchronizer::profiling_candidate() const {
   mintrain::DistConfig all = dist_;
   all.mutable_auto_()->clear_candidates();
-  return candidates_for(all, clips_).front();
+  return candidates_for(all, clips_, servers()).front();
 }
 
 void AutoSynchronizer::retire_current() {
@@ -104,9 +120,18 @@ void AutoSynchronizer::retire_current() {
 
 void AutoSynchronizer::switch_to(const Candidate& candidate) {
   retire_current();
-  const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_, nullptr, batch_size_};
-  current_ = find_algorithm(candidate.dist.algorithm()).make(context);
-  current_->setup(*model_, *optimizer_);
+  const bool ps = candidate.dist.algorithm() == "ps";
+  const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_,
+                                 ps ? world_with_servers_ : nullptr, batch_size_};
+  if (ps) {  // a session of the servers, with partition ids (so tags) of its own (ps_synchronizer.h)
+    constexpr int64_t kIdsPerSession = 1 << 20;
+    MT_CHECK(ps_sessions_ < 1000, "auto: more than 1000 parameter-server sessions would run out of tags");
+    session_->serve(candidate.dist.ps().partition_bytes());
+    current_ = make_ps_synchronizer(context, kIdsPerSession * ps_sessions_++);
+  } else {
+    current_ = find_algorithm(candidate.dist.algorithm()).make(context);
+  }
+  failing([&] { current_->setup(*model_, *optimizer_); });
   in_use_ = candidate;
   time_gradients();
 }
@@ -119,29 +144,21 @@ void AutoSynchronizer::time_gradients() {
     });
 }
 
-std::vector<float> AutoSynchronizer::agreed(std::vector<float> values, ReduceOp op) {
-  const int64_t n = static_cast<int64_t>(values.size());
-  Tensor t = Tensor::from_vector(values, {n}).to(group_->device());
-  finish(group_->allreduce(t, op), *group_, "auto: agreeing on its measurements");
-  // One rank's result everywhere: the decisions compare these numbers, so they must be bit-equal.
-  finish(group_->broadcast(t, 0), *group_, "auto: agreeing on its measurements");
-  return t.to(core::Device::cpu()).to_vector();
-}
-
 void AutoSynchronizer::begin_iteration(int64_t iteration) {
   const Clock::time_point now = Clock::now();
   if (iteration != iteration_) {
     if (iteration_ >= 0 && !untimed_) {
       if (phase_ == Phase::Profile && profiled_ > 0) update_ += seconds_between(ended_, now);
-      iteration_done(seconds_between(began_, now));
+      failing([&] { iteration_done(seconds_between(began_, now)); });
     }
+    if (session_ && in_use_.dist.algorithm() != "ps") failing([&] { session_->keep_alive(); });
     untimed_ = false;
     iteration_ = iteration;
     began_ = Clock::now();  // after a switch: its cost is the trial's warm-up, not this iteration's
   }
   micro_batch_began_ = Clock::now();
   std::fill(ready_.begin(), ready_.end(), Clock::time_point{});
-  current_->begin_iteration(iteration);
+  failing([&] { current_->begin_iteration(iteration); });
 }
 
 bool AutoSynchronizer::end_iteration(optim::StepGuard& optimizer) {
@@ -157,7 +174,7 @@ bool AutoSynchronizer::end_iteration(optim::StepGuard& optimizer) {
       ++profiled_;
     }
   }
-  const bool stepped = current_->end_iteration(optimizer);
+  const bool stepped = failing([&] { return current_->end_iteration(optimizer); });
   ended_ = Clock::now();
   return stepped;
 }
@@ -182,7 +199,7 @@ void AutoSynchronizer::iteration_done(double seconds) {
     }
     case Phase::Run:
       if (!drift_.add(seconds)) return;
-      const double mean = agreed({static_cast<float>(drift_.window_mean())}, ReduceOp::Max)[0];
+      const double mean = agreed(*group_, {static_cast<float>(drift_.window_mean())}, ReduceOp::Max)[0];
       const double baseline = drift_.baseline();
       if (!drift_.drifted(mean)) return;
       const std::string why = "drift: " + ms(mean) + " an iteration against " + ms(baseline);
@@ -208,7 +225,7 @@ bool AutoSynchronizer::far_off(int timed) {
   if (options_.trials == 0 || timed != std::max(2, options_.trial_iters / 3)) return false;
   std::vector<float> mine = {static_cast<float>(trial_sum_ / timed)};
   for (size_t i = 0; i < trial_; ++i) mine.push_back(static_cast<float>(measured_[i]));
-  const std::vector<float> slowest = agreed(mine, ReduceOp::Max);  // every rank compares the same numbers
+  const std::vector<float> slowest = agreed(*group_, mine, ReduceOp::Max);  // every rank compares the same numbers
   double others = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < tried(); ++i)
     if (i != trial_) others = std::min(others, i < trial_ ? static_cast<double>(slowest[i + 1]) : ranked_[i].predicted);
@@ -222,7 +239,7 @@ void AutoSynchronizer::profile_done() {
   for (size_t i = 0; i < P; ++i) mine[i] = static_cast<float>(backward_[i] / profiled_);
   mine[P] = static_cast<float>(forward_ / profiled_);
   mine[P + 1] = static_cast<float>(update_ / profiled_);
-  const std::vector<float> sum = agreed(mine, ReduceOp::Sum);
+  const std::vector<float> sum = agreed(*group_, mine, ReduceOp::Sum);
   const double n = group_->size();
   profile_ = ModelProfile{};
   const double backward_total = std::accumulate(sum.begin(), sum.begin() + P, 0.0) / n;
@@ -255,7 +272,8 @@ void AutoSynchronizer::start_trials(const std::string& reason) {
     HierarchicalGroup hierarchical(group_, racks, std::chrono::seconds(dist_.timeout_seconds()));
     network.hierarchical = measure_link_cost(hierarchical, group_->device(), 4 << 20, 1.0);
   }
-  ranked_ = candidates_for(dist_, clips_);
+  if (session_) network.servers = session_->measure_links(4 << 20, 1.0);
+  ranked_ = candidates_for(dist_, clips_, servers());
   rank_candidates(ranked_, profile_, network);
   reason_ = reason;
   measured_.assign(ranked_.size(), -1.0);
@@ -269,7 +287,7 @@ void AutoSynchronizer::start_trials(const std::string& reason) {
 
 void AutoSynchronizer::trials_done() {
   std::vector<float> mine(measured_.begin(), measured_.end());
-  const std::vector<float> slowest = agreed(mine, ReduceOp::Max);  // an iteration lasts as long as its slowest rank
+  const std::vector<float> slowest = agreed(*group_, mine, ReduceOp::Max);  // an iteration lasts as long as its slowest rank
   AutoDecision d;
   d.iteration = iteration_;
   d.reason = reason_;
@@ -338,7 +356,7 @@ void AutoSynchronizer::load_state_dict(const core::StateDict& state) {
   }
   // The choice the checkpoint ran with, without trials; drift decides again (profiling first).
   const auto names = candidate_names();
-  for (Candidate c : candidates_for(dist_, clips_)) {
+  for (Candidate c : candidates_for(dist_, clips_, servers())) {
     if (saved.empty() || saved[0] < 0 || saved[0] >= static_cast<int64_t>(names.size()) || c.name != names[saved[0]] ||
         phase_ != Phase::Profile)
       continue;
@@ -363,13 +381,10 @@ void validate_auto(const mintrain::DistConfig& d) {
   check_above("dist.auto.drift_share", a.drift_share(), 0.0);
   check_at_least("dist.auto.drift_window", a.drift_window(), 1);
   check_at_least("dist.auto.max_redecisions", a.max_redecisions(), 0);
-  candidates_for(d, false);
+  candidates_for(d, false, 1);  // ps/ names are checked against the servers when the job starts
 }
 
 std::unique_ptr<Synchronizer> make_auto(const AlgorithmContext& c) {
-  MT_CHECK(c.world_with_servers == nullptr, "dist.algorithm \"auto\" chooses among synchronizations without "
-           "parameter servers, but the job started servers; start none, or set dist.algorithm \"ps\" or "
-           "\"bytescheduler\" with architecture \"ps\"");
   const mintrain::AutoConfig& a = c.dist.auto_();
   auto o = options_from<AutoOptions>(c);
   o.profile_iters = a.profile_iters();
@@ -378,7 +393,8 @@ std::unique_ptr<Synchronizer> make_auto(const AlgorithmContext& c) {
   o.drift_share = a.drift_share();
   o.drift_window = a.drift_window();
   o.max_redecisions = a.max_redecisions();
-  return std::make_unique<AutoSynchronizer>(c.group, c.dist, c.optimizer, c.batch_size, std::move(o));
+  return std::make_unique<AutoSynchronizer>(c.group, c.dist, c.optimizer, c.batch_size, std::move(o),
+                                            c.world_with_servers);
 }
 
 }  // namespace
@@ -386,4 +402,7 @@ std::unique_ptr<Synchronizer> make_auto(const AlgorithmContext& c) {
 
 MT_REGISTER_ALGORITHM(auto, {.validate = mt::dist::validate_auto,
                              .make = mt::dist::make_auto,
-                             .reads = {"ssgd", "bytescheduler"}})
+                             .names = {},
+                             .serve = mt::dist::serve_auto_session,
+                             .servers_if = {},
+                             .reads = {"ssgd", "bytescheduler", "ps"}})

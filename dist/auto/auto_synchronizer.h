@@ -12,6 +12,7 @@
 
 #include "dist/auto/candidates.h"
 #include "dist/auto/decision.h"
+#include "dist/auto/server_session.h"
 #include "dist/predict/model_profile.h"
 #include "dist/registry.h"
 
@@ -40,13 +41,15 @@ struct AutoDecision {
 
 // The iterations auto runs before its first decision when it tries every candidate
 // (dist.auto.trials 0), each for dist.auto.trial_iters: what `mintrain survey` trains.
-int64_t iterations_to_try_all(const mintrain::DistConfig& dist, bool clips_gradients);
+int64_t iterations_to_try_all(const mintrain::DistConfig& dist, bool clips_gradients, int servers);
 
 class AutoSynchronizer final : public Synchronizer {
  public:
+  // `world_with_servers`: the workers, then the parameter servers (null: the job has none).
   AutoSynchronizer(std::shared_ptr<ProcessGroup> group, mintrain::DistConfig dist, mintrain::OptimizerConfig optimizer,
-                   int64_t batch_size, AutoOptions options);
-  ~AutoSynchronizer() override;
+                   int64_t batch_size, AutoOptions options,
+                   std::shared_ptr<ProcessGroup> world_with_servers = nullptr);
+  ~AutoSynchronizer() override;  // worker 0 ends the servers' session (not after a failure)
   std::string name() const override;  // "auto(ssgd/mgwfbp)"
 
   void setup(layers::Module& model, optim::Optimizer& optimizer) override;
@@ -78,7 +81,9 @@ class AutoSynchronizer final : public Synchronizer {
   void switch_to(const Candidate& candidate);
   Candidate profiling_candidate() const;
   void time_gradients();  // this rank's grad-ready times, while profiling
-  std::vector<float> agreed(std::vector<float> values, ReduceOp op);  // over ranks, then rank 0's
+  int servers() const { return session_ ? session_->servers() : 0; }
+  template <typename F>
+  auto failing(F&& f);  // f(), noting a failure: the servers are then not told to end
 
   std::shared_ptr<ProcessGroup> group_;
   mintrain::DistConfig dist_;
@@ -88,6 +93,10 @@ class AutoSynchronizer final : public Synchronizer {
   AutoOptions options_;
   layers::Module* model_ = nullptr;
   optim::Optimizer* optimizer_ = nullptr;
+  std::shared_ptr<ProcessGroup> world_with_servers_;
+  std::unique_ptr<ServerSession> session_;  // with parameter servers
+  bool failed_ = false;
+  int64_t ps_sessions_ = 0;  // parameter-server candidates run so far
   std::unique_ptr<Synchronizer> current_;
   Candidate in_use_;  // what current_ was built from
 

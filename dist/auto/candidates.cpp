@@ -35,10 +35,10 @@ bool lossy(const std::string& name) {
 
 std::vector<std::string> candidate_names() {
   return {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "hierarchical/fusion", "hierarchical/mgwfbp",
-          "bytescheduler/a2a"};
+          "bytescheduler/a2a", "ps/bsp", "ps/wfbp", "ps/staggered"};
 }
 
-std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients) {
+std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients, int servers) {
   mintrain::DistConfig base = dist;
   base.clear_auto_();
   base.mutable_compressor()->set_type("none");
@@ -51,6 +51,13 @@ std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool cli
   bs.dist.set_algorithm("bytescheduler");
   bs.dist.mutable_bytescheduler()->set_architecture("a2a");
   if (!clips_gradients) all.push_back(bs);
+  for (const char* s : {"bsp", "wfbp", "staggered"}) {
+    if (servers == 0) break;
+    Candidate ps{std::string("ps/") + s, base};
+    ps.dist.set_algorithm("ps");
+    ps.dist.mutable_ps()->set_schedule(s);
+    all.push_back(ps);
+  }
 
   const auto& named = dist.auto_().candidates();
   if (named.empty()) return all;
@@ -62,7 +69,7 @@ std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool cli
     const auto it = std::find_if(all.begin(), all.end(), [&](const Candidate& c) { return c.name == name; });
     MT_CHECK(it != all.end(), "dist.auto.candidates: \"", name, "\" is not a candidate of this job; valid names: ",
              core::join(candidate_names()), " (hierarchical/ ones need dist.ssgd.rack or ranks_per_rack; "
-             "bytescheduler/a2a needs optimizer.max_grad_norm 0)");
+             "bytescheduler/a2a needs optimizer.max_grad_norm 0, ps/ ones parameter servers: `mintrain launch --nservers S`)");
     kept.push_back(*it);
   }
   return kept;
@@ -78,6 +85,14 @@ void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& pro
                                               partition_bytes_of(c.dist.bytescheduler()), cost, PsLinks{});
       c.predicted = choice.prediction.iteration;
       c.dist.mutable_bytescheduler()->set_credit_bytes(static_cast<int64_t>(choice.credit_bytes));
+      continue;
+    }
+    if (c.dist.algorithm() == "ps") {  // the staggered schedule's rounds are priced as WFBP's pushes
+      const int64_t bytes = c.dist.ps().partition_bytes();
+      c.predicted = predict_partitioned(layers, profile.update_seconds,
+                                        c.dist.ps().schedule() == "bsp" ? bsp_ps(bytes) : wfbp_ps(bytes), cost,
+                                        network.servers)
+                        .iteration;
       continue;
     }
     mintrain::SsgdConfig& s = *c.dist.mutable_ssgd();

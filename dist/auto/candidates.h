@@ -7,6 +7,7 @@
 
 #include "dist/comm/link_cost.h"
 #include "dist/predict/model_profile.h"
+#include "dist/predict/partition_cost_model.h"
 #include "mintrain.pb.h"
 
 namespace mt::dist {
@@ -21,9 +22,10 @@ struct Candidate {
 // Every candidate this job can run: S-SGD's BSP, WFBP, FUSION and MG-WFBP; FUSION and MG-WFBP
 // over the hierarchical allreduce when the racks are known (dist.ssgd.rack or ranks_per_rack);
 // ByteScheduler on allreduce unless the optimizer clips by the global norm (it steps layer by
-// layer). dist.auto.candidates keeps the ones it names (an unknown or lossy name is an Error
-// saying why).
-std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients);
+// layer); the parameter server's BSP, WFBP and staggered schedules when the job started
+// `servers` (with dist.ps's settings). dist.auto.candidates keeps the ones it names (an unknown
+// or lossy name is an Error saying why).
+std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients, int servers);
 // The names candidates_for can give (for `mintrain help` and the errors).
 std::vector<std::string> candidate_names();
 
@@ -31,6 +33,7 @@ std::vector<std::string> candidate_names();
 struct MeasuredNetwork {
   LinkCost flat;
   LinkCost hierarchical;  // the racks' allreduce, when there are racks
+  PsLinks servers;        // the workers' links to the parameter servers, when there are servers
 };
 
 // Predicts each candidate's iteration time from the measured profile and network (the DAGs of

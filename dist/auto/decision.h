@@ -1,12 +1,18 @@
 // What dist.algorithm "auto" decides with, apart from the synchronizers themselves: which
 // measured candidate is fastest, and when the iteration time has drifted far enough to decide
-// again. Pure functions of agreed numbers, so every rank decides alike (and tests feed them
-// tables).
+// again. Pure functions of agreed numbers (agreed below), so every rank decides alike (and tests
+// feed them tables).
 #pragma once
 #include <cstddef>
 #include <vector>
 
+#include "dist/comm/process_group.h"
+
 namespace mt::dist {
+
+// Collective: `values` reduced over the ranks by `op`, then rank 0's result everywhere, so the
+// numbers a decision compares are bit-equal on every rank.
+std::vector<float> agreed(ProcessGroup& group, std::vector<float> values, ReduceOp op);
 
 // The index of the least time, the first of equals (candidates come best predicted first, so a
 // tie goes to the better prediction). A time < 0 was not measured and is never chosen; an

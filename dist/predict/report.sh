@@ -65,6 +65,8 @@
 #            ps_staggered predicted as WFBP-PS's DAG, on flat)
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            auto (dist.algorithm "auto": its trials included in the run; racks of --nproc/2 on two_racks)
+#            auto_ps (auto started with the --servers parameter servers: the PS's schedules are
+#            candidates too; flat and two_racks)
 #            pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone (the rows above)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
 # --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
@@ -174,8 +176,8 @@ for p in $presets; do
 done
 
 for a in $algorithm_list; do
-  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|ssgd_powersgd|ssgd_bf16|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|auto|pytorch_ddp|pytorch_ddp_powersgd|one_worker|compute_alone) ;;
-    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit ssgd_powersgd ssgd_bf16 dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps auto pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone)" >&2; exit 2 ;;
+  case $a in ssgd_bsp|ssgd_wfbp|ssgd_fusion|ssgd_mgwfbp|ssgd_hierarchical|cdsgd_two_bit|ssgd_two_bit|ssgd_powersgd|ssgd_bf16|dssync|ps_bsp|ps_wfbp|ps_staggered|bytescheduler_a2a|bytescheduler_ps|auto|auto_ps|pytorch_ddp|pytorch_ddp_powersgd|one_worker|compute_alone) ;;
+    *) echo "report.sh: unknown algorithm '$a' (ssgd_bsp ssgd_wfbp ssgd_fusion ssgd_mgwfbp ssgd_hierarchical cdsgd_two_bit ssgd_two_bit ssgd_powersgd ssgd_bf16 dssync ps_bsp ps_wfbp ps_staggered bytescheduler_a2a bytescheduler_ps auto auto_ps pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone)" >&2; exit 2 ;;
   esac
 done
 [[ -f $config ]] || { echo "report.sh: no config file '$config' (--config)" >&2; exit 2; }
@@ -258,7 +260,7 @@ declare -A label=([ssgd_bsp]="S-SGD BSP" [ssgd_wfbp]="S-SGD WFBP" [ssgd_fusion]=
                   [ssgd_bf16]="S-SGD + bf16 hook"
                   [dssync]="DS-Sync" [ps_bsp]="BSP-PS" [ps_wfbp]="WFBP-PS" [ps_staggered]="Staggered-PS"
                   [bytescheduler_a2a]="ByteScheduler-A2A" [bytescheduler_ps]="ByteScheduler-PS"
-                  [auto]="auto (picks its own)"
+                  [auto]="auto (picks its own)" [auto_ps]="auto with servers (picks its own)"
                   [pytorch_ddp]="PyTorch DDP (Gloo)" [pytorch_ddp_powersgd]="PyTorch DDP + PowerSGD hook (rank 2)"
                   [one_worker]="1 worker alone"
                   [compute_alone]="N workers alone (no communication)")
@@ -283,7 +285,7 @@ algo_sets() {
     # ByteScheduler's allreduce form sums host copies on Gloo (the CPU's backend anyway).
     bytescheduler_a2a) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=a2a" ;;
     bytescheduler_ps) echo "dist.algorithm=bytescheduler dist.bytescheduler.architecture=ps" ;;
-    auto) echo "dist.algorithm=auto"
+    auto|auto_ps) echo "dist.algorithm=auto"
           [[ $2 == two_racks ]] && echo "dist.ssgd.ranks_per_rack=$RACK" ;;
     dssync) echo "dist.algorithm=dssync dist.dssync.group_size=$DSSYNC_GROUP"
             [[ $2 == two_racks ]] && echo "dist.dssync.ranks_per_rack=$RACK dist.dssync.cross_period=2" ;;
@@ -552,7 +554,7 @@ for preset in $presets; do
   for algo in "${algorithms[@]}"; do
     run_dir=$out/runs/$preset/$algo
     ps_servers=0
-    if [[ $algo == ps_* || $algo == bytescheduler_ps ]]; then
+    if [[ $algo == ps_* || $algo == bytescheduler_ps || $algo == auto_ps ]]; then
       [[ $preset == flat || $preset == two_racks ]] || {
         log "$preset / ${label[$algo]}: the parameter server runs on the flat and two_racks presets only"; continue; }
       ps_servers=$servers

@@ -109,7 +109,7 @@ PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers,
 }
 
 void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsPartition>& plan,
-                             int64_t partition_bytes, int64_t vote_numel) {
+                             int64_t partition_bytes, int64_t vote_numel, int64_t first_id) {
   // Worker 0 speaks for the workers (they agree on the config: check_replicas_agree) and greets
   // every server; servers that accepted are told to stop when another refused, so they exit at
   // once too. The other workers learn the verdict from worker 0's broadcast, so every worker stops.
@@ -123,9 +123,9 @@ void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const s
       try {
         std::vector<int64_t> table;  // {id, numel} per partition
         if (s == 0 && vote_numel > 0) table = {0, vote_numel};
-        const int64_t first_id = vote_numel > 0 ? 1 : 0;
+        const int64_t first = first_id + (vote_numel > 0 ? 1 : 0);
         for (size_t k = 0; k < plan.size(); ++k)
-          if (plan[k].server == s) table.insert(table.end(), {first_id + static_cast<int64_t>(k), plan[k].numel});
+          if (plan[k].server == s) table.insert(table.end(), {first + static_cast<int64_t>(k), plan[k].numel});
         const int64_t count = static_cast<int64_t>(table.size() / 2);
         const Tensor hello = int64s({ps::kVersion, N, servers, partition_bytes, s, count});
         Tensor answer = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);

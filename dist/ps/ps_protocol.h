@@ -17,6 +17,12 @@
 //                                    note asked for it: ByteScheduler's credit comes back then)
 //   pull      server s -> worker w   float32: the sum of the N pushes of partition k
 //
+// dist.algorithm "auto" keeps its servers between parameter-server candidates (dist/auto/):
+//   session   worker 0 -> server s   int64 {kIdle, 0} while another candidate runs (the servers'
+//                                    wait keeps the world's timeout), {kServe, partition_bytes}
+//                                    (the hello above follows), {kEcho, bytes} or {kEnd, 0}
+//   echo      worker w <-> server s  float32: the link measurement's message and its copy back
+//
 // Pushes, receipts and pulls of partition k have tags of their own, so messages of different
 // partitions never meet, and one tag's messages between two ranks arrive in order (iteration
 // after iteration).
@@ -35,6 +41,9 @@ inline constexpr uint32_t kTableTag = 1;
 inline constexpr uint32_t kCommandTag = 2;
 inline constexpr uint32_t kNoteTag = 3;
 inline constexpr int64_t kNoteNumbers = 3;  // worker, partition, receipt wanted
+inline constexpr uint32_t kSessionTag = 4;
+inline constexpr uint32_t kEchoTag = 5;
+inline constexpr int64_t kIdle = 3, kServe = 4, kEcho = 5, kEnd = 6;  // session commands
 inline uint32_t push_tag(int64_t partition) { return 16 + 3 * static_cast<uint32_t>(partition); }
 inline uint32_t pull_tag(int64_t partition) { return 17 + 3 * static_cast<uint32_t>(partition); }
 inline uint32_t receipt_tag(int64_t partition) { return 18 + 3 * static_cast<uint32_t>(partition); }

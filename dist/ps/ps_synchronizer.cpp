@@ -58,7 +58,7 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
     partitions_of_[plan_[k].param].push_back(k);
     outgoing_.push_back(Tensor::zeros({plan_[k].numel}));
     incoming_.push_back(Tensor::zeros({plan_[k].numel}));
-    notes_.push_back(int64s({workers_->rank(), static_cast<int64_t>(k), 0}));
+    notes_.push_back(int64s({workers_->rank(), id(k), 0}));
     receipts_.push_back(Tensor::zeros({1}, core::DType::Int64));
   }
   if (options_.schedule == PsSchedule::STAGGERED) {
@@ -78,7 +78,7 @@ void PsSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer) {
   pushed_at_.assign(plan_.size(), Clock::time_point{});
   pushed_.assign(plan_.size(), false);
   commands_ = ServerCommands(world_, workers_->size());
-  greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes);
+  greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes, 0, options_.first_partition_id);
   if (workers_->rank() == 0 && options_.log) {
     *options_.log << "parameter server: " << servers() << " servers, " << name() << ", "
                   << describe_plan(plan_, servers(), options_.partition_bytes);
@@ -114,10 +114,10 @@ void PsSynchronizer::push(size_t k) {
   const std::string what = "pushing partition " + std::to_string(k) + " of iteration " +
                            std::to_string(micro_batches_.iteration());
   with_server(failed_, workers_->rank(), workers_->size(), part.server, what, [&] {
-    pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(static_cast<int64_t>(k)));
+    pull_work_[k] = world_->recv(incoming_[k], peer, ps::pull_tag(id(k)));
     if (notes_[k].data<int64_t>()[2] != 0)
-      receipt_work_[k] = world_->recv(receipts_[k], peer, ps::receipt_tag(static_cast<int64_t>(k)));
-    push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(static_cast<int64_t>(k)));
+      receipt_work_[k] = world_->recv(receipts_[k], peer, ps::receipt_tag(id(k)));
+    push_work_[k] = world_->send(outgoing_[k], peer, ps::push_tag(id(k)));
     note_work_[k] = world_->send(notes_[k], peer, ps::kNoteTag);
   });
   pushed_at_[k] = Clock::now();
@@ -355,7 +355,9 @@ void validate_ps(const mintrain::DistConfig& d) {
   check_at_least("dist.ps.servers", p.servers(), 0);
 }
 
-std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
+}  // namespace
+
+std::unique_ptr<Synchronizer> make_ps_synchronizer(const AlgorithmContext& c, int64_t first_partition_id) {
   const mintrain::PsConfig& p = c.dist.ps();
   check_worker_world(*c.group, c.world_with_servers.get(), "dist.algorithm \"ps\"");
   const int servers = c.world_with_servers->size() - c.group->size();
@@ -369,8 +371,11 @@ std::unique_ptr<Synchronizer> make_ps(const AlgorithmContext& c) {
   o.rounds = p.rounds();
   o.split_tied = p.split_tied_gradients();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
+  o.first_partition_id = first_partition_id;
   return std::make_unique<PsSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
+
+namespace {
 
 void serve_ps(const ServerContext& c) {
   MT_CHECK_CONFIG(c.dist.ps().servers() == 0 || c.dist.ps().servers() == c.servers, "parameter server ",
@@ -384,6 +389,6 @@ void serve_ps(const ServerContext& c) {
 }  // namespace mt::dist
 
 MT_REGISTER_ALGORITHM(ps, {.validate = mt::dist::validate_ps,
-                           .make = mt::dist::make_ps,
+                           .make = [](const mt::dist::AlgorithmContext& c) { return mt::dist::make_ps_synchronizer(c); },
                            .names = {{"ps.schedule", mt::dist::ps_schedule_names()}},
                            .serve = mt::dist::serve_ps})

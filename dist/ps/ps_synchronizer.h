@@ -14,6 +14,7 @@
 #include "dist/ps/ps_handshake.h"
 #include "dist/ps/ps_partition.h"
 #include "dist/ps/row_sparse_exchange.h"
+#include "dist/registry.h"
 
 namespace mt::dist {
 
@@ -26,6 +27,10 @@ struct PsOptions : SynchronizerOptions {
   int rounds = 4;  // STAGGERED: groups per server
   bool split_tied = true;  // WFBP, STAGGERED: tied parameters' parts exchanged apart (above)
   int grad_accumulation_steps = 1;
+  // The plan's partitions are ids first_partition_id.. on the wire (tags, notes): dist.algorithm
+  // "auto" gives each server session ids of its own, as a stopped server leaves its next
+  // iteration's push receives posted (Gloo cannot take one back), which would eat a later push.
+  int64_t first_partition_id = 0;
 };
 
 class PsSynchronizer final : public Synchronizer {
@@ -59,6 +64,7 @@ class PsSynchronizer final : public Synchronizer {
 
  private:
   using Clock = std::chrono::steady_clock;
+  int64_t id(size_t k) const { return options_.first_partition_id + static_cast<int64_t>(k); }
   void push(size_t k);
   void push_staggered(bool finish);  // from a hook (finish false) or from step()
   void push_from_hook(size_t param_index);  // its partitions, now (WFBP) or in their staggered group
@@ -103,5 +109,8 @@ class PsSynchronizer final : public Synchronizer {
   int64_t summary_steps_ = 0;
   double summary_wait_s_ = 0;
 };
+
+// dist.algorithm "ps" from its config, as the registry builds it, with the partitions' first id.
+std::unique_ptr<Synchronizer> make_ps_synchronizer(const AlgorithmContext& context, int64_t first_partition_id = 0);
 
 }  // namespace mt::dist
