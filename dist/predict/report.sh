@@ -26,7 +26,8 @@
 #                               [--max-steal P] [--set KEY=VALUE]... [--out-of-sample "N1 N2"]
 #                               [--config FILE]
 #
-# Parameter servers (ps_bsp, ps_wfbp, ps_staggered, bytescheduler_ps; flat and two_racks presets): the testbed
+# Parameter servers (ps_bsp, ps_wfbp, ps_staggered, bytescheduler_ps, auto_ps; flat, two_racks and
+# contention presets, where the contended host 0 is worker 0): the testbed
 # gets N+S hosts and runs with WORLD_SIZE=N+S MINTRAIN_NUM_SERVERS=S (ranks N..N+S-1 are the
 # servers), each server behind its own shaped link (--servers S, default 1). Flat: rank r in host r.
 # two_racks: each rack holds half the workers and half the servers (with an odd S the second rack
@@ -66,7 +67,7 @@
 #            bytescheduler_a2a bytescheduler_ps (ByteScheduler on allreduce / on the servers)
 #            auto (dist.algorithm "auto": its trials included in the run; racks of --nproc/2 on two_racks)
 #            auto_ps (auto started with the --servers parameter servers: the PS's schedules are
-#            candidates too; flat and two_racks)
+#            candidates too)
 #            pytorch_ddp pytorch_ddp_powersgd one_worker compute_alone (the rows above)
 #            (default "ssgd_bsp ssgd_mgwfbp cdsgd_two_bit dssync")
 # --nproc    ranks, one per emulated host (default 4; even, for two_racks); the workers with a PS
@@ -555,8 +556,8 @@ for preset in $presets; do
     run_dir=$out/runs/$preset/$algo
     ps_servers=0
     if [[ $algo == ps_* || $algo == bytescheduler_ps || $algo == auto_ps ]]; then
-      [[ $preset == flat || $preset == two_racks ]] || {
-        log "$preset / ${label[$algo]}: the parameter server runs on the flat and two_racks presets only"; continue; }
+      [[ $preset == flat || $preset == two_racks || $preset == contention ]] || {
+        log "$preset / ${label[$algo]}: the parameter server runs on the flat, two_racks and contention presets only"; continue; }
       ps_servers=$servers
     fi
     mkdir -p "$run_dir"
