@@ -87,6 +87,19 @@ TEST(AutoCandidates, LosslessOnlyRacksAddHierarchicalClippingDropsByteScheduler)
   EXPECT_TRUE(mt::testing::contains(e, "need dist.ssgd.rack or ranks_per_rack")) << e;
 }
 
+// Deciding again, the method in use is tried too, just behind the best `trials`, even when the
+// model now ranks it last: a switch must be measured faster than staying.
+TEST(AutoCandidates, DecidingAgainTriesTheMethodInUse) {
+  std::vector<dist::Candidate> ranked;
+  for (const char* name : {"a", "b", "c", "d"}) ranked.push_back({name, {}});
+  EXPECT_EQ(dist::with_incumbent(ranked, 2, "d"), 3u);
+  EXPECT_EQ(names_of(ranked), (std::vector<std::string>{"a", "b", "d", "c"}));
+  EXPECT_EQ(dist::with_incumbent(ranked, 2, "a"), 2u) << "already tried";
+  EXPECT_EQ(dist::with_incumbent(ranked, 2, ""), 2u) << "the first decision has no method in use";
+  EXPECT_EQ(dist::with_incumbent(ranked, 4, "c"), 4u) << "every candidate tried";
+  EXPECT_EQ(names_of(ranked), (std::vector<std::string>{"a", "b", "d", "c"}));
+}
+
 // Servers add the parameter server's three schedules with dist.ps's settings; without servers
 // naming one says how to start them.
 TEST(AutoCandidates, ServersAddTheParameterServerSchedules) {

@@ -205,7 +205,7 @@ void AutoSynchronizer::iteration_done(double seconds) {
       const std::string why = "drift: " + ms(mean) + " an iteration against " + ms(baseline);
       if (options_.log && group_->rank() == 0) *options_.log << "auto at iteration " << iteration_ << ": " << why
                                                              << " over " << options_.drift_window << " iterations; deciding again" << std::endl;
-      if (!profile_.layers.empty()) return start_trials(why);
+      if (!profile_.layers.empty()) return start_trials(why, in_use_.name);
       profile_reason_ = why;  // resumed: no profile yet, so profile first, as BSP
       phase_ = Phase::Profile;
       phase_iters_ = profiled_ = 0;
@@ -213,9 +213,6 @@ void AutoSynchronizer::iteration_done(double seconds) {
   }
 }
 
-size_t AutoSynchronizer::tried() const {
-  return options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
-}
 
 // A trial ends early, a third of the way in, when it is already kFarOff times slower than what
 // another tried candidate measured (or, not tried yet, is predicted) to take: it is not going to
@@ -259,7 +256,7 @@ void AutoSynchronizer::profile_done() {
   start_trials(profile_reason_);
 }
 
-void AutoSynchronizer::start_trials(const std::string& reason) {
+void AutoSynchronizer::start_trials(const std::string& reason, const std::string& incumbent) {
   retire_current();  // nothing in flight while the network is measured
   MeasuredNetwork network;
   // The sizes MG-WFBP times on its own (to 4 MiB), so it is handed the cost it would fit, but
@@ -275,6 +272,8 @@ void AutoSynchronizer::start_trials(const std::string& reason) {
   if (session_) network.servers = session_->measure_links(4 << 20, 1.0);
   ranked_ = candidates_for(dist_, clips_, servers());
   rank_candidates(ranked_, profile_, network);
+  tries_ = with_incumbent(ranked_, options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size(),
+                          incumbent);
   reason_ = reason;
   measured_.assign(ranked_.size(), -1.0);
   timed_.assign(ranked_.size(), 0);

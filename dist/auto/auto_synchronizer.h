@@ -73,9 +73,10 @@ class AutoSynchronizer final : public Synchronizer {
 
   void iteration_done(double seconds);  // the previous iteration's time, between two iterations
   void profile_done();
-  void start_trials(const std::string& reason);  // measures the network, ranks, tries the best
+  // Measures the network, ranks, tries the best (and the incumbent, deciding again).
+  void start_trials(const std::string& reason, const std::string& incumbent = "");
   void trials_done();
-  size_t tried() const;     // how many of ranked_ the trials run
+  size_t tried() const { return tries_; }  // how many of ranked_ the trials run
   bool far_off(int timed);  // collective, while timed < trial_iters: the trial under way ends early
   void retire_current();  // hooks off, batch-norm buffers equal, nothing in flight
   void switch_to(const Candidate& candidate);
@@ -106,6 +107,7 @@ class AutoSynchronizer final : public Synchronizer {
   std::string reason_;             // why the trials under way began
   std::string profile_reason_ = "start";  // why the profiling under way began
   size_t trial_ = 0;               // the candidate under trial
+  size_t tries_ = 0;               // of ranked_, the first tries_ are tried
   int phase_iters_ = 0;            // iterations since the phase (or trial) began
   double trial_sum_ = 0.0;
   std::vector<double> measured_;   // this rank's trial means

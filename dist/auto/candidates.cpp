@@ -108,4 +108,12 @@ void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& pro
                    [](const Candidate& a, const Candidate& b) { return a.predicted < b.predicted; });
 }
 
+size_t with_incumbent(std::vector<Candidate>& ranked, size_t tries, const std::string& incumbent) {
+  const auto first = ranked.begin() + static_cast<std::ptrdiff_t>(tries);
+  const auto it = std::find_if(first, ranked.end(), [&](const Candidate& c) { return c.name == incumbent; });
+  if (it == ranked.end()) return tries;
+  std::rotate(first, it, it + 1);
+  return tries + 1;
+}
+
 }  // namespace mt::dist

@@ -42,4 +42,9 @@ struct MeasuredNetwork {
 // credit the model finds fastest (so neither measures again when tried).
 void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& profile, const MeasuredNetwork& network);
 
+// Deciding again, the method in use is tried too: a switch must be measured faster than staying,
+// under the same new conditions. Moves `incumbent` (a name; "" for none) just behind the first
+// `tries` of `ranked` when it is not among them, and returns how many to try.
+size_t with_incumbent(std::vector<Candidate>& ranked, size_t tries, const std::string& incumbent);
+
 }  // namespace mt::dist

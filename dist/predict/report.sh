@@ -11,7 +11,8 @@
 #               --inter-rate, its switch buffer UPLINK_QUEUE, env, default the testbed's 1s),
 #               straggler (one host at RATE/10);
 #               contention (host 0's link alternating RATE/5 and RATE every 2 s) on request,
-#               from CONTENTION_AFTER seconds (env, default 0) after the hosts are up
+#               from CONTENTION_AFTER seconds (env, default 0) after the hosts are up, on host
+#               CONTENTION_HOST (env, default 0; with S servers, host N+s is server s's)
 #               (env HOST_QUEUE, the testbed's, bounds each host's own side of its link:
 #               default 100ms, 1514000b for a Linux host's 1000 frames; the report names it)
 # It collects every rank's log and metrics.jsonl, then writes DIR/report.md (a table: time per
@@ -566,7 +567,8 @@ for preset in $presets; do
     if [[ $preset == contention ]]; then
       # CONTENTION_AFTER=S (env): the network is quiet for S seconds, then contended, as when
       # another job starts mid-run (what auto's re-decision is for).
-      (sleep "${CONTENTION_AFTER:-0}"; exec bash "$TESTBED" vary 0 "$((rate_bits / 5))bit" "$rate" 2) &
+      # CONTENTION_HOST=H (env, default 0): the contended host (with servers, N+s is server s's).
+      (sleep "${CONTENTION_AFTER:-0}"; exec bash "$TESTBED" vary "${CONTENTION_HOST:-0}" "$((rate_bits / 5))bit" "$rate" 2) &
       vary_pid=$!
     fi
     sets=()
@@ -852,7 +854,7 @@ fi
   echo
   echo "Presets: flat = every host link at $rate (on every preset a host link queues 100ms at the switch's side, ${HOST_QUEUE:-100ms} at the host's); two_racks = hosts 0-$((RACK - 1)) and $RACK-$((NPROC - 1)) in two racks joined by one" \
        "link at $((inter_bits / 1000000)) Mbit/s (switch buffer ${UPLINK_QUEUE:-1s}); straggler = host $((NPROC - 1))'s link at $((rate_bits / 10 / 1000000)) Mbit/s;" \
-       "contention = host 0's link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s${CONTENTION_AFTER:+, from $CONTENTION_AFTER s after the hosts came up}."
+       "contention = host ${CONTENTION_HOST:-0}'s link alternating $((rate_bits / 5 / 1000000)) and $((rate_bits / 1000000)) Mbit/s every 2 s${CONTENTION_AFTER:+, from $CONTENTION_AFTER s after the hosts came up}."
   echo "ms / iteration: median over rank 0's progress windows (every $every iterations) of the time/iteration" \
        "deltas in metrics.jsonl (PyTorch DDP: the median of its windows' means); throughput: ranks x batch / that time; wall time: start of" \
        "the ranks to the exit of the last one (rendezvous, profiling and evaluations included); CPU steal: the" \
