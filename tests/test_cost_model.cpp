@@ -513,6 +513,11 @@ TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
   // dist.algorithm "auto" starts from the same model's order.
   EXPECT_TRUE(has(out, "dist.algorithm \"auto\" at N = 4, best predicted first: ")) << out;
   EXPECT_TRUE(has(out, "ssgd/bsp 29.800 ms")) << out;
+  EXPECT_FALSE(has(out, " ps/wfbp ")) << "no servers, no parameter-server candidate\n" << out;
+  const std::string with_servers = run_model({kMlpConfig, "--layer-times", write_layer_times(), "--workers", "4",
+                                              "--bandwidth-gbps", "1", "--latency-us", "50", "--servers", "2"});
+  for (const char* name : {" ps/bsp ", " ps/wfbp ", " ps/staggered "})
+    EXPECT_TRUE(has(with_servers, name)) << name << "\n" << with_servers;
 }
 
 // The measured curves timed Gloo's flat ring: a hierarchical prediction across racks must not

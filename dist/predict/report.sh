@@ -13,6 +13,8 @@
 #               contention (host 0's link alternating RATE/5 and RATE every 2 s) on request,
 #               from CONTENTION_AFTER seconds (env, default 0) after the hosts are up, on host
 #               CONTENTION_HOST (env, default 0; with S servers, host N+s is server s's)
+#               (env RUN_TIMEOUT, default 900: seconds a rank may run before it is stopped;
+#               raise it for 1,000 iterations of a cell slower than 0.9 s an iteration)
 #               (env HOST_QUEUE, the testbed's, bounds each host's own side of its link:
 #               default 100ms, 1514000b for a Linux host's 1000 frames; the report names it)
 # It collects every rank's log and metrics.jsonl, then writes DIR/report.md (a table: time per
@@ -434,7 +436,7 @@ run_ranks() {
   for ((r = 0; r < world; r++)); do
     bash "$TESTBED" run "$(host_of "$r")" -- env RANK=$r WORLD_SIZE=$world MINTRAIN_NUM_SERVERS=${SERVERS:-0} LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
         MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-        timeout 900 "$bin" "$@" >"$logprefix$r.log" 2>&1 &
+        timeout "${RUN_TIMEOUT:-900}" "$bin" "$@" >"$logprefix$r.log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=$?; done
@@ -460,7 +462,7 @@ alone_once() {
   pids=()
   for ((r = 0; r < COUNT; r++)); do
     bash "$TESTBED" run "$r" -- env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-        timeout 900 "$bin" train "$CONFIG" --set "model.name=$model" "${extra_sets[@]}" \
+        timeout "${RUN_TIMEOUT:-900}" "$bin" train "$CONFIG" --set "model.name=$model" "${extra_sets[@]}" \
         --set "epochs=$epochs" --set "data.batch_size=$BATCH" --set "data.limit_train_batches=$limit" \
         --set "data.limit_eval_batches=$eval_limit" --set "logging.print_every_iters=$every" \
         --set checkpoint.every_epochs=0 --set checkpoint.dir= --output "$dir/out$r" >"$dir/rank$r.log" 2>&1 &
@@ -479,7 +481,7 @@ ddp_once() {
   for ((r = 0; r < NPROC; r++)); do
     bash "$TESTBED" run "$r" -- env RANK=$r WORLD_SIZE=$NPROC MASTER_ADDR=10.77.0.1 MASTER_PORT=$port \
         GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-        timeout 900 "$PYTHON" apps/bench/pytorch_ddp.py --model "$model" --batch "$BATCH" --threads 1 \
+        timeout "${RUN_TIMEOUT:-900}" "$PYTHON" apps/bench/pytorch_ddp.py --model "$model" --batch "$BATCH" --threads 1 \
         --hook "${DDP_HOOK:-none}" --warmup "$every" --iters "$ddp_iters" --window "$every" --timeout 120 >"$dir/rank$r.log" 2>&1 &
     pids+=($!)
   done
