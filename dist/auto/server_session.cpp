@@ -80,13 +80,8 @@ PsLinks ServerSession::measure_links(double max_bytes, double max_seconds) {
   // A round trip is two messages, each over the worker's link and its server's, which carries
   // the copies of the ceil(N / S) workers that share it.
   const LinkCost fit = fit_link_cost(bytes, seconds);
-  const int flows = (N + S - 1) / S;
-  PsLinks links;
-  links.workers = N;
-  links.servers = S;
-  links.latency = fit.alpha / 2;
-  links.worker_seconds_per_byte = links.server_seconds_per_byte = fit.beta / (2.0 * flows);
-  return links;
+  const double per_byte = fit.beta / (2.0 * ((N + S - 1) / S));
+  return {N, S, fit.alpha / 2, per_byte, per_byte};  // latency, worker's and server's seconds per byte
 }
 
 void serve_auto_session(const ServerContext& c) {
