@@ -213,7 +213,6 @@ void AutoSynchronizer::iteration_done(double seconds) {
   }
 }
 
-
 // A trial ends early, a third of the way in, when it is already kFarOff times slower than what
 // another tried candidate measured (or, not tried yet, is predicted) to take: it is not going to
 // win, and a slow trial is the costliest part of a decision. Not in the survey, which times all.

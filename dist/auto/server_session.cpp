@@ -86,13 +86,11 @@ PsLinks ServerSession::measure_links(double max_bytes, double max_seconds) {
 
 void serve_auto_session(const ServerContext& c) {
   const int N = c.workers, index = c.world->rank() - N;
-  const std::string who = parameter_server_name(index, N);
   auto wait = [&](const std::shared_ptr<Work>& work, int w, const std::string& what) {
     try {
       work->wait();
     } catch (const std::exception& e) {
-      MT_FAIL(who, ": ", parameter_server_worker_name(w), " is gone or silent (", what, "): ", e.what(),
-              "; stopping the server (the job cannot go on without it)");
+      fail_worker_gone(index, N, w, what, e);
     }
   };
   std::vector<int> mine;  // the workers whose link measurement this server echoes
@@ -117,7 +115,7 @@ void serve_auto_session(const ServerContext& c) {
         for (size_t i = 0; i < mine.size(); ++i) wait(sent[i], mine[i], "echoing its link measurement's message");
       }
     } else {
-      MT_CHECK(k[0] == ps::kIdle, who, ": worker 0 sent an unknown command ", k[0],
+      MT_CHECK(k[0] == ps::kIdle, parameter_server_name(index, N), ": worker 0 sent an unknown command ", k[0],
                " (workers and servers of different builds?)");
     }
   }

@@ -74,6 +74,11 @@ void fail_server_gone(int worker, int workers, int server, const std::string& wh
           "; stopping (the job cannot go on without it)");
 }
 
+void fail_worker_gone(int server, int workers, int worker, const std::string& what, const std::exception& e) {
+  MT_FAIL(parameter_server_name(server, workers), ": ", parameter_server_worker_name(worker), " is gone or silent (",
+          what, "): ", e.what(), "; stopping the server (the job cannot go on without it)");
+}
+
 PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers, int64_t partition_bytes) {
   const int index = world.rank() - workers;
   const std::string who = parameter_server_name(index, workers);
@@ -81,8 +86,7 @@ PsServerTable answer_worker_hello(ProcessGroup& world, int workers, int servers,
     try {
       work->wait();
     } catch (const std::exception& e) {
-      MT_FAIL(who, ": worker 0 (rank 0) is gone or silent (", what, "): ", e.what(),
-              "; stopping the server (the job cannot go on without it)");
+      fail_worker_gone(index, workers, 0, what, e);
     }
   };
   Tensor hello = Tensor::zeros({ps::kHelloNumbers}, core::DType::Int64);

@@ -47,6 +47,10 @@ void check_worker_world(const ProcessGroup& workers, const ProcessGroup* world, 
 // names it (for the PS, ByteScheduler-PS and DLCP-PS workers alike).
 [[noreturn]] void fail_server_gone(int worker, int workers, int server, const std::string& what, const std::exception& e);
 
+// On server `server`: worker `worker` failed while `what`; throws the Error that names both (for
+// every server's waits: the PS's, auto's session).
+[[noreturn]] void fail_worker_gone(int server, int workers, int worker, const std::string& what, const std::exception& e);
+
 // Runs f, which talks to server `server` while `what`; an error (a dead server breaks the pair at
 // once, or a wait times out) sets `failed` (no stop message is sent at the end) and becomes
 // fail_server_gone's.

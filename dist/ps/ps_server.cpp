@@ -32,8 +32,7 @@ PsServerStats ParameterServer::run(std::ostream* log) {
   // Every wait and post below names what it was for and whom: a dead or silent worker is named.
   // (Posting fails at once when the worker's connection already broke.)
   auto gone = [&](int w, const std::string& what, const std::exception& e) {
-    MT_FAIL(who(), ": ", worker(w), " is gone or silent (", what, "): ", e.what(),
-            "; stopping the server (the job cannot go on without it)");
+    fail_worker_gone(index(), options_.workers, w, what, e);
   };
   auto wait_for = [&](const std::shared_ptr<Work>& work, int w, const std::string& what) {
     try {
