@@ -100,6 +100,21 @@ TEST(AutoCandidates, DecidingAgainTriesTheMethodInUse) {
   EXPECT_EQ(names_of(ranked), (std::vector<std::string>{"a", "b", "d", "c"}));
 }
 
+// Deciding again, the best of every family (S-SGD, ByteScheduler, the parameter server) is tried
+// too, just behind the best `tries`.
+TEST(AutoCandidates, DecidingAgainTriesEveryFamily) {
+  auto ranked = dist::candidates_for(
+      dist_config({"ps/wfbp", "ps/staggered", "ps/bsp", "ssgd/fusion", "bytescheduler/a2a", "ssgd/mgwfbp"}), false, 1);
+  EXPECT_EQ(dist::with_every_family(ranked, 2), 4u);
+  EXPECT_EQ(names_of(ranked), (std::vector<std::string>{"ps/wfbp", "ps/staggered", "ssgd/fusion", "bytescheduler/a2a",
+                                                        "ps/bsp", "ssgd/mgwfbp"}));
+  EXPECT_EQ(dist::with_every_family(ranked, 3), 4u) << "ByteScheduler's best moves up; S-SGD's is in";
+  EXPECT_EQ(dist::with_every_family(ranked, 4), 4u) << "every family is in";
+  EXPECT_EQ(names_of(ranked)[3], "bytescheduler/a2a");
+  ranked = dist::candidates_for(dist_config({"ssgd/fusion", "ssgd/mgwfbp", "ssgd/bsp"}), false, 0);
+  EXPECT_EQ(dist::with_every_family(ranked, 1), 1u) << "one family";
+}
+
 // Servers add the parameter server's three schedules with dist.ps's settings; without servers
 // naming one says how to start them.
 TEST(AutoCandidates, ServersAddTheParameterServerSchedules) {
@@ -178,6 +193,19 @@ TEST(AutoNetwork, Gloo_MeasurementSkipsSizesOverItsTimeLimit) {
     EXPECT_EQ(largest(), 1 << 20) << "no time limit: every size up to 4 MiB";
     EXPECT_GT(all.beta, 0.0);
   }).ok_or_report());
+}
+
+// A size is skipped when its timing, a warm-up and five runs, would pass the limit: on a link of
+// 1 MB/s, 64 KiB runs six times in 0.4 s, 512 KiB would take 3 s (0.5 s once).
+TEST(AutoNetwork, ASizeIsSkippedWhenItsTimingWouldPassTheLimit) {
+  std::vector<int64_t> timed;
+  const dist::LinkCost fit = dist::fit_over_sizes(4 << 20, 1.0, [&](int64_t floats) {
+    timed.push_back(floats * 4);
+    return 1e-3 + floats * 4 * 1e-6;
+  });
+  EXPECT_EQ(timed, (std::vector<int64_t>{1024, 8192, 65536}));
+  EXPECT_NEAR(fit.alpha, 1e-3, 1e-9);
+  EXPECT_NEAR(fit.beta, 1e-6, 1e-12);
 }
 
 // auto's options for the loopback runs: 2 profiled iterations, then `trials` of `trial_iters`.
@@ -275,6 +303,62 @@ TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
       EXPECT_EQ(rank0.to_vector(), tensor.to_vector()) << name;
     }
   }, mo).ok_or_report());
+}
+
+// Deciding again, the trials take turns (MG-WFBP, FUSION, BSP, then MG-WFBP, FUSION), so
+// contention that comes and goes weighs on all alike; BSP, 60 ms slower, takes no second turn;
+// a candidate coming back, and the winner, go on with what they learned (MG-WFBP's plan is
+// ready at once, not profiled again). FUSION is 5 ms slower an iteration, so MG-WFBP wins both
+// decisions; then every iteration becomes 25 ms slower.
+TEST(Auto, Gloo_DecidingAgainTheTrialsTakeTurns) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto opt = mt::testing::reference_sgd(*model);
+    dist::AutoOptions o = loopback_options(/*trials=*/0, /*trial_iters=*/4);
+    o.drift_window = 4;
+    o.drift_share = 1.0;
+    o.drift_trial_rounds = 2;
+    mintrain::DistConfig d = dist_config({"ssgd/fusion", "ssgd/mgwfbp", "ssgd/bsp"});
+    d.mutable_ssgd()->set_profile_iters(1);
+    dist::AutoSynchronizer sync(ctx.group, d, mintrain::OptimizerConfig(), kRows / 2, o);
+    sync.setup(*model, *opt);
+    auto plan_ready = [&] {
+      for (const auto& [key, tensor] : sync.state_dict())
+        if (key == "ssgd.progress") return tensor.contiguous().data<int64_t>()[2] == 1;
+      return false;
+    };
+    std::vector<std::string> running;
+    std::vector<bool> ready;
+    for (int s = 0; s < 120 && sync.decisions().size() < 2; ++s) {
+      sync.begin_iteration(s);
+      running.push_back(sync.current());
+      ready.push_back(plan_ready());
+      const bool contention = !sync.decisions().empty() && s > sync.decisions()[0].iteration + 8;
+      const int slower = sync.current() == "ssgd/fusion" ? 5 : sync.current() == "ssgd/bsp" ? 60 : 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 + slower + (contention ? 25 : 0)));
+      train_step(sync, *model, *opt, s, ctx.rank);
+    }
+    ASSERT_EQ(sync.decisions().size(), 2u);
+    const auto& again = sync.decisions()[1];
+    EXPECT_EQ(again.rounds, 2);
+    for (size_t i = 0; i < again.names.size(); ++i)
+      EXPECT_EQ(again.timed[i], again.names[i] == "ssgd/bsp" ? 2 : 4) << again.names[i];
+    EXPECT_EQ(again.names[again.winner], "ssgd/mgwfbp");
+    const int64_t first = sync.decisions()[0].iteration + 2, last = again.iteration;
+    int switches = 0;
+    int64_t latest_return = -1;  // the first iteration of MG-WFBP's last stint in the trials
+    for (int64_t s = first; s <= last; ++s) {
+      if (running[s] == running[s - 1]) continue;
+      ++switches;
+      if (running[s] == "ssgd/mgwfbp") latest_return = s;
+    }
+    EXPECT_GE(switches, 3) << "one trial after another, not in turns";
+    ASSERT_GT(latest_return, 0);
+    EXPECT_TRUE(ready[latest_return]) << "MG-WFBP came back without its plan";
+    sync.begin_iteration(last + 1);
+    EXPECT_EQ(sync.current(), "ssgd/mgwfbp");
+    EXPECT_TRUE(plan_ready()) << "the winner did not go on with its plan";
+  }).ok_or_report());
 }
 
 // Two workers and two parameter servers try four candidates, two of them the parameter server's

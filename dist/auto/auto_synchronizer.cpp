@@ -22,12 +22,15 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 
 std::string ms(double seconds) { return seconds < 0 ? "-" : core::formatted("%.1f ms", seconds * 1e3); }
 
+constexpr double kFarOff = 1.5;  // a trial this much slower than another's time ends early
+
 }  // namespace
 
 std::string AutoDecision::describe() const {
   std::ostringstream s;
   s << "auto at iteration " << iteration << " (" << reason << "): " << names[winner]
-    << (measured[winner] >= 0 ? " measured fastest" : " predicted fastest, not tried") << "\n";
+    << (measured[winner] >= 0 ? " measured fastest" : " predicted fastest, not tried")
+    << (rounds > 1 ? " (the trials took turns in " + std::to_string(rounds) + " rounds)" : "") << "\n";
   s << "  candidate              predicted    measured  iterations\n";
   for (size_t i = 0; i < names.size(); ++i)
     s << core::formatted("  %-20s %11s %11s %11s%s\n", names[i].c_str(), ms(predicted[i]).c_str(), ms(measured[i]).c_str(),
@@ -38,7 +41,7 @@ std::string AutoDecision::describe() const {
 std::string AutoDecision::json() const {
   std::ostringstream s;
   s << "{\"iteration\":" << iteration << ",\"reason\":\"" << reason << "\",\"winner\":\"" << names[winner]
-    << "\",\"candidates\":[";
+    << "\",\"rounds\":" << rounds << ",\"candidates\":[";
   for (size_t i = 0; i < names.size(); ++i) {
     s << (i ? "," : "") << "{\"name\":\"" << names[i] << "\",\"predicted_s\":" << predicted[i] << ",\"measured_s\":";
     if (measured[i] >= 0) s << measured[i]; else s << "null";
@@ -118,7 +121,7 @@ void AutoSynchronizer::retire_current() {
   current_.reset();  // finishes what is in flight
 }
 
-void AutoSynchronizer::switch_to(const Candidate& candidate) {
+void AutoSynchronizer::switch_to(const Candidate& candidate, const core::StateDict& state) {
   retire_current();
   const bool ps = candidate.dist.algorithm() == "ps";
   const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_,
@@ -131,6 +134,7 @@ void AutoSynchronizer::switch_to(const Candidate& candidate) {
   } else {
     current_ = find_algorithm(candidate.dist.algorithm()).make(context);
   }
+  if (!state.empty()) current_->load_state_dict(state);  // applied at the end of setup
   failing([&] { current_->setup(*model_, *optimizer_); });
   in_use_ = candidate;
   time_gradients();
@@ -186,16 +190,27 @@ void AutoSynchronizer::iteration_done(double seconds) {
       if (profiled_ == options_.profile_iters) profile_done();
       return;
     case Phase::Trial: {
-      const int warmup = ranked_[trial_].warmup_iters;
-      if (phase_iters_ > warmup) trial_sum_ += seconds;
+      // A candidate's first slice runs its warm-up; a later round's runs one iteration (its
+      // state restored: the first iteration after a switch still pays for first uses).
+      const int warmup = timed_[trial_] == 0 ? ranked_[trial_].warmup_iters : 1;
+      if (phase_iters_ > warmup) sums_[trial_] += seconds;
       const int timed = phase_iters_ - warmup;
-      if (timed < options_.trial_iters && !far_off(timed)) return;
-      measured_[trial_] = trial_sum_ / timed;
-      timed_[trial_] = timed;
-      if (++trial_ == tried()) return trials_done();
+      if (timed < slice_iters() && !(rounds_ == 1 && far_off(timed))) return;
+      timed_[trial_] += timed;
+      measured_[trial_] = sums_[trial_] / timed_[trial_];
+      saved_[trial_] = current_->state_dict();
+      if (++slot_ == in_turn_.size()) {
+        if (round_ == 0 && rounds_ > 1) keep_close();
+        if (++round_ == rounds_ || in_turn_.size() == 1) return trials_done();
+        slot_ = 0;
+      }
+      // Each round starts one candidate later: contention that alternates about as fast as a
+      // round lasts then does not meet a candidate in the same phase every round. (With two,
+      // that would run one twice in a row.)
+      const size_t n = in_turn_.size();
+      trial_ = in_turn_[n > 2 ? (slot_ + round_) % n : slot_];
       phase_iters_ = 0;
-      trial_sum_ = 0.0;
-      return switch_to(ranked_[trial_]);
+      return switch_to(ranked_[trial_], saved_[trial_]);
     }
     case Phase::Run:
       if (!drift_.add(seconds)) return;
@@ -217,15 +232,31 @@ void AutoSynchronizer::iteration_done(double seconds) {
 // another tried candidate measured (or, not tried yet, is predicted) to take: it is not going to
 // win, and a slow trial is the costliest part of a decision. Not in the survey, which times all.
 bool AutoSynchronizer::far_off(int timed) {
-  constexpr double kFarOff = 1.5;
   if (options_.trials == 0 || timed != std::max(2, options_.trial_iters / 3)) return false;
-  std::vector<float> mine = {static_cast<float>(trial_sum_ / timed)};
+  std::vector<float> mine = {static_cast<float>(sums_[trial_] / timed)};
   for (size_t i = 0; i < trial_; ++i) mine.push_back(static_cast<float>(measured_[i]));
   const std::vector<float> slowest = agreed(*group_, mine, ReduceOp::Max);  // every rank compares the same numbers
   double others = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < tried(); ++i)
     if (i != trial_) others = std::min(others, i < trial_ ? static_cast<double>(slowest[i + 1]) : ranked_[i].predicted);
   return slowest[0] > kFarOff * others;
+}
+
+// Taking turns, a candidate kFarOff times slower than another in the first round takes no
+// further rounds.
+void AutoSynchronizer::keep_close() {
+  std::vector<float> mine;
+  for (size_t i : in_turn_) mine.push_back(static_cast<float>(measured_[i]));
+  const std::vector<float> slowest = agreed(*group_, mine, ReduceOp::Max);
+  const float best = *std::min_element(slowest.begin(), slowest.end());
+  std::vector<size_t> close;
+  for (size_t k = 0; k < in_turn_.size(); ++k)
+    if (slowest[k] <= kFarOff * best) close.push_back(in_turn_[k]);
+  in_turn_ = close;
+}
+
+int AutoSynchronizer::slice_iters() const {
+  return options_.trial_iters * (round_ + 1) / rounds_ - options_.trial_iters * round_ / rounds_;
 }
 
 void AutoSynchronizer::profile_done() {
@@ -259,7 +290,8 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   retire_current();  // nothing in flight while the network is measured
   MeasuredNetwork network;
   // The sizes MG-WFBP times on its own (to 4 MiB), so it is handed the cost it would fit, but
-  // none that would take over a second: on a slow link a 4 MiB allreduce takes seconds.
+  // none whose timing would take over a second: on a slow link a 4 MiB allreduce takes seconds,
+  // and the measurement is part of the run's time.
   network.flat = measure_link_cost(*group_, group_->device(), 4 << 20, 1.0);
   const mintrain::SsgdConfig& s = dist_.ssgd();
   if (!s.rack().empty() || s.ranks_per_rack() > 0) {
@@ -271,15 +303,23 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   if (session_) network.servers = session_->measure_links(4 << 20, 1.0);
   ranked_ = candidates_for(dist_, clips_, servers());
   rank_candidates(ranked_, profile_, network);
-  tries_ = with_incumbent(ranked_, options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size(),
-                          incumbent);
+  const size_t tries = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
+  // Deciding again, the conditions have changed and may still be changing (contention that
+  // comes and goes): every family's best is tried, and the trials take turns.
+  const bool again = reason != "start";
+  tries_ = with_incumbent(ranked_, again ? with_every_family(ranked_, tries) : tries, incumbent);
+  rounds_ = again && tries_ > 1 ? std::min(options_.drift_trial_rounds, options_.trial_iters) : 1;
+  round_ = 0;
   reason_ = reason;
+  sums_.assign(ranked_.size(), 0.0);
   measured_.assign(ranked_.size(), -1.0);
   timed_.assign(ranked_.size(), 0);
+  saved_.assign(ranked_.size(), {});
   phase_ = Phase::Trial;
-  trial_ = 0;
+  trial_ = slot_ = 0;
+  in_turn_.resize(tries_);
+  std::iota(in_turn_.begin(), in_turn_.end(), size_t{0});
   phase_iters_ = 0;
-  trial_sum_ = 0.0;
   switch_to(ranked_[0]);
 }
 
@@ -295,9 +335,10 @@ void AutoSynchronizer::trials_done() {
     d.measured.push_back(slowest[i]);
   }
   d.timed = timed_;
+  d.rounds = rounds_;
   d.winner = fastest(d.measured);
   if (options_.log && group_->rank() == 0) *options_.log << d.describe() << std::flush;
-  if (d.winner != trial_ - 1) switch_to(ranked_[d.winner]);
+  if (d.winner != trial_) switch_to(ranked_[d.winner], saved_[d.winner]);
   drift_.rebase(0.0);  // the winner's first window is the reference: longer than a trial
   decisions_.push_back(std::move(d));
   phase_ = Phase::Run;
@@ -379,6 +420,7 @@ void validate_auto(const mintrain::DistConfig& d) {
   check_above("dist.auto.drift_share", a.drift_share(), 0.0);
   check_at_least("dist.auto.drift_window", a.drift_window(), 1);
   check_at_least("dist.auto.max_redecisions", a.max_redecisions(), 0);
+  check_at_least("dist.auto.drift_trial_rounds", a.drift_trial_rounds(), 1);
   candidates_for(d, false, 1);  // ps/ names are checked against the servers when the job starts
 }
 
@@ -391,6 +433,7 @@ std::unique_ptr<Synchronizer> make_auto(const AlgorithmContext& c) {
   o.drift_share = a.drift_share();
   o.drift_window = a.drift_window();
   o.max_redecisions = a.max_redecisions();
+  o.drift_trial_rounds = a.drift_trial_rounds();
   return std::make_unique<AutoSynchronizer>(c.group, c.dist, c.optimizer, c.batch_size, std::move(o),
                                             c.world_with_servers);
 }

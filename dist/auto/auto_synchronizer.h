@@ -25,6 +25,7 @@ struct AutoOptions : SynchronizerOptions {
   double drift_share = 0.25;
   int drift_window = 50;
   int max_redecisions = 2;
+  int drift_trial_rounds = 5;  // deciding again, the trials take turns in this many rounds
 };
 
 // One decision and its evidence.
@@ -34,6 +35,7 @@ struct AutoDecision {
   std::vector<std::string> names;  // ranked, best predicted first
   std::vector<double> predicted, measured;  // seconds per iteration; measured < 0: not tried
   std::vector<int> timed;  // iterations timed per candidate: trial_iters, fewer when ended early
+  int rounds = 1;          // the trials took turns in this many rounds
   size_t winner = 0;
   std::string describe() const;  // the log's table
   std::string json() const;      // the metrics file's object
@@ -78,8 +80,12 @@ class AutoSynchronizer final : public Synchronizer {
   void trials_done();
   size_t tried() const { return tries_; }  // how many of ranked_ the trials run
   bool far_off(int timed);  // collective, while timed < trial_iters: the trial under way ends early
+  int slice_iters() const;  // iterations the trial under way times in this round
+  void keep_close();        // collective, after the first round: the far slower take no more turns
   void retire_current();  // hooks off, batch-norm buffers equal, nothing in flight
-  void switch_to(const Candidate& candidate);
+  // `state`: what the candidate's synchronizer had learned when it last ran (MG-WFBP's plan,
+  // FUSION's buckets), so a trial's later round or the winner goes on without learning again.
+  void switch_to(const Candidate& candidate, const core::StateDict& state = {});
   Candidate profiling_candidate() const;
   void time_gradients();  // this rank's grad-ready times, while profiling
   int servers() const { return session_ ? session_->servers() : 0; }
@@ -107,11 +113,15 @@ class AutoSynchronizer final : public Synchronizer {
   std::string reason_;             // why the trials under way began
   std::string profile_reason_ = "start";  // why the profiling under way began
   size_t trial_ = 0;               // the candidate under trial
+  size_t slot_ = 0;                // its place in this round
+  std::vector<size_t> in_turn_;    // the candidates taking turns (of ranked_)
   size_t tries_ = 0;               // of ranked_, the first tries_ are tried
-  int phase_iters_ = 0;            // iterations since the phase (or trial) began
-  double trial_sum_ = 0.0;
-  std::vector<double> measured_;   // this rank's trial means
+  int rounds_ = 1, round_ = 0;     // the trials take turns in rounds_ rounds
+  int phase_iters_ = 0;            // iterations since the phase (or trial's slice) began
+  std::vector<double> sums_;       // this rank's timed seconds per candidate
+  std::vector<double> measured_;   // their means
   std::vector<int> timed_;         // and the iterations they are over
+  std::vector<core::StateDict> saved_;  // each tried candidate's state when it last ran
   std::vector<AutoDecision> decisions_;
   size_t decisions_reported_ = 0;  // metrics_fields wrote the ones before
   DriftWatch drift_;

@@ -116,4 +116,14 @@ size_t with_incumbent(std::vector<Candidate>& ranked, size_t tries, const std::s
   return tries + 1;
 }
 
+size_t with_every_family(std::vector<Candidate>& ranked, size_t tries) {
+  const auto at = [&](size_t k) { return ranked.begin() + static_cast<std::ptrdiff_t>(k); };
+  for (size_t i = tries; i < ranked.size(); ++i) {
+    const std::string family = ranked[i].dist.algorithm();  // "ssgd", "bytescheduler", "ps"
+    if (std::none_of(at(0), at(tries), [&](const Candidate& c) { return c.dist.algorithm() == family; }))
+      std::rotate(at(tries++), at(i), at(i + 1));
+  }
+  return tries;
+}
+
 }  // namespace mt::dist

@@ -1,6 +1,5 @@
 #include "dist/auto/server_session.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,12 +12,6 @@
 #include "dist/ps/ps_server.h"
 
 namespace mt::dist {
-namespace {
-
-constexpr int kEchoRounds = 6;  // a warm-up, then the median of five
-
-}  // namespace
-
 ServerSession::ServerSession(std::shared_ptr<ProcessGroup> workers, std::shared_ptr<ProcessGroup> world)
     : workers_(std::move(workers)), world_(std::move(world)), last_command_(std::chrono::steady_clock::now()) {
   check_worker_world(*workers_, world_.get(), "dist.algorithm \"auto\" with servers");
@@ -52,34 +45,22 @@ void ServerSession::end() noexcept {
 }
 
 PsLinks ServerSession::measure_links(double max_bytes, double max_seconds) {
-  using Clock = std::chrono::steady_clock;
   const int N = workers_->size(), S = servers(), w = workers_->rank(), server = w % S;
-  std::vector<double> bytes, seconds;
-  for (int64_t floats : {256, 2048, 16384, 131072, 1048576}) {
-    if (floats > 2048 && (floats * 4.0 > max_bytes ||
-                          (max_seconds > 0 && seconds.back() * floats * 4.0 / bytes.back() > max_seconds)))
-      break;  // the times are agreed: every worker stops at the same size
+  const LinkCost fit = fit_over_sizes(max_bytes, max_seconds, [&](int64_t floats) {
     command(ps::kEcho, floats * 4, "asking it to echo " + std::to_string(floats * 4) + "-byte messages");
     Tensor out = Tensor::zeros({floats}), back = Tensor::zeros({floats});
-    std::vector<double> times;
-    with_server(failed_, w, N, server, "echoing the link measurement's messages", [&] {
-      for (int r = 0; r < kEchoRounds; ++r) {
-        const auto start = Clock::now();
+    const double mine = median_seconds([&] {
+      with_server(failed_, w, N, server, "echoing the link measurement's messages", [&] {
         auto got = world_->recv(back, N + server, ps::kEchoTag);
         world_->send(out, N + server, ps::kEchoTag)->wait();
         got->wait();
-        if (r > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-      }
+      });
     });
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    bytes.push_back(static_cast<double>(floats) * 4.0);
     // The slowest worker's round trip: a push waits for the busiest server's link.
-    seconds.push_back(std::max(static_cast<double>(agreed(*workers_, {static_cast<float>(times[times.size() / 2])},
-                                                          ReduceOp::Max)[0]), 1e-9));
-  }
+    return static_cast<double>(agreed(*workers_, {static_cast<float>(mine)}, ReduceOp::Max)[0]);
+  });
   // A round trip is two messages, each over the worker's link and its server's, which carries
   // the copies of the ceil(N / S) workers that share it.
-  const LinkCost fit = fit_link_cost(bytes, seconds);
   const double per_byte = fit.beta / (2.0 * ((N + S - 1) / S));
   return {N, S, fit.alpha / 2, per_byte, per_byte};  // latency, worker's and server's seconds per byte
 }
@@ -105,7 +86,7 @@ void serve_auto_session(const ServerContext& c) {
     } else if (k[0] == ps::kEcho) {
       std::vector<Tensor> buffers;
       for (size_t i = 0; i < mine.size(); ++i) buffers.push_back(Tensor::zeros({k[1] / 4}));
-      for (int r = 0; r < kEchoRounds; ++r) {
+      for (int r = 0; r < 1 + kTimedRuns; ++r) {  // as the worker's median_seconds
         std::vector<std::shared_ptr<Work>> got, sent;
         for (size_t i = 0; i < mine.size(); ++i) got.push_back(c.world->recv(buffers[i], mine[i], ps::kEchoTag));
         for (size_t i = 0; i < mine.size(); ++i) {

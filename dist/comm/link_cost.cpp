@@ -33,37 +33,39 @@ LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<doubl
   return c;
 }
 
-LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes, double max_seconds) {
-  using Clock = std::chrono::steady_clock;
-  constexpr int kTimed = 5;
+LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::function<double(int64_t)>& agreed_seconds) {
   std::vector<double> bytes, seconds;
   for (int64_t floats : {256, 2048, 16384, 131072, 1048576}) {
-    if (floats > 2048 && floats * 4.0 > max_bytes) break;
-    if (floats > 2048 && max_seconds > 0) {
-      Tensor last = Tensor::from_vector(std::vector<float>{static_cast<float>(seconds.back())}, {1}).to(device);
-      finish(group.broadcast(last, 0), group, "broadcast of rank 0's allreduce time");
-      if (last.to_vector()[0] * (floats * 4.0 / bytes.back()) > max_seconds) break;
-    }
-    Tensor t = Tensor::zeros({floats}, core::DType::Float32, device);
-    const std::string what = "timing an allreduce of " + std::to_string(floats * 4) + " bytes (MG-WFBP's network cost)";
-    finish(group.allreduce(t), group, what);  // warm-up: connections, buffers
-    std::vector<double> times;
-    for (int i = 0; i < kTimed; ++i) {
-      const auto start = Clock::now();
-      finish(group.allreduce(t), group, what);
-      times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    std::nth_element(times.begin(), times.begin() + kTimed / 2, times.end());
+    if (floats > 2048 && (floats * 4.0 > max_bytes ||
+                          (max_seconds > 0 && (1 + kTimedRuns) * seconds.back() * floats * 4.0 / bytes.back() > max_seconds)))
+      break;
     bytes.push_back(static_cast<double>(floats) * 4.0);
-    seconds.push_back(std::max(times[kTimed / 2], 1e-9));
+    seconds.push_back(std::max(agreed_seconds(floats), 1e-9));
   }
-  LinkCost fitted = fit_link_cost(bytes, seconds);
-  // Rank 0's numbers everywhere: plans computed from them must agree.
-  Tensor wire = Tensor::from_vector(std::vector<float>{static_cast<float>(fitted.alpha), static_cast<float>(fitted.beta * 1e9)}, {2})
-                    .to(device);
-  finish(group.broadcast(wire, 0), group, "broadcast of rank 0's network cost");
-  const std::vector<float> agreed = wire.to_vector();
-  return LinkCost(agreed[0], agreed[1] * 1e-9);
+  return fit_link_cost(bytes, seconds);
+}
+
+double median_seconds(const std::function<void()>& op) {
+  op();
+  std::vector<double> times;
+  for (int i = 0; i < kTimedRuns; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    op();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(times.begin(), times.begin() + kTimedRuns / 2, times.end());
+  return times[kTimedRuns / 2];
+}
+
+LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes, double max_seconds) {
+  return fit_over_sizes(max_bytes, max_seconds, [&](int64_t floats) {
+    Tensor t = Tensor::zeros({floats}, core::DType::Float32, device);
+    const std::string what = "timing an allreduce of " + std::to_string(floats * 4) + " bytes (the network's cost)";
+    const double mine = median_seconds([&] { finish(group.allreduce(t), group, what); });
+    Tensor time = Tensor::from_vector(std::vector<float>{static_cast<float>(mine)}, {1}).to(device);
+    finish(group.broadcast(time, 0), group, "broadcast of rank 0's allreduce time");
+    return static_cast<double>(time.to_vector()[0]);
+  });
 }
 
 }  // namespace mt::dist

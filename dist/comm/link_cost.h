@@ -3,6 +3,8 @@
 // 2(n-1) latency + 2(n-1)/n M / bandwidth), fitted to allreduces timed at start-up or given in
 // the config (dist.ssgd.alpha/beta).
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/device.h"
@@ -29,11 +31,18 @@ struct LinkCost {
 // cost is noise). Times must be > 0.
 LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
-// Times allreduces of 1 KiB .. 4 MiB on `group` (a warm-up, then the median of a few each) and
-// fits alpha and beta. Collective; every rank returns rank 0's fit, so all plan alike. Sizes
-// above max_bytes are skipped (the two smallest always run): on a slow link 4 MiB takes seconds.
-// max_seconds > 0 also skips a size whose allreduce would take longer than that, judged from
-// the size before it (rank 0's time, so every rank skips alike).
+// The fit over messages of 1 KiB .. 4 MiB: `agreed_seconds(floats)` times one size (median_seconds)
+// and returns a time every rank agrees on. Sizes above max_bytes are skipped (the two smallest
+// always run): on a slow link 4 MiB takes seconds. max_seconds > 0 also skips a size whose
+// timing (its warm-up and kTimedRuns) would take longer, judged from the size before it. Every
+// rank stops at the same size and returns the same fit.
+LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::function<double(int64_t floats)>& agreed_seconds);
+// A warm-up run of `op` (connections, buffers), then the median seconds of kTimedRuns.
+constexpr int kTimedRuns = 5;
+double median_seconds(const std::function<void()>& op);
+
+// Times allreduces on `group` over fit_over_sizes's sizes and fits alpha and beta. Collective;
+// every rank fits rank 0's times, so all plan alike.
 LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes = 4 << 20,
                            double max_seconds = 0.0);
 
