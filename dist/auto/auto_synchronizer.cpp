@@ -288,25 +288,27 @@ void AutoSynchronizer::profile_done() {
 
 void AutoSynchronizer::start_trials(const std::string& reason, const std::string& incumbent) {
   retire_current();  // nothing in flight while the network is measured
+  // Deciding again, the conditions have changed and may still be changing (contention that
+  // comes and goes): every family's best is tried, the trials take turns, and the measurement
+  // keeps to small messages (each size runs six times; on a contended link a large one takes
+  // seconds, and the trials decide anyway).
+  const bool again = reason != "start";
+  const double limit = again ? 0.25 : 1.0;
   MeasuredNetwork network;
   // The sizes MG-WFBP times on its own (to 4 MiB), so it is handed the cost it would fit, but
-  // none whose timing would take over a second: on a slow link a 4 MiB allreduce takes seconds,
-  // and the measurement is part of the run's time.
-  network.flat = measure_link_cost(*group_, group_->device(), 4 << 20, 1.0);
+  // none that would take over `limit` seconds: on a slow link a 4 MiB allreduce takes seconds.
+  network.flat = measure_link_cost(*group_, group_->device(), 4 << 20, limit);
   const mintrain::SsgdConfig& s = dist_.ssgd();
   if (!s.rack().empty() || s.ranks_per_rack() > 0) {
     const std::vector<int> racks = racks_from_config(std::vector<int>(s.rack().begin(), s.rack().end()),
                                                      s.ranks_per_rack(), group_->size(), "dist.ssgd");
     HierarchicalGroup hierarchical(group_, racks, std::chrono::seconds(dist_.timeout_seconds()));
-    network.hierarchical = measure_link_cost(hierarchical, group_->device(), 4 << 20, 1.0);
+    network.hierarchical = measure_link_cost(hierarchical, group_->device(), 4 << 20, limit);
   }
-  if (session_) network.servers = session_->measure_links(4 << 20, 1.0);
+  if (session_) network.servers = session_->measure_links(4 << 20, limit);
   ranked_ = candidates_for(dist_, clips_, servers());
   rank_candidates(ranked_, profile_, network);
   const size_t tries = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
-  // Deciding again, the conditions have changed and may still be changing (contention that
-  // comes and goes): every family's best is tried, and the trials take turns.
-  const bool again = reason != "start";
   tries_ = with_incumbent(ranked_, again ? with_every_family(ranked_, tries) : tries, incumbent);
   rounds_ = again && tries_ > 1 ? std::min(options_.drift_trial_rounds, options_.trial_iters) : 1;
   round_ = 0;

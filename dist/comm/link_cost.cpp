@@ -37,7 +37,7 @@ LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::functio
   std::vector<double> bytes, seconds;
   for (int64_t floats : {256, 2048, 16384, 131072, 1048576}) {
     if (floats > 2048 && (floats * 4.0 > max_bytes ||
-                          (max_seconds > 0 && (1 + kTimedRuns) * seconds.back() * floats * 4.0 / bytes.back() > max_seconds)))
+                          (max_seconds > 0 && seconds.back() * floats * 4.0 / bytes.back() > max_seconds)))
       break;
     bytes.push_back(static_cast<double>(floats) * 4.0);
     seconds.push_back(std::max(agreed_seconds(floats), 1e-9));

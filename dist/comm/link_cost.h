@@ -33,9 +33,9 @@ LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<doubl
 
 // The fit over messages of 1 KiB .. 4 MiB: `agreed_seconds(floats)` times one size (median_seconds)
 // and returns a time every rank agrees on. Sizes above max_bytes are skipped (the two smallest
-// always run): on a slow link 4 MiB takes seconds. max_seconds > 0 also skips a size whose
-// timing (its warm-up and kTimedRuns) would take longer, judged from the size before it. Every
-// rank stops at the same size and returns the same fit.
+// always run): on a slow link 4 MiB takes seconds. max_seconds > 0 also skips a size that would
+// take longer once, judged from the size before it. Every rank stops at the same size and
+// returns the same fit.
 LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::function<double(int64_t floats)>& agreed_seconds);
 // A warm-up run of `op` (connections, buffers), then the median seconds of kTimedRuns.
 constexpr int kTimedRuns = 5;
