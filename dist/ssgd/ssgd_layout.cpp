@@ -44,7 +44,9 @@ void SsgdSynchronizer::start_mgwfbp() {
       << cost_.beta * 1e9 * 1024 * 1024 / 1e6 << " ms/MB";
   if (cost_.gamma > 0) log << ", gamma " << cost_.gamma * 1e6 << " us of compute per message (shared cores)";
   log << (cost_given ? std::string(" (from the config)") : std::string(" (fitted at start-up)"))
-      << "; profiling " << options_.profile_iters << " iterations (as BSP meanwhile)" << std::endl;
+      << (pending_state_ ? std::string("; restoring its saved plan")
+                         : "; profiling " + std::to_string(options_.profile_iters) + " iterations (as BSP meanwhile)")
+      << std::endl;
 }
 
 void SsgdSynchronizer::update_layout() {
