@@ -25,6 +25,10 @@ struct AlgorithmContext {
   // null when the job has no servers. `group` is then the workers' subgroup.
   std::shared_ptr<ProcessGroup> world_with_servers;
   int64_t batch_size = 0;  // data.batch_size: samples per rank per step (0 = unknown)
+  // With servers: the partitions' first id on the wire (tags, notes). dist.algorithm "auto" gives
+  // each server session ids of its own, as a stopped server leaves its next iteration's push
+  // receives posted (Gloo cannot take one back), which would eat a later push.
+  int64_t first_partition_id = 0;
 };
 
 // An algorithm's options with the context's common part filled in.

@@ -210,8 +210,8 @@ TEST(Cli, SurveyMeasuresEveryCandidate) {
   const Result r = run("launch --nproc-per-node 2 --nservers 1 -- survey " + kConfigs +
                        "mlp_synthetic.prototxt --iters 2 --output " + out.string());
   EXPECT_EQ(r.status, 0) << r.err;
-  for (const std::string name : {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "bytescheduler/a2a", "ps/bsp",
-                                 "ps/wfbp", "ps/staggered"})
+  for (const std::string name : {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "bytescheduler/a2a",
+                                 "bytescheduler/ps", "ps/bsp", "ps/wfbp", "ps/staggered"})
     EXPECT_TRUE(has(r.out, "] " + std::string(2, ' ') + name)) << name << "\n" << r.out;
   EXPECT_TRUE(has(r.out, "<- chosen")) << r.out;
   EXPECT_FALSE(has(r.out, "           -")) << "a candidate was not measured\n" << r.out;

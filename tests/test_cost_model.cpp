@@ -516,7 +516,7 @@ TEST(ModelCommand, PredictionsFromLayerTimesByHand) {
   EXPECT_FALSE(has(out, " ps/wfbp ")) << "no servers, no parameter-server candidate\n" << out;
   const std::string with_servers = run_model({kMlpConfig, "--layer-times", write_layer_times(), "--workers", "4",
                                               "--bandwidth-gbps", "1", "--latency-us", "50", "--servers", "2"});
-  for (const char* name : {" ps/bsp ", " ps/wfbp ", " ps/staggered "})
+  for (const char* name : {" ps/bsp ", " ps/wfbp ", " ps/staggered ", " bytescheduler/ps "})
     EXPECT_TRUE(has(with_servers, name)) << name << "\n" << with_servers;
 }
 

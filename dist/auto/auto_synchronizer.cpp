@@ -10,7 +10,6 @@
 #include "core/strings.h"
 #include "dist/comm/hierarchical_group.h"
 #include "dist/comm/topology.h"
-#include "dist/ps/ps_synchronizer.h"
 #include "dist/predict/model_profile.h"
 
 namespace mt::dist {
@@ -123,17 +122,17 @@ void AutoSynchronizer::retire_current() {
 
 void AutoSynchronizer::switch_to(const Candidate& candidate, const core::StateDict& state) {
   retire_current();
-  const bool ps = candidate.dist.algorithm() == "ps";
+  // On servers: a session of theirs, with partition ids (so tags) of its own (registry.h).
+  constexpr int64_t kIdsPerSession = 1 << 20;
+  const int64_t served = served_partition_bytes(candidate);
   const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_,
-                                 ps ? world_with_servers_ : nullptr, batch_size_};
-  if (ps) {  // a session of the servers, with partition ids (so tags) of its own (ps_synchronizer.h)
-    constexpr int64_t kIdsPerSession = 1 << 20;
+                                 served ? world_with_servers_ : nullptr, batch_size_, kIdsPerSession * ps_sessions_};
+  if (served) {
     MT_CHECK(ps_sessions_ < 1000, "auto: more than 1000 parameter-server sessions would run out of tags");
-    session_->serve(candidate.dist.ps().partition_bytes());
-    current_ = make_ps_synchronizer(context, kIdsPerSession * ps_sessions_++);
-  } else {
-    current_ = find_algorithm(candidate.dist.algorithm()).make(context);
+    session_->serve(served);
+    ++ps_sessions_;
   }
+  current_ = find_algorithm(candidate.dist.algorithm()).make(context);
   if (!state.empty()) current_->load_state_dict(state);  // applied at the end of setup
   failing([&] { current_->setup(*model_, *optimizer_); });
   in_use_ = candidate;
@@ -155,7 +154,7 @@ void AutoSynchronizer::begin_iteration(int64_t iteration) {
       if (phase_ == Phase::Profile && profiled_ > 0) update_ += seconds_between(ended_, now);
       failing([&] { iteration_done(seconds_between(began_, now)); });
     }
-    if (session_ && in_use_.dist.algorithm() != "ps") failing([&] { session_->keep_alive(); });
+    if (session_ && !served_partition_bytes(in_use_)) failing([&] { session_->keep_alive(); });
     untimed_ = false;
     iteration_ = iteration;
     began_ = Clock::now();  // after a switch: its cost is the trial's warm-up, not this iteration's

@@ -35,7 +35,13 @@ bool lossy(const std::string& name) {
 
 std::vector<std::string> candidate_names() {
   return {"ssgd/bsp", "ssgd/wfbp", "ssgd/fusion", "ssgd/mgwfbp", "hierarchical/fusion", "hierarchical/mgwfbp",
-          "bytescheduler/a2a", "ps/bsp", "ps/wfbp", "ps/staggered"};
+          "bytescheduler/a2a", "bytescheduler/ps", "ps/bsp", "ps/wfbp", "ps/staggered"};
+}
+
+int64_t served_partition_bytes(const Candidate& c) {
+  if (c.dist.algorithm() == "ps") return c.dist.ps().partition_bytes();
+  const bool on_servers = c.dist.algorithm() == "bytescheduler" && c.dist.bytescheduler().architecture() == "ps";
+  return on_servers ? partition_bytes_of(c.dist.bytescheduler()) : 0;
 }
 
 std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients, int servers) {
@@ -47,10 +53,13 @@ std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool cli
   for (const char* s : {"bsp", "wfbp", "fusion", "mgwfbp"}) all.push_back(ssgd(base, s, false));
   if (!dist.ssgd().rack().empty() || dist.ssgd().ranks_per_rack() > 0)
     for (const char* s : {"fusion", "mgwfbp"}) all.push_back(ssgd(base, s, true));
-  Candidate bs{"bytescheduler/a2a", base};
-  bs.dist.set_algorithm("bytescheduler");
-  bs.dist.mutable_bytescheduler()->set_architecture("a2a");
-  if (!clips_gradients) all.push_back(bs);
+  for (const char* architecture : {"a2a", "ps"}) {
+    if (clips_gradients || (servers == 0 && architecture == std::string("ps"))) continue;
+    Candidate bs{std::string("bytescheduler/") + architecture, base};
+    bs.dist.set_algorithm("bytescheduler");
+    bs.dist.mutable_bytescheduler()->set_architecture(architecture);
+    all.push_back(bs);
+  }
   for (const char* s : {"bsp", "wfbp", "staggered"}) {
     if (servers == 0) break;
     Candidate ps{std::string("ps/") + s, base};
@@ -69,7 +78,8 @@ std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool cli
     const auto it = std::find_if(all.begin(), all.end(), [&](const Candidate& c) { return c.name == name; });
     MT_CHECK(it != all.end(), "dist.auto.candidates: \"", name, "\" is not a candidate of this job; valid names: ",
              core::join(candidate_names()), " (hierarchical/ ones need dist.ssgd.rack or ranks_per_rack; "
-             "bytescheduler/a2a needs optimizer.max_grad_norm 0, ps/ ones parameter servers: `mintrain launch --nservers S`)");
+             "bytescheduler/ ones need optimizer.max_grad_norm 0, ps/ ones and bytescheduler/ps parameter servers: "
+             "`mintrain launch --nservers S`)");
     kept.push_back(*it);
   }
   return kept;
@@ -81,8 +91,11 @@ void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& pro
     const bool hierarchical = c.name.rfind("hierarchical/", 0) == 0;
     const LinearCost cost(hierarchical ? network.hierarchical : network.flat);
     if (c.dist.algorithm() == "bytescheduler") {
-      const CreditChoice choice = best_credit(layers, profile.update_seconds, Architecture::AllReduce,
-                                              partition_bytes_of(c.dist.bytescheduler()), cost, PsLinks{});
+      const bool ps = c.dist.bytescheduler().architecture() == "ps";
+      const CreditChoice choice = best_credit(layers, profile.update_seconds,
+                                              ps ? Architecture::ParameterServer : Architecture::AllReduce,
+                                              partition_bytes_of(c.dist.bytescheduler()), cost,
+                                              ps ? network.servers : PsLinks{});
       c.predicted = choice.prediction.iteration;
       c.dist.mutable_bytescheduler()->set_credit_bytes(static_cast<int64_t>(choice.credit_bytes));
       continue;

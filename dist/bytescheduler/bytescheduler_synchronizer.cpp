@@ -120,7 +120,8 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
     result_[i] = ps ? Tensor::zeros({i == 0 ? kVoteNumel : plan_[i - 1].numel}) : send_[i];
   if (ps) {
     for (size_t i = 0; i < items; ++i) {
-      notes_.push_back(int64s({workers_->rank(), static_cast<int64_t>(i), 1}));  // a receipt wanted
+      const int64_t id = options_.first_partition_id + static_cast<int64_t>(i);
+      notes_.push_back(int64s({workers_->rank(), id, 1}));  // a receipt wanted
       receipts_.push_back(Tensor::zeros({1}, core::DType::Int64));
     }
   }
@@ -148,7 +149,7 @@ void ByteSchedulerSynchronizer::setup(layers::Module& model, optim::Optimizer& o
   }
 
   if (ps) {
-    greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes, kVoteNumel);
+    greet_parameter_servers(*workers_, *world_, plan_, options_.partition_bytes, kVoteNumel, options_.first_partition_id);
     commands_ = ServerCommands(world_, workers_n_);
   } else {
     // A communicator of the engine's own: the trainer's metric averages on the workers' group
@@ -572,7 +573,7 @@ void ByteSchedulerSynchronizer::run_ps(int64_t exchange) {
     while (auto next = queue.next()) {
       const size_t item = *next;
       const int peer = workers_n_ + server_of_[item];
-      const int64_t id = static_cast<int64_t>(item);
+      const int64_t id = options_.first_partition_id + static_cast<int64_t>(item);
       guarded(item, "posting the push/pull of", [&] {
         pulls[item] = world_->recv(result_[item], peer, ps::pull_tag(id));
         auto receipt = world_->recv(receipts_[item], peer, ps::receipt_tag(id));
@@ -650,6 +651,7 @@ std::unique_ptr<Synchronizer> make_bytescheduler(const AlgorithmContext& c) {
   o.credit_bytes = b.credit_bytes();
   o.search_iters = b.search_iters();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
+  o.first_partition_id = c.first_partition_id;
   o.timeout = std::chrono::seconds(c.dist.timeout_seconds());
   // "ps" without servers: the constructor names the setting.
   MT_CHECK(o.architecture == BsArchitecture::PS || c.world_with_servers == nullptr, "the job started parameter "

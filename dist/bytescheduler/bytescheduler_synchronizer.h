@@ -37,6 +37,7 @@ struct ByteSchedulerOptions : SynchronizerOptions {
   int64_t credit_bytes = 0;  // 0 = search at start
   int search_iters = 3;
   int grad_accumulation_steps = 1;
+  int64_t first_partition_id = 0;  // "ps": the vote's id, the partitions' from the next (registry.h)
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // the backstop of every wait
 };
 

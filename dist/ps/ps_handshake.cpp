@@ -126,7 +126,7 @@ void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const s
     for (int s = 0; s < servers; ++s) {
       try {
         std::vector<int64_t> table;  // {id, numel} per partition
-        if (s == 0 && vote_numel > 0) table = {0, vote_numel};
+        if (s == 0 && vote_numel > 0) table = {first_id, vote_numel};
         const int64_t first = first_id + (vote_numel > 0 ? 1 : 0);
         for (size_t k = 0; k < plan.size(); ++k)
           if (plan[k].server == s) table.insert(table.end(), {first + static_cast<int64_t>(k), plan[k].numel});

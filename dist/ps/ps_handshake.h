@@ -27,8 +27,8 @@ using PsServerTable = std::vector<std::pair<int64_t, int64_t>>;
 // Collective over `workers`. `world`: workers then servers (server s is rank N+s); each server
 // is sent its partitions of `plan`, numbered in plan order. `vote_numel` > 0 (ByteScheduler's
 // vote): a partition of that many elements goes first, to server 0, as id 0, and the plan's ids
-// start at 1. `first_id` shifts the plan's ids (auto: each server session its own ids, so its
-// own tags). Throws an Error naming the server and the values on a refusal or a silent server.
+// start at 1. `first_id` shifts every id (auto: each server session its own ids, so its own
+// tags). Throws an Error naming the server and the values on a refusal or a silent server.
 void greet_parameter_servers(ProcessGroup& workers, ProcessGroup& world, const std::vector<PsPartition>& plan,
                              int64_t partition_bytes, int64_t vote_numel = 0, int64_t first_id = 0);
 

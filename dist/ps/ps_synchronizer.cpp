@@ -355,9 +355,7 @@ void validate_ps(const mintrain::DistConfig& d) {
   check_at_least("dist.ps.servers", p.servers(), 0);
 }
 
-}  // namespace
-
-std::unique_ptr<Synchronizer> make_ps_synchronizer(const AlgorithmContext& c, int64_t first_partition_id) {
+std::unique_ptr<Synchronizer> make_ps_synchronizer(const AlgorithmContext& c) {
   const mintrain::PsConfig& p = c.dist.ps();
   check_worker_world(*c.group, c.world_with_servers.get(), "dist.algorithm \"ps\"");
   const int servers = c.world_with_servers->size() - c.group->size();
@@ -371,11 +369,9 @@ std::unique_ptr<Synchronizer> make_ps_synchronizer(const AlgorithmContext& c, in
   o.rounds = p.rounds();
   o.split_tied = p.split_tied_gradients();
   o.grad_accumulation_steps = c.dist.grad_accumulation_steps();
-  o.first_partition_id = first_partition_id;
+  o.first_partition_id = c.first_partition_id;
   return std::make_unique<PsSynchronizer>(c.group, c.world_with_servers, std::move(o));
 }
-
-namespace {
 
 void serve_ps(const ServerContext& c) {
   MT_CHECK_CONFIG(c.dist.ps().servers() == 0 || c.dist.ps().servers() == c.servers, "parameter server ",
@@ -389,6 +385,6 @@ void serve_ps(const ServerContext& c) {
 }  // namespace mt::dist
 
 MT_REGISTER_ALGORITHM(ps, {.validate = mt::dist::validate_ps,
-                           .make = [](const mt::dist::AlgorithmContext& c) { return mt::dist::make_ps_synchronizer(c); },
+                           .make = mt::dist::make_ps_synchronizer,
                            .names = {{"ps.schedule", mt::dist::ps_schedule_names()}},
                            .serve = mt::dist::serve_ps})

@@ -27,10 +27,7 @@ struct PsOptions : SynchronizerOptions {
   int rounds = 4;  // STAGGERED: groups per server
   bool split_tied = true;  // WFBP, STAGGERED: tied parameters' parts exchanged apart (above)
   int grad_accumulation_steps = 1;
-  // The plan's partitions are ids first_partition_id.. on the wire (tags, notes): dist.algorithm
-  // "auto" gives each server session ids of its own, as a stopped server leaves its next
-  // iteration's push receives posted (Gloo cannot take one back), which would eat a later push.
-  int64_t first_partition_id = 0;
+  int64_t first_partition_id = 0;  // the plan's partitions are ids from here on (registry.h)
 };
 
 class PsSynchronizer final : public Synchronizer {
@@ -109,8 +106,5 @@ class PsSynchronizer final : public Synchronizer {
   int64_t summary_steps_ = 0;
   double summary_wait_s_ = 0;
 };
-
-// dist.algorithm "ps" from its config, as the registry builds it, with the partitions' first id.
-std::unique_ptr<Synchronizer> make_ps_synchronizer(const AlgorithmContext& context, int64_t first_partition_id = 0);
 
 }  // namespace mt::dist
