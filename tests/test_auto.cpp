@@ -123,9 +123,9 @@ TEST(AutoCandidates, ServersAddTheParameterServerSchedules) {
   const auto all = dist::candidates_for(d, false, 2);
   ASSERT_EQ(all.size(), 9u);
   EXPECT_EQ(all[5].name, "bytescheduler/ps");
-  EXPECT_EQ(dist::served_partition_bytes(all[5]), 128 << 10) << "ByteScheduler's own partition size on servers";
-  EXPECT_EQ(dist::served_partition_bytes(all.back()), 16384);
-  EXPECT_EQ(dist::served_partition_bytes(all[4]), 0) << all[4].name;
+  EXPECT_EQ(all[5].served_partition_bytes, 128 << 10) << "ByteScheduler's own partition size on servers";
+  EXPECT_EQ(all.back().served_partition_bytes, 16384);
+  EXPECT_EQ(all[4].served_partition_bytes, 0) << all[4].name;
   EXPECT_EQ(dist::candidates_for(d, true, 2).size(), 7u) << "clipping: no ByteScheduler at all";
   EXPECT_EQ(names_of({all.end() - 3, all.end()}), (std::vector<std::string>{"ps/bsp", "ps/wfbp", "ps/staggered"}));
   EXPECT_EQ(all.back().dist.algorithm(), "ps");
@@ -165,7 +165,7 @@ TEST(AutoCandidates, RankedByTheCostModel) {
   network.servers = {2, 2, 1e-5, 1e-9, 1e-9};
   ranked = dist::candidates_for(dist_config(), false, 2);
   dist::rank_candidates(ranked, profile, network);
-  EXPECT_GT(dist::served_partition_bytes(ranked[0]), 0) << ranked[0].name;
+  EXPECT_GT(ranked[0].served_partition_bytes, 0) << ranked[0].name;
   auto at = [&](const std::string& name) {
     return std::find_if(ranked.begin(), ranked.end(), [&](const dist::Candidate& c) { return c.name == name; });
   };

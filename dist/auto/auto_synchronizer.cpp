@@ -124,7 +124,7 @@ void AutoSynchronizer::switch_to(const Candidate& candidate, const core::StateDi
   retire_current();
   // On servers: a session of theirs, with partition ids (so tags) of its own (registry.h).
   constexpr int64_t kIdsPerSession = 1 << 20;
-  const int64_t served = served_partition_bytes(candidate);
+  const int64_t served = candidate.served_partition_bytes;
   const AlgorithmContext context{group_, candidate.dist, optimizer_config_, options_,
                                  served ? world_with_servers_ : nullptr, batch_size_, kIdsPerSession * ps_sessions_};
   if (served) {
@@ -154,7 +154,7 @@ void AutoSynchronizer::begin_iteration(int64_t iteration) {
       if (phase_ == Phase::Profile && profiled_ > 0) update_ += seconds_between(ended_, now);
       failing([&] { iteration_done(seconds_between(began_, now)); });
     }
-    if (session_ && !served_partition_bytes(in_use_)) failing([&] { session_->keep_alive(); });
+    if (session_ && !in_use_.served_partition_bytes) failing([&] { session_->keep_alive(); });
     untimed_ = false;
     iteration_ = iteration;
     began_ = Clock::now();  // after a switch: its cost is the trial's warm-up, not this iteration's

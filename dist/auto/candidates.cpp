@@ -38,11 +38,6 @@ std::vector<std::string> candidate_names() {
           "bytescheduler/a2a", "bytescheduler/ps", "ps/bsp", "ps/wfbp", "ps/staggered"};
 }
 
-int64_t served_partition_bytes(const Candidate& c) {
-  if (c.dist.algorithm() == "ps") return c.dist.ps().partition_bytes();
-  const bool on_servers = c.dist.algorithm() == "bytescheduler" && c.dist.bytescheduler().architecture() == "ps";
-  return on_servers ? partition_bytes_of(c.dist.bytescheduler()) : 0;
-}
 
 std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients, int servers) {
   mintrain::DistConfig base = dist;
@@ -53,11 +48,13 @@ std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool cli
   for (const char* s : {"bsp", "wfbp", "fusion", "mgwfbp"}) all.push_back(ssgd(base, s, false));
   if (!dist.ssgd().rack().empty() || dist.ssgd().ranks_per_rack() > 0)
     for (const char* s : {"fusion", "mgwfbp"}) all.push_back(ssgd(base, s, true));
-  for (const char* architecture : {"a2a", "ps"}) {
-    if (clips_gradients || (servers == 0 && architecture == std::string("ps"))) continue;
-    Candidate bs{std::string("bytescheduler/") + architecture, base};
+  for (const std::string architecture : {"a2a", "ps"}) {
+    const bool on_servers = architecture == "ps";
+    if (clips_gradients || (on_servers && servers == 0)) continue;
+    Candidate bs{"bytescheduler/" + architecture, base};
     bs.dist.set_algorithm("bytescheduler");
     bs.dist.mutable_bytescheduler()->set_architecture(architecture);
+    if (on_servers) bs.served_partition_bytes = partition_bytes_of(bs.dist.bytescheduler());
     all.push_back(bs);
   }
   for (const char* s : {"bsp", "wfbp", "staggered"}) {
@@ -65,6 +62,7 @@ std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool cli
     Candidate ps{std::string("ps/") + s, base};
     ps.dist.set_algorithm("ps");
     ps.dist.mutable_ps()->set_schedule(s);
+    ps.served_partition_bytes = ps.dist.ps().partition_bytes();
     all.push_back(ps);
   }
 

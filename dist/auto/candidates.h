@@ -17,6 +17,7 @@ struct Candidate {
   mintrain::DistConfig dist;  // what the registry builds for it
   int warmup_iters = 2;       // iterations after switching to it that are not timed
   double predicted = 0.0;     // seconds per iteration, from the cost model (rank_candidates)
+  int64_t served_partition_bytes = 0;  // on the servers: the partition size they serve it with
 };
 
 // Every candidate this job can run: S-SGD's BSP, WFBP, FUSION and MG-WFBP; FUSION and MG-WFBP
@@ -28,8 +29,6 @@ struct Candidate {
 std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients, int servers);
 // The names candidates_for can give (for `mintrain help` and the errors).
 std::vector<std::string> candidate_names();
-// The partition size a candidate's servers serve it with; 0: it runs without servers.
-int64_t served_partition_bytes(const Candidate& candidate);
 
 // The network as the job measured it, per kind of allreduce (link_cost.h).
 struct MeasuredNetwork {
