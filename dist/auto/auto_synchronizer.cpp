@@ -199,7 +199,7 @@ void AutoSynchronizer::iteration_done(double seconds) {
       measured_[trial_] = sums_[trial_] / timed_[trial_];
       saved_[trial_] = current_->state_dict();
       if (++slot_ == in_turn_.size()) {
-        if (round_ == 0 && rounds_ > 1) keep_close();
+        if (rounds_ > 1) keep_close();
         if (++round_ == rounds_ || in_turn_.size() == 1) return trials_done();
         slot_ = 0;
       }
@@ -241,8 +241,8 @@ bool AutoSynchronizer::far_off(int timed) {
   return slowest[0] > kFarOff * others;
 }
 
-// Taking turns, a candidate kFarOff times slower than another in the first round takes no
-// further rounds.
+// Taking turns, after each round a candidate kFarOff times slower than another over their turns
+// so far takes no further rounds: a slow one measured in a fast phase once is dropped a round later.
 void AutoSynchronizer::keep_close() {
   std::vector<float> mine;
   for (size_t i : in_turn_) mine.push_back(static_cast<float>(measured_[i]));

@@ -23,7 +23,7 @@ struct AutoOptions : SynchronizerOptions {
   int trials = 3;  // 0: every candidate (the survey)
   int trial_iters = 10;
   double drift_share = 0.25;
-  int drift_window = 50;
+  int drift_window = 20;
   int max_redecisions = 2;
   int drift_trial_rounds = 5;  // deciding again, the trials take turns in this many rounds
 };

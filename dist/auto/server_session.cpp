@@ -17,9 +17,9 @@ ServerSession::ServerSession(std::shared_ptr<ProcessGroup> workers, std::shared_
   check_worker_world(*workers_, world_.get(), "dist.algorithm \"auto\" with servers");
 }
 
-void ServerSession::command(int64_t kind, int64_t value, const std::string& what) {
+void ServerSession::command(int64_t kind, int64_t value, const std::string& what, int64_t exchanges) {
   if (workers_->rank() != 0) return;
-  const Tensor c = int64s({kind, value});
+  const Tensor c = int64s({kind, value, exchanges});
   const int N = workers_->size();
   for (int s = 0; s < servers(); ++s)
     with_server(failed_, 0, N, s, what, [&] { world_->send(c, N + s, ps::kSessionTag)->wait(); });
@@ -46,8 +46,9 @@ void ServerSession::end() noexcept {
 
 PsLinks ServerSession::measure_links(double max_bytes, double max_seconds) {
   const int N = workers_->size(), S = servers(), w = workers_->rank(), server = w % S;
-  const LinkCost fit = fit_over_sizes(max_bytes, max_seconds, [&](int64_t floats) {
-    command(ps::kEcho, floats * 4, "asking it to echo " + std::to_string(floats * 4) + "-byte messages");
+  const LinkCost fit = fit_over_sizes(max_bytes, max_seconds, [&](int64_t floats, SizeTiming timing) {
+    command(ps::kEcho, floats * 4, "asking it to echo " + std::to_string(floats * 4) + "-byte messages",
+            timing.exchanges());
     Tensor out = Tensor::zeros({floats}), back = Tensor::zeros({floats});
     const double mine = median_seconds([&] {
       with_server(failed_, w, N, server, "echoing the link measurement's messages", [&] {
@@ -55,7 +56,7 @@ PsLinks ServerSession::measure_links(double max_bytes, double max_seconds) {
         world_->send(out, N + server, ps::kEchoTag)->wait();
         got->wait();
       });
-    });
+    }, timing);
     // The slowest worker's round trip: a push waits for the busiest server's link.
     return static_cast<double>(agreed(*workers_, {static_cast<float>(mine)}, ReduceOp::Max)[0]);
   });
@@ -76,7 +77,7 @@ void serve_auto_session(const ServerContext& c) {
   };
   std::vector<int> mine;  // the workers whose link measurement this server echoes
   for (int w = index; w < N; w += c.servers) mine.push_back(w);
-  Tensor command = Tensor::zeros({2}, core::DType::Int64);
+  Tensor command = Tensor::zeros({3}, core::DType::Int64);
   for (;;) {
     wait(c.world->recv(command, 0, ps::kSessionTag), 0, "waiting for auto's next command");
     const std::vector<int64_t> k = int64_values(command);
@@ -86,7 +87,7 @@ void serve_auto_session(const ServerContext& c) {
     } else if (k[0] == ps::kEcho) {
       std::vector<Tensor> buffers;
       for (size_t i = 0; i < mine.size(); ++i) buffers.push_back(Tensor::zeros({k[1] / 4}));
-      for (int r = 0; r < 1 + kTimedRuns; ++r) {  // as the worker's median_seconds
+      for (int64_t r = 0; r < k[2]; ++r) {  // the worker's median_seconds: warm-up and timed runs
         std::vector<std::shared_ptr<Work>> got, sent;
         for (size_t i = 0; i < mine.size(); ++i) got.push_back(c.world->recv(buffers[i], mine[i], ps::kEchoTag));
         for (size_t i = 0; i < mine.size(); ++i) {

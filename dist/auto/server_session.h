@@ -32,7 +32,7 @@ class ServerSession {
   void end() noexcept;
 
  private:
-  void command(int64_t kind, int64_t value, const std::string& what);  // worker 0 to every server
+  void command(int64_t kind, int64_t value, const std::string& what, int64_t exchanges = 0);  // worker 0 to every server
 
   std::shared_ptr<ProcessGroup> workers_, world_;
   std::chrono::steady_clock::time_point last_command_;

@@ -33,35 +33,42 @@ LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<doubl
   return c;
 }
 
-LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::function<double(int64_t)>& agreed_seconds) {
+SizeTiming timing_for(double expected_seconds) {
+  constexpr double kWarmUpBelow = 0.05, kSecondsPerSize = 1.0;
+  if (expected_seconds <= 0) return {};
+  const int runs = static_cast<int>(std::clamp(kSecondsPerSize / expected_seconds, 2.0, double{kTimedRuns}));
+  return {runs, expected_seconds < kWarmUpBelow};
+}
+
+LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::function<double(int64_t, SizeTiming)>& agreed_seconds) {
   std::vector<double> bytes, seconds;
   for (int64_t floats : {256, 2048, 16384, 131072, 1048576}) {
-    if (floats > 2048 && (floats * 4.0 > max_bytes ||
-                          (max_seconds > 0 && seconds.back() * floats * 4.0 / bytes.back() > max_seconds)))
-      break;
+    const double expected = bytes.size() < 2 ? 0.0 : seconds.back() * floats * 4.0 / bytes.back();
+    if (floats > 2048 && (floats * 4.0 > max_bytes || (max_seconds > 0 && expected > max_seconds))) break;
     bytes.push_back(static_cast<double>(floats) * 4.0);
-    seconds.push_back(std::max(agreed_seconds(floats), 1e-9));
+    seconds.push_back(std::max(agreed_seconds(floats, timing_for(expected)), 1e-9));
   }
   return fit_link_cost(bytes, seconds);
 }
 
-double median_seconds(const std::function<void()>& op) {
-  op();
+double median_seconds(const std::function<void()>& op, SizeTiming timing) {
+  if (timing.warm_up) op();
   std::vector<double> times;
-  for (int i = 0; i < kTimedRuns; ++i) {
+  for (int i = 0; i < timing.runs; ++i) {
     const auto start = std::chrono::steady_clock::now();
     op();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  std::nth_element(times.begin(), times.begin() + kTimedRuns / 2, times.end());
-  return times[kTimedRuns / 2];
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  return (times[(n - 1) / 2] + times[n / 2]) / 2;
 }
 
 LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes, double max_seconds) {
-  return fit_over_sizes(max_bytes, max_seconds, [&](int64_t floats) {
+  return fit_over_sizes(max_bytes, max_seconds, [&](int64_t floats, SizeTiming timing) {
     Tensor t = Tensor::zeros({floats}, core::DType::Float32, device);
     const std::string what = "timing an allreduce of " + std::to_string(floats * 4) + " bytes (the network's cost)";
-    const double mine = median_seconds([&] { finish(group.allreduce(t), group, what); });
+    const double mine = median_seconds([&] { finish(group.allreduce(t), group, what); }, timing);
     Tensor time = Tensor::from_vector(std::vector<float>{static_cast<float>(mine)}, {1}).to(device);
     finish(group.broadcast(time, 0), group, "broadcast of rank 0's allreduce time");
     return static_cast<double>(time.to_vector()[0]);

@@ -31,15 +31,25 @@ struct LinkCost {
 // cost is noise). Times must be > 0.
 LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
-// The fit over messages of 1 KiB .. 4 MiB: `agreed_seconds(floats)` times one size (median_seconds)
-// and returns a time every rank agrees on. Sizes above max_bytes are skipped (the two smallest
-// always run): on a slow link 4 MiB takes seconds. max_seconds > 0 also skips a size that would
-// take longer once, judged from the size before it. Every rank stops at the same size and
-// returns the same fit.
-LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::function<double(int64_t floats)>& agreed_seconds);
-// A warm-up run of `op` (connections, buffers), then the median seconds of kTimedRuns.
+// How one size is timed. A warm-up run first (connections, buffers), then the median of `runs`;
+// a size expected to take long runs fewer times and without the warm-up: at 100 Mbit/s one
+// 4 MiB allreduce takes half a second, and six of them were most of auto's first decision.
 constexpr int kTimedRuns = 5;
-double median_seconds(const std::function<void()>& op);
+struct SizeTiming {
+  int runs = kTimedRuns;
+  bool warm_up = true;
+  int exchanges() const { return runs + (warm_up ? 1 : 0); }
+};
+SizeTiming timing_for(double expected_seconds);  // <= 0: not known (the first sizes)
+double median_seconds(const std::function<void()>& op, SizeTiming timing = {});
+
+// The fit over messages of 1 KiB .. 4 MiB: `agreed_seconds(floats, timing)` times one size
+// (median_seconds) and returns a time every rank agrees on. Sizes above max_bytes are skipped
+// (the two smallest always run): on a slow link 4 MiB takes seconds. max_seconds > 0 also skips
+// a size that would take longer once, judged from the size before it, which also sets its
+// timing. Every rank stops at the same size and returns the same fit.
+LinkCost fit_over_sizes(double max_bytes, double max_seconds,
+                        const std::function<double(int64_t floats, SizeTiming timing)>& agreed_seconds);
 
 // Times allreduces on `group` over fit_over_sizes's sizes and fits alpha and beta. Collective;
 // every rank fits rank 0's times, so all plan alike.

@@ -18,9 +18,9 @@
 //   pull      server s -> worker w   float32: the sum of the N pushes of partition k
 //
 // dist.algorithm "auto" keeps its servers between parameter-server candidates (dist/auto/):
-//   session   worker 0 -> server s   int64 {kIdle, 0} while another candidate runs (the servers'
-//                                    wait keeps the world's timeout), {kServe, partition_bytes}
-//                                    (the hello above follows), {kEcho, bytes} or {kEnd, 0}
+//   session   worker 0 -> server s   int64 {kIdle, 0, 0} while another candidate runs (the servers'
+//                                    wait keeps the world's timeout), {kServe, partition_bytes, 0}
+//                                    (the hello above follows), {kEcho, bytes, exchanges} or {kEnd, 0, 0}
 //   echo      worker w <-> server s  float32: the link measurement's message and its copy back
 //
 // Pushes, receipts and pulls of partition k have tags of their own, so messages of different
