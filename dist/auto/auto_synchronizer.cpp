@@ -243,6 +243,8 @@ bool AutoSynchronizer::far_off(int timed) {
 
 // Taking turns, after each round a candidate kFarOff times slower than another over their turns
 // so far takes no further rounds: a slow one measured in a fast phase once is dropped a round later.
+// The method in use takes every turn: dropped on one slice in a slow phase of contention that comes
+// and goes, the decision would go to whichever other slice met a fast one.
 void AutoSynchronizer::keep_close() {
   std::vector<float> mine;
   for (size_t i : in_turn_) mine.push_back(static_cast<float>(measured_[i]));
@@ -250,7 +252,7 @@ void AutoSynchronizer::keep_close() {
   const float best = *std::min_element(slowest.begin(), slowest.end());
   std::vector<size_t> close;
   for (size_t k = 0; k < in_turn_.size(); ++k)
-    if (slowest[k] <= kFarOff * best) close.push_back(in_turn_[k]);
+    if (slowest[k] <= kFarOff * best || ranked_[in_turn_[k]].name == incumbent_) close.push_back(in_turn_[k]);
   in_turn_ = close;
 }
 
@@ -309,6 +311,7 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   rank_candidates(ranked_, profile_, network);
   const size_t tries = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
   tries_ = with_incumbent(ranked_, again ? with_every_family(ranked_, tries) : tries, incumbent);
+  incumbent_ = incumbent;
   rounds_ = again && tries_ > 1 ? std::min(options_.drift_trial_rounds, options_.trial_iters) : 1;
   round_ = 0;
   reason_ = reason;

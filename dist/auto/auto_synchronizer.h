@@ -111,6 +111,7 @@ class AutoSynchronizer final : public Synchronizer {
   ModelProfile profile_;           // what the cost model ranks with, agreed by all ranks
   std::vector<Candidate> ranked_;  // the last ranking
   std::string reason_;             // why the trials under way began
+  std::string incumbent_;          // deciding again: the method in use until then
   std::string profile_reason_ = "start";  // why the profiling under way began
   size_t trial_ = 0;               // the candidate under trial
   size_t slot_ = 0;                // its place in this round
