@@ -38,7 +38,6 @@ std::vector<std::string> candidate_names() {
           "bytescheduler/a2a", "bytescheduler/ps", "ps/bsp", "ps/wfbp", "ps/staggered"};
 }
 
-
 std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients, int servers) {
   mintrain::DistConfig base = dist;
   base.clear_auto_();

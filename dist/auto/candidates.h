@@ -24,8 +24,8 @@ struct Candidate {
 // over the hierarchical allreduce when the racks are known (dist.ssgd.rack or ranks_per_rack);
 // ByteScheduler on allreduce, and on the servers when the job started `servers`, unless the
 // optimizer clips by the global norm (it steps layer by layer); the parameter server's BSP,
-// WFBP and staggered schedules when the job started servers (with dist.ps's settings). dist.auto.candidates keeps the ones it names (an unknown
-// or lossy name is an Error saying why).
+// WFBP and staggered schedules when the job started servers (with dist.ps's settings).
+// dist.auto.candidates keeps the ones it names (an unknown or lossy name is an Error saying why).
 std::vector<Candidate> candidates_for(const mintrain::DistConfig& dist, bool clips_gradients, int servers);
 // The names candidates_for can give (for `mintrain help` and the errors).
 std::vector<std::string> candidate_names();

@@ -33,12 +33,17 @@ LinkCost fit_link_cost(const std::vector<double>& bytes, const std::vector<doubl
   return c;
 }
 
+namespace {
+
+// expected_seconds <= 0: not known (the first sizes).
 SizeTiming timing_for(double expected_seconds) {
   constexpr double kWarmUpBelow = 0.05, kSecondsPerSize = 1.0;
   if (expected_seconds <= 0) return {};
   const int runs = static_cast<int>(std::clamp(kSecondsPerSize / expected_seconds, 2.0, double{kTimedRuns}));
   return {runs, expected_seconds < kWarmUpBelow};
 }
+
+}  // namespace
 
 LinkCost fit_over_sizes(double max_bytes, double max_seconds, const std::function<double(int64_t, SizeTiming)>& agreed_seconds) {
   std::vector<double> bytes, seconds;

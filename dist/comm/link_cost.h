@@ -40,8 +40,7 @@ struct SizeTiming {
   bool warm_up = true;
   int exchanges() const { return runs + (warm_up ? 1 : 0); }
 };
-SizeTiming timing_for(double expected_seconds);  // <= 0: not known (the first sizes)
-double median_seconds(const std::function<void()>& op, SizeTiming timing = {});
+double median_seconds(const std::function<void()>& op, SizeTiming timing);
 
 // The fit over messages of 1 KiB .. 4 MiB: `agreed_seconds(floats, timing)` times one size
 // (median_seconds) and returns a time every rank agrees on. Sizes above max_bytes are skipped
