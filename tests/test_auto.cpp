@@ -237,15 +237,18 @@ dist::AutoOptions loopback_options(int trials, int trial_iters) {
 }
 
 // A trial a third of the way in and 1.5x slower than another candidate ends early: FUSION,
-// slowed by 40 ms an iteration on both ranks, times 2 of its 6 iterations and does not win.
+// slowed by 40 ms an iteration on both ranks, times 2 of its 6 iterations and does not win. The
+// network is timed with no size above the whole gradient (under 8 KiB: the two smallest sizes).
 TEST(Auto, Gloo_AFarSlowerTrialEndsEarly) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    auto tally = std::make_shared<mt::testing::Tally>();
+    auto group = std::make_shared<mt::testing::CountingGroup>(ctx.group, mt::testing::world_members(2), tally);
     auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
     auto opt = mt::testing::reference_sgd(*model);
     const dist::AutoOptions o = loopback_options(/*trials=*/2, /*trial_iters=*/6);
     mintrain::DistConfig d = dist_config();
     for (const char* name : {"ssgd/bsp", "ssgd/fusion"}) d.mutable_auto_()->add_candidates(name);
-    dist::AutoSynchronizer sync(ctx.group, d, mintrain::OptimizerConfig(), kRows / 2, o);
+    dist::AutoSynchronizer sync(group, d, mintrain::OptimizerConfig(), kRows / 2, o);
     sync.setup(*model, *opt);
     for (int s = 0; s < 30 && sync.decisions().empty(); ++s) {
       sync.begin_iteration(s);
@@ -258,6 +261,7 @@ TEST(Auto, Gloo_AFarSlowerTrialEndsEarly) {
     ASSERT_LT(fusion, d0.names.size());
     EXPECT_EQ(d0.timed[fusion], 2) << "FUSION's trial was not ended early";
     EXPECT_EQ(d0.names[d0.winner], "ssgd/bsp");
+    EXPECT_EQ(*std::max_element(tally->allreduced.begin(), tally->allreduced.end()), 2048);
   }).ok_or_report());
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "dist/ssgd/ssgd_synchronizer.h"
 #include "layers/models/registry.h"
 #include "optim/registry.h"
+#include "support/counting_group.h"
 #include "support/dist_training.h"
 #include "support/multiprocess.h"
 
@@ -405,14 +407,22 @@ TEST_F(SsgdTest, SchedulesBuildTheExpectedMessages) {
   }
 }
 
+// The measurement times no size above the whole gradient (here under 8 KiB: the two smallest
+// sizes only, where MG-WFBP's sizes go to 4 MiB).
 TEST_F(SsgdTest, MgwfbpMeasuresTheNetworkAndProfilesBackward) {
-  run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+  run_ranks(2, [&](int r, std::shared_ptr<dist::ProcessGroup> inner) {
+    auto tally = std::make_shared<mt::testing::Tally>();
+    auto g = std::make_shared<mt::testing::CountingGroup>(inner, mt::testing::world_members(2), tally);
     auto model = tiny_mlp(7);
     auto opt = mt::testing::reference_sgd(*model);
     auto o = options(dist::Schedule::MGWFBP);
     o.profile_iters = 2;
     dist::SsgdSynchronizer sync(g, o);
     sync.setup(*model, *opt);
+    int64_t floats = 0;
+    for (const Tensor& p : opt->params()) floats += p.numel();
+    ASSERT_LT(floats, 2048);
+    EXPECT_EQ(*std::max_element(tally->allreduced.begin(), tally->allreduced.end()), 2048);
     EXPECT_GE(sync.cost().alpha, 0.0);
     EXPECT_GT(sync.cost().alpha + sync.cost().beta, 0.0);
     for (int it = 0; it < 4; ++it) {

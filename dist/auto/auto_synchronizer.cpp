@@ -296,17 +296,17 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   const bool again = reason != "start";
   const double limit = again ? 0.25 : 1.0;
   MeasuredNetwork network;
-  // The sizes MG-WFBP times on its own (to 4 MiB), so it is handed the cost it would fit, but
-  // none that would take over `limit` seconds: on a slow link a 4 MiB allreduce takes seconds.
-  network.flat = measure_link_cost(*group_, group_->device(), 4 << 20, limit);
+  // The sizes MG-WFBP times on its own (to 4 MiB, none above the whole gradient), so it is handed
+  // the cost it would fit, but none that would take over `limit` seconds (4 MiB on a slow link).
+  network.flat = measure_link_cost(*group_, group_->device(), profile_.gradient_bytes(), limit);
   const mintrain::SsgdConfig& s = dist_.ssgd();
   if (!s.rack().empty() || s.ranks_per_rack() > 0) {
     const std::vector<int> racks = racks_from_config(std::vector<int>(s.rack().begin(), s.rack().end()),
                                                      s.ranks_per_rack(), group_->size(), "dist.ssgd");
     HierarchicalGroup hierarchical(group_, racks, std::chrono::seconds(dist_.timeout_seconds()));
-    network.hierarchical = measure_link_cost(hierarchical, group_->device(), 4 << 20, limit);
+    network.hierarchical = measure_link_cost(hierarchical, group_->device(), profile_.gradient_bytes(), limit);
   }
-  if (session_) network.servers = session_->measure_links(4 << 20, limit);
+  if (session_) network.servers = session_->measure_links(profile_.gradient_bytes(), limit);
   ranked_ = candidates_for(dist_, clips_, servers());
   rank_candidates(ranked_, profile_, network);
   const size_t tries = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();

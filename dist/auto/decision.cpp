@@ -7,7 +7,7 @@ namespace mt::dist {
 std::vector<float> agreed(ProcessGroup& group, std::vector<float> values, ReduceOp op) {
   Tensor t = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}).to(group.device());
   finish(group.allreduce(t, op), group, "auto: agreeing on its measurements");
-  finish(group.broadcast(t, 0), group, "auto: agreeing on its measurements");
+  if (op != ReduceOp::Max) finish(group.broadcast(t, 0), group, "auto: agreeing on its measurements");
   return t.to(core::Device::cpu()).to_vector();
 }
 

@@ -10,8 +10,8 @@
 
 namespace mt::dist {
 
-// Collective: `values` reduced over the ranks by `op`, then rank 0's result everywhere, so the
-// numbers a decision compares are bit-equal on every rank.
+// Collective: `values` reduced over the ranks by `op`, then (but for a maximum, exact in any
+// order) rank 0's result everywhere, so the numbers a decision compares are bit-equal everywhere.
 std::vector<float> agreed(ProcessGroup& group, std::vector<float> values, ReduceOp op);
 
 // The index of the least time, the first of equals (candidates come best predicted first, so a

@@ -52,7 +52,6 @@ LinkCost fit_over_sizes(double max_bytes, double max_seconds,
 
 // Times allreduces on `group` over fit_over_sizes's sizes and fits alpha and beta. Collective;
 // every rank fits rank 0's times, so all plan alike.
-LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes = 4 << 20,
-                           double max_seconds = 0.0);
+LinkCost measure_link_cost(ProcessGroup& group, core::Device device, double max_bytes, double max_seconds = 0.0);
 
 }  // namespace mt::dist

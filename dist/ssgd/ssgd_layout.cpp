@@ -36,8 +36,12 @@ std::vector<std::vector<size_t>> SsgdSynchronizer::initial_groups() {
 
 void SsgdSynchronizer::start_mgwfbp() {
   const bool cost_given = options_.alpha >= 0 && options_.beta >= 0;
-  // Timed allreduces of several sizes, alpha and beta fitted (every rank ends with rank 0's).
-  if (!cost_given) cost_ = measure_link_cost(*group_, params_.empty() ? core::Device::cpu() : params_[0].device());
+  // Timed allreduces of several sizes, alpha and beta fitted (every rank ends with rank 0's); none
+  // larger than the whole gradient: no message is, and on a slow link 4 MiB takes seconds.
+  double gradient_bytes = 0;
+  for (const Tensor& p : params_) gradient_bytes += static_cast<double>(p.nbytes());
+  if (!cost_given)
+    cost_ = measure_link_cost(*group_, params_.empty() ? core::Device::cpu() : params_[0].device(), gradient_bytes);
   if (rank() != 0 || !options_.log) return;
   std::ostream& log = *options_.log;
   log << "MG-WFBP: T(M) = alpha + beta*M with alpha " << cost_.alpha * 1e6 << " us, beta "
