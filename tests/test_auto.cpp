@@ -115,6 +115,21 @@ TEST(AutoCandidates, DecidingAgainTriesEveryFamily) {
   EXPECT_EQ(dist::with_every_family(ranked, 1), 1u) << "one family";
 }
 
+// Deciding again, each prediction is scaled by what the first trials measured against it: a
+// candidate's own ratio, else its family's least (the PS's schedules here), else none.
+TEST(AutoCandidates, DecidingAgainThePredictionsAreScaledByTheFirstTrials) {
+  std::vector<dist::Candidate> ranked;
+  for (auto [name, predicted] : std::vector<std::pair<const char*, double>>{
+           {"ps/wfbp", 0.5}, {"ps/staggered", 0.5}, {"ps/bsp", 0.6}, {"bytescheduler/a2a", 0.9}, {"ssgd/mgwfbp", 1.0}})
+    ranked.push_back({name, {}, 2, predicted});
+  dist::calibrate(ranked, {{"ps/wfbp", 3.0}, {"ps/staggered", 4.0}, {"bytescheduler/a2a", 0.5}});
+  EXPECT_EQ(names_of(ranked), (std::vector<std::string>{"bytescheduler/a2a", "ssgd/mgwfbp", "ps/wfbp", "ps/bsp",
+                                                        "ps/staggered"}));
+  std::vector<double> predicted;
+  for (const auto& c : ranked) predicted.push_back(c.predicted);
+  EXPECT_EQ(predicted, (std::vector<double>{0.45, 1.0, 1.5, 0.6 * 3.0, 2.0}));
+}
+
 // Servers add the parameter server's three schedules with dist.ps's settings, and ByteScheduler
 // on the servers; without servers naming one says how to start them.
 TEST(AutoCandidates, ServersAddTheParameterServerSchedules) {

@@ -309,6 +309,7 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   if (session_) network.servers = session_->measure_links(profile_.gradient_bytes(), limit);
   ranked_ = candidates_for(dist_, clips_, servers());
   rank_candidates(ranked_, profile_, network);
+  if (again) calibrate(ranked_, misfit_);
   const size_t tries = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
   tries_ = with_incumbent(ranked_, again ? with_every_family(ranked_, tries) : tries, incumbent);
   incumbent_ = incumbent;
@@ -341,6 +342,9 @@ void AutoSynchronizer::trials_done() {
   d.timed = timed_;
   d.rounds = rounds_;
   d.winner = fastest(d.measured);
+  if (misfit_.empty())  // the first trials, on the model's own predictions
+    for (size_t i = 0; i < ranked_.size(); ++i)
+      if (d.measured[i] > 0 && d.predicted[i] > 0) misfit_[d.names[i]] = d.measured[i] / d.predicted[i];
   if (options_.log && group_->rank() == 0) *options_.log << d.describe() << std::flush;
   if (d.winner != trial_) switch_to(ranked_[d.winner], saved_[d.winner]);
   drift_.rebase(0.0);  // the winner's first window is the reference: longer than a trial

@@ -6,6 +6,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,6 +111,7 @@ class AutoSynchronizer final : public Synchronizer {
   Phase phase_ = Phase::Profile;
   ModelProfile profile_;           // what the cost model ranks with, agreed by all ranks
   std::vector<Candidate> ranked_;  // the last ranking
+  std::map<std::string, double> misfit_;  // measured over predicted, in the first trials
   std::string reason_;             // why the trials under way began
   std::string incumbent_;          // deciding again: the method in use until then
   std::string profile_reason_ = "start";  // why the profiling under way began

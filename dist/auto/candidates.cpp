@@ -31,6 +31,11 @@ bool lossy(const std::string& name) {
   return false;
 }
 
+void by_prediction(std::vector<Candidate>& candidates) {  // fastest first, equals in list order
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.predicted < b.predicted; });
+}
+
 }  // namespace
 
 std::vector<std::string> candidate_names() {
@@ -114,8 +119,7 @@ void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& pro
       s.set_beta(cost.beta);
     }
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.predicted < b.predicted; });
+  by_prediction(candidates);
 }
 
 size_t with_incumbent(std::vector<Candidate>& ranked, size_t tries, const std::string& incumbent) {
@@ -124,6 +128,19 @@ size_t with_incumbent(std::vector<Candidate>& ranked, size_t tries, const std::s
   if (it == ranked.end()) return tries;
   std::rotate(first, it, it + 1);
   return tries + 1;
+}
+
+void calibrate(std::vector<Candidate>& ranked, const std::map<std::string, double>& misfit) {
+  const auto family = [](const std::string& name) { return name.substr(0, name.find('/')); };
+  std::map<std::string, double> least;
+  for (const auto& [name, ratio] : misfit)
+    if (!least.count(family(name)) || ratio < least[family(name)]) least[family(name)] = ratio;
+  for (Candidate& c : ranked) {
+    const auto own = misfit.find(c.name);
+    const auto of_family = least.find(family(c.name));
+    c.predicted *= own != misfit.end() ? own->second : of_family != least.end() ? of_family->second : 1.0;
+  }
+  by_prediction(ranked);
 }
 
 size_t with_every_family(std::vector<Candidate>& ranked, size_t tries) {

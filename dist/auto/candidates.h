@@ -2,6 +2,7 @@
 // them in. Only lossless ones: each steps every rank on the same average gradient, so switching
 // between them mid-run changes the speed, never the training.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,10 @@ size_t with_incumbent(std::vector<Candidate>& ranked, size_t tries, const std::s
 // links differently. Moves each family's best not among the first `tries` of `ranked` just
 // behind them, and returns how many to try.
 size_t with_every_family(std::vector<Candidate>& ranked, size_t tries);
+
+// Deciding again, the model's errors that the network does not explain (the parameter server's
+// cost on shared cores) are still there: each prediction is scaled by `misfit` (a name's measured
+// over predicted time in the first trials), else by its family's least, then ranked again.
+void calibrate(std::vector<Candidate>& ranked, const std::map<std::string, double>& misfit);
 
 }  // namespace mt::dist
