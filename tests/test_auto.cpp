@@ -100,9 +100,9 @@ TEST(AutoCandidates, DecidingAgainTriesTheMethodInUse) {
   EXPECT_EQ(names_of(ranked), (std::vector<std::string>{"a", "b", "d", "c"}));
 }
 
-// Deciding again, the best of every family (S-SGD, ByteScheduler, the parameter server) is tried
+// The best of every family (S-SGD, ByteScheduler, the parameter server) is tried
 // too, just behind the best `tries`.
-TEST(AutoCandidates, DecidingAgainTriesEveryFamily) {
+TEST(AutoCandidates, TheBestOfEveryFamilyIsTried) {
   auto ranked = dist::candidates_for(
       dist_config({"ps/wfbp", "ps/staggered", "ps/bsp", "ssgd/fusion", "bytescheduler/a2a", "ssgd/mgwfbp"}), false, 1);
   EXPECT_EQ(dist::with_every_family(ranked, 2), 4u);
@@ -277,6 +277,30 @@ TEST(Auto, Gloo_AFarSlowerTrialEndsEarly) {
     EXPECT_EQ(d0.timed[fusion], 2) << "FUSION's trial was not ended early";
     EXPECT_EQ(d0.names[d0.winner], "ssgd/bsp");
     EXPECT_EQ(*std::max_element(tally->allreduced.begin(), tally->allreduced.end()), 2048);
+  }).ok_or_report());
+}
+
+// The first decision tries the best of every family besides the best `trials`: the model's
+// misfit differs between them. One trial, two families: one candidate of each is timed.
+TEST(Auto, Gloo_TheFirstTrialsHaveEveryFamily) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto opt = mt::testing::reference_sgd(*model);
+    const dist::AutoOptions o = loopback_options(/*trials=*/1, /*trial_iters=*/2);
+    const mintrain::DistConfig d = dist_config({"ssgd/bsp", "ssgd/fusion", "bytescheduler/a2a"});
+    dist::AutoSynchronizer sync(ctx.group, d, mintrain::OptimizerConfig(), kRows / 2, o);
+    sync.setup(*model, *opt);
+    for (int s = 0; s < 30 && sync.decisions().empty(); ++s) {
+      sync.begin_iteration(s);
+      train_step(sync, *model, *opt, s, ctx.rank);
+    }
+    ASSERT_EQ(sync.decisions().size(), 1u);
+    std::vector<std::string> families;
+    const auto& d0 = sync.decisions()[0];
+    for (size_t i = 0; i < d0.names.size(); ++i)
+      if (d0.timed[i] > 0) families.push_back(d0.names[i].substr(0, d0.names[i].find('/')));
+    std::sort(families.begin(), families.end());
+    EXPECT_EQ(families, (std::vector<std::string>{"bytescheduler", "ssgd"}));
   }).ok_or_report());
 }
 

@@ -98,7 +98,7 @@ void AutoSynchronizer::setup(layers::Module& model, optim::Optimizer& optimizer)
   ready_.assign(optimizer.params().size(), {});
   if (options_.log && group_->rank() == 0)
     *options_.log << "auto: profiling " << options_.profile_iters << " iterations as S-SGD BSP, then trying "
-                  << (options_.trials > 0 ? "the best " + std::to_string(options_.trials) + " of " : "all ")
+                  << (options_.trials > 0 ? "the best " + std::to_string(options_.trials) + " and each family's best of " : "all ")
                   << candidates_for(dist_, clips_, servers()).size() << " candidates as the cost model ranks them, "
                   << options_.trial_iters << " iterations each" << std::endl;
   switch_to(profiling_candidate());
@@ -290,8 +290,7 @@ void AutoSynchronizer::profile_done() {
 void AutoSynchronizer::start_trials(const std::string& reason, const std::string& incumbent) {
   retire_current();  // nothing in flight while the network is measured
   // Deciding again, the conditions have changed and may still be changing (contention that
-  // comes and goes): every family's best is tried, the trials take turns, and the measurement
-  // keeps to small messages (each size runs six times; on a contended link a large one takes
+  // comes and goes): the trials take turns, and the measurement keeps to small messages (each size runs six times; on a contended link a large one takes
   // seconds, and the trials decide anyway).
   const bool again = reason != "start";
   const double limit = again ? 0.25 : 1.0;
@@ -311,7 +310,7 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   rank_candidates(ranked_, profile_, network);
   if (again) calibrate(ranked_, misfit_);
   const size_t tries = options_.trials > 0 ? std::min<size_t>(options_.trials, ranked_.size()) : ranked_.size();
-  tries_ = with_incumbent(ranked_, again ? with_every_family(ranked_, tries) : tries, incumbent);
+  tries_ = with_incumbent(ranked_, with_every_family(ranked_, tries), incumbent);
   incumbent_ = incumbent;
   rounds_ = again && tries_ > 1 ? std::min(options_.drift_trial_rounds, options_.trial_iters) : 1;
   round_ = 0;

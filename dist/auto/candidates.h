@@ -49,10 +49,10 @@ void rank_candidates(std::vector<Candidate>& candidates, const ModelProfile& pro
 // `tries` of `ranked` when it is not among them, and returns how many to try.
 size_t with_incumbent(std::vector<Candidate>& ranked, size_t tries, const std::string& incumbent);
 
-// Deciding again, the best of every family is tried: S-SGD's allreduce schedules, ByteScheduler,
-// the parameter server. The model's misfit differs between them, and new contention loads their
-// links differently. Moves each family's best not among the first `tries` of `ranked` just
-// behind them, and returns how many to try.
+// The best of every family is tried: S-SGD's allreduce schedules, ByteScheduler, the parameter
+// server. The model's misfit differs between them (its price of the PS's links moved 3x between
+// runs on one testbed), and new contention loads their links differently. Moves each family's
+// best not among the first `tries` of `ranked` just behind them, and returns how many to try.
 size_t with_every_family(std::vector<Candidate>& ranked, size_t tries);
 
 // Deciding again, the model's errors that the network does not explain (the parameter server's
