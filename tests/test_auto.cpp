@@ -373,7 +373,7 @@ TEST(Auto, Gloo_EveryCandidateTrainsAlikeAndAllRanksDecideAlike) {
 // so MG-WFBP wins both decisions; then every iteration becomes 25 ms slower, and FUSION 100 ms
 // slower from its second turn of the second decision on: it takes no third, nor MG-WFBP, left
 // alone. MG-WFBP's first turn there is 35 ms slower (a slow phase): 1.5x FUSION's, but the method
-// in use takes every turn.
+// in use is kept after its first turn.
 TEST(Auto, Gloo_DecidingAgainTheTrialsTakeTurns) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
     auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
@@ -428,6 +428,35 @@ TEST(Auto, Gloo_DecidingAgainTheTrialsTakeTurns) {
     sync.begin_iteration(last + 1);
     EXPECT_EQ(sync.current(), "ssgd/mgwfbp");
     EXPECT_TRUE(plan_ready()) << "the winner did not go on with its plan";
+  }).ok_or_report());
+}
+
+// Deciding again, the method in use is kept after its first turn (one slice can land in a slow
+// phase), but not after its second: FUSION, chosen first, is 100 ms slower in every turn of the
+// second decision, so it and BSP, left alone, take two turns of three and BSP wins.
+TEST(Auto, Gloo_DecidingAgainTheMethodInUseFarSlowerTakesTwoTurns) {
+  EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
+    auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
+    auto opt = mt::testing::reference_sgd(*model);
+    dist::AutoOptions o = loopback_options(/*trials=*/0, /*trial_iters=*/3);
+    o.drift_window = 4;
+    o.drift_share = 1.0;
+    o.drift_trial_rounds = 3;
+    dist::AutoSynchronizer sync(ctx.group, dist_config({"ssgd/fusion", "ssgd/bsp"}), mintrain::OptimizerConfig(),
+                                kRows / 2, o);
+    sync.setup(*model, *opt);
+    for (int s = 0; s < 120 && sync.decisions().size() < 2; ++s) {
+      sync.begin_iteration(s);
+      const bool contention = !sync.decisions().empty() && s > sync.decisions()[0].iteration + 8;
+      const bool fusion = sync.current() == "ssgd/fusion";
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 + (contention ? 25 + (fusion ? 100 : 0) : (fusion ? 0 : 30))));
+      train_step(sync, *model, *opt, s, ctx.rank);
+    }
+    ASSERT_EQ(sync.decisions().size(), 2u);
+    EXPECT_EQ(sync.decisions()[0].names[sync.decisions()[0].winner], "ssgd/fusion");
+    const auto& again = sync.decisions()[1];
+    EXPECT_EQ(again.timed, (std::vector<int>{2, 2})) << "slices of one iteration; FUSION dropped after two";
+    EXPECT_EQ(again.names[again.winner], "ssgd/bsp");
   }).ok_or_report());
 }
 

@@ -243,8 +243,8 @@ bool AutoSynchronizer::far_off(int timed) {
 
 // Taking turns, after each round a candidate kFarOff times slower than another over their turns
 // so far takes no further rounds: a slow one measured in a fast phase once is dropped a round later.
-// The method in use takes every turn: dropped on one slice in a slow phase of contention that comes
-// and goes, the decision would go to whichever other slice met a fast one.
+// The method in use is kept after its first turn: dropped on one slice in a slow phase of
+// contention that comes and goes, the decision would go to whichever other slice met a fast one.
 void AutoSynchronizer::keep_close() {
   std::vector<float> mine;
   for (size_t i : in_turn_) mine.push_back(static_cast<float>(measured_[i]));
@@ -252,7 +252,7 @@ void AutoSynchronizer::keep_close() {
   const float best = *std::min_element(slowest.begin(), slowest.end());
   std::vector<size_t> close;
   for (size_t k = 0; k < in_turn_.size(); ++k)
-    if (slowest[k] <= kFarOff * best || ranked_[in_turn_[k]].name == incumbent_) close.push_back(in_turn_[k]);
+    if (slowest[k] <= kFarOff * best || (round_ == 0 && ranked_[in_turn_[k]].name == incumbent_)) close.push_back(in_turn_[k]);
   in_turn_ = close;
 }
 

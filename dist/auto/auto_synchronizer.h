@@ -82,7 +82,7 @@ class AutoSynchronizer final : public Synchronizer {
   size_t tried() const { return tries_; }  // how many of ranked_ the trials run
   bool far_off(int timed);  // collective, while timed < trial_iters: the trial under way ends early
   int slice_iters() const;  // iterations the trial under way times in this round
-  void keep_close();        // collective, after the first round: the far slower take no more turns
+  void keep_close();        // collective, after each round: the far slower take no more turns
   void retire_current();  // hooks off, batch-norm buffers equal, nothing in flight
   // `state`: what the candidate's synchronizer had learned when it last ran (MG-WFBP's plan,
   // FUSION's buckets), so a trial's later round or the winner goes on without learning again.
