@@ -288,10 +288,11 @@ void AutoSynchronizer::profile_done() {
 }
 
 void AutoSynchronizer::start_trials(const std::string& reason, const std::string& incumbent) {
+  const core::StateDict in_use_state = incumbent.empty() ? core::StateDict{} : current_->state_dict();
   retire_current();  // nothing in flight while the network is measured
   // Deciding again, the conditions have changed and may still be changing (contention that
-  // comes and goes): the trials take turns, and the measurement keeps to small messages (each size runs six times; on a contended link a large one takes
-  // seconds, and the trials decide anyway).
+  // comes and goes): the trials take turns, and the measurement keeps to small messages (on a
+  // contended link a large one takes seconds, and the trials decide anyway).
   const bool again = reason != "start";
   const double limit = again ? 0.25 : 1.0;
   MeasuredNetwork network;
@@ -319,12 +320,20 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   measured_.assign(ranked_.size(), -1.0);
   timed_.assign(ranked_.size(), 0);
   saved_.assign(ranked_.size(), {});
+  // Deciding again, the drift window counts as one slice of the method in use, which goes on from
+  // its state: slices of two iterations can all land in fast phases of contention that alternates.
+  for (size_t i = 0; i < tries_; ++i)
+    if (ranked_[i].name == incumbent) {
+      saved_[i] = in_use_state;
+      timed_[i] = slice_iters();
+      sums_[i] = drift_.window_mean() * timed_[i];
+    }
   phase_ = Phase::Trial;
   trial_ = slot_ = 0;
   in_turn_.resize(tries_);
   std::iota(in_turn_.begin(), in_turn_.end(), size_t{0});
   phase_iters_ = 0;
-  switch_to(ranked_[0]);
+  switch_to(ranked_[0], saved_[0]);
 }
 
 void AutoSynchronizer::trials_done() {
