@@ -427,6 +427,8 @@ TEST(Auto, Gloo_DecidingAgainTheTrialsTakeTurns) {
     EXPECT_GE(switches, 3) << "one trial after another, not in turns";
     ASSERT_GT(latest_return, 0);
     EXPECT_TRUE(ready[latest_return]) << "MG-WFBP came back without its plan";
+    for (int64_t s = first; s <= last; ++s)
+      EXPECT_TRUE(running[s] != "ssgd/mgwfbp" || ready[s]) << "MG-WFBP, in use, began the turns without its plan";
     sync.begin_iteration(last + 1);
     EXPECT_EQ(sync.current(), "ssgd/mgwfbp");
     EXPECT_TRUE(plan_ready()) << "the winner did not go on with its plan";

@@ -321,9 +321,11 @@ void AutoSynchronizer::start_trials(const std::string& reason, const std::string
   timed_.assign(ranked_.size(), 0);
   saved_.assign(ranked_.size(), {});
   // Deciding again, the drift window counts as one slice of the method in use, which goes on from
-  // its state: slices of two iterations can all land in fast phases of contention that alternates.
+  // its state and settings: slices of two iterations can all land in fast phases of contention
+  // that alternates.
   for (size_t i = 0; i < tries_; ++i)
     if (ranked_[i].name == incumbent) {
+      ranked_[i].dist = in_use_.dist;  // MG-WFBP's plan holds for the alpha and beta it was made with
       saved_[i] = in_use_state;
       timed_[i] = slice_iters();
       sums_[i] = drift_.window_mean() * timed_[i];
