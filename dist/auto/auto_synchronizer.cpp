@@ -243,8 +243,9 @@ bool AutoSynchronizer::far_off(int timed) {
 
 // Taking turns, after each round a candidate kFarOff times slower than another over their turns
 // so far takes no further rounds: a slow one measured in a fast phase once is dropped a round later.
-// The method in use is kept after its first turn: dropped on one slice in a slow phase of
-// contention that comes and goes, the decision would go to whichever other slice met a fast one.
+// The method in use takes every turn: dropped on slices that met slow phases of contention that
+// comes and goes, the decision would go to whichever other slices met fast ones, for the rest of
+// the run (a slow method in use costs its turns only).
 void AutoSynchronizer::keep_close() {
   std::vector<float> mine;
   for (size_t i : in_turn_) mine.push_back(static_cast<float>(measured_[i]));
@@ -252,7 +253,7 @@ void AutoSynchronizer::keep_close() {
   const float best = *std::min_element(slowest.begin(), slowest.end());
   std::vector<size_t> close;
   for (size_t k = 0; k < in_turn_.size(); ++k)
-    if (slowest[k] <= kFarOff * best || (round_ == 0 && ranked_[in_turn_[k]].name == incumbent_)) close.push_back(in_turn_[k]);
+    if (slowest[k] <= kFarOff * best || ranked_[in_turn_[k]].name == incumbent_) close.push_back(in_turn_[k]);
   in_turn_ = close;
 }
 
