@@ -251,6 +251,16 @@ dist::AutoOptions loopback_options(int trials, int trial_iters) {
   return o;
 }
 
+// Every candidate tried, then a drift window of 4 iterations twice as slow decides again, the
+// trials taking turns in 3 rounds.
+dist::AutoOptions turns_options(int trial_iters) {
+  dist::AutoOptions o = loopback_options(/*trials=*/0, trial_iters);
+  o.drift_window = 4;
+  o.drift_share = 1.0;
+  o.drift_trial_rounds = 3;
+  return o;
+}
+
 // A trial a third of the way in and 1.5x slower than another candidate ends early: FUSION,
 // slowed by 40 ms an iteration on both ranks, times 2 of its 6 iterations and does not win. The
 // network is timed with no size above the whole gradient (under 8 KiB: the two smallest sizes).
@@ -378,10 +388,7 @@ TEST(Auto, Gloo_DecidingAgainTheTrialsTakeTurns) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
     auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
     auto opt = mt::testing::reference_sgd(*model);
-    dist::AutoOptions o = loopback_options(/*trials=*/0, /*trial_iters=*/4);
-    o.drift_window = 4;
-    o.drift_share = 1.0;
-    o.drift_trial_rounds = 3;
+    const dist::AutoOptions o = turns_options(/*trial_iters=*/4);
     mintrain::DistConfig d = dist_config({"ssgd/fusion", "ssgd/mgwfbp", "ssgd/bsp"});
     d.mutable_ssgd()->set_profile_iters(1);
     dist::AutoSynchronizer sync(ctx.group, d, mintrain::OptimizerConfig(), kRows / 2, o);
@@ -443,10 +450,7 @@ TEST(Auto, Gloo_DecidingAgainTheMethodInUseTakesEveryTurn) {
   EXPECT_TRUE(mt::testing::run_ranks(2, [&](mt::testing::RankContext& ctx) {
     auto model = mt::testing::tiny_mlp(7, kImage, kClasses);
     auto opt = mt::testing::reference_sgd(*model);
-    dist::AutoOptions o = loopback_options(/*trials=*/0, /*trial_iters=*/3);
-    o.drift_window = 4;
-    o.drift_share = 1.0;
-    o.drift_trial_rounds = 3;
+    const dist::AutoOptions o = turns_options(/*trial_iters=*/3);
     dist::AutoSynchronizer sync(ctx.group, dist_config({"ssgd/fusion", "ssgd/bsp"}), mintrain::OptimizerConfig(),
                                 kRows / 2, o);
     sync.setup(*model, *opt);
